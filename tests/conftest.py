@@ -1,0 +1,52 @@
+"""Test-wide settings: nothing may reach the network, W&B stays offline, two CPU threads."""
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("WANDB_SILENT", "true")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+
+torch.set_num_threads(2)
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A tiny random Llama + character tokenizer saved as a local HF checkpoint (loads like any model)."""
+    from zoo.testing import tiny_model_and_tokenizer
+
+    model, tok = tiny_model_and_tokenizer(seed=0)
+    path = tmp_path_factory.mktemp("tiny-llama")
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def tiny_run_config(model_dir, out_dir, variant="grpo", **over):
+    """A RunConfig for a 2-step run of `variant` on the tiny model (seconds)."""
+    from zoo.config import RunConfig
+
+    data = {
+        "name": f"tiny-{variant}",
+        "variant": variant,
+        "model": str(model_dir),
+        "task": {"name": "reasoning_gym", "dataset": "basic_arithmetic", "size": 32, "eval_size": 4, "fewshot": 0,
+                 "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}},
+        "rewards": ["correctness", {"name": "length", "weight": 0.5, "scale": 10.0}],
+        "budget": {"steps": 2, "prompts_per_step": 2, "group_size": 4, "max_new_tokens": 8, "micro_batch": 4},
+        "optim": {"lr": 1e-3},
+        "eval": {"size": 2, "samples": 2},
+        "tracking": {"wandb": False},
+        "output_dir": str(out_dir),
+    }
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(data.get(k), dict):
+            data[k] = {**data[k], **v}
+        else:
+            data[k] = v
+    return RunConfig.model_validate(data)

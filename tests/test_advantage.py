@@ -1,0 +1,237 @@
+"""Advantage estimators: hand-worked cases (C8, C14) and properties (padding, row order, NaN rows)."""
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zoo.components.advantage import reward_to_go, sequence_scores, token_rewards
+from zoo.components.types import AdvantageInputs
+from zoo.registry import ComponentError, build
+
+NAN = float("nan")
+ESTIMATORS = ["gae", "group_mean", "rloo", "reinforce", "reinforce_pp"]
+
+
+def inputs(scores, mask, group_ids=None, kl=None, values=None):
+    mask = torch.as_tensor(mask, dtype=torch.bool)
+    n = mask.shape[0]
+    return AdvantageInputs(
+        scores=torch.as_tensor(scores, dtype=torch.float32),
+        mask=mask,
+        group_ids=torch.as_tensor(group_ids if group_ids is not None else [0] * n),
+        kl_reward=torch.zeros(mask.shape) if kl is None else torch.as_tensor(kl, dtype=torch.float32),
+        values=None if values is None else torch.as_tensor(values, dtype=torch.float32),
+    )
+
+
+def random_inputs(seed, n_groups=3, g=4, t=6):
+    gen = torch.Generator().manual_seed(seed)
+    n = n_groups * g
+    lengths = torch.randint(1, t + 1, (n,), generator=gen)
+    mask = torch.arange(t)[None, :] < lengths[:, None]  # [N, T]
+    scores = torch.randint(0, 3, (n,), generator=gen).float() + torch.rand(n, generator=gen)
+    kl = torch.where(mask, -0.1 * torch.rand(n, t, generator=gen), torch.zeros(n, t))
+    values = torch.where(mask, torch.randn(n, t, generator=gen), torch.zeros(n, t))
+    gids = torch.arange(n_groups).repeat_interleave(g) * 7 - 3  # arbitrary id values
+    return AdvantageInputs(scores, mask, gids, kl, values)
+
+
+def run(name, inp, **params):
+    return build("advantage", {"name": name, **params})(inp)
+
+
+# ---- C14: GAE, score on the last *real* token --------------------------------------------------
+
+
+def test_c14_gae():
+    inp = inputs([1.0], [[1, 1, 0]], kl=[[0.0, 0.0, 0.0]], values=[[0.0, 0.0, 0.0]])
+    res = run("gae", inp, gamma=1.0, lam=0.95)
+    torch.testing.assert_close(res.advantages, torch.tensor([[0.95, 1.0, 0.0]]))
+    torch.testing.assert_close(res.returns, torch.tensor([[0.95, 1.0, 0.0]]))
+
+
+def test_gae_hand_worked_with_values_kl_and_garbage_padding():
+    # row 0: r = [-0.1, 0, 0.2 + 1.0], V = [0.5, 0.2, -0.1], gamma 0.9, lam 0.5
+    # delta = [-0.1 + 0.9*0.2 - 0.5, 0 + 0.9*(-0.1) - 0.2, 1.2 - (-0.1)] = [-0.42, -0.29, 1.3]
+    # A2 = 1.3; A1 = -0.29 + 0.45*1.3 = 0.295; A0 = -0.42 + 0.45*0.295 = -0.28725
+    # row 1 is C14 (gamma 0.9, lam 0.5): r = [0, 1], V = 0 -> A = [0.45, 1.0]
+    inp = inputs(
+        [1.0, 1.0],
+        [[1, 1, 1, 0], [1, 1, 0, 0]],
+        kl=[[-0.1, 0.0, 0.2, NAN], [0.0, 0.0, math.inf, NAN]],
+        values=[[0.5, 0.2, -0.1, NAN], [0.0, 0.0, 1e30, -math.inf]],
+    )
+    res = run("gae", inp, gamma=0.9, lam=0.5)
+    torch.testing.assert_close(res.advantages, torch.tensor([[-0.28725, 0.295, 1.3, 0.0], [0.45, 1.0, 0.0, 0.0]]))
+    torch.testing.assert_close(res.returns, torch.tensor([[0.21275, 0.495, 1.2, 0.0], [0.45, 1.0, 0.0, 0.0]]))
+
+
+def test_gae_requires_values():
+    with pytest.raises(ValueError, match="values"):
+        run("gae", inputs([1.0], [[1, 1]]))
+
+
+def test_token_rewards_score_on_last_real_token():
+    kl = [[-0.5, -0.5, NAN], [-0.5, -0.5, -0.5], [NAN, math.inf, 1.0]]
+    inp = inputs([2.0, 3.0, 5.0], [[1, 1, 0], [1, 1, 1], [0, 0, 0]], kl=kl)
+    torch.testing.assert_close(
+        token_rewards(inp), torch.tensor([[-0.5, 1.5, 0.0], [-0.5, -0.5, 2.5], [0.0, 0.0, 0.0]])
+    )
+
+
+# ---- C8: reward-to-go ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pad", [2.0, NAN, math.inf, -1e30])
+def test_c8_reward_to_go_padding_does_not_leak(pad):
+    r = torch.tensor([[1.5, 1.0, pad, pad]])
+    mask = torch.tensor([[1, 1, 0, 0]], dtype=torch.bool)
+    torch.testing.assert_close(reward_to_go(r, mask, 1.0), torch.tensor([[2.5, 1.0, 0.0, 0.0]]))
+
+
+def test_reward_to_go_discounted():
+    r = torch.tensor([[1.0, 2.0, 3.0]])
+    mask = torch.ones(1, 3, dtype=torch.bool)
+    # [1 + 0.5*(2 + 0.5*3), 2 + 0.5*3, 3]
+    torch.testing.assert_close(reward_to_go(r, mask, 0.5), torch.tensor([[2.75, 3.5, 3.0]]))
+    with pytest.raises(ValueError, match="gamma"):
+        reward_to_go(r, mask, 1.5)
+
+
+def test_reinforce_and_reinforce_pp_kl_shaped_reward_to_go():
+    # beta 0.1, KL = [1, 2, 3] -> kl_reward = [-0.1, -0.2, -0.3]; score 1
+    # REINFORCE++ eq. 9: A_t = 1 - 0.1 * sum_{i>=t} KL(i) = [1 - 0.6, 1 - 0.5, 1 - 0.3]
+    inp = inputs([1.0], [[1, 1, 1, 0]], kl=[[-0.1, -0.2, -0.3, NAN]])
+    for name in ("reinforce", "reinforce_pp"):
+        res = run(name, inp)
+        torch.testing.assert_close(res.advantages, torch.tensor([[0.4, 0.5, 0.7, 0.0]]))
+        assert res.returns is None
+    assert build("advantage", "reinforce_pp").meta["wants_kl"] == "reward"
+
+
+# ---- sequence-level estimators ------------------------------------------------------------------
+
+
+def test_group_mean_adds_summed_kl_before_baseline():
+    # s = [1 - 0.2, 0 - 0.2] = [0.8, -0.2]; mean 0.3 -> [0.5, -0.5] on real tokens only
+    inp = inputs([1.0, 0.0], [[1, 1, 0], [1, 0, 0]], kl=[[-0.1, -0.1, NAN], [-0.2, math.inf, NAN]])
+    torch.testing.assert_close(sequence_scores(inp), torch.tensor([0.8, -0.2]))
+    res = run("group_mean", inp)
+    torch.testing.assert_close(res.advantages, torch.tensor([[0.5, 0.5, 0.0], [-0.5, 0.0, 0.0]]))
+    assert res.returns is None
+
+
+def test_group_mean_equal_scores_give_exactly_zero():
+    # three float32 copies of 0.9 have a rounded mean 6e-8 away from 0.9: still exactly 0
+    inp = inputs([0.9, 0.9, 0.9, 1.0, 0.0], [[1, 1]] * 5, group_ids=[4, 4, 4, 1, 1])
+    adv = run("group_mean", inp).advantages
+    assert torch.equal(adv[:3], torch.zeros(3, 2))
+    torch.testing.assert_close(adv[3:], torch.tensor([[0.5, 0.5], [-0.5, -0.5]]))
+
+
+def test_rloo_hand_worked():
+    # [1, 0, 0.5]: others' means [0.25, 0.75, 0.5] -> [0.75, -0.75, 0]
+    # [1, NaN, 0]: two valid -> [1, NaN, -1];  [NaN, 3]: one valid -> [NaN, 0];  [7]: alone -> 0
+    inp = inputs(
+        [1.0, 0.0, 0.5, 1.0, NAN, 0.0, NAN, 3.0, 7.0],
+        [[1]] * 9,
+        group_ids=[0, 0, 0, 1, 1, 1, 2, 2, 3],
+    )
+    adv = run("rloo", inp).advantages[:, 0]
+    torch.testing.assert_close(
+        adv, torch.tensor([0.75, -0.75, 0.0, 1.0, NAN, -1.0, NAN, 0.0, 0.0]), equal_nan=True
+    )
+
+
+@given(st.integers(0, 10_000))
+@settings(max_examples=25, deadline=None)
+def test_rloo_is_g_over_g_minus_1_times_group_mean(seed):
+    inp = random_inputs(seed, n_groups=3, g=4)
+    gm = run("group_mean", inp).advantages
+    torch.testing.assert_close(run("rloo", inp).advantages, gm * 4 / 3)
+
+
+# ---- properties shared by all estimators --------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ESTIMATORS)
+@pytest.mark.parametrize("pad", [NAN, math.inf, -math.inf, 1e30])
+def test_padding_content_is_irrelevant(name, pad):
+    for seed in range(5):
+        inp = random_inputs(seed)
+        dirty = AdvantageInputs(
+            inp.scores,
+            inp.mask,
+            inp.group_ids,
+            torch.where(inp.mask, inp.kl_reward, torch.full_like(inp.kl_reward, pad)),
+            torch.where(inp.mask, inp.values, torch.full_like(inp.values, pad)),
+        )
+        clean, got = run(name, inp), run(name, dirty)
+        assert torch.isfinite(got.advantages).all()
+        assert torch.equal(got.advantages, clean.advantages)
+        assert torch.equal(got.advantages[~inp.mask], torch.zeros(int((~inp.mask).sum())))
+        if got.returns is not None:
+            assert torch.isfinite(got.returns).all() and torch.equal(got.returns, clean.returns)
+
+
+@pytest.mark.parametrize("name", ESTIMATORS)
+@given(seed=st.integers(0, 10_000))
+@settings(max_examples=10, deadline=None)
+def test_row_order_invariance(name, seed):
+    inp = random_inputs(seed)
+    perm = torch.randperm(inp.scores.shape[0], generator=torch.Generator().manual_seed(seed))
+    shuffled = AdvantageInputs(
+        inp.scores[perm], inp.mask[perm], inp.group_ids[perm], inp.kl_reward[perm], inp.values[perm]
+    )
+    torch.testing.assert_close(run(name, shuffled).advantages, run(name, inp).advantages[perm])
+
+
+@pytest.mark.parametrize("name", ESTIMATORS)
+def test_nan_score_row_is_nan_and_touches_no_other_row(name):
+    for seed in range(5):
+        inp = random_inputs(seed)
+        bad = 5
+        scores = inp.scores.clone()
+        scores[bad] = NAN
+        with_nan = run(name, AdvantageInputs(scores, inp.mask, inp.group_ids, inp.kl_reward, inp.values))
+        keep = torch.arange(scores.shape[0]) != bad
+        without = run(
+            name,
+            AdvantageInputs(
+                inp.scores[keep], inp.mask[keep], inp.group_ids[keep], inp.kl_reward[keep], inp.values[keep]
+            ),
+        )
+        adv = with_nan.advantages
+        assert torch.isnan(adv[bad][inp.mask[bad]]).all()
+        assert torch.equal(adv[bad][~inp.mask[bad]], torch.zeros(int((~inp.mask[bad]).sum())))
+        torch.testing.assert_close(adv[keep], without.advantages)
+
+
+# ---- configuration checks -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"name": "gae", "lam": 1.5},
+        {"name": "gae", "gamma": -0.1},
+        {"name": "gae", "gamma": True},
+        {"name": "reinforce", "gamma": 2.0},
+        {"name": "reinforce_pp", "gamma": "1"},
+        {"name": "group_mean", "eps": 1e-6},
+    ],
+)
+def test_bad_parameters_rejected(spec):
+    with pytest.raises(ComponentError):
+        build("advantage", spec)
+
+
+def test_meta_and_shape_errors():
+    assert build("advantage", "gae").meta == {"needs_values": True, "level": "token"}
+    assert build("advantage", "rloo").meta["level"] == "sequence"
+    assert build("advantage", "group_mean").meta["level"] == "sequence"
+    bad = AdvantageInputs(torch.zeros(2), torch.ones(2, 3, dtype=torch.bool), torch.zeros(3), torch.zeros(2, 3))
+    with pytest.raises(ValueError, match="group_ids"):
+        run("group_mean", bad)

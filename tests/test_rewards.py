@@ -1,0 +1,199 @@
+"""Reward functions: answer extraction, correctness (reasoning_gym scorer and math-verify), format,
+length, NaN on failure, and user rewards by dotted path."""
+import logging
+import math
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from zoo.registry import ComponentError, available
+from zoo.rewards import (
+    accuracy,
+    compute_rewards,
+    correct,
+    correctness,
+    extract_answer,
+    extract_boxed,
+    format_reward,
+    length,
+    resolve_reward,
+    resolve_rewards,
+)
+from zoo.tasks import EASY_ARITHMETIC, load_task
+
+
+@pytest.fixture(scope="module")
+def rg_rows():
+    task = load_task({"name": "reasoning_gym", "dataset": "basic_arithmetic", "config": EASY_ARITHMETIC,
+                      "size": 8, "eval_size": 0, "seed": 0})
+    return task.train
+
+
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("so \\boxed{\\frac{1}{2}}.", "\\frac{1}{2}"),
+        ("\\boxed{1} then \\boxed{2}", "2"),
+        ("\\boxed{2} and a truncated \\boxed{3", "2"),
+        ("\\boxed{ -17 }", "-17"),
+        ("\\boxed{\\{1, 2\\}}", "\\{1, 2\\}"),
+        ("$\\boxed{x^{2}}$", "x^{2}"),
+        ("\\boxed 7.", "7"),
+        ("no box 12", None),
+    ],
+)
+def test_extract_boxed(text, want):
+    assert extract_boxed(text) == want
+
+
+def test_extract_answer_fallbacks():
+    assert extract_answer("\\boxed{5} but 6") == "5"
+    assert extract_answer("it is 1,234 or -7.5 then") == "-7.5"
+    assert extract_answer("  seven  ") == "seven"
+    assert extract_answer("seven", fallback="none") is None
+    assert extract_answer("it is 8", fallback="text") == "it is 8"
+    with pytest.raises(ValueError):
+        extract_answer("x", fallback="nope")
+
+
+def test_correctness_uses_reasoning_gym_scorer(rg_rows):
+    rows = rg_rows[:3]
+    gold = [r["answer"] for r in rows]
+    good = [f"The answer is \\boxed{{{a}}}." for a in gold]
+    # wrong answers that do not contain the gold (which would earn partial credit)
+    wrong = [f"\\boxed{{{next(v for v in map(str, range(100, 200)) if a not in v)}}}" for a in gold]
+    assert correctness(good, rows) == [1.0, 1.0, 1.0]
+    assert correctness(wrong, rows) == [0.0, 0.0, 0.0]
+    # reasoning_gym's partial credit: the gold answer inside a longer answer
+    partial = correctness([f"\\boxed{{{gold[0]}0}}"], rows[:1])[0]
+    assert 0.0 < partial < 1.0 and partial == pytest.approx(len(gold[0]) / (len(gold[0]) + 1))
+    assert correct([1.0, partial, 0.0]).tolist() == [True, False, False]
+    # without a box: last number by default, 0 with fallback "none"
+    assert correctness([f"so it is {gold[0]}"], rows[:1]) == [1.0]
+    assert correctness([f"so it is {gold[0]}"], rows[:1], fallback="none") == [0.0]
+
+
+def test_correctness_math_verify_for_other_rows():
+    row = {"question": "half?", "answer": "1/2", "source": "hf:x"}
+    assert correctness(["so \\boxed{0.5}"], [row]) == [1.0]
+    assert correctness(["\\boxed{\\frac{1}{2}}"], [row]) == [1.0]
+    assert correctness(["\\boxed{0.4}"], [row]) == [0.0]
+    assert correctness(["0.5"], [row], fallback="none") == [0.0]
+    assert correctness(["\\boxed{1}"], [{"answer": "", "source": "hf:x"}]) == [None]  # no gold
+
+
+def test_format_and_length():
+    comps = ["\\boxed{3}", "3", "\\boxed{}", "x\n\\boxed{\n4}"]
+    assert format_reward(comps, [{}] * 4) == [1.0, 0.0, 0.0, 1.0]
+    assert format_reward(["<answer>3</answer>", "3"], [{}] * 2, pattern=r"<answer>.+</answer>") == [1.0, 0.0]
+    assert length(["a" * 50, ""], [{}] * 2) == [0.5, 0.0]
+    assert length(["a" * 10, "a" * 30], [{}] * 2, target=20) == [-0.5, -0.5]
+
+
+def test_builtins_are_registered_and_checked():
+    assert {"correctness", "format", "length"} <= set(available("reward"))
+    with pytest.raises(ComponentError, match="fallback"):
+        resolve_reward({"name": "correctness", "fallback": "maybe"})
+    with pytest.raises(ComponentError, match="scale"):
+        resolve_reward({"name": "length", "scale": 0})
+    with pytest.raises(ComponentError, match="did you mean"):
+        resolve_reward("corectness")
+
+
+def test_compute_rewards_matrix(rg_rows):
+    rows = rg_rows[:2]
+    comps = [f"\\boxed{{{rows[0]['answer']}}}", "no idea"]
+    fns = [c for c, _ in resolve_rewards(["correctness", {"name": "format", "weight": 0.5}])]
+    scores = compute_rewards(fns, comps, rows)
+    objectives, n_failed = scores
+    assert objectives.shape == (2, 2) and objectives.dtype == torch.float32
+    assert objectives[:, 1].tolist() == [1.0, 0.0] and objectives[0, 0] == 1.0
+    assert n_failed == [0, 0]
+    assert resolve_rewards([{"name": "format", "weight": 0.5}])[0][1] == 0.5
+
+
+def test_raising_and_none_rewards_become_nan_without_crashing(caplog):
+    def picky(completions, rows):
+        out = []
+        for c in completions:
+            if c == "bad":
+                raise RuntimeError("cannot score this")
+            out.append(None if c == "none" else 1.0)
+        return out
+
+    def broken(completions, rows):
+        raise KeyError("always")
+
+    def short(completions, rows):
+        return [1.0]
+
+    comps = ["ok", "bad", "none", "ok"]
+    with caplog.at_level(logging.WARNING):
+        objectives, n_failed = compute_rewards([picky, broken, short], comps, [{}] * 4)
+    assert torch.isnan(objectives[:, 0]).tolist() == [False, True, True, False]
+    assert objectives[0, 0] == 1.0 and objectives[3, 0] == 1.0
+    assert torch.isnan(objectives[:, 1]).all()
+    assert n_failed == [2, 4, 0]  # `short` answers one row at a time correctly on the retry
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 3 and "cannot score this" in warnings[0].getMessage()
+
+
+def test_non_finite_and_non_numeric_values_are_nan():
+    objectives, n_failed = compute_rewards([lambda c, r: [float("inf"), "x", 2]], ["a", "b", "c"], [{}] * 3)
+    assert torch.isnan(objectives[:2, 0]).all() and objectives[2, 0] == 2.0 and n_failed == [2]
+
+
+def test_accuracy_counts_exact_scores_only():
+    assert accuracy([1.0, 0.5, 0.0, 1.0]) == 0.5
+    assert accuracy(torch.tensor([1.0, float("nan")])) == 1.0
+    assert math.isnan(accuracy([float("nan")]))
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    (tmp_path / "my_user_rewards.py").write_text(textwrap.dedent("""
+        def shouty(completions, rows, *, bonus=1.0):
+            return [bonus if c.isupper() else 0.0 for c in completions]
+
+        class Holder:
+            @staticmethod
+            def const(completions, rows):
+                return [0.25] * len(completions)
+
+        NOT_CALLABLE = 3
+
+        def wrong_arity():
+            return []
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "my_user_rewards"
+    sys.modules.pop("my_user_rewards", None)
+
+
+def test_user_reward_by_dotted_path(user_module):
+    fn = resolve_reward({"name": f"{user_module}:shouty", "bonus": 2.0})
+    assert fn(["HI", "hi"], [{}, {}]) == [2.0, 0.0]
+    assert resolve_reward(f"{user_module}.shouty")(["HI"], [{}]) == [1.0]
+    assert resolve_reward(f"{user_module}:Holder.const")(["a"], [{}]) == [0.25]
+    objectives, _ = compute_rewards([fn], ["OK"], [{}])
+    assert objectives.tolist() == [[2.0]]
+    with pytest.raises(ComponentError, match="unknown parameter"):
+        resolve_reward({"name": f"{user_module}:shouty", "bonsu": 2.0})
+
+
+@pytest.mark.parametrize(
+    "path, words",
+    [
+        ("no_such_module_xyz:fn", ["could not be imported"]),
+        ("my_user_rewards:nope", ["no attribute"]),
+        ("my_user_rewards:NOT_CALLABLE", ["not callable"]),
+        ("my_user_rewards:wrong_arity", ["(completions, rows)"]),
+    ],
+)
+def test_bad_dotted_paths(user_module, path, words):
+    with pytest.raises(ComponentError) as e:
+        resolve_reward(path)
+    for w in words:
+        assert w in str(e.value)

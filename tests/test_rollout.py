@@ -1,0 +1,228 @@
+"""zoo.rollout: masks (C6), position ids (C10), generation, log-probs."""
+import pytest
+import torch
+from torch import nn
+
+from zoo.rollout import (
+    Rollout,
+    completion_mask,
+    encode_prompts,
+    generate_rollout,
+    position_ids_from_mask,
+    token_logprobs,
+)
+from zoo.testing import tiny_model_and_tokenizer
+
+CHAT = [[{"role": "user", "content": "hi"}], [{"role": "user", "content": "What is 12 + 30?"}]]
+
+
+def eos_biased(model, eos_id: int, bias: float = 2.5):
+    """Give the tiny random model an lm_head bias towards EOS so some completions finish early."""
+    old = model.lm_head
+    head = nn.Linear(old.in_features, old.out_features, bias=True)
+    with torch.no_grad():
+        head.weight.copy_(old.weight)
+        head.bias.zero_()
+        head.bias[eos_id] = bias
+    model.lm_head = head
+    return model
+
+
+def naive_logprobs(model, ids, mask, T, temperature=1.0):
+    """Full-vocabulary reference: log_softmax(logits / temperature) gathered, [N, T] and full [N, T, V]."""
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask)).logits
+    full = torch.log_softmax(logits[:, -T - 1 : -1].float() / temperature, dim=-1)
+    return full.gather(-1, ids[:, -T:].unsqueeze(-1)).squeeze(-1), full
+
+
+# ---------------------------------------------------------------- C10 position ids
+def test_c10_position_ids():
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    assert position_ids_from_mask(mask).tolist() == [[1, 1, 0, 1, 2], [0, 1, 2, 3, 4]]
+    with pytest.raises(ValueError):
+        position_ids_from_mask(torch.ones(5))
+
+
+def test_c10_logprobs_same_padded_or_alone():
+    model, tok = tiny_model_and_tokenizer(seed=1)
+    ids, mask = encode_prompts(tok, ["ab", "a much longer prompt here"])  # [2, P], row 0 left-padded
+    assert mask[0].sum() < mask[1].sum()
+    g = torch.Generator().manual_seed(0)
+    completion = torch.randint(5, len(tok), (2, 7), generator=g)  # [2, T]
+    full_ids = torch.cat([ids, completion], 1)
+    full_mask = torch.cat([mask, torch.ones_like(completion)], 1)
+    batched, _ = token_logprobs(model, full_ids, full_mask, 7)
+    for i in range(2):
+        real = mask[i].bool()
+        alone_ids = torch.cat([ids[i, real], completion[i]])[None]  # no padding at all
+        alone, _ = token_logprobs(model, alone_ids, torch.ones_like(alone_ids), 7)
+        torch.testing.assert_close(batched[i], alone[0], atol=1e-5, rtol=0)
+
+
+# ---------------------------------------------------------------- C6 completion mask
+@pytest.mark.parametrize("pad_equals_eos", [True, False])
+def test_c6_completion_mask(pad_equals_eos):
+    EOS, t = 2, 7
+    pad = EOS if pad_equals_eos else 0
+    ids = torch.tensor([[t, EOS, pad, pad], [t, t, t, EOS]])
+    mask, truncated, lengths = completion_mask(ids, EOS)
+    assert mask.dtype == torch.bool
+    assert mask.long().tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]]
+    assert truncated.tolist() == [False, False]
+    assert lengths.tolist() == [2, 4]
+
+
+def test_completion_mask_truncation_and_several_eos_ids():
+    ids = torch.tensor([[5, 6, 7, 8], [5, 9, 2, 0], [3, 3, 3, 3]])
+    mask, truncated, lengths = completion_mask(ids, {2, 9})
+    assert mask.long().tolist() == [[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 1]]
+    assert truncated.tolist() == [True, False, True]
+    assert lengths.tolist() == [4, 2, 4]
+    with pytest.raises(ValueError):
+        completion_mask(ids[0], 2)
+    with pytest.raises(ValueError):
+        completion_mask(ids, [])
+
+
+# ---------------------------------------------------------------- generation
+@pytest.mark.parametrize("pad_equals_eos", [True, False])
+def test_generate_rollout_shapes_truncation_and_order(pad_equals_eos):
+    model, tok = tiny_model_and_tokenizer(seed=0, pad_equals_eos=pad_equals_eos)
+    eos_biased(model, tok.eos_token_id)
+    model.train()
+    torch.manual_seed(0)
+    G, max_new = 8, 6
+    r = generate_rollout(model, tok, CHAT, group_size=G, max_new_tokens=max_new)
+    N = len(CHAT) * G
+    assert model.training  # mode restored
+    assert r.n == N and r.group_size == G
+    assert r.prompt_ids.shape == r.prompt_mask.shape and r.prompt_ids.shape[0] == N
+    assert r.completion_ids.shape[1] <= max_new
+    assert r.input_ids().shape == (N, r.prompt_ids.shape[1] + r.completion_ids.shape[1])
+    assert r.attention_mask().shape == r.input_ids().shape
+    # prompt-major: rows p*G .. p*G+G-1 are prompt p
+    assert r.prompt_index.tolist() == [p for p in range(len(CHAT)) for _ in range(G)]
+    assert torch.equal(r.group_ids, r.prompt_index)
+    ids, mask = encode_prompts(tok, CHAT)
+    assert torch.equal(r.prompt_ids, ids.repeat_interleave(G, 0))
+    # truncation flags come from generation: truncated rows have no EOS and run to max_new_tokens
+    eos = tok.eos_token_id
+    has_eos = (r.completion_ids == eos).any(1)
+    assert torch.equal(r.truncated, ~has_eos)
+    assert 0 < int(r.truncated.sum()) < N, "seed should give both finished and truncated rows"
+    assert r.completion_ids.shape[1] == max_new
+    assert (r.lengths[r.truncated] == max_new).all()
+    for i in range(N):
+        L = int(r.lengths[i])
+        assert r.completion_mask[i, :L].all() and not r.completion_mask[i, L:].any()
+        if not r.truncated[i]:
+            assert r.completion_ids[i, L - 1] == eos and not (r.completion_ids[i, : L - 1] == eos).any()
+            assert (r.completion_ids[i, L:] == tok.pad_token_id).all()
+            assert r.completion_texts[i] == tok.decode(r.completion_ids[i, : L - 1], skip_special_tokens=True)
+
+
+def test_generation_ignores_generation_config_top_k():
+    model, tok = tiny_model_and_tokenizer(seed=0)
+    model.generation_config.top_k = 1  # would make every sample identical if it leaked in
+    model.generation_config.repetition_penalty = 5.0
+    torch.manual_seed(0)
+    r = generate_rollout(model, tok, ["x"], group_size=256, max_new_tokens=1)
+    first = r.completion_ids[:, 0]
+    # near-uniform tiny model over 105 tokens: 256 draws hit far more than 50 distinct tokens,
+    # so neither generation_config.top_k=1 nor transformers' default top_k=50 is in effect
+    assert len(set(first.tolist())) > 60
+    assert model.generation_config.top_k == 1  # the model's own config is restored
+
+
+def test_greedy_generation_agrees_with_scoring_under_left_padding():
+    """Position ids and masks during generation match those used for scoring: greedy tokens are
+    the argmax of our scored distribution at every real completion position."""
+    model, tok = tiny_model_and_tokenizer(seed=3)
+    r = generate_rollout(model, tok, ["ab", "a longer prompt"], group_size=1, max_new_tokens=5, do_sample=False)
+    T = r.completion_ids.shape[1]
+    logp, full = naive_logprobs(model, r.input_ids(), r.attention_mask(), T)
+    best = full.max(-1).values
+    assert torch.allclose(logp[r.completion_mask], best[r.completion_mask], atol=1e-5)
+
+
+def test_generation_micro_batch_matches_shapes():
+    model, tok = tiny_model_and_tokenizer(seed=0)
+    torch.manual_seed(1)
+    r = generate_rollout(model, tok, CHAT, group_size=3, max_new_tokens=4, micro_batch=4)
+    assert r.completion_ids.shape == (6, 4) and len(r.completion_texts) == 6
+
+
+def test_generate_rollout_errors():
+    model, tok = tiny_model_and_tokenizer()
+    with pytest.raises(ValueError):
+        generate_rollout(model, tok, ["a"], group_size=0, max_new_tokens=4)
+    with pytest.raises(ValueError):
+        generate_rollout(model, tok, ["a"], group_size=2, max_new_tokens=4, temperature=0.0)
+    with pytest.raises(ValueError):
+        generate_rollout(model, tok, ["a", [{"role": "user", "content": "b"}]], group_size=2, max_new_tokens=4)
+
+
+def test_rollout_select():
+    model, tok = tiny_model_and_tokenizer()
+    torch.manual_seed(0)
+    r = generate_rollout(model, tok, CHAT, group_size=2, max_new_tokens=3)
+    s = r.select(torch.tensor([False, False, True, True]))
+    assert isinstance(s, Rollout) and s.n == 2
+    assert s.prompt_index.tolist() == [1, 1]
+    assert s.completion_texts == r.completion_texts[2:]
+
+
+# ---------------------------------------------------------------- log-probs
+def _random_batch(tok, T=6, seed=0):
+    ids, mask = encode_prompts(tok, ["hello", "a b c d e f"])
+    g = torch.Generator().manual_seed(seed)
+    comp = torch.randint(5, len(tok), (2, T), generator=g)
+    return torch.cat([ids, comp], 1), torch.cat([mask, torch.ones_like(comp)], 1)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 2.0, 0.7])
+def test_token_logprobs_temperature_and_entropy(temperature):
+    model, tok = tiny_model_and_tokenizer(seed=2)
+    with torch.no_grad():  # a less uniform model, so temperature matters visibly
+        model.lm_head.weight.mul_(30)
+    ids, mask = _random_batch(tok)
+    logp, ent = token_logprobs(model, ids, mask, 6, temperature=temperature, with_entropy=True)
+    ref, full = naive_logprobs(model, ids, mask, 6, temperature)
+    assert logp.shape == (2, 6) and logp.dtype == torch.float32
+    torch.testing.assert_close(logp, ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ent, -(full.exp() * full).sum(-1), atol=1e-5, rtol=1e-5)
+    if temperature != 1.0:
+        plain, _ = naive_logprobs(model, ids, mask, 6, 1.0)
+        assert not torch.allclose(logp, plain, atol=1e-3)
+
+
+def test_token_logprobs_micro_batch_and_gradient():
+    model, tok = tiny_model_and_tokenizer(seed=0)
+    ids, mask = _random_batch(tok)
+    a, _ = token_logprobs(model, ids, mask, 6)
+    b, _ = token_logprobs(model, ids, mask, 6, micro_batch=1)
+    torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+    a.sum().backward()
+    assert model.lm_head.weight.grad is not None and model.model.embed_tokens.weight.grad.abs().sum() > 0
+
+
+def test_token_logprobs_fp32_under_bf16_autocast():
+    model, tok = tiny_model_and_tokenizer(seed=0)
+    ids, mask = _random_batch(tok)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logp, ent = token_logprobs(model, ids, mask, 6, with_entropy=True)
+    assert logp.dtype == torch.float32 and ent.dtype == torch.float32
+    ref, _ = naive_logprobs(model, ids, mask, 6)
+    torch.testing.assert_close(logp, ref, atol=0.1, rtol=0)  # bf16 matmuls, fp32 softmax
+
+
+def test_token_logprobs_errors():
+    model, tok = tiny_model_and_tokenizer()
+    ids, mask = _random_batch(tok)
+    with pytest.raises(ValueError):
+        token_logprobs(model, ids, mask[:, 1:], 3)
+    with pytest.raises(ValueError):
+        token_logprobs(model, ids, mask, ids.shape[1])
+    with pytest.raises(ValueError):
+        token_logprobs(model, ids, mask, 3, temperature=0)

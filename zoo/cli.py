@@ -1,0 +1,224 @@
+"""The `zoo` command line: list, show, diff, validate, run, ablate, report, export, bench.
+
+Every command that reads files reports problems as `file: key: message` and exits 1.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(
+    help=(
+        "Variant Zoo: RL post-training algorithms (PPO, GRPO, DAPO, MO-GRPO, ...) as named combinations of "
+        "small components.\n\n"
+        "Start with `zoo list` (every component and variant), `zoo show grpo`, `zoo diff grpo dapo`, then\n"
+        "`zoo ablate experiments/quickstart.yaml` to run variants side by side."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err = Console(stderr=True)
+
+
+def _fail(msg: str, code: int = 1) -> None:
+    err.print(f"[bold red]error:[/] {msg}", highlight=False)
+    raise typer.Exit(code)
+
+
+def _print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+# --------------------------------------------------------------------------- list / show / diff
+
+
+@app.command("list")
+def list_cmd(
+    kind: Optional[str] = typer.Argument(None, help="a component kind (clip, advantage, ...) or 'variants'"),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+) -> None:
+    """List registered components (by kind) and named variants."""
+    from zoo import registry, variant
+
+    try:
+        comps = registry.available()
+        variants = variant.available_variants()
+        if kind not in (None, "variants"):
+            comps = {kind: registry.available(kind)}
+    except (registry.ComponentError, variant.VariantError) as e:
+        _fail(str(e))
+    if as_json:
+        out: dict[str, Any] = {} if kind == "variants" else dict(comps)
+        if kind in (None, "variants"):
+            out["variants"] = variants
+        _print_json(out)
+        return
+    table = Table(title="Variant Zoo registry", show_lines=False)
+    table.add_column("kind", style="bold cyan")
+    table.add_column("names")
+    if kind != "variants":
+        for k, names in comps.items():
+            table.add_row(k, ", ".join(names) or "-")
+    if kind in (None, "variants"):
+        table.add_row("variants", ", ".join(variants))
+    console.print(table)
+
+
+def _load_variant(name: str, sets: list[str] | None = None):
+    from zoo import variant
+
+    try:
+        return variant.load_variant(name, parse_sets(sets or []))
+    except variant.VariantError as e:
+        _fail(str(e))
+
+
+def parse_sets(sets: list[str]) -> dict[str, Any]:
+    """`["clip.eps_high=0.32", "kl=none"]` -> {"clip.eps_high": 0.32, "kl": "none"} (values parsed as YAML)."""
+    out: dict[str, Any] = {}
+    for s in sets:
+        if "=" not in s:
+            _fail(f"--set {s!r}: expected key=value, e.g. --set clip.eps_high=0.32")
+        k, v = s.split("=", 1)
+        out[k.strip()] = yaml.safe_load(v)
+    return out
+
+
+@app.command()
+def show(
+    name: str = typer.Argument(..., help="variant name (see `zoo list variants`) or a variant YAML file"),
+    set_: List[str] = typer.Option([], "--set", help="dotted override, e.g. clip.eps_high=0.32 (repeatable)"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Show a variant's resolved slots with every parameter and its source."""
+    v = _load_variant(name, set_)
+    resolved = v.resolved()
+    if as_json:
+        _print_json({"name": v.name, "paper": v.paper, "summary": v.summary, "file": v.path,
+                     "group_size": v.group_size, "updates": v.updates.model_dump(),
+                     "entropy_coef": v.entropy_coef, "slots": resolved, "sources": v.sources})
+        return
+    console.print(f"[bold]{v.name}[/]  {v.paper}\n{v.summary}\n[dim]{v.path}[/]")
+    table = Table(show_lines=True)
+    table.add_column("slot", style="bold cyan")
+    table.add_column("value")
+    table.add_column("source", style="dim")
+    table.add_row("group_size", str(v.group_size), v.sources.get("group_size", ""))
+    table.add_row("updates", f"epochs {v.updates.epochs} x minibatches {v.updates.minibatches}", v.sources.get("updates", ""))
+    if v.entropy_coef:
+        table.add_row("entropy_coef", str(v.entropy_coef), v.sources.get("entropy_coef", ""))
+    for slot, val in resolved.items():
+        table.add_row(slot, _fmt_spec(val), v.sources.get(slot, ""))
+    console.print(table)
+
+
+def _fmt_spec(val: Any) -> str:
+    if val is None:
+        return "-"
+    if isinstance(val, list):
+        return "\n".join(_fmt_spec(x) for x in val) or "[]"
+    if isinstance(val, dict):
+        if "placement" in val:
+            if val["placement"] == "none":
+                return "none"
+            ad = val.get("adaptive")
+            extra = f", adaptive target {ad['target']} horizon {ad['horizon']}" if ad else ""
+            return f"{val['placement']}: {val['estimator']}, beta {val['beta']}{extra}"
+        params = ", ".join(f"{k}={v}" for k, v in val.items() if k != "name")
+        return f"{val['name']}" + (f" ({params})" if params else "")
+    return str(val)
+
+
+@app.command()
+def diff(
+    a: str = typer.Argument(..., help="first variant"),
+    b: str = typer.Argument(..., help="second variant"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Print every resolved setting in which two variants differ."""
+    from zoo import variant
+
+    va, vb = _load_variant(a), _load_variant(b)
+    rows = variant.diff_variants(va, vb)
+    if as_json:
+        _print_json([{"key": k, a: x, b: y} for k, x, y in rows])
+        return
+    if not rows:
+        console.print(f"{a} and {b} resolve to the same settings")
+        return
+    table = Table(title=f"{a} vs {b}")
+    table.add_column("setting", style="bold cyan")
+    table.add_column(a)
+    table.add_column(b)
+    for k, x, y in rows:
+        table.add_row(k, "-" if x is None else str(x), "-" if y is None else str(y))
+    console.print(table)
+
+
+# --------------------------------------------------------------------------- validate
+
+
+def _is_study(data: dict[str, Any]) -> bool:
+    return any(k in data for k in ("variants", "task", "model", "budget", "ablations", "variant"))
+
+
+@app.command()
+def validate(
+    files: List[Path] = typer.Argument(..., help="variant or study YAML files"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Check variant and study files without loading any model. Exit 1 if any has an error."""
+    from zoo import variant
+
+    results = []
+    for f in files:
+        rep = variant.Report()
+        try:
+            data = yaml.safe_load(Path(f).read_text()) if Path(f).exists() else None
+            if data is None:
+                raise variant.VariantError(f"{f}: file is missing or empty")
+            if isinstance(data, dict) and _is_study(data):
+                from zoo import experiment
+
+                rep = experiment.check_study_file(f)
+            else:
+                v = variant.load_variant(f)
+                rep = variant.check_variant(v)
+        except (variant.VariantError, yaml.YAMLError, ValueError) as e:
+            rep.errors.append(str(e))
+        results.append((str(f), rep))
+    if as_json:
+        _print_json([{"file": f, "ok": r.ok, "errors": r.errors, "warnings": r.warnings, "notes": r.notes}
+                     for f, r in results])
+    else:
+        for f, r in results:
+            status = "[green]ok[/]" if r.ok else "[red]invalid[/]"
+            console.print(f"{status} {f}", highlight=False)
+            for e in r.errors:
+                console.print(f"  [red]error:[/] {e}", highlight=False)
+            for w in r.warnings:
+                console.print(f"  [yellow]warning:[/] {w}", highlight=False)
+            for n in r.notes:
+                console.print(f"  [blue]note:[/] {n}", highlight=False)
+    if not all(r.ok for _, r in results):
+        raise typer.Exit(1)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    from zoo import cli_run  # noqa: F401  (registers run/ablate/report/export/bench)
+
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""`zoo run | ablate | report | export` (registered on `zoo.cli.app`)."""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from zoo.cli import _fail, app, console, parse_sets
+
+
+def _quiet_logs() -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    for noisy in ("transformers", "datasets", "urllib3", "httpx"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+
+
+@app.command()
+def run(
+    config: Optional[Path] = typer.Argument(None, help="run YAML (or a study file with a single arm)"),
+    set_: List[str] = typer.Option([], "--set", help="dotted override: budget.steps=3, variant=ppo, set.clip.eps_high=0.3"),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="continue the run in this directory from its last checkpoint"),
+    fresh: bool = typer.Option(False, "--fresh", help="ignore an existing checkpoint in the output directory"),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads (default: torch's choice)"),
+) -> None:
+    """Train one variant (one seed) end to end, printing per-step metrics.
+
+    Examples:
+      zoo run run.yaml --set budget.steps=3
+      zoo run run.yaml --set variant=ppo
+      zoo run --resume runs/my-run
+    """
+    import torch
+
+    from zoo.config import load_run_config, parse_run_config
+    from zoo.variant import VariantError
+
+    _quiet_logs()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        if resume is not None:
+            cfg_file = resume / "config.yaml"
+            if not cfg_file.exists():
+                _fail(f"{resume}: no config.yaml here; is this a run directory?")
+            import yaml
+
+            data = yaml.safe_load(cfg_file.read_text())
+            for k in ("resolved_variant", "provenance"):
+                data.pop(k, None)
+            data["output_dir"] = str(resume)
+            from zoo.config import set_dotted
+
+            cfg = parse_run_config(set_dotted(data, parse_sets(set_), str(cfg_file)), str(cfg_file))
+        elif config is None:
+            _fail("give a run YAML (zoo run run.yaml) or --resume RUN_DIR")
+        else:
+            cfg = load_run_config(config, parse_sets(set_))
+    except VariantError as e:
+        _fail(str(e))
+    from zoo.trainer import train
+
+    try:
+        summary = train(cfg, resume=not fresh)
+    except VariantError as e:
+        _fail(str(e))
+    except KeyboardInterrupt:
+        _fail(f"interrupted; resume with: zoo run --resume {cfg.out_dir()}", 130)
+    console.print(f"[green]finished[/] {cfg.out_dir()}  reward/total {summary.get('reward/total', float('nan')):.4f}  "
+                  f"eval {summary.get('eval/before', {}).get('eval/greedy_acc', '-')} -> "
+                  f"{summary.get('eval/after', {}).get('eval/greedy_acc', '-')}", highlight=False)
+
+
+@app.command()
+def ablate(
+    study: Path = typer.Argument(..., help="study YAML (experiments/*.yaml)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the arms and the `zoo run` command for each; run nothing"),
+    shard: Optional[str] = typer.Option(None, "--shard", help="i/n: run only arms i, i+n, ... (0-based), for clusters"),
+    set_: List[str] = typer.Option([], "--set", help="dotted override applied to every arm, e.g. budget.steps=2"),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads"),
+) -> None:
+    """Run every arm of a study (variants and ablations x seeds x sweep points) and write a report.
+
+    Finished arms are skipped on a re-run and unfinished ones resume from their checkpoint; a failed
+    arm is recorded and the study goes on. Exit status 0 only if every arm finished."""
+    import torch
+
+    from zoo import experiment
+    from zoo.variant import VariantError
+
+    _quiet_logs()
+    if threads:
+        torch.set_num_threads(threads)
+    sh = None
+    if shard:
+        try:
+            i, n = (int(x) for x in shard.split("/"))
+            assert 0 <= i < n
+            sh = (i, n)
+        except (ValueError, AssertionError):
+            _fail(f"--shard {shard!r}: expected i/n with 0 <= i < n, e.g. 0/4")
+    try:
+        st = experiment.load_study(study, overrides=parse_sets(set_)) if set_ else experiment.load_study(study)
+        code = experiment.run_study(st, dry_run=dry_run, shard=sh, console=console)
+    except VariantError as e:
+        _fail(str(e))
+    raise typer.Exit(code)
+
+
+@app.command()
+def report(study_dir: Path = typer.Argument(..., help="runs/<study>")) -> None:
+    """Write runs/<study>/report.md and PNG plots from the arms' metrics, and print the table."""
+    from zoo.report import write_report
+
+    if not study_dir.is_dir():
+        _fail(f"{study_dir}: not a directory")
+    path = write_report(study_dir, console=console)
+    console.print(f"wrote {path}")
+
+
+@app.command("export")
+def export_cmd(
+    run_dir: Path = typer.Argument(..., help="a run directory (runs/<study>/<arm> or runs/<name>)"),
+    out_dir: Path = typer.Argument(..., help="where to write the Hugging Face checkpoint"),
+) -> None:
+    """Write a plain Hugging Face checkpoint of a run's policy (LoRA merged) that
+    AutoModelForCausalLM.from_pretrained loads."""
+    from zoo.export import export_run
+
+    try:
+        path = export_run(run_dir, out_dir)
+    except (FileNotFoundError, ValueError) as e:
+        _fail(str(e))
+    console.print(f"wrote {path}")

@@ -1,0 +1,37 @@
+"""Built-in components, one module per kind. Importing this package registers them all.
+
+The data contract of each kind (positional arguments; hyperparameters are keyword-only):
+N completions, T completion tokens (right-padded), K reward objectives. Masks are bool/0-1 `[N, T]`,
+True on real tokens (up to and including the first EOS).
+
+| kind | call | returns |
+|---|---|---|
+| objective_norm | `fn(objectives [N, K], group_ids [N])` | `[N, K]` normalised objectives (NaN rows stay NaN) |
+| advantage | `fn(inp: AdvantageInputs)` | `AdvantageResult(advantages [N, T], returns [N, T] or None)` |
+| normalizer | `fn(adv [N, T], mask [N, T], group_ids [N])` | `[N, T]` |
+| clip | `fn(logp, logp_old, adv, mask)` all `[N, T]` | `ClipResult(loss [N, T], clip_low [N, T] bool, clip_high [N, T] bool, ratio [N, T])` |
+| aggregate | `fn(loss [N, T], mask [N, T], counts: StepCounts)` | scalar; summing it over the micro-batches of one optimizer step gives the step's value |
+| kl_estimator | `fn(logp [N, T], ref_logp [N, T])` | `[N, T]` per-token estimate |
+| length | `fn(lengths [N], truncated [N] bool, max_new_tokens: int)` | `LengthResult(column [N] or None, keep [N] bool or None)` |
+| filter | `fn(metrics: Mapping[str, Tensor [N]], group_ids [N])` | keep `[N]` bool (whole groups kept or dropped) |
+| critic | `fn(values, old_values, returns, mask, counts: StepCounts)` | scalar value loss (already times its coefficient) |
+| reward | `fn(completions: list[str], rows: list[dict])` | list of float or None, length N |
+"""
+from zoo.components import (  # noqa: F401  (imports register the components)
+    advantage,
+    aggregate,
+    clip,
+    critic,
+    filter,
+    kl,
+    length,
+    normalize,
+    objective,
+)
+from zoo.components.types import (  # noqa: F401
+    AdvantageInputs,
+    AdvantageResult,
+    ClipResult,
+    LengthResult,
+    StepCounts,
+)

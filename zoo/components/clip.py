@@ -1,0 +1,222 @@
+"""Clip rules (kind "clip"): per-token policy loss = minus the (clipped) surrogate.
+
+Every rule is `fn(logp, logp_old, adv, mask) -> ClipResult`, all inputs `[N, T]`:
+logp carries the gradient; logp_old (frozen at rollout time, case C4) and adv are detached here.
+Padded slots of logp, logp_old and adv are *selected away* before any arithmetic, so NaN/inf there
+reach neither the loss nor its gradient (case C7); the loss is 0 on padding, the ratio 1.
+
+The log-ratio logp - logp_old is clamped to [-20, 20] before exp, as verl does, so one extreme
+token cannot overflow (this only matters far outside any clip range).
+
+Sources: PPO clip, arXiv 1707.06347 eq. 7 (and Ziegler et al. arXiv 1909.08593); clip-higher,
+DAPO arXiv 2503.14476 §3.1; dual-clip, Ye et al. arXiv 1912.09729 ("dual-clip PPO"); GSPO
+arXiv 2507.18071 eq. 5-7; CISPO, MiniMax-M1 arXiv 2506.13585 §3.1.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+from torch import Tensor
+
+from zoo.components.stats import as_bool, check_same_shape, masked_mean, sanitize
+from zoo.components.types import ClipResult
+from zoo.registry import register
+
+LOG_RATIO_CLAMP = 20.0
+
+
+# ---------------------------------------------------------------- shared pieces (written once)
+def _prepare(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Sanitised inputs: (mask bool, logp, log_ratio, adv), each [N, T], 0 on padding.
+
+    Padding is replaced by 0 in logp, logp_old and adv *before* the subtraction, so the log-ratio is
+    0 (ratio 1) there and no NaN/inf can enter the graph."""
+    check_same_shape(logp=logp, logp_old=logp_old, adv=adv, mask=mask)
+    m = as_bool(mask)  # [N, T]
+    logp_s = sanitize(logp, m)  # [N, T], gradient flows on real tokens only
+    logp_old_s = sanitize(logp_old.detach(), m)  # [N, T]
+    adv_s = sanitize(adv.detach(), m)  # [N, T]
+    log_ratio = (logp_s - logp_old_s).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # [N, T]
+    return m, logp_s, log_ratio, adv_s
+
+
+def _clipped_surrogate(
+    ratio: Tensor, adv: Tensor, eps_low: float, eps_high: float
+) -> tuple[Tensor, Tensor, Tensor]:
+    """PPO's pessimistic clipped loss -min(r A, clip(r, 1-eps_low, 1+eps_high) A) and its flags.
+
+    ratio, adv: same shape (e.g. [N, T] or [N, 1]). Returns (loss, clip_low, clip_high) of that shape:
+    clip_low where A < 0 and r < 1-eps_low, clip_high where A > 0 and r > 1+eps_high, i.e. where the
+    clipped branch won and the token's gradient is zero."""
+    clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high)
+    loss = torch.maximum(-ratio * adv, -clipped * adv)
+    r = ratio.detach()
+    clip_low = (adv < 0) & (r < 1.0 - eps_low)
+    clip_high = (adv > 0) & (r > 1.0 + eps_high)
+    return loss, clip_low, clip_high
+
+
+def _result(loss: Tensor, clip_low: Tensor, clip_high: Tensor, ratio: Tensor, m: Tensor) -> ClipResult:
+    """Pack a ClipResult with loss 0, flags False and ratio 1 on padding (all [N, T])."""
+    return ClipResult(
+        loss=sanitize(loss, m),
+        clip_low=clip_low & m,
+        clip_high=clip_high & m,
+        ratio=sanitize(ratio.detach(), m, fill=1.0),
+    )
+
+
+def _ppo_family(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, eps_low: float, eps_high: float,
+                dual_c: float | None = None) -> ClipResult:
+    """Token-level clipped loss shared by ppo, clip_higher and dual_clip (dual_c = None: no dual clip)."""
+    m, _, log_ratio, a = _prepare(logp, logp_old, adv, mask)
+    ratio = log_ratio.exp()  # [N, T]
+    loss, low, high = _clipped_surrogate(ratio, a, eps_low, eps_high)  # [N, T] each
+    if dual_c is not None:
+        # dual clip: for A < 0 the loss is bounded by -c*A (gradient 0 beyond it); A >= 0 untouched
+        loss = torch.where(a < 0, torch.minimum(loss, -dual_c * a), loss)
+    return _result(loss, low, high, ratio, m)
+
+
+def clip_fractions(result: ClipResult, mask: Tensor) -> dict[str, float]:
+    """Share of real tokens whose ratio was clipped, for logging (padding ignored, case C9).
+
+    result: a ClipResult with [N, T] flags; mask: [N, T]. Returns {"clip/low_frac", "clip/high_frac"}
+    as floats (0.0 when there is no real token). Raises nothing; shapes must broadcast.
+    Source: cases.md C9 (every logged mean ignores padding); DAPO arXiv 2503.14476 §3.1 (clip ratios)."""
+    m = as_bool(mask)
+    return {
+        "clip/low_frac": float(masked_mean(result.clip_low.float(), m)),
+        "clip/high_frac": float(masked_mean(result.clip_high.float(), m)),
+    }
+
+
+# ---------------------------------------------------------------- checks (ValueError; also run at call time)
+def _positive(name: str, value: Any) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+        raise ValueError(f"{name} must be a number > 0, got {value!r}")
+
+
+def _check_ppo(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
+    _positive("eps", params["eps"])
+
+
+def _check_low_high(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
+    lo, hi = params["eps_low"], params["eps_high"]
+    _positive("eps_low", lo)
+    _positive("eps_high", hi)
+    if hi < lo:
+        raise ValueError(f"eps_high ({hi}) must be >= eps_low ({lo})")
+
+
+def _check_dual(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
+    hi = params["eps_high"]
+    _check_low_high({"eps_low": params["eps_low"], "eps_high": params["eps_low"] if hi is None else hi}, context)
+    c = params["c"]
+    if not isinstance(c, (int, float)) or isinstance(c, bool) or not c > 1:
+        raise ValueError(f"c must be > 1, got {c!r}")
+
+
+def _check_cispo(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
+    if params["eps_low"] is not None:
+        _positive("eps_low", params["eps_low"])
+    _positive("eps_high", params["eps_high"])
+
+
+# ---------------------------------------------------------------- registered rules
+@register("clip", "ppo", check=_check_ppo)
+def ppo(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps: float = 0.2) -> ClipResult:
+    """PPO clip: loss = -min(r A, clip(r, 1-eps, 1+eps) A), r = exp(logp - logp_old).
+
+    logp, logp_old, adv, mask: [N, T]. Returns ClipResult with [N, T] fields.
+    Raises ValueError when shapes differ or eps <= 0.
+    Source: Schulman et al. arXiv 1707.06347 eq. 7; Ziegler et al. arXiv 1909.08593 (eps 0.2)."""
+    _check_ppo({"eps": eps}, {})
+    return _ppo_family(logp, logp_old, adv, mask, eps, eps)
+
+
+@register("clip", "clip_higher", check=_check_low_high)
+def clip_higher(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *,
+                eps_low: float = 0.2, eps_high: float = 0.28) -> ClipResult:
+    """Decoupled clip: loss = -min(r A, clip(r, 1-eps_low, 1+eps_high) A); eps_low == eps_high is ppo.
+
+    logp, logp_old, adv, mask: [N, T]. Returns ClipResult with [N, T] fields.
+    Raises ValueError when shapes differ or unless eps_high >= eps_low > 0.
+    Source: DAPO arXiv 2503.14476 §3.1 (eps_low 0.2, eps_high 0.28)."""
+    _check_low_high({"eps_low": eps_low, "eps_high": eps_high}, {})
+    return _ppo_family(logp, logp_old, adv, mask, eps_low, eps_high)
+
+
+@register("clip", "dual_clip", check=_check_dual)
+def dual_clip(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *,
+              eps_low: float = 0.2, eps_high: float | None = None, c: float = 3.0) -> ClipResult:
+    """Dual-clip PPO: where A < 0, loss = min(ppo_loss, -c A); where A >= 0, the ppo loss.
+
+    The lower bound stops a huge ratio on a negative-advantage token from producing an unbounded loss;
+    positive advantages keep their gradient (case C5). eps_high None means eps_low (symmetric).
+    logp, logp_old, adv, mask: [N, T]. Returns ClipResult with [N, T] fields; the flags mark the
+    eps clips only (the dual-clip region A < 0, r > c is not flagged).
+    Raises ValueError when shapes differ, unless eps_high >= eps_low > 0, or "c must be > 1".
+    Source: Ye et al. arXiv 1912.09729 (dual-clip PPO); verl's `clip_ratio_c` (default 3)."""
+    _check_dual({"eps_low": eps_low, "eps_high": eps_high, "c": c}, {})
+    return _ppo_family(logp, logp_old, adv, mask, eps_low, eps_low if eps_high is None else eps_high, dual_c=c)
+
+
+@register("clip", "gspo", check=_check_low_high, level="sequence")
+def gspo(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *,
+         eps_low: float = 3e-4, eps_high: float = 4e-4) -> ClipResult:
+    """GSPO: one length-normalised ratio per sequence, clipped, broadcast over the row's real tokens.
+
+    s_i = exp(mean over real tokens of (logp - logp_old)) = (pi(o_i|q)/pi_old(o_i|q))^(1/|o_i|);
+    A_i = the row's sequence advantage (masked mean of adv); every real token of row i gets
+    -min(s_i A_i, clip(s_i, 1-eps_low, 1+eps_high) A_i), so `seq_mean_token_mean` gives the GSPO
+    objective (1/G) sum_i min(...). Flags are per row, broadcast; `ratio` holds s_i broadcast.
+    logp, logp_old, adv, mask: [N, T]. Returns ClipResult with [N, T] fields.
+    Raises ValueError when shapes differ or unless eps_high >= eps_low > 0.
+    Source: Zheng et al. arXiv 2507.18071 eq. 5-7 (eps 3e-4 / 4e-4, §5.1)."""
+    _check_low_high({"eps_low": eps_low, "eps_high": eps_high}, {})
+    m, _, log_ratio, a = _prepare(logp, logp_old, adv, mask)
+    s = masked_mean(log_ratio, m, dim=-1).exp().unsqueeze(-1)  # [N, 1]
+    a_seq = masked_mean(a, m, dim=-1).unsqueeze(-1)  # [N, 1]
+    loss, low, high = _clipped_surrogate(s, a_seq, eps_low, eps_high)  # [N, 1] each
+    return _result(loss.expand_as(a), low.expand_as(m), high.expand_as(m), s.expand_as(a), m)
+
+
+@register("clip", "cispo", check=_check_cispo)
+def cispo(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *,
+          eps_low: float | None = None, eps_high: float = 0.28) -> ClipResult:
+    """CISPO: loss = -sg(clip(r, 1-eps_low, 1+eps_high)) * A * logp (REINFORCE with a clipped,
+    stop-gradient IS weight); no token's gradient is dropped: d loss / d logp = -w A.
+
+    eps_low None = no lower bound (the paper sets eps_low^IS large and tunes only eps_high^IS).
+    The paper does not state eps_high's value; 0.28 is our default (DAPO's). The loss value is not a
+    surrogate value (it contains logp); only its gradient is meaningful.
+    Flags mark tokens whose IS weight was capped (r < 1-eps_low, r > 1+eps_high), whatever A's sign,
+    since CISPO never removes a gradient.
+    logp, logp_old, adv, mask: [N, T]. Returns ClipResult with [N, T] fields.
+    Raises ValueError when shapes differ, eps_low is not None and <= 0, or eps_high <= 0.
+    Source: MiniMax-M1 arXiv 2506.13585 §3.1 (the CISPO objective and r-hat definition)."""
+    _check_cispo({"eps_low": eps_low, "eps_high": eps_high}, {})
+    m, logp_s, log_ratio, a = _prepare(logp, logp_old, adv, mask)
+    ratio = log_ratio.exp()  # [N, T]
+    lo = None if eps_low is None else 1.0 - eps_low
+    weight = ratio.detach().clamp(min=lo, max=1.0 + eps_high)  # [N, T], stop-gradient
+    loss = -weight * a * logp_s  # [N, T]
+    r = ratio.detach()
+    low = torch.zeros_like(m) if lo is None else r < lo
+    return _result(loss, low, r > 1.0 + eps_high, ratio, m)
+
+
+@register("clip", "none")
+def no_clip(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor) -> ClipResult:
+    """Unclipped importance-weighted policy gradient: loss = -r A (its gradient at r = 1 is
+    REINFORCE's, -A d logp). Flags are all False.
+
+    logp, logp_old, adv, mask: [N, T]. Returns ClipResult with [N, T] fields.
+    Raises ValueError when shapes differ.
+    Source: Williams 1992 (REINFORCE); RLOO arXiv 2402.14740 (no clipping)."""
+    m, _, log_ratio, a = _prepare(logp, logp_old, adv, mask)
+    ratio = log_ratio.exp()  # [N, T]
+    never = torch.zeros_like(m)  # [N, T] bool
+    return _result(-ratio * a, never, never, ratio, m)

@@ -1,0 +1,84 @@
+"""Length shaping (kind "length"): `fn(lengths [N], truncated [N] bool, max_new_tokens) -> LengthResult`.
+
+A completion is *truncated* when it reached max_new_tokens without EOS — known from generation,
+never guessed from padding width. Source: DAPO arXiv 2503.14476 §3.4 (overlong filtering, eq. 13).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+from torch import Tensor
+
+from zoo.components.types import LengthResult
+from zoo.registry import register
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _cache_and_max(params: Mapping[str, Any], max_new_tokens: int | None) -> tuple[float | None, float | None]:
+    """Check overlong_soft's parameters; return (L_cache, L_max), None where not yet known.
+
+    Raises ValueError unless exactly one of cache_len / cache_frac is set, cache_frac is in (0, 1),
+    max_len (or max_new_tokens) is > 0, and 0 < L_cache < L_max once L_max is known."""
+    cache_len, cache_frac, max_len = params["cache_len"], params["cache_frac"], params["max_len"]
+    if (cache_len is None) == (cache_frac is None):
+        raise ValueError(f"set exactly one of cache_len and cache_frac, got cache_len={cache_len!r}, "
+                         f"cache_frac={cache_frac!r}")
+    if cache_frac is not None and not (_is_number(cache_frac) and 0 < cache_frac < 1):
+        raise ValueError(f"cache_frac must be in (0, 1), got {cache_frac!r}")
+    if cache_len is not None and not (_is_number(cache_len) and cache_len > 0):
+        raise ValueError(f"cache_len must be > 0, got {cache_len!r}")
+    L_max = max_len if max_len is not None else max_new_tokens
+    if L_max is not None and not (_is_number(L_max) and L_max > 0):
+        raise ValueError(f"max_len must be > 0, got {L_max!r}")
+    if L_max is None:
+        return (None if cache_len is None else float(cache_len)), None
+    L_cache = float(cache_len) if cache_len is not None else float(cache_frac) * float(L_max)
+    if not L_cache < L_max:
+        raise ValueError(f"cache_len ({L_cache:g}) must be < max_len ({L_max})")
+    return L_cache, float(L_max)
+
+
+def _check_soft(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
+    _cache_and_max(params, context.get("max_new_tokens"))
+
+
+@register("length", "overlong_soft", check=_check_soft, output="column")
+def overlong_soft(lengths: Tensor, truncated: Tensor, max_new_tokens: int, *,
+                  cache_len: int | None = None, cache_frac: float | None = None,
+                  max_len: int | None = None) -> LengthResult:
+    """DAPO's soft overlong punishment, an extra objective column added to the correctness reward:
+    0 if |y| <= L_max - L_cache; ((L_max - L_cache) - |y|) / L_cache if L_max - L_cache < |y| <= L_max;
+    -1 if |y| > L_max.
+
+    L_max = max_len (None -> max_new_tokens); L_cache = cache_len, or cache_frac * L_max (not
+    rounded). Exactly one of cache_len / cache_frac must be set.
+    lengths: [N] completion lengths (tokens, EOS included); truncated: [N] bool (unused: the penalty
+    depends on the length alone); max_new_tokens: the generation budget.
+    Returns LengthResult(column [N] float, keep None).
+    Raises ValueError unless exactly one of cache_len / cache_frac is set and 0 < L_cache < L_max.
+    Source: DAPO arXiv 2503.14476 §3.4, eq. 13 (L_cache 4096, L_max 20480 = cache_frac 0.2)."""
+    params = {"cache_len": cache_len, "cache_frac": cache_frac, "max_len": max_len}
+    L_cache, L_max = _cache_and_max(params, max_new_tokens)
+    if L_cache is None or L_max is None:
+        raise ValueError(f"overlong_soft needs max_len or max_new_tokens, got {max_new_tokens!r}")
+    n = lengths.to(torch.float64)  # [N], exact for integer lengths
+    expected = L_max - L_cache
+    ramp = (expected - n) / L_cache  # [N], in [-1, 0) inside the cache window
+    penalty = torch.where(n <= expected, torch.zeros_like(n), torch.where(n <= L_max, ramp, -torch.ones_like(n)))
+    return LengthResult(column=penalty.to(torch.get_default_dtype()), keep=None)
+
+
+@register("length", "overlong_filter", output="keep")
+def overlong_filter(lengths: Tensor, truncated: Tensor, max_new_tokens: int) -> LengthResult:
+    """Overlong filtering: truncated completions leave the loss (keep = ~truncated).
+
+    lengths: [N]; truncated: [N] bool (from generation); max_new_tokens: the budget (unused).
+    Returns LengthResult(column None, keep [N] bool). Raises ValueError when shapes differ.
+    Source: DAPO arXiv 2503.14476 §3.4 (overlong filtering masks the loss of truncated samples)."""
+    if lengths.shape != truncated.shape:
+        raise ValueError(f"lengths {tuple(lengths.shape)} and truncated {tuple(truncated.shape)} must both be [N]")
+    return LengthResult(column=None, keep=~truncated.bool())

@@ -1,0 +1,80 @@
+"""Records passed into and out of components (shapes: N completions, T completion tokens)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class AdvantageInputs:
+    """What an advantage estimator sees.
+
+    scores:      [N] float, the scalar outcome score of each completion (objectives already
+                 normalised and weighted; NaN = a reward that could not be computed).
+    mask:        [N, T] bool, real completion tokens.
+    group_ids:   [N] int, which prompt each completion answers (any order, any id values).
+    kl_reward:   [N, T] float, per-token reward from KL placement "reward", i.e. -beta * k(logp_old,
+                 logp_ref) on real tokens and 0 elsewhere; all zeros when KL is not in the reward.
+                 Sequence-level estimators add its per-row sum to the score before the baseline.
+    values:      [N, T] float or None, critic values V(s_t) at rollout time (needed by `gae`).
+    """
+
+    scores: Tensor
+    mask: Tensor
+    group_ids: Tensor
+    kl_reward: Tensor
+    values: Tensor | None = None
+
+
+@dataclass(frozen=True)
+class AdvantageResult:
+    """advantages: [N, T] (0 on padding; NaN on rows whose score is NaN, the engine zeroes them after
+    normalisation); returns: [N, T] value targets for a critic, or None."""
+
+    advantages: Tensor
+    returns: Tensor | None = None
+
+
+@dataclass(frozen=True)
+class ClipResult:
+    """loss: [N, T] per-token policy loss (minus the surrogate), 0 on padding.
+    clip_low / clip_high: [N, T] bool, tokens whose ratio was clipped at 1 - eps_low (A < 0) or
+    1 + eps_high (A > 0), i.e. where the clip removed the gradient; False on padding.
+    ratio: [N, T] detached importance ratio pi/pi_old (1 on padding), for logging."""
+
+    loss: Tensor
+    clip_low: Tensor
+    clip_high: Tensor
+    ratio: Tensor
+
+
+@dataclass(frozen=True)
+class LengthResult:
+    """column: [N] extra objective (e.g. DAPO's soft overlong penalty) or None.
+    keep: [N] bool, completions that stay in the loss (False = masked out), or None."""
+
+    column: Tensor | None = None
+    keep: Tensor | None = None
+
+
+@dataclass(frozen=True)
+class StepCounts:
+    """Totals over one whole optimizer step (all micro-batches, all data-parallel ranks).
+
+    tokens: real completion tokens; sequences: completions; max_new_tokens: the generation budget
+    (Dr. GRPO's constant L). Aggregators divide by these, never by micro-batch counts (C2, C3)."""
+
+    tokens: float
+    sequences: float
+    max_new_tokens: int
+
+    @staticmethod
+    def of(mask: Tensor, max_new_tokens: int | None = None) -> "StepCounts":
+        """Counts of a single batch `mask` [N, T] taken as the whole step."""
+        m = mask if mask.dtype.is_floating_point else mask.float()
+        return StepCounts(
+            tokens=float((m != 0).sum()),
+            sequences=float(mask.shape[0]),
+            max_new_tokens=int(max_new_tokens if max_new_tokens is not None else mask.shape[1]),
+        )

@@ -1,0 +1,188 @@
+"""The run configuration (`zoo run run.yaml`): one variant, one seed, one model and task.
+
+A study file (`experiments/*.yaml`) holds the same keys plus `variants`, `ablations`, `seeds` and
+`sweep`; each of its arms is a RunConfig. Unknown keys are errors that name the file and the key.
+"""
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal, Mapping, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from zoo.variant import Updates, VariantError, _format_validation
+
+Spec = Union[str, dict[str, Any]]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Budget(_Strict):
+    """How much work one run does. `group_size` and `updates` override the variant's when set."""
+
+    steps: int = Field(8, ge=1, description="rollout steps (each: generate, score, update)")
+    prompts_per_step: int = Field(8, ge=1, description="prompts per rollout step (groups), over all ranks")
+    group_size: int | None = Field(None, ge=1, description="completions per prompt G (default: the variant's)")
+    updates: Updates | None = Field(None, description="epochs x minibatches per rollout (default: the variant's)")
+    max_new_tokens: int = Field(64, ge=1, description="generation budget per completion (tokens)")
+    micro_batch: int = Field(8, ge=1, description="completions per forward/backward pass")
+    max_resample_rounds: int = Field(4, ge=0, description="dynamic sampling: extra generation rounds per step")
+
+
+class Optim(_Strict):
+    """AdamW with gradient-norm clipping, linear warm-up, then a constant/linear/cosine schedule."""
+
+    lr: float = Field(1e-5, gt=0)
+    critic_lr: float | None = Field(None, gt=0, description="default: lr")
+    weight_decay: float = Field(0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    warmup_steps: int = Field(0, ge=0, description="optimizer steps of linear warm-up")
+    schedule: Literal["constant", "linear", "cosine"] = "constant"
+    max_grad_norm: float | None = Field(1.0, gt=0)
+
+
+class Lora(_Strict):
+    r: int = Field(16, ge=1)
+    alpha: int = Field(32, ge=1)
+    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"])
+
+
+class ModelOpts(_Strict):
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    autocast: Literal["none", "bf16", "fp16"] = Field("none", description="mixed precision for forward passes")
+    lora: Lora | None = None
+    gradient_checkpointing: bool = False
+
+
+class Sampling(_Strict):
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+
+
+class Eval(_Strict):
+    """Held-out evaluation: greedy accuracy and avg@k at `temperature`, on `size` prompts."""
+
+    every: int = Field(0, ge=0, description="steps between evaluations (0: only before and after)")
+    size: int = Field(32, ge=0)
+    samples: int = Field(4, ge=1, description="k for avg@k")
+    temperature: float = Field(1.0, gt=0)
+    seed: int = 1234
+    enabled: bool = True
+
+
+class Checkpoint(_Strict):
+    every: int = Field(1, ge=1, description="save every N steps (and always at the end)")
+
+
+class WandbOpts(_Strict):
+    project: str = "variant-zoo"
+    entity: str | None = None
+    mode: Literal["online", "offline", "disabled"] | None = Field(None, description="default: offline unless a key is set")
+    tags: list[str] = Field(default_factory=list)
+    table_every: int = Field(2, ge=1, description="steps between sample-completion tables")
+
+
+class Tracking(_Strict):
+    wandb: Union[WandbOpts, bool] = Field(default_factory=WandbOpts)
+
+    def wandb_opts(self) -> WandbOpts | None:
+        if self.wandb is False:
+            return None
+        return WandbOpts() if self.wandb is True else self.wandb  # type: ignore[return-value]
+
+
+class RunConfig(_Strict):
+    """Everything one arm needs. `variant` names a registry variant or a file; `set` overrides its slots."""
+
+    name: str = "run"
+    variant: str = "grpo"
+    set: dict[str, Any] = Field(default_factory=dict, description="dotted overrides into the variant")
+    model: str = "smollm2-135m-instruct-q4"
+    model_opts: ModelOpts = Field(default_factory=ModelOpts)
+    task: dict[str, Any] = Field(default_factory=lambda: {"name": "reasoning_gym", "dataset": "basic_arithmetic"})
+    rewards: list[Spec] = Field(default_factory=lambda: ["correctness"])
+    budget: Budget = Field(default_factory=Budget)
+    optim: Optim = Field(default_factory=Optim)
+    sampling: Sampling = Field(default_factory=Sampling)
+    eval: Eval = Field(default_factory=Eval)
+    checkpoint: Checkpoint = Field(default_factory=Checkpoint)
+    seed: int = 0
+    ref_reset_every: int | None = Field(None, ge=1, description="DeepSeekMath Alg. 1: reference <- policy every M steps")
+    plugins: list[str] = Field(default_factory=list)
+    tracking: Tracking = Field(default_factory=Tracking)
+    output_dir: str | None = None
+    study: str | None = Field(None, description="set by `zoo ablate`: the study this arm belongs to")
+    arm: str | None = None
+
+    def out_dir(self) -> Path:
+        return Path(self.output_dir or Path("runs") / self.name)
+
+
+def reward_specs(cfg: RunConfig) -> list[tuple[str, dict[str, Any], float]]:
+    """(name, params, weight) per reward objective; `weight` defaults to 1."""
+    out = []
+    for spec in cfg.rewards:
+        if isinstance(spec, str):
+            out.append((spec, {}, 1.0))
+        else:
+            d = dict(spec)
+            name = d.pop("name", None)
+            if name is None:
+                raise VariantError(f"rewards: {spec!r} has no 'name'")
+            w = float(d.pop("weight", 1.0))
+            out.append((str(name), d, w))
+    return out
+
+
+def parse_run_config(data: Mapping[str, Any], where: str) -> RunConfig:
+    """Validate a dict as a RunConfig; errors name `where` and the key (with close matches)."""
+    try:
+        return RunConfig.model_validate(dict(data))
+    except ValidationError as e:
+        raise VariantError(_format_validation(e, where, RunConfig)) from None
+
+
+def load_run_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> RunConfig:
+    """Read a run YAML, apply dotted `--set` overrides (`budget.steps=3`), validate."""
+    p = Path(path)
+    if not p.exists():
+        raise VariantError(f"{p}: file not found")
+    data = yaml.safe_load(p.read_text()) or {}
+    if not isinstance(data, dict):
+        raise VariantError(f"{p}: expected a mapping at the top level")
+    for k in ("variants", "ablations", "seeds", "sweep"):
+        if k in data:
+            from zoo.experiment import single_arm_config  # a study with one arm also runs
+
+            return single_arm_config(p, overrides)
+    data = set_dotted(data, overrides or {}, str(p))
+    return parse_run_config(data, str(p))
+
+
+def set_dotted(data: dict[str, Any], overrides: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Apply `a.b.c = v` overrides to a nested dict (new dict). Keys under `set.` go to the variant."""
+    import copy
+
+    out = copy.deepcopy(data)
+    for key, value in overrides.items():
+        parts = str(key).split(".")
+        if parts[0] == "set":
+            out.setdefault("set", {})[".".join(parts[1:])] = value
+            continue
+        if parts[0] not in RunConfig.model_fields:
+            close = difflib.get_close_matches(parts[0], list(RunConfig.model_fields), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise VariantError(f"{where}: override {key!r}: unknown key {parts[0]!r}{hint}")
+        cur = out
+        for p in parts[:-1]:
+            nxt = cur.get(p)
+            if not isinstance(nxt, dict):
+                nxt = {} if nxt in (None, True) else ({"name": nxt} if isinstance(nxt, str) else nxt)
+                cur[p] = nxt
+            cur = nxt
+        cur[parts[-1]] = value
+    return out

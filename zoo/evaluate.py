@@ -1,0 +1,43 @@
+"""Held-out evaluation: greedy accuracy and avg@k (mean accuracy of k samples at a fixed temperature).
+
+Accuracy counts a completion correct when its `correctness` score is exactly 1 (reasoning_gym gives
+partial credit; environment.md). The training RNG is not disturbed: sampling runs under a forked RNG
+seeded with the eval seed, so every evaluation of a run sees the same prompts and noise.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+
+from zoo.rollout import generate_rollout
+
+
+def evaluate(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    rows: Sequence[dict],
+    correctness: Callable[[list[str], list[dict]], list[float | None]],
+    *,
+    max_new_tokens: int,
+    samples: int,
+    temperature: float,
+    seed: int,
+    micro_batch: int = 16,
+) -> dict[str, float]:
+    """{"eval/greedy_acc", "eval/avg_at_k", "eval/k", "eval/n"} on `rows` (empty rows -> {})."""
+    if not rows:
+        return {}
+    prompts = [r["prompt"] for r in rows]
+    devices = [model.device] if getattr(model, "device", None) is not None and model.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        greedy = generate_rollout(model, tokenizer, prompts, group_size=1, max_new_tokens=max_new_tokens,
+                                  do_sample=False, micro_batch=micro_batch)
+        sampled = generate_rollout(model, tokenizer, prompts, group_size=samples, max_new_tokens=max_new_tokens,
+                                   temperature=temperature, micro_batch=micro_batch)
+    g = correctness(greedy.completion_texts, list(rows))
+    rep = [r for r in rows for _ in range(samples)]
+    s = correctness(sampled.completion_texts, rep)
+    acc = lambda xs: sum(1.0 for x in xs if x == 1.0) / max(len(xs), 1)  # noqa: E731
+    return {"eval/greedy_acc": acc(g), "eval/avg_at_k": acc(s), "eval/k": float(samples), "eval/n": float(len(rows))}

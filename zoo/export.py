@@ -1,0 +1,31 @@
+"""`zoo export RUN_DIR OUT_DIR`: the trained policy as a plain Hugging Face checkpoint."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from zoo import checkpoint as ckpt
+
+
+def export_run(run_dir: Path, out_dir: Path) -> Path:
+    """Rebuild the run's policy from its model source, load the last checkpoint, merge LoRA, save.
+
+    Raises FileNotFoundError when run_dir has no config.yaml or no checkpoint."""
+    from zoo import models as zm
+    from zoo.config import RunConfig
+
+    cfg_file = Path(run_dir) / "config.yaml"
+    if not cfg_file.exists():
+        raise FileNotFoundError(f"{run_dir}: no config.yaml; not a run directory")
+    state = ckpt.load(Path(run_dir) / "checkpoint")
+    if state is None:
+        raise FileNotFoundError(f"{run_dir}: no checkpoint/{ckpt.FILE} yet")
+    data = yaml.safe_load(cfg_file.read_text())
+    for k in ("resolved_variant", "provenance"):
+        data.pop(k, None)
+    cfg = RunConfig.model_validate(data)
+    lora = cfg.model_opts.lora.model_dump() if cfg.model_opts.lora else None
+    policy, tok = zm.load_policy(cfg.model, dtype=cfg.model_opts.dtype, lora=lora)
+    ckpt.load_policy_state(policy, state["policy"])
+    return zm.save_hf_checkpoint(policy, tok, out_dir)

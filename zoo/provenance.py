@@ -1,0 +1,56 @@
+"""What a run records about where it came from (versions, model, seeds, git commit) and memory use."""
+from __future__ import annotations
+
+import resource
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+
+PACKAGES = ("variant-zoo", "torch", "transformers", "accelerate", "peft", "datasets", "wandb", "reasoning-gym", "math-verify")
+
+
+def package_versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {"python": sys.version.split()[0]}
+    for p in PACKAGES:
+        try:
+            out[p] = metadata.version(p)
+        except metadata.PackageNotFoundError:
+            out[p] = None
+    return out
+
+
+def git_commit(path: Path | None = None) -> str | None:
+    """The project's git commit (with '-dirty' if the tree has changes), or None outside a checkout."""
+    cwd = path or Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5)
+        if sha.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return sha.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def provenance(cfg: Any, source: Any, params: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "versions": package_versions(),
+        "git_commit": git_commit(),
+        "model": {"name": source.name, "path": str(source.path), "kind": source.kind, "hash": source.content_hash},
+        "parameters": params,
+        "seed": cfg.seed,
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """CUDA max allocated on a GPU, else the process's peak resident set size (MB)."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB

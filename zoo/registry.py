@@ -1,0 +1,224 @@
+"""The component registry: every slot's components are registered here by kind and name.
+
+    @register("clip", "my_clip", check=my_check)
+    def my_clip(logp, logp_old, adv, mask, *, eps: float = 0.2) -> ClipResult: ...
+
+    build("clip", "ppo")                              # defaults
+    build("clip", {"name": "clip_higher", "eps_high": 0.28})
+    available("clip")                                 # ['clip_higher', 'cispo', ...]
+
+A component is a plain function. Its positional parameters are the data contract of its kind
+(the same for every component of that kind, see `zoo.components`); its keyword-only parameters
+are its hyperparameters, the only keys a YAML spec may set. `build` binds a spec against that
+signature without running anything, so a typo is caught before any model is loaded.
+"""
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any, Callable, Mapping
+
+KINDS = (
+    "advantage",
+    "normalizer",
+    "objective_norm",
+    "clip",
+    "aggregate",
+    "kl_estimator",
+    "length",
+    "filter",
+    "critic",
+    "reward",
+)
+ENTRY_POINT_GROUP = "zoo.components"
+
+
+class ComponentError(ValueError):
+    """A component name or parameter that the registry cannot resolve."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One registered component: the function, its kind and name, and what it declares."""
+
+    kind: str
+    name: str
+    fn: Callable[..., Any]
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    check: Callable[..., None] | None = None
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """Keyword-only parameters with their defaults (`inspect.Parameter.empty` if required)."""
+        sig = inspect.signature(self.fn)
+        return {
+            p.name: p.default for p in sig.parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY
+        }
+
+    @property
+    def doc(self) -> str:
+        return inspect.getdoc(self.fn) or ""
+
+
+@dataclass(frozen=True)
+class Component:
+    """A built component: an `Entry` with its hyperparameters bound. Call it like the function,
+    passing only the data arguments of its kind."""
+
+    entry: Entry
+    params: Mapping[str, Any]
+
+    @property
+    def kind(self) -> str:
+        return self.entry.kind
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+    @property
+    def meta(self) -> Mapping[str, Any]:
+        return self.entry.meta
+
+    def resolved(self) -> dict[str, Any]:
+        """Every hyperparameter with the value in use (defaults filled in)."""
+        out = {k: v for k, v in self.entry.hyperparameters().items() if v is not inspect.Parameter.empty}
+        out.update(self.params)
+        return out
+
+    def spec(self) -> dict[str, Any]:
+        return {"name": self.name, **self.resolved()}
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.entry.fn(*args, **{**self.params, **kwargs})
+
+
+_REGISTRY: dict[str, dict[str, Entry]] = {k: {} for k in KINDS}
+_loaded_builtins = False
+
+
+def register(kind: str, name: str, *, check: Callable[..., None] | None = None, **meta: Any):
+    """Decorator: register `fn` as component `name` of `kind`.
+
+    `check(params, context)` (optional) validates hyperparameters beyond their names, e.g. c > 1;
+    it raises ValueError. `context` holds run values such as `max_new_tokens` when known, else {}.
+    `meta` declares what the component needs, e.g. `needs_values=True` for GAE or
+    `level="sequence"` for estimators that use one score per completion.
+
+    Raises ComponentError for an unknown kind, or a name already taken by a different function.
+    """
+    if kind not in _REGISTRY:
+        raise ComponentError(f"unknown component kind {kind!r}; kinds: {', '.join(KINDS)}")
+
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        old = _REGISTRY[kind].get(name)
+        if old is not None and _qualname(old.fn) != _qualname(fn):
+            raise ComponentError(
+                f"{kind} {name!r} is already registered by {_qualname(old.fn)}; "
+                f"cannot register {_qualname(fn)} under the same name"
+            )
+        _REGISTRY[kind][name] = Entry(kind, name, fn, dict(meta), check)
+        return fn
+
+    return deco
+
+
+def _qualname(fn: Callable[..., Any]) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def load_builtins() -> None:
+    """Import the built-in components and any installed `zoo.components` entry points (once)."""
+    global _loaded_builtins
+    if _loaded_builtins:
+        return
+    _loaded_builtins = True
+    importlib.import_module("zoo.components")
+    importlib.import_module("zoo.rewards")
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        ep.load()
+
+
+def load_plugins(modules: list[str] | tuple[str, ...] = ()) -> None:
+    """Import user modules (dotted names) so their `@register` decorators run.
+
+    Raises ComponentError naming the module when it cannot be imported."""
+    load_builtins()
+    for mod in modules:
+        try:
+            importlib.import_module(mod)
+        except ImportError as e:
+            raise ComponentError(f"plugin module {mod!r} could not be imported: {e}") from e
+
+
+def available(kind: str | None = None) -> list[str] | dict[str, list[str]]:
+    """Sorted names of one kind, or a dict kind -> names when kind is None."""
+    load_builtins()
+    if kind is None:
+        return {k: sorted(v) for k, v in _REGISTRY.items()}
+    _check_kind(kind)
+    return sorted(_REGISTRY[kind])
+
+
+def get(kind: str, name: str) -> Entry:
+    """The registered entry; raises ComponentError with close matches for an unknown name."""
+    load_builtins()
+    _check_kind(kind)
+    try:
+        return _REGISTRY[kind][name]
+    except KeyError:
+        known = sorted(_REGISTRY[kind])
+        close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.6)
+        hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
+        raise ComponentError(f"{kind} {name!r} is not registered; {hint}known: {', '.join(known)}") from None
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in _REGISTRY:
+        close = difflib.get_close_matches(kind, KINDS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ComponentError(f"unknown component kind {kind!r}{hint}; kinds: {', '.join(KINDS)}")
+
+
+def parse_spec(spec: str | Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """`"ppo"` or `{"name": "ppo", "eps": 0.2}` -> ("ppo", {"eps": 0.2})."""
+    if isinstance(spec, str):
+        return spec, {}
+    if isinstance(spec, Mapping):
+        if "name" not in spec:
+            raise ComponentError(f"component spec {dict(spec)!r} has no 'name' key")
+        params = {k: v for k, v in spec.items() if k != "name"}
+        return str(spec["name"]), params
+    raise ComponentError(f"component spec must be a name or a mapping with 'name', got {spec!r}")
+
+
+def build(kind: str, spec: str | Mapping[str, Any], context: Mapping[str, Any] | None = None) -> Component:
+    """Resolve a spec to a callable `Component` with its hyperparameters bound.
+
+    Raises ComponentError when the name is unknown (listing close matches), a parameter is not one
+    of the component's keyword-only parameters, a required one is missing, or its `check` rejects
+    the values. No model or data is touched.
+    """
+    name, params = parse_spec(spec)
+    entry = get(kind, name)
+    hp = entry.hyperparameters()
+    unknown = [k for k in params if k not in hp]
+    if unknown:
+        allowed = ", ".join(hp) or "(none)"
+        hints = []
+        for k in unknown:
+            close = difflib.get_close_matches(k, list(hp), n=1)
+            hints.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise ComponentError(f"{kind} {name!r}: unknown parameter {', '.join(hints)}; allowed: {allowed}")
+    missing = [k for k, d in hp.items() if d is inspect.Parameter.empty and k not in params]
+    if missing:
+        raise ComponentError(f"{kind} {name!r}: missing required parameter {', '.join(map(repr, missing))}")
+    comp = Component(entry, dict(params))
+    if entry.check is not None:
+        try:
+            entry.check(comp.resolved(), dict(context or {}))
+        except (ValueError, TypeError) as e:
+            raise ComponentError(f"{kind} {name!r}: {e}") from e
+    return comp

@@ -1,0 +1,37 @@
+"""Reward functions (registry kind `reward`) and the code that turns them into objectives.
+
+A reward function: `fn(completions: list[str], rows: list[dict], *, hyperparams) -> list[float | None]`
+(rows are task rows, see `zoo.tasks`). Register one with `@register("reward", "name")`, or name a
+user function by dotted path ("mylab.rewards:fn") in a spec; `resolve_reward` handles both.
+
+Built in (zoo.rewards.builtin): `correctness` (reasoning_gym's own scorer, or math-verify),
+`format` (regex, default a non-empty \\boxed{}), `length` (characters).
+`compute_rewards(fns, completions, rows)` -> `RewardScores(objectives [N, K], n_failed [K])`, NaN
+where a reward raised or returned None. Accuracy is score == 1.0 (`correct`, `accuracy`).
+"""
+from zoo.rewards.builtin import BOXED_PATTERN, correctness, format_reward, length
+from zoo.rewards.compute import (
+    RewardScores,
+    accuracy,
+    compute_rewards,
+    correct,
+    resolve_reward,
+    resolve_rewards,
+)
+from zoo.rewards.extract import extract_answer, extract_boxed, last_number
+
+__all__ = [
+    "BOXED_PATTERN",
+    "RewardScores",
+    "accuracy",
+    "compute_rewards",
+    "correct",
+    "correctness",
+    "extract_answer",
+    "extract_boxed",
+    "format_reward",
+    "last_number",
+    "length",
+    "resolve_reward",
+    "resolve_rewards",
+]

@@ -1,0 +1,361 @@
+"""Generation, masks, truncation flags and per-token log-probs.
+
+Shapes: N = completions in the rollout (prompts x group size G), P = prompt tokens (left-padded),
+T = completion tokens (right-padded), L = P + T, V = vocabulary size.
+
+Conventions (docs/algorithms.md "Our conventions", docs/cases.md C6/C10):
+- the completion mask covers generated tokens up to and including the first EOS (C6);
+- a completion is truncated when it has no EOS, i.e. generation stopped at max_new_tokens;
+- position ids follow the attention mask under left padding (C10);
+- log-probs come from logits / temperature with log-softmax in fp32, even under bf16 autocast.
+  Sampler-side top-k/top-p are disabled by default, so these are the sampling log-probs.
+"""
+from __future__ import annotations
+
+import inspect
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from typing import Iterable, Iterator, Sequence
+
+import torch
+from torch import Tensor, nn
+
+
+# --------------------------------------------------------------------------- masks
+def position_ids_from_mask(attention_mask: Tensor) -> Tensor:
+    """Position ids [B, L] long from an attention mask [B, L] (left or right padding).
+
+    Real tokens count from 0; padded slots get 1 (any fixed value works, 1 matches TRL/verl).
+    C10: [[0,0,1,1,1],[1,1,1,1,1]] -> [[1,1,0,1,2],[0,1,2,3,4]].
+    Raises ValueError unless the mask is 2-D.
+    """
+    if attention_mask.dim() != 2:
+        raise ValueError(f"attention_mask must be [B, L], got shape {tuple(attention_mask.shape)}")
+    mask = attention_mask.long()
+    pos = mask.cumsum(-1) - 1  # [B, L]
+    return pos.masked_fill(mask == 0, 1)
+
+
+def _eos_tensor(eos: int | Iterable[int], device: torch.device) -> Tensor:
+    ids = [int(eos)] if isinstance(eos, int) or (isinstance(eos, Tensor) and eos.dim() == 0) else [int(e) for e in eos]
+    if not ids:
+        raise ValueError("need at least one EOS id")
+    return torch.tensor(ids, dtype=torch.long, device=device)
+
+
+def completion_mask(completion_ids: Tensor, eos_id: int | Iterable[int]) -> tuple[Tensor, Tensor, Tensor]:
+    """Mask of real completion tokens: everything up to and including the first EOS (C6).
+
+    completion_ids: [N, T] generated tokens, right-padded (pad may equal EOS or not).
+    eos_id: one id or a collection of stop ids (chat models may have several).
+    Returns (mask [N, T] bool, truncated [N] bool = no EOS in the row, lengths [N] long = mask.sum(1)).
+    C6: rows [t, EOS, EOS, EOS], [t, t, t, EOS] -> mask [[1,1,0,0],[1,1,1,1]], truncated [F, F].
+    Raises ValueError unless completion_ids is 2-D or when no EOS id is given.
+    """
+    if completion_ids.dim() != 2:
+        raise ValueError(f"completion_ids must be [N, T], got shape {tuple(completion_ids.shape)}")
+    is_eos = torch.isin(completion_ids, _eos_tensor(eos_id, completion_ids.device))  # [N, T]
+    eos_before = is_eos.long().cumsum(1) - is_eos.long()  # [N, T] EOS strictly before t
+    mask = eos_before == 0  # [N, T]
+    truncated = ~is_eos.any(1)  # [N]
+    return mask, truncated, mask.sum(1)
+
+
+# --------------------------------------------------------------------------- rollout record
+@dataclass
+class Rollout:
+    """One batch of sampled completions (prompt-major: rows p*G .. p*G+G-1 answer prompt p).
+
+    prompt_ids:       [N, P] long, left-padded prompt tokens (each prompt repeated G times).
+    prompt_mask:      [N, P] long, 1 = real prompt token.
+    completion_ids:   [N, T] long, generated tokens, right-padded with the pad id after the first EOS.
+    completion_mask:  [N, T] bool, generated tokens up to and including the first EOS.
+    truncated:        [N] bool, True = no EOS (generation hit max_new_tokens).
+    lengths:          [N] long, completion_mask.sum(1) (EOS included).
+    group_ids:        [N] long, group of each row (= prompt_index for a fresh rollout; stays a
+                      group label when rollouts are filtered or merged).
+    prompt_index:     [N] long, index into the `prompts` list given to `generate_rollout`.
+    completion_texts: N strings, decoded up to (excluding) the first EOS, special tokens skipped.
+    group_size:       G.
+    """
+
+    prompt_ids: Tensor
+    prompt_mask: Tensor
+    completion_ids: Tensor
+    completion_mask: Tensor
+    truncated: Tensor
+    lengths: Tensor
+    group_ids: Tensor
+    prompt_index: Tensor
+    completion_texts: list[str]
+    group_size: int
+
+    @property
+    def n(self) -> int:
+        """N, the number of completions."""
+        return self.completion_ids.shape[0]
+
+    def input_ids(self) -> Tensor:
+        """[N, P + T] prompt then completion tokens."""
+        return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
+
+    def attention_mask(self) -> Tensor:
+        """[N, P + T] long: prompt mask then completion mask (tokens after the first EOS are 0)."""
+        return torch.cat([self.prompt_mask.long(), self.completion_mask.long()], dim=1)
+
+    def select(self, rows: Tensor | Sequence[int]) -> "Rollout":
+        """A new Rollout with only `rows` (indices [M] or bool mask [N]), same P and T."""
+        idx = torch.as_tensor(rows, device=self.completion_ids.device)
+        if idx.dtype == torch.bool:
+            idx = idx.nonzero().squeeze(1)
+        kept = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, Tensor):
+                kept[f.name] = v[idx]
+            elif f.name == "completion_texts":
+                kept[f.name] = [v[i] for i in idx.tolist()]
+            else:
+                kept[f.name] = v
+        return Rollout(**kept)
+
+    def to(self, device: torch.device | str) -> "Rollout":
+        """Copy with every tensor on `device`."""
+        return Rollout(**{f.name: (getattr(self, f.name).to(device) if isinstance(getattr(self, f.name), Tensor)
+                                   else getattr(self, f.name)) for f in fields(self)})
+
+
+# --------------------------------------------------------------------------- generation
+def _device_of(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _inner_lm(model: nn.Module) -> nn.Module:
+    """The transformers model under a peft wrapper (the one whose generate() runs)."""
+    get_base = getattr(model, "get_base_model", None)
+    return get_base() if callable(get_base) else model
+
+
+@contextmanager
+def _eval_no_grad(model: nn.Module) -> Iterator[None]:
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
+
+
+@contextmanager
+def _neutral_generation_config(model: nn.Module) -> Iterator[None]:
+    """Temporarily replace the model's generation_config by an empty one, so nothing from a
+    checkpoint's generation_config.json (top_k, repetition_penalty, min_p ...) leaks into sampling."""
+    from transformers import GenerationConfig
+
+    lm = _inner_lm(model)
+    saved = lm.generation_config
+    lm.generation_config = GenerationConfig()
+    try:
+        yield
+    finally:
+        lm.generation_config = saved
+
+
+def stop_token_ids(model: nn.Module, tokenizer) -> list[int]:
+    """EOS ids that end a completion: the tokenizer's eos plus the model generation_config's eos id(s)."""
+    ids = [] if tokenizer.eos_token_id is None else [int(tokenizer.eos_token_id)]
+    gen_eos = getattr(getattr(_inner_lm(model), "generation_config", None), "eos_token_id", None)
+    if gen_eos is not None:
+        ids += [int(e) for e in ([gen_eos] if isinstance(gen_eos, int) else gen_eos)]
+    ids = list(dict.fromkeys(ids))
+    if not ids:
+        raise ValueError("neither the tokenizer nor the model's generation_config defines an EOS id")
+    return ids
+
+
+def encode_prompts(tokenizer, prompts: Sequence[str] | Sequence[list[dict]], device=None) -> tuple[Tensor, Tensor]:
+    """Tokenise prompts with left padding -> (ids [B, P] long, mask [B, P] long).
+
+    Chat prompts (lists of {"role", "content"} dicts) go through
+    `apply_chat_template(add_generation_prompt=True)` and are encoded without extra special tokens
+    (the template adds what it needs); plain strings are encoded with the tokenizer's special tokens.
+    All prompts must be of one kind. Raises ValueError on an empty list or mixed kinds.
+    """
+    if not prompts:
+        raise ValueError("no prompts")
+    is_chat = [not isinstance(p, str) for p in prompts]
+    if any(is_chat) and not all(is_chat):
+        raise ValueError("prompts mix chat message lists and plain strings")
+    if all(is_chat):
+        texts = [tokenizer.apply_chat_template(list(p), add_generation_prompt=True, tokenize=False) for p in prompts]
+        add_special = False
+    else:
+        texts, add_special = list(prompts), True
+    old_side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    try:
+        enc = tokenizer(texts, padding=True, add_special_tokens=add_special, return_tensors="pt")
+    finally:
+        tokenizer.padding_side = old_side
+    ids, mask = enc["input_ids"], enc["attention_mask"]
+    if device is not None:
+        ids, mask = ids.to(device), mask.to(device)
+    return ids, mask
+
+
+def _pad_right(t: Tensor, width: int, value: int) -> Tensor:
+    if t.shape[1] == width:
+        return t
+    return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value)
+
+
+def generate_rollout(
+    model: nn.Module,
+    tokenizer,
+    prompts: Sequence[str] | Sequence[list[dict]],
+    *,
+    group_size: int,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    top_k: int | None = 0,
+    do_sample: bool = True,
+    micro_batch: int | None = None,
+    eos_token_ids: Sequence[int] | None = None,
+) -> Rollout:
+    """Sample `group_size` completions per prompt with HF `generate` -> `Rollout` (N = len(prompts) * G).
+
+    prompts: plain strings or chat message lists (see `encode_prompts`).
+    temperature, top_p, top_k, do_sample: the only sampling controls in effect; top_k 0/None =
+        disabled (transformers would otherwise apply 50). Nothing else from the model's
+        generation_config applies (repetition penalty, min_p ... are neutral).
+    micro_batch: rows per `generate` call (default all N).
+    eos_token_ids: stop ids (default `stop_token_ids(model, tokenizer)`).
+    Seeding is the caller's: `torch.manual_seed(...)` before the call.
+    The model runs in eval mode under no_grad; its train/eval mode is restored afterwards. Works on
+    any device (inputs follow the model's parameters).
+    Raises ValueError for group_size < 1, max_new_tokens < 1, temperature <= 0 when sampling, or a
+    tokenizer without a pad token.
+    """
+    from transformers import GenerationConfig
+
+    if group_size < 1 or max_new_tokens < 1:
+        raise ValueError(f"group_size and max_new_tokens must be >= 1 (got {group_size}, {max_new_tokens})")
+    if do_sample and not temperature > 0:
+        raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
+    if tokenizer.pad_token_id is None:
+        raise ValueError("the tokenizer has no pad token (use zoo.models.prepare_tokenizer)")
+    device = _device_of(model)
+    stops = list(eos_token_ids) if eos_token_ids is not None else stop_token_ids(model, tokenizer)
+    pad_id = int(tokenizer.pad_token_id)
+
+    ids, mask = encode_prompts(tokenizer, prompts, device=device)  # [B, P]
+    ids = ids.repeat_interleave(group_size, dim=0)  # [N, P] prompt-major
+    mask = mask.repeat_interleave(group_size, dim=0)  # [N, P]
+    prompt_index = torch.arange(len(prompts), device=device).repeat_interleave(group_size)  # [N]
+    N, P = ids.shape
+
+    gen_config = GenerationConfig(
+        max_new_tokens=max_new_tokens, do_sample=do_sample, temperature=float(temperature) if do_sample else 1.0,
+        top_p=float(top_p) if do_sample else 1.0, top_k=int(top_k or 0) if do_sample else 0,
+        min_p=None, typical_p=1.0, repetition_penalty=1.0, no_repeat_ngram_size=0,
+        num_beams=1, num_return_sequences=1, pad_token_id=pad_id, eos_token_id=stops,
+        bos_token_id=tokenizer.bos_token_id, use_cache=True, return_dict_in_generate=False,
+    )
+    mb = micro_batch or N
+    chunks: list[Tensor] = []
+    with _eval_no_grad(model), _neutral_generation_config(model):
+        for s in range(0, N, mb):
+            out = model.generate(input_ids=ids[s : s + mb], attention_mask=mask[s : s + mb],
+                                 generation_config=gen_config)  # [mb, P + T_chunk]
+            chunks.append(out[:, P:])
+    T = max(c.shape[1] for c in chunks)
+    completion_ids = torch.cat([_pad_right(c, T, pad_id) for c in chunks], dim=0)  # [N, T]
+    cmask, truncated, lengths = completion_mask(completion_ids, stops)
+    texts = decode_completions(tokenizer, completion_ids, cmask, truncated)
+    return Rollout(
+        prompt_ids=ids, prompt_mask=mask, completion_ids=completion_ids, completion_mask=cmask,
+        truncated=truncated, lengths=lengths, group_ids=prompt_index.clone(), prompt_index=prompt_index,
+        completion_texts=texts, group_size=group_size,
+    )
+
+
+def decode_completions(tokenizer, completion_ids: Tensor, mask: Tensor, truncated: Tensor) -> list[str]:
+    """Texts of completions [N, T] up to (excluding) the first EOS, special tokens skipped."""
+    texts = []
+    for row, m, trunc in zip(completion_ids.tolist(), mask.sum(1).tolist(), truncated.tolist()):
+        n = m if trunc else m - 1  # drop the EOS itself
+        texts.append(tokenizer.decode(row[:n], skip_special_tokens=True))
+    return texts
+
+
+# --------------------------------------------------------------------------- log-probs
+def _accepts_logits_to_keep(model: nn.Module) -> bool:
+    try:
+        return "logits_to_keep" in inspect.signature(_inner_lm(model).forward).parameters
+    except (TypeError, ValueError):  # pragma: no cover
+        return False
+
+
+def _chosen_logprobs(logits: Tensor, tokens: Tensor, temperature: float, with_entropy: bool):
+    """logits [n, T, V] (any dtype), tokens [n, T] -> (logp [n, T] fp32, entropy [n, T] fp32 or None)."""
+    with torch.autocast(device_type=logits.device.type, enabled=False):
+        z = logits.float() / temperature  # [n, T, V] fp32
+        lse = torch.logsumexp(z, dim=-1)  # [n, T]
+        logp = z.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - lse  # [n, T]
+        entropy = None
+        if with_entropy:
+            p = torch.softmax(z, dim=-1)  # [n, T, V]
+            entropy = lse - (p * z).sum(-1)  # [n, T]  H = lse - E_p[z]
+    return logp, entropy
+
+
+def token_logprobs(
+    model: nn.Module,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    n_completion: int,
+    *,
+    temperature: float = 1.0,
+    micro_batch: int | None = None,
+    with_entropy: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """Log-prob of each of the last T = n_completion tokens under `model` (the training forward too).
+
+    input_ids: [N, L] prompt + completion (`Rollout.input_ids()`); attention_mask: [N, L].
+    Returns (logp [N, T] float32, entropy [N, T] float32 full-vocabulary entropy, or None).
+    logp[i, t] = log softmax(logits[i, L-T-1+t] / temperature)[input_ids[i, L-T+t]], computed in
+    fp32 even under bf16 autocast; position ids from the mask (C10). Only T+1 positions of logits are
+    materialised (`logits_to_keep`, when the model supports it) and full-vocabulary tensors live
+    one micro-batch (`micro_batch` rows, default all) at a time. Gradients flow when grad is
+    enabled. Values at masked completion slots are finite but meaningless: mask them.
+    Raises ValueError for shape mismatches, n_completion outside [1, L-1] or temperature <= 0.
+    """
+    if input_ids.dim() != 2 or input_ids.shape != attention_mask.shape:
+        raise ValueError(f"input_ids {tuple(input_ids.shape)} and attention_mask "
+                         f"{tuple(attention_mask.shape)} must both be [N, L]")
+    N, L = input_ids.shape
+    T = int(n_completion)
+    if not 1 <= T < L:
+        raise ValueError(f"n_completion={T} must be in [1, {L - 1}]")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    keep = _accepts_logits_to_keep(model)
+    position_ids = position_ids_from_mask(attention_mask)  # [N, L]
+    mb = micro_batch or N
+    logps, ents = [], []
+    for s in range(0, N, mb):
+        kwargs = dict(input_ids=input_ids[s : s + mb], attention_mask=attention_mask[s : s + mb],
+                      position_ids=position_ids[s : s + mb], use_cache=False)
+        if keep:
+            kwargs["logits_to_keep"] = T + 1
+        logits = model(**kwargs).logits  # [mb, T+1, V] (or [mb, L, V] without logits_to_keep)
+        logits = logits[:, -T - 1 : -1]  # [mb, T, V]: position j predicts token j+1
+        lp, ent = _chosen_logprobs(logits, input_ids[s : s + mb, L - T :], temperature, with_entropy)
+        del logits
+        logps.append(lp)
+        ents.append(ent)
+    logp = torch.cat(logps, dim=0)  # [N, T]
+    entropy = torch.cat(ents, dim=0) if with_entropy else None  # [N, T]
+    return logp, entropy

@@ -1,0 +1,142 @@
+"""Question/answer tasks from a Hugging Face dataset or a local json/jsonl/parquet/csv file.
+
+    {name: hf, path: openai/gsm8k, subset: main, split: train, prompt_column: question,
+     answer_column: answer, answer_pattern: "####\\s*(.+)$", size: null, seed: 0, eval_size: 64,
+     eval_split: null, eval_seed: null, fewshot: 0, system: null, instruction: ..., fewshot_answer: ...}
+    {name: jsonl, path: data/train.jsonl, ...}   # the same loader; `path` must be a local file
+
+Loading goes through `datasets.load_dataset` (local files by extension: .json/.jsonl -> "json",
+.parquet, .csv). A Hub id needs the network or the local HF cache (HF_HUB_OFFLINE=1 uses the cache).
+`answer_pattern` (optional regex) keeps its first group (or the whole match) of each answer, e.g.
+the number after GSM8K's "####". Without `eval_split`, the eval rows are held out of `split`; for a
+local file, `eval_split` is the path of a second file and `split` is not used. Rows whose question or
+answer is null are skipped.
+`size: null` takes every remaining row for training.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import random
+import re
+from typing import Any, Iterator, Mapping
+
+from zoo.tasks.base import Task, TaskError, check_int, check_keys, derive_seed, draw, keys_of
+from zoo.tasks.fewshot import DEFAULT_FEWSHOT_ANSWER, DEFAULT_INSTRUCTION, check_fewshot, finish_rows, given_fewshot
+
+DEFAULTS: dict[str, Any] = {
+    "name": "hf",
+    "path": None,
+    "subset": None,
+    "split": "train",
+    "prompt_column": "question",
+    "answer_column": "answer",
+    "answer_pattern": None,
+    "size": None,
+    "seed": 0,
+    "eval_size": 64,
+    "eval_split": None,
+    "eval_seed": None,
+    "fewshot": 0,
+    "system": None,
+    "instruction": DEFAULT_INSTRUCTION,
+    "fewshot_answer": DEFAULT_FEWSHOT_ANSWER,
+}
+log = logging.getLogger(__name__)
+FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
+
+
+def _load_split(path: str, subset: str | None, split: str, local_only: bool) -> Any:
+    import datasets  # lazy: ~0.8 s
+
+    ext = os.path.splitext(path)[1].lower()
+    is_file = os.path.isfile(path)
+    if local_only and not is_file:
+        raise TaskError(f"jsonl task: no file {path!r}")
+    try:
+        if is_file:
+            if ext not in FILE_BUILDERS:
+                raise TaskError(f"file {path!r}: unknown format {ext!r}; known: {', '.join(FILE_BUILDERS)}")
+            # a local file has one split, "train"
+            return datasets.load_dataset(FILE_BUILDERS[ext], data_files=path, split="train")
+        return datasets.load_dataset(path, subset, split=split)
+    except TaskError:
+        raise
+    except Exception as e:  # datasets raises many types (ConnectionError, FileNotFoundError, ValueError ...)
+        offline = " (HF_HUB_OFFLINE is set: only cached datasets load)" if os.environ.get("HF_HUB_OFFLINE") else ""
+        raise TaskError(f"could not load dataset {path!r} split {split!r}{offline}: {type(e).__name__}: {e}") from e
+
+
+def _rows(ds: Any, s: Mapping[str, Any], source: str) -> list[dict[str, Any]]:
+    cols = list(ds.column_names)
+    for key in ("prompt_column", "answer_column"):
+        if s[key] not in cols:
+            raise TaskError(f"dataset {s['path']!r} has no column {s[key]!r} ({key}); columns: {', '.join(cols)}")
+    pattern = re.compile(s["answer_pattern"], re.MULTILINE) if s["answer_pattern"] else None
+    out = []
+    for q, a in zip(ds[s["prompt_column"]], ds[s["answer_column"]]):
+        if q is None or a is None:
+            continue
+        a = str(a)
+        if pattern is not None:
+            m = pattern.search(a)
+            a = (m.group(1) if m.groups() else m.group(0)).strip() if m else a
+        out.append({"question": str(q), "answer": a, "source": source})
+    return out
+
+
+def _shuffled(rows: list[dict[str, Any]], seed: int) -> Iterator[dict[str, Any]]:
+    order = list(range(len(rows)))
+    random.Random(seed).shuffle(order)
+    return (dict(rows[i]) for i in order)
+
+
+def load(spec: Mapping[str, Any]) -> Task:
+    """Load a question/answer task (see the module docstring). Raises TaskError for a bad spec,
+    a file or dataset that cannot be loaded, or a missing column (naming the columns present)."""
+    name = str(spec.get("name", "hf"))
+    check_keys(spec, DEFAULTS, f"{name} task")
+    s = {**DEFAULTS, **spec, "name": name}
+    if not s["path"]:
+        raise TaskError(f"{name} task needs 'path' (a Hub dataset id or a local json/jsonl/parquet/csv file)")
+    check_int(s, "size", minimum=1, allow_none=True)
+    check_int(s, "eval_size", minimum=0, allow_none=True)
+    check_int(s, "seed", minimum=0)
+    check_int(s, "eval_seed", minimum=0, allow_none=True)
+    check_fewshot(s["fewshot"])
+    if s["eval_size"] is None and not s["eval_split"]:
+        raise TaskError("eval_size: null (all rows) needs an 'eval_split'; otherwise give a count")
+
+    path, seed = str(s["path"]), s["seed"]
+    source = f"hf:{path}"
+    pool = _rows(_load_split(path, s["subset"], s["split"], name == "jsonl"), s, source)
+    eval_seed = s["eval_seed"] if s["eval_seed"] is not None else derive_seed(seed, "eval")
+
+    fewshot = given_fewshot(s["fewshot"])
+    if isinstance(s["fewshot"], int) and s["fewshot"] > 0:
+        drawn = draw(_shuffled(pool, derive_seed(seed, "fewshot")), s["fewshot"], exclude=set(), distinct=True)
+        fewshot = [{"question": r["question"], "answer": r["answer"]} for r in drawn]
+    shot_keys = keys_of(fewshot)
+    eval_pool = pool
+    if s["eval_split"] and os.path.isfile(path):
+        eval_path = str(s["eval_split"])
+        if not os.path.isfile(eval_path):
+            raise TaskError(f"eval_split of a local-file task must be a file path; no file {eval_path!r}")
+        eval_pool = _rows(_load_split(eval_path, None, "train", True), {**s, "path": eval_path}, source)
+    elif s["eval_split"]:
+        eval_pool = _rows(_load_split(path, s["subset"], s["eval_split"], False), s, source)
+    eval_rows = draw(_shuffled(eval_pool, eval_seed), s["eval_size"], exclude=shot_keys, distinct=True)
+    train_rows = draw(_shuffled(pool, derive_seed(seed, "train")), s["size"],
+                      exclude=shot_keys | keys_of(eval_rows), distinct=False)
+    if not train_rows:
+        raise TaskError(f"{name} task {path!r}: no training rows left after the eval and few-shot rows")
+    for split, rows, want in (("eval", eval_rows, s["eval_size"]), ("train", train_rows, s["size"])):
+        if want is not None and len(rows) < want:
+            log.warning("%s task %r: only %d %s rows of %d requested", name, path, len(rows), split, want)
+    return Task(
+        name=name,
+        train=finish_rows(train_rows, fewshot, s, "train"),
+        eval=finish_rows(eval_rows, fewshot, s, "eval"),
+        spec=s,
+        fewshot=fewshot,
+    )

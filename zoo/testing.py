@@ -1,0 +1,105 @@
+"""Tiny, fully offline model + tokenizer for tests across the project.
+
+`tiny_model_and_tokenizer()` builds, in well under a second and without any file or network access:
+
+- a character-level tokenizer (`tokenizers` WordLevel model over single characters, wrapped in
+  `PreTrainedTokenizerFast`) with ChatML-style special tokens and a ChatML `chat_template`, so
+  `apply_chat_template(..., add_generation_prompt=True)` works exactly as for SmolLM2 / Qwen;
+- a randomly initialised `LlamaForCausalLM` (hidden 64, 2 layers by default) whose vocabulary matches
+  the tokenizer.
+
+Token ids: 0 `<|pad|>`, 1 `<|bos|>`, 2 `<|im_end|>` (= eos), 3 `<|im_start|>`, 4 `<unk>`, then the
+printable ASCII characters. With `pad_equals_eos=True` there is no separate pad token: pad = eos
+(`<|im_end|>`), as in SmolLM2.
+"""
+from __future__ import annotations
+
+import string
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+PAD, BOS, EOS, IM_START, UNK = "<|pad|>", "<|bos|>", "<|im_end|>", "<|im_start|>", "<unk>"
+SPECIAL_TOKENS = [PAD, BOS, EOS, IM_START, UNK]
+CHARACTERS = list(string.printable)  # 100 characters incl. space, \t, \n
+
+#: ChatML (as SmolLM2-Instruct and Qwen use), without a default system prompt.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def tiny_tokenizer(*, pad_equals_eos: bool = False) -> PreTrainedTokenizerFast:
+    """Character-level ChatML tokenizer (105 tokens), left padding, no BOS added automatically.
+
+    pad_equals_eos: use `<|im_end|>` as the pad token (the `<|pad|>` id then stays unused).
+    """
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARACTERS)}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
+    # every character is its own pre-token; special tokens are matched before pre-tokenisation
+    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        bos_token=BOS,
+        eos_token=EOS,
+        unk_token=UNK,
+        pad_token=EOS if pad_equals_eos else PAD,
+        additional_special_tokens=[IM_START] + ([PAD] if pad_equals_eos else []),
+        padding_side="left",
+        clean_up_tokenization_spaces=False,
+    )
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+def tiny_model_and_tokenizer(
+    seed: int = 0,
+    vocab: int | None = None,
+    hidden: int = 64,
+    layers: int = 2,
+    *,
+    pad_equals_eos: bool = False,
+    heads: int = 4,
+    kv_heads: int = 2,
+    max_positions: int = 512,
+) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
+    """A random tiny Llama and its character tokenizer, deterministic given `seed`.
+
+    vocab: model vocabulary size; default = len(tokenizer) (105). A larger value adds unused ids
+        (they can still be sampled and decode to nothing). Smaller than the tokenizer raises ValueError.
+    hidden, layers, heads, kv_heads: Llama shape (hidden must be divisible by heads).
+    pad_equals_eos: pad token = eos (`<|im_end|>`), as in SmolLM2; otherwise a separate `<|pad|>`.
+
+    The global torch RNG state is left untouched (initialisation runs under `torch.random.fork_rng`).
+    The model is in train mode, fp32, on CPU, with `generation_config` eos/pad/bos ids set.
+    """
+    tok = tiny_tokenizer(pad_equals_eos=pad_equals_eos)
+    n_vocab = len(tok) if vocab is None else int(vocab)
+    if n_vocab < len(tok):
+        raise ValueError(f"vocab={n_vocab} is smaller than the tokenizer ({len(tok)} tokens)")
+    config = LlamaConfig(
+        vocab_size=n_vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=max_positions,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=False,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    model.generation_config = GenerationConfig(
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
+    )
+    model.train()
+    return model, tok

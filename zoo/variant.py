@@ -1,0 +1,403 @@
+"""Named variants: load, validate and compare the YAML files in `registry/` (and user directories).
+
+A variant fills every slot of the data flow (DESIGN.md) with a component spec and sets
+`group_size`, `updates: {epochs, minibatches}` and optionally `entropy_coef`. A file may start from
+another with `base: grpo`: the base's keys are taken, then the file's keys replace them (slot by
+slot). User directories are listed in `ZOO_REGISTRY_PATH` (os.pathsep-separated).
+"""
+from __future__ import annotations
+
+import copy
+import difflib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Mapping, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from zoo import registry
+
+Spec = Union[str, dict[str, Any]]
+SLOT_KINDS = {
+    "advantage": "advantage",
+    "normalizer": "normalizer",
+    "objective_norm": "objective_norm",
+    "clip": "clip",
+    "aggregate": "aggregate",
+    "length": "length",
+    "filter": "filter",
+    "critic": "critic",
+}
+LIST_SLOTS = ("length", "filter")
+
+
+class VariantError(ValueError):
+    """A variant file or override that cannot be resolved; the message names file and key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AdaptiveKLSpec(_Strict):
+    """Ziegler et al. (arXiv:1909.08593 §2.2) adaptive KL controller."""
+
+    target: float = Field(gt=0, description="target KL per sequence (nats)")
+    horizon: int = Field(10_000, gt=0, description="horizon in episodes (completions)")
+
+
+class KLSpec(_Strict):
+    """Where the KL to the reference goes, with which estimator and coefficient beta."""
+
+    placement: Literal["reward", "loss", "none"] = "none"
+    estimator: str = "k3"
+    beta: float = Field(0.0, ge=0)
+    adaptive: AdaptiveKLSpec | None = None
+
+    @field_validator("estimator")
+    @classmethod
+    def _known_estimator(cls, v: str) -> str:
+        registry.get("kl_estimator", v)  # raises with close matches
+        return v
+
+
+class Updates(_Strict):
+    """How a rollout batch is reused: `epochs` passes, each split into `minibatches` optimizer steps."""
+
+    epochs: int = Field(1, ge=1)
+    minibatches: int = Field(1, ge=1)
+
+
+class Slots(_Strict):
+    advantage: Spec = "group_mean"
+    normalizer: Spec = "group_std"
+    objective_norm: Spec = "none"
+    clip: Spec = "ppo"
+    aggregate: Spec = "token_mean"
+    kl: Union[Literal["none"], KLSpec] = "none"
+    length: list[Spec] = Field(default_factory=list)
+    filter: list[Spec] = Field(default_factory=list)
+    critic: Spec | None = None
+
+    def kl_spec(self) -> KLSpec:
+        return KLSpec() if self.kl == "none" else self.kl  # type: ignore[return-value]
+
+
+class Variant(_Strict):
+    """One named combination of components (a file in registry/)."""
+
+    name: str
+    summary: str = ""
+    paper: str = ""
+    base: str | None = None
+    group_size: int = Field(1, ge=1)
+    updates: Updates = Field(default_factory=Updates)
+    entropy_coef: float = 0.0
+    slots: Slots = Field(default_factory=Slots)
+    sources: dict[str, str] = Field(default_factory=dict)
+    path: str | None = Field(None, exclude=True)
+
+    def resolved(self, context: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Every slot as a full spec with defaults filled in (what `zoo show` prints)."""
+        comps = build_components(self, context)
+        out: dict[str, Any] = {}
+        for slot, comp in comps.items():
+            if isinstance(comp, list):
+                out[slot] = [c.spec() for c in comp]
+            else:
+                out[slot] = comp.spec() if comp is not None else None
+        out["kl"] = self.slots.kl_spec().model_dump()
+        return out
+
+
+# --------------------------------------------------------------------------- files
+
+
+def builtin_dir() -> Path:
+    """The built-in registry/: the checkout's top-level folder, or the copy inside the wheel."""
+    here = Path(__file__).resolve().parent
+    for cand in (here.parent / "registry", here / "_registry"):
+        if cand.is_dir() and any(cand.glob("*.yaml")):
+            return cand
+    raise VariantError(f"built-in registry not found next to {here}")
+
+
+def search_dirs() -> list[Path]:
+    """User directories from ZOO_REGISTRY_PATH first, then the built-in registry."""
+    dirs = [Path(p) for p in os.environ.get("ZOO_REGISTRY_PATH", "").split(os.pathsep) if p]
+    return dirs + [builtin_dir()]
+
+
+def variant_files() -> dict[str, Path]:
+    """name -> file over all search directories. Raises VariantError on a duplicate name."""
+    found: dict[str, Path] = {}
+    for d in search_dirs():
+        if not d.is_dir():
+            continue
+        for f in sorted(d.glob("*.yaml")):
+            name = _read_yaml(f).get("name", f.stem)
+            if name in found and found[name].resolve() != f.resolve():
+                raise VariantError(f"variant {name!r} is defined twice: {found[name]} and {f}")
+            found[name] = f
+    return found
+
+
+def available_variants() -> list[str]:
+    return sorted(variant_files())
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise VariantError(f"{path}: not valid YAML: {e}") from e
+    if not isinstance(data, dict):
+        raise VariantError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def _raw(name_or_path: str | Path, _seen: tuple[str, ...] = ()) -> tuple[dict[str, Any], Path]:
+    """The raw dict of a variant with its `base` chain merged in."""
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        if not p.exists():
+            raise VariantError(f"variant file {p} does not exist")
+        path = p
+    else:
+        files = variant_files()
+        if str(name_or_path) not in files:
+            close = difflib.get_close_matches(str(name_or_path), list(files), n=3, cutoff=0.5)
+            hint = f"did you mean {', '.join(map(repr, close))}? " if close else ""
+            raise VariantError(f"variant {str(name_or_path)!r} not found; {hint}known: {', '.join(sorted(files))}")
+        path = files[str(name_or_path)]
+    data = _read_yaml(path)
+    base = data.get("base")
+    if base:
+        if base in _seen:
+            raise VariantError(f"{path}: key 'base': cycle {' -> '.join(_seen + (base,))}")
+        base_data, _ = _raw(base, _seen + (data.get("name", path.stem),))
+        data = merge_variant(base_data, data)
+    return data, path
+
+
+def merge_variant(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
+    """`child` over `base`: top-level keys replace, `slots` and `sources` merge key by key."""
+    out = copy.deepcopy(base)
+    for k, v in child.items():
+        if k in ("slots", "sources") and isinstance(v, dict):
+            out[k] = {**out.get(k, {}), **copy.deepcopy(v)}
+        else:
+            out[k] = copy.deepcopy(v)
+    for k in ("summary", "paper"):  # never inherit another paper's identity silently
+        if k not in child:
+            out.pop(k, None)
+    return out
+
+
+def parse_variant(data: dict[str, Any], where: str) -> Variant:
+    """Validate a raw dict; errors name `where` (a file) and the offending key."""
+    try:
+        v = Variant.model_validate(data)
+    except ValidationError as e:
+        raise VariantError(_format_validation(e, where, Variant)) from None
+    except registry.ComponentError as e:
+        raise VariantError(f"{where}: {e}") from None
+    v.path = where
+    return v
+
+
+def _format_validation(e: ValidationError, where: str, model: type[BaseModel]) -> str:
+    lines = []
+    for err in e.errors():
+        loc = ".".join(str(x) for x in err["loc"] if not str(x).startswith(("function-", "union")))
+        loc = loc.replace(".literal['none']", "").replace(".KLSpec", "").replace(".str", "").replace(".dict[str,any]", "")
+        if err["type"] == "extra_forbidden":
+            parent = _model_at(model, [x for x in err["loc"][:-1] if isinstance(x, str)])
+            allowed = ", ".join(parent.model_fields) if parent else "?"
+            close = difflib.get_close_matches(str(err["loc"][-1]), list(parent.model_fields) if parent else [], n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            lines.append(f"{where}: key {loc!r} is not allowed{hint}; allowed: {allowed}")
+        else:
+            lines.append(f"{where}: key {loc!r}: {err['msg']}")
+    return "\n".join(dict.fromkeys(lines))
+
+
+def _model_at(model: type[BaseModel], path: list[str]) -> type[BaseModel] | None:
+    cur: Any = model
+    for key in path:
+        f = getattr(cur, "model_fields", {}).get(key)
+        if f is None:
+            return None
+        ann = f.annotation
+        cands = [a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not cands:
+            return None
+        cur = cands[0]
+    return cur
+
+
+def load_variant(name_or_path: str | Path, overrides: Mapping[str, Any] | None = None) -> Variant:
+    """A variant by registry name or file path, with optional dotted overrides (`apply_overrides`).
+
+    Raises VariantError naming the file and key for any schema error or unknown component."""
+    data, path = _raw(name_or_path)
+    where = str(path)
+    if overrides:
+        data = apply_overrides(data, overrides, where=f"{where} (overrides)")
+    return parse_variant(data, where)
+
+
+# --------------------------------------------------------------------------- overrides
+
+_TOP_KEYS = set(Variant.model_fields) - {"path"}
+
+
+def apply_overrides(data: dict[str, Any], sets: Mapping[str, Any], where: str = "overrides") -> dict[str, Any]:
+    """Apply dotted overrides to a raw variant dict.
+
+    Keys address slots directly (`clip: ppo`, `clip.eps_high: 0.32`, `kl.beta: 0.0`) or top-level
+    fields (`group_size: 8`, `updates.minibatches: 2`); `slots.` may be written explicitly. Setting a
+    parameter of a slot given by name alone turns it into `{name: ..., param: value}`.
+    Raises VariantError for a key that is neither a slot nor a variant field.
+    """
+    out = copy.deepcopy(data)
+    out.setdefault("slots", {})
+    for key, value in sets.items():
+        parts = str(key).split(".")
+        if parts[0] == "slots":
+            parts = parts[1:]
+        if parts[0] in Slots.model_fields:
+            container, parts = out["slots"], parts
+        elif parts[0] in _TOP_KEYS:
+            container = out
+        else:
+            allowed = sorted(set(Slots.model_fields) | _TOP_KEYS)
+            close = difflib.get_close_matches(parts[0], allowed, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise VariantError(f"{where}: key {key!r} is neither a slot nor a variant field{hint}; allowed: {', '.join(allowed)}")
+        _set_dotted(container, parts, value, where, key)
+    return out
+
+
+def _set_dotted(container: dict[str, Any], parts: list[str], value: Any, where: str, key: str) -> None:
+    head, rest = parts[0], parts[1:]
+    if not rest:
+        container[head] = copy.deepcopy(value)
+        return
+    cur = container.get(head)
+    if isinstance(cur, str):
+        cur = {"name": cur} if cur != "none" or head != "kl" else {"placement": "none"}
+    elif cur is None:
+        cur = {}
+    elif isinstance(cur, list):
+        raise VariantError(f"{where}: key {key!r}: {head} is a list slot; set it whole, e.g. {head}: [...]")
+    container[head] = cur
+    _set_dotted(cur, rest, value, where, key)
+
+
+# --------------------------------------------------------------------------- components
+
+
+def build_components(v: Variant, context: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Build every slot's component: slot -> Component, list of Components, or None (critic).
+
+    Raises VariantError (naming the variant file and slot) on unknown names or bad parameters."""
+    out: dict[str, Any] = {}
+    where = v.path or v.name
+    for slot, kind in SLOT_KINDS.items():
+        spec = getattr(v.slots, slot)
+        try:
+            if slot in LIST_SLOTS:
+                out[slot] = [registry.build(kind, s, context) for s in spec]
+            elif spec is None:
+                out[slot] = None
+            else:
+                out[slot] = registry.build(kind, spec, context)
+        except registry.ComponentError as e:
+            raise VariantError(f"{where}: key 'slots.{slot}': {e}") from None
+    return out
+
+
+@dataclass
+class Report:
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def check_variant(v: Variant, context: Mapping[str, Any] | None = None) -> Report:
+    """Combination checks that no single component can make (before any model is loaded)."""
+    rep = Report()
+    try:
+        comps = build_components(v, context)
+    except VariantError as e:
+        rep.errors.append(str(e))
+        return rep
+    where = v.path or v.name
+    adv = comps["advantage"]
+    kl = v.slots.kl_spec()
+    g = int((context or {}).get("group_size", v.group_size))
+    upd = (context or {}).get("updates", v.updates)
+    n_updates = upd.epochs * upd.minibatches
+    if adv.meta.get("needs_values") and comps["critic"] is None:
+        rep.errors.append(f"{where}: advantage {adv.name!r} needs values: set slots.critic (e.g. clipped_value)")
+    if comps["critic"] is not None and not adv.meta.get("needs_values"):
+        rep.warnings.append(f"{where}: slots.critic is set but advantage {adv.name!r} uses no values: the critic is not trained")
+    group_based = [c.name for c in (adv, comps["normalizer"], comps["objective_norm"]) if c.meta.get("needs_groups")]
+    group_based += [c.name for c in comps["filter"] if c.meta.get("needs_groups")]
+    if g < 2 and group_based:
+        rep.errors.append(f"{where}: group_size {g} < 2 but {', '.join(group_based)} need groups of several completions")
+    if kl.placement != "none" and kl.beta == 0 and kl.adaptive is None:
+        rep.warnings.append(f"{where}: kl.placement is {kl.placement!r} with beta 0: the KL has no effect")
+    if kl.placement == "reward" and adv.meta.get("level") == "sequence":
+        rep.notes.append(
+            f"{where}: KL in the reward with sequence-level advantage {adv.name!r}: the per-token KL is summed "
+            "over each completion and subtracted from its score before the baseline (as RLOO does)"
+        )
+    if adv.meta.get("wants_kl") == "reward" and kl.placement != "reward":
+        rep.warnings.append(f"{where}: advantage {adv.name!r} expects the KL in the reward (kl.placement: reward)")
+    if n_updates == 1 and comps["clip"].name != "none":
+        rep.warnings.append(
+            f"{where}: clip {comps['clip'].name!r} can have no effect: one on-policy update per rollout makes every "
+            "ratio 1 (set updates.minibatches or updates.epochs > 1 for the clip to act)"
+        )
+    return rep
+
+
+def diff_variants(a: Variant, b: Variant) -> list[tuple[str, Any, Any]]:
+    """(key, value in a, value in b) for every resolved setting that differs."""
+    fa, fb = _flatten(_comparable(a)), _flatten(_comparable(b))
+    keys = sorted(set(fa) | set(fb), key=lambda k: (k.split(".")[0] != "group_size", k))
+    return [(k, fa.get(k), fb.get(k)) for k in keys if fa.get(k) != fb.get(k)]
+
+
+def _comparable(v: Variant) -> dict[str, Any]:
+    return {
+        "group_size": v.group_size,
+        "updates": v.updates.model_dump(),
+        "entropy_coef": v.entropy_coef,
+        "slots": v.resolved(),
+    }
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(d, dict):
+        out: dict[str, Any] = {}
+        for k, val in d.items():
+            out.update(_flatten(val, f"{prefix}{k}."))
+        return out or {prefix.rstrip("."): {}}
+    if isinstance(d, list):
+        if all(isinstance(x, dict) and "name" in x for x in d):
+            out = {}
+            for x in d:
+                out.update(_flatten({k: v for k, v in x.items() if k != "name"}, f"{prefix}{x['name']}."))
+                out.setdefault(f"{prefix}{x['name']}", "on")
+            return out or {prefix.rstrip("."): []}
+        return {prefix.rstrip("."): d}
+    return {prefix.rstrip("."): d}
