@@ -112,6 +112,42 @@ def test_embedded_missing_wheel_says_how_to_install(monkeypatch):
         resolve_model(EMBEDDED_MODEL)
 
 
+def test_embedded_conversion_is_atomic_and_cached(tmp_path, monkeypatch):
+    """Conversion logic with a fake converter: converts once, leaves no temp dirs, and a failed
+    conversion leaves nothing that looks finished."""
+    fake_gguf = tmp_path / "fake.gguf"
+    fake_gguf.write_bytes(b"gguf")
+    monkeypatch.setattr(M, "find_embedded_gguf", lambda: fake_gguf)
+    calls = []
+
+    def fake_convert(gguf, out):
+        calls.append(out)
+        model, tok = tiny_model_and_tokenizer()
+        model.save_pretrained(out)
+        tok.save_pretrained(out)
+
+    def failing_convert(gguf, out):
+        (out / "model.safetensors").write_bytes(b"partial")
+        raise RuntimeError("killed")
+
+    cache = tmp_path / "c"
+    monkeypatch.setattr(M, "_convert_gguf", failing_convert)
+    with pytest.raises(RuntimeError):
+        resolve_model(EMBEDDED_MODEL, cache_dir=cache)
+    models_dir = cache / "models"
+    assert not (models_dir / EMBEDDED_MODEL).exists()
+    assert not [p for p in models_dir.iterdir() if ".tmp-" in p.name]
+
+    (models_dir / EMBEDDED_MODEL).mkdir()  # stale directory without the marker is replaced
+    monkeypatch.setattr(M, "_convert_gguf", fake_convert)
+    a = resolve_model(EMBEDDED_MODEL, cache_dir=cache)
+    b = resolve_model("smollm2-135m-instruct", cache_dir=cache)
+    assert len(calls) == 1 and a == b and a.kind == "embedded"
+    assert a.path == str(models_dir / EMBEDDED_MODEL)
+    assert a.content_hash == M.weights_hash(a.path)
+    assert not [p for p in models_dir.iterdir() if ".tmp-" in p.name]
+
+
 # ---------------------------------------------------------------- policy
 def test_load_policy_full_and_lora(tiny_dir):
     model, tok = load_policy(str(tiny_dir))
@@ -243,6 +279,15 @@ def test_critic_shapes_init_and_grad(lora):
         critic.completion_values(ids, mask, ids.shape[1])
     nz = make_critic(base, head_std=0.02)
     assert nz(ids, mask).abs().sum() > 0
+
+
+def test_critic_follows_policy_dtype_with_fp32_head():
+    base, tok = tiny_model_and_tokenizer(seed=0)
+    critic = make_critic(base.to(torch.bfloat16), head_std=0.02)
+    assert next(critic.backbone.parameters()).dtype == torch.bfloat16
+    assert critic.head.weight.dtype == torch.float32
+    ids, mask, T = _batch(tok)
+    assert critic(ids, mask).dtype == torch.float32
 
 
 # ---------------------------------------------------------------- checkpoints

@@ -74,8 +74,8 @@ class Batch:
             v = getattr(self, f.name)
             if isinstance(v, Tensor):
                 out[f.name] = v[idx_t.to(v.device)]
-            elif isinstance(v, list):
-                out[f.name] = [v[i] for i in idx_t.tolist()]
+            elif isinstance(v, list):  # texts/rows: length N, or empty when not kept (hand-built batches)
+                out[f.name] = [v[i] for i in idx_t.tolist()] if v else []
             else:
                 out[f.name] = v
         return Batch(**out)

@@ -178,7 +178,8 @@ def _fill(batch: Batch, parts: list[Tensor], rows: list[Tensor]) -> Tensor:
     out = torch.zeros(batch.mask.shape, dtype=torch.float32)
     for r, p in zip(rows, parts):
         out[r, : p.shape[1]] = p.float().cpu()
-    return out.to(batch.mask.device)
+    mask = batch.mask.cpu()
+    return torch.where(mask, out, torch.zeros_like(out)).to(batch.mask.device)  # padding 0, as documented
 
 
 @torch.no_grad()

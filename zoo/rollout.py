@@ -13,6 +13,7 @@ Conventions (docs/algorithms.md "Our conventions", docs/cases.md C6/C10):
 from __future__ import annotations
 
 import inspect
+import numbers
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from typing import Iterable, Iterator, Sequence
@@ -37,7 +38,8 @@ def position_ids_from_mask(attention_mask: Tensor) -> Tensor:
 
 
 def _eos_tensor(eos: int | Iterable[int], device: torch.device) -> Tensor:
-    ids = [int(eos)] if isinstance(eos, int) or (isinstance(eos, Tensor) and eos.dim() == 0) else [int(e) for e in eos]
+    scalar = isinstance(eos, numbers.Integral) or (isinstance(eos, Tensor) and eos.dim() == 0)
+    ids = [int(eos)] if scalar else [int(e) for e in eos]
     if not ids:
         raise ValueError("need at least one EOS id")
     return torch.tensor(ids, dtype=torch.long, device=device)
@@ -258,7 +260,7 @@ def generate_rollout(
 
     gen_config = GenerationConfig(
         max_new_tokens=max_new_tokens, do_sample=do_sample, temperature=float(temperature) if do_sample else 1.0,
-        top_p=float(top_p) if do_sample else 1.0, top_k=int(top_k or 0) if do_sample else 0,
+        top_p=float(top_p) if do_sample else 1.0, top_k=int(top_k or 0) if do_sample else None,
         min_p=None, typical_p=1.0, repetition_penalty=1.0, no_repeat_ngram_size=0,
         num_beams=1, num_return_sequences=1, pad_token_id=pad_id, eos_token_id=stops,
         bos_token_id=tokenizer.bos_token_id, use_cache=True, return_dict_in_generate=False,

@@ -26,12 +26,12 @@ import json
 import logging
 import netrc
 import os
-import subprocess
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 from urllib.parse import urlparse
 
 from zoo.config import RunConfig, WandbOpts
+from zoo.provenance import git_commit
 
 log = logging.getLogger(__name__)
 
@@ -127,19 +127,10 @@ def truncate_jsonl(path: Path, step: int) -> int:
 def read_run_id(run_dir: Path) -> str | None:
     """The W&B run id a previous Tracker wrote in run_dir, or None."""
     p = Path(run_dir) / RUN_ID_FILE
-    return p.read_text().strip() or None if p.is_file() else None
+    return (p.read_text().strip() or None) if p.is_file() else None
 
 
 # --------------------------------------------------------------------------- run metadata
-
-
-def git_commit(path: Path | str = ".") -> str | None:
-    """The git commit (hex) of the checkout holding `path`, or None outside git / without git."""
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=str(path), capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
 
 
 def wandb_tags(cfg: RunConfig, resolved_slots: Mapping[str, Any] | None = None) -> list[str]:

@@ -27,7 +27,7 @@ from zoo import checkpoint as ckpt
 from zoo import dist, engine
 from zoo.batch import Batch, concat
 from zoo.components.kl import adaptive_beta
-from zoo.config import RunConfig
+from zoo.config import RunConfig, Tracking, WandbOpts
 from zoo.evaluate import evaluate
 from zoo.provenance import peak_memory_mb, provenance
 from zoo.registry import load_plugins
@@ -328,19 +328,6 @@ def restore_checkpoint(st: RunState, state: dict[str, Any]) -> None:
 # --------------------------------------------------------------------------- the loop
 
 
-def _tags(st: RunState) -> list[str]:
-    """One tag per slot value that differs from a plain GRPO-less default (e.g. `clip=clip_higher`)."""
-    tags = [f"variant={st.cfg.variant}"]
-    for slot, val in st.variant.resolved().items():
-        if isinstance(val, list):
-            tags += [f"{slot}={x['name']}" for x in val]
-        elif isinstance(val, dict) and "name" in val:
-            tags.append(f"{slot}={val['name']}")
-        elif isinstance(val, dict) and val.get("placement", "none") != "none":
-            tags.append(f"kl={val['placement']}:{val['estimator']}")
-    return tags[:64]
-
-
 def resolved_config(st: RunState) -> dict[str, Any]:
     cfg = st.cfg.model_dump(mode="json")
     cfg["resolved_variant"] = {
@@ -372,12 +359,11 @@ def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
     rcfg = resolved_config(st)
     if main:
         (out / "config.yaml").write_text(yaml.safe_dump(rcfg, sort_keys=False))
-    tracker = Tracker(out, config=rcfg, wandb_opts=cfg.tracking.wandb_opts() if main else None,
-                      name=cfg.name if cfg.study is None else f"{cfg.arm or cfg.name}",
-                      group=cfg.study, job_type=cfg.variant, tags=_tags(st),
-                      resume_id=state.get("tracker_id") if state else None)
-    if state is not None:
-        tracker.truncate_after(st.step)
+    tracker = Tracker.for_run(cfg if main else cfg.model_copy(update={"tracking": Tracking(wandb=False)}),
+                              config=rcfg, resolved_slots=rcfg["resolved_variant"]["slots"],
+                              resume_id=state.get("tracker_id") if state else None)
+    if main:  # records past the checkpoint (or all of them on a fresh start) belong to a lost run
+        tracker.truncate_after(st.step if state is not None else -1)
     summary: dict[str, Any] = _read_summary(out) if state is not None else {}
     fail_at = int(os.environ.get("ZOO_FAIL_AT_STEP", "0") or 0)
     try:
@@ -392,8 +378,8 @@ def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
                 m = train_step(st)
                 samples = m.pop("_samples", [])
                 tracker.log(m, step=st.step)
-                wb = cfg.tracking.wandb_opts()
-                if samples and wb is not None and (st.step % wb.table_every == 0 or st.step == 1):
+                every = (cfg.tracking.wandb_opts() or WandbOpts()).table_every
+                if samples and (st.step % every == 0 or st.step == 1):
                     tracker.log_samples(st.step, samples[:16])
                 if cfg.eval.every and st.step % cfg.eval.every == 0 and st.step < cfg.budget.steps:
                     tracker.log(evaluate_run(), step=st.step)

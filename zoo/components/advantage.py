@@ -171,7 +171,7 @@ def _group_centred(inp: AdvantageInputs, leave_one_out: bool) -> AdvantageResult
     return AdvantageResult(sanitize(adv[:, None].expand(mask.shape), mask), None)  # [N, T]
 
 
-@register("advantage", "group_mean", level="sequence")
+@register("advantage", "group_mean", level="sequence", needs_groups=True)
 def group_mean(inp: AdvantageInputs) -> AdvantageResult:
     """Group-mean baseline: A_i = s_i - mean_j s_j over the valid members of i's group, with
     s = score + per-row sum of kl_reward; broadcast over i's real tokens.
@@ -185,7 +185,7 @@ def group_mean(inp: AdvantageInputs) -> AdvantageResult:
     return _group_centred(inp, leave_one_out=False)
 
 
-@register("advantage", "rloo", level="sequence")
+@register("advantage", "rloo", level="sequence", needs_groups=True)
 def rloo(inp: AdvantageInputs) -> AdvantageResult:
     """REINFORCE leave-one-out: A_i = s_i - mean of the *other* valid members of i's group
     (= G/(G-1) (s_i - group mean), G = valid members), s = score + per-row sum of kl_reward;

@@ -18,7 +18,7 @@ def _check_metric(params: Mapping[str, Any], context: Mapping[str, Any]) -> None
         raise ValueError(f"metric must be a non-empty metric name, got {params['metric']!r}")
 
 
-@register("filter", "dynamic_sampling", check=_check_metric)
+@register("filter", "dynamic_sampling", check=_check_metric, needs_groups=True)
 def dynamic_sampling(metrics: Mapping[str, Tensor], group_ids: Tensor, *, metric: str = "accuracy") -> Tensor:
     """Keep the groups whose mean `metric` is strictly between 0 and 1 (DAPO: 0 < #correct < G);
     groups that all succeeded or all failed have zero advantage and are dropped.

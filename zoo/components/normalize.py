@@ -48,7 +48,7 @@ def identity(adv: Tensor, mask: Tensor, group_ids: Tensor) -> Tensor:
     return sanitize(adv, mask)
 
 
-@register("normalizer", "group_std", check=check_eps)
+@register("normalizer", "group_std", check=check_eps, needs_groups=True)
 def group_std(adv: Tensor, mask: Tensor, group_ids: Tensor, *, eps: float = 1e-6) -> Tensor:
     """Divide each row by (unbiased std of the per-row sequence advantage within its group + eps).
 

@@ -32,7 +32,7 @@ def identity(objectives: Tensor, group_ids: Tensor) -> Tensor:
     return objectives
 
 
-@register("objective_norm", "group_zscore", check=check_eps)
+@register("objective_norm", "group_zscore", check=check_eps, needs_groups=True)
 def group_zscore(objectives: Tensor, group_ids: Tensor, *, eps: float = 1e-6) -> Tensor:
     """Z-score each objective within its group: (x - mean) / (std + eps), unbiased std.
 

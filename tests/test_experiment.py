@@ -1,0 +1,259 @@
+"""zoo.experiment: study files -> arms; validate, dry run, shard, run/skip/resume, failures recorded."""
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from rich.console import Console
+
+from zoo import experiment as E
+from zoo.config import RunConfig, load_run_config
+from zoo.tracking import Tracker
+from zoo.variant import VariantError
+
+STUDY = """
+name: demo
+budget: {steps: 3, prompts_per_step: 2, max_new_tokens: 32, group_size: 4, updates: {epochs: 1, minibatches: 2}}
+optim: {lr: 2.0e-5}
+tracking: {wandb: false}
+seeds: [0, 1]
+variants: [grpo, dapo]
+ablations:
+  dapo-no-clip-higher: {variant: dapo, set: {clip: ppo}}
+"""
+
+
+def _write(tmp_path: Path, text: str, extra: dict | None = None, name: str = "demo.yaml") -> Path:
+    data = yaml.safe_load(text)
+    data["output_dir"] = str(tmp_path / "runs" / "demo")
+    data.update(extra or {})
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(data, sort_keys=False))
+    return p
+
+
+def _console() -> Console:
+    return Console(file=io.StringIO(), width=250, color_system=None)
+
+
+class FakeTrain:
+    """Writes what the trainer writes (metrics.jsonl via Tracker, summary.json); fails on request."""
+
+    def __init__(self, fail: set[str] = frozenset()):
+        self.fail, self.calls = set(fail), []
+
+    def __call__(self, cfg: RunConfig, resume: bool = True) -> dict:
+        self.calls.append((cfg.name, resume))
+        out = cfg.out_dir()
+        out.mkdir(parents=True, exist_ok=True)
+        tr = Tracker(out, config={}, wandb_opts=cfg.tracking.wandb_opts(), name=cfg.name)
+        for s in range(cfg.budget.steps):
+            tr.log({"reward/total": 0.1 * s + 0.01 * cfg.seed, "count/completions": 8, "time/step": 1.0,
+                    "time/elapsed": float(s + 1)}, step=s)
+        if cfg.name in self.fail:
+            raise RuntimeError(f"boom in {cfg.name}")
+        summ = {"status": "finished", "reward/total": 0.1 * (cfg.budget.steps - 1),
+                "eval/before": {"eval/greedy_acc": 0.2}, "eval/after": {"eval/greedy_acc": 0.3}}
+        (out / "summary.json").write_text(json.dumps(summ))
+        tr.finish()
+        return summ
+
+
+# --------------------------------------------------------------------------- load / expand
+
+
+def test_expand_arms_labels_configs_and_dirs(tmp_path):
+    st = E.load_study(_write(tmp_path, STUDY))
+    arms = E.expand_arms(st)
+    assert [a.label for a in arms] == ["grpo-s0", "grpo-s1", "dapo-s0", "dapo-s1",
+                                       "dapo-no-clip-higher-s0", "dapo-no-clip-higher-s1"]
+    ab = arms[5].config
+    assert (ab.name, ab.variant, ab.set, ab.seed, ab.study, ab.arm) == (
+        "dapo-no-clip-higher-s1", "dapo", {"clip": "ppo"}, 1, "demo", "dapo-no-clip-higher")
+    assert ab.out_dir() == tmp_path / "runs" / "demo" / "dapo-no-clip-higher-s1"
+    assert ab.optim.lr == 2e-5 and ab.budget.group_size == 4 and ab.tracking.wandb is False
+
+
+def test_sweep_grid_routes_slot_keys_to_set_and_others_to_run_config(tmp_path):
+    extra = {"variants": ["dapo"], "ablations": {}, "seeds": [3],
+             "sweep": {"clip.eps_high": [0.28, 0.32], "optim.lr": [1.0e-5, 3.0e-5]}, "set": {"kl.beta": 0.0}}
+    arms = E.expand_arms(E.load_study(_write(tmp_path, STUDY, extra)))
+    assert [a.label for a in arms] == [
+        "dapo-clip.eps_high=0.28-optim.lr=1e-05-s3", "dapo-clip.eps_high=0.28-optim.lr=3e-05-s3",
+        "dapo-clip.eps_high=0.32-optim.lr=1e-05-s3", "dapo-clip.eps_high=0.32-optim.lr=3e-05-s3"]
+    last = arms[-1].config
+    assert last.set == {"kl.beta": 0.0, "clip.eps_high": 0.32} and last.optim.lr == 3e-5
+    assert last.arm == "dapo-clip.eps_high=0.32-optim.lr=3e-05" and arms[-1].group == last.arm
+    assert E.check_arms(arms).ok
+
+
+def test_sweep_over_group_size_goes_to_the_budget(tmp_path):
+    extra = {"variants": ["grpo"], "ablations": {}, "seeds": [0], "sweep": {"group_size": [2, 8], "entropy_coef": [0.01]}}
+    arms = E.expand_arms(E.load_study(_write(tmp_path, STUDY, extra)))
+    assert [a.label for a in arms] == ["grpo-group_size=2-entropy_coef=0.01-s0", "grpo-group_size=8-entropy_coef=0.01-s0"]
+    assert [a.config.budget.group_size for a in arms] == [2, 8]  # the study budget had 4: the sweep wins
+    assert arms[0].config.set == {"entropy_coef": 0.01}
+
+
+def test_study_name_defaults_to_file_stem_and_output_dir_to_runs(tmp_path):
+    p = tmp_path / "my_study.yaml"
+    p.write_text("variants: [grpo]\n")
+    st = E.load_study(p)
+    assert st.name == "my_study" and st.study_dir() == Path("runs/my_study")
+    assert E.expand_arms(st)[0].config.output_dir == str(Path("runs/my_study/grpo-s0"))
+
+
+@pytest.mark.parametrize("extra, needle", [
+    ({"varaints": ["grpo"]}, "key 'varaints' is not allowed (did you mean 'variants'?)"),
+    ({"budget": {"stepz": 3}}, "key 'budget.stepz' is not allowed (did you mean 'steps'?)"),
+    ({"seeds": [0, 0]}, "key 'seeds': need at least one seed and no repeats"),
+    ({"sweep": {"clipp.eps_high": [0.3]}}, "did you mean 'clip'?"),
+    ({"sweep": {"clip.eps_high": []}}, "key 'sweep.clip.eps_high': needs at least one value"),
+    ({"ablations": {"grpo": {"variant": "dapo"}}}, "grpo is also a variant arm"),
+    ({"ablations": {"a b/c": {"variant": "dapo"}}}, "not usable as a folder name"),
+    ({"ablations": {"x": {"variant": "dapo", "sett": {}}}}, "key 'ablations.x.sett' is not allowed"),
+    ({"arm": "x"}, "key 'arm' is set by `zoo ablate`"),
+])
+def test_study_errors_name_file_and_key(tmp_path, extra, needle):
+    p = _write(tmp_path, STUDY, extra)
+    with pytest.raises(VariantError) as e:
+        E.load_study(p)
+    assert str(p) in str(e.value) and needle in str(e.value)
+
+
+def test_study_without_arms_is_an_error(tmp_path):
+    p = tmp_path / "empty.yaml"
+    p.write_text("budget: {steps: 2}\nseeds: [0]\n")
+    with pytest.raises(VariantError, match="no arms"):
+        E.load_study(p)
+
+
+# --------------------------------------------------------------------------- validate
+
+
+def test_check_study_file_reports_every_arm(tmp_path):
+    rep = E.check_study_file(_write(tmp_path, STUDY))
+    assert rep.ok, rep.errors
+    assert any("6 arm(s)" in n for n in rep.notes)
+
+
+def test_check_study_file_unknown_variant_and_bad_override(tmp_path):
+    extra = {"variants": ["grpoo"], "ablations": {"bad": {"variant": "grpo", "set": {"clip.eps_hgh": 0.3}}}}
+    rep = E.check_study_file(_write(tmp_path, STUDY, extra))
+    assert not rep.ok and len(rep.errors) == 2
+    assert "arm grpoo (seeds 0, 1)" in rep.errors[0] and "did you mean 'grpo'" in rep.errors[0]
+    assert rep.errors[1].startswith("arm bad (seeds 0, 1):") and "eps_hgh" in rep.errors[1]
+
+
+def test_check_study_file_uses_the_study_budget(tmp_path):
+    # group_size 1 from the study budget breaks group-based GRPO; updates 1x1 makes the clip a no-op
+    extra = {"variants": ["grpo"], "ablations": {}, "budget": {"group_size": 1, "updates": {"epochs": 1, "minibatches": 1}}}
+    rep = E.check_study_file(_write(tmp_path, STUDY, extra))
+    assert any("group_size 1 < 2" in m for m in rep.errors)
+    assert any("can have no effect" in m for m in rep.warnings)
+
+
+def test_run_file_is_validated_as_one_arm(tmp_path):
+    p = tmp_path / "run.yaml"
+    p.write_text("variant: dapo\nbudget: {updates: {epochs: 1, minibatches: 2}}\n")
+    assert E.check_study_file(p).ok
+
+
+# --------------------------------------------------------------------------- single arm
+
+
+def test_single_arm_config_and_overrides(tmp_path):
+    p = _write(tmp_path, STUDY, {"variants": ["grpo"], "ablations": {}, "seeds": [5]})
+    cfg = E.single_arm_config(p, {"budget.steps": 7, "clip.eps": 0.1, "set.kl": "none"})
+    assert (cfg.name, cfg.seed, cfg.budget.steps, cfg.set) == ("grpo-s5", 5, 7, {"clip.eps": 0.1, "kl": "none"})
+    assert load_run_config(p).name == "grpo-s5"  # `zoo run study.yaml` goes through the same path
+
+
+def test_single_arm_config_lists_arms_when_several(tmp_path):
+    p = _write(tmp_path, STUDY)
+    with pytest.raises(VariantError) as e:
+        E.single_arm_config(p)
+    msg = str(e.value)
+    assert "has 6" in msg and "grpo-s0, grpo-s1, dapo-s0" in msg and "zoo ablate" in msg and "--set" in msg
+    cfg = E.single_arm_config(p, {"variants": ["dapo"], "ablations": {}, "seed": 1})
+    assert cfg.name == "dapo-s1"
+
+
+# --------------------------------------------------------------------------- shard / dry run
+
+
+def test_shards_partition_sorted_labels(tmp_path):
+    arms = E.expand_arms(E.load_study(_write(tmp_path, STUDY)))
+    s0 = [a.label for a in E.select_shard(arms, (0, 2))]
+    s1 = [a.label for a in E.select_shard(arms, (1, 2))]
+    assert s0 == ["dapo-no-clip-higher-s0", "dapo-s0", "grpo-s0"]
+    assert s1 == ["dapo-no-clip-higher-s1", "dapo-s1", "grpo-s1"]
+    assert E.parse_shard("1/3") == (1, 3)
+    for bad in ("2/2", "1", "a/b", "0/0"):
+        with pytest.raises(VariantError, match="--shard"):
+            E.parse_shard(bad)
+
+
+def test_dry_run_prints_runnable_commands_and_trains_nothing(tmp_path):
+    st = E.load_study(_write(tmp_path, STUDY))
+    con, train = _console(), FakeTrain()
+    assert E.run_study(st, dry_run=True, shard=(1, 2), train_fn=train, console=con) == 0
+    out = con.file.getvalue()
+    assert train.calls == []
+    cmds = [line for line in out.splitlines() if line.startswith("zoo run ")]
+    assert len(cmds) == 3 and "dapo-no-clip-higher-s1/config.yaml" in cmds[0]
+    for line, arm in zip(cmds, E.select_shard(E.expand_arms(st), (1, 2))):
+        cfg = load_run_config(line.split(" ", 2)[2])
+        assert cfg == arm.config
+    assert "grpo-s0" not in out.split("arm(s)")[1]  # shard 1 plans only its arms
+
+
+# --------------------------------------------------------------------------- run
+
+
+def test_run_study_records_failure_goes_on_and_resumes(tmp_path):
+    st = E.load_study(_write(tmp_path, STUDY, {"variants": ["grpo", "dapo"], "ablations": {}}))
+    root = tmp_path / "runs" / "demo"
+    train = FakeTrain(fail={"dapo-s1"})
+    assert E.run_study(st, train_fn=train, console=_console()) == 1
+    assert [c[0] for c in train.calls] == ["dapo-s0", "dapo-s1", "grpo-s0", "grpo-s1"]
+    assert all(resume for _, resume in train.calls)
+    failed = json.loads((root / "dapo-s1" / "summary.json").read_text())
+    assert failed["status"] == "failed" and failed["error"] == "RuntimeError: boom in dapo-s1"
+    assert "Traceback" in failed["traceback"] and "boom in dapo-s1" in failed["traceback"]
+    index = json.loads((root / "study.json").read_text())
+    assert {a["label"]: a["status"] for a in index["arms"]} == {
+        "grpo-s0": "finished", "grpo-s1": "finished", "dapo-s0": "finished", "dapo-s1": "failed"}
+    assert index["arms"][0]["config"] == str(root / "grpo-s0" / "config.yaml")
+    assert (root / "grpo-s0" / "config.yaml").exists()
+    report = (root / "report.md").read_text()
+    assert "failed: RuntimeError: boom in dapo-s1" in report
+
+    # re-run: finished arms are skipped, the failed one resumes and now finishes
+    again = FakeTrain()
+    assert E.run_study(st, train_fn=again, console=_console()) == 0
+    assert again.calls == [("dapo-s1", True)]
+    index = json.loads((root / "study.json").read_text())
+    assert all(a["status"] == "finished" for a in index["arms"])
+
+
+def test_run_study_invalid_arm_stops_before_training(tmp_path):
+    st = E.load_study(_write(tmp_path, STUDY, {"variants": ["grpo"], "ablations": {"x": {"variant": "nope"}}}))
+    train = FakeTrain()
+    with pytest.raises(VariantError, match="arm x"):
+        E.run_study(st, train_fn=train, console=_console())
+    assert train.calls == []
+
+
+def test_run_study_train_returning_without_summary_counts_as_finished(tmp_path):
+    st = E.load_study(_write(tmp_path, STUDY, {"variants": ["grpo"], "ablations": {}, "seeds": [0]}))
+
+    def train(cfg, resume=True):
+        cfg.out_dir().mkdir(parents=True, exist_ok=True)
+        return {"status": "finished", "reward/total": 1.0}
+
+    assert E.run_study(st, train_fn=train, console=_console()) == 0
+    assert json.loads((tmp_path / "runs/demo/grpo-s0/summary.json").read_text())["reward/total"] == 1.0

@@ -1,0 +1,264 @@
+"""zoo.trainer end to end on the tiny random Llama: every registered variant trains, resumes give the
+same run as no interruption, a raising reward does not stop a run."""
+import json
+import math
+import textwrap
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import tiny_run_config
+from zoo import engine
+from zoo.tracking import read_jsonl
+from zoo.trainer import train
+from zoo.variant import available_variants, load_variant
+
+LOSS_KEYS = ("loss/policy", "loss/kl", "loss/value")
+# keys whose values depend on the wall clock or the process, not on the computation
+VOLATILE = ("time/", "perf/")
+
+
+@pytest.fixture(autouse=True)
+def _no_crash_env(monkeypatch):
+    monkeypatch.delenv("ZOO_FAIL_AT_STEP", raising=False)
+
+
+def initial_weights(model_dir) -> dict[str, torch.Tensor]:
+    return load_file(str(next(model_dir.glob("*.safetensors"))))
+
+
+def saved_state(out_dir) -> dict:
+    return torch.load(out_dir / "checkpoint" / "state.pt", map_location="cpu", weights_only=False)
+
+
+def max_change(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> float:
+    shared = [k for k in before if k in after]
+    assert shared, "no common parameter names between the saved policy and the initial weights"
+    return max(float((after[k].float() - before[k].float()).abs().max()) for k in shared)
+
+
+def needs_values(variant: str) -> bool:
+    return bool(engine.Slots.of(load_variant(variant)).advantage.meta.get("needs_values"))
+
+
+def small_updates(variant: str, completions: int = 8) -> dict:
+    """budget.updates when the variant's minibatches exceed the completions of one step (dapo, gspo)."""
+    v = load_variant(variant)
+    if v.updates.minibatches > completions:
+        return {"updates": {"epochs": 1, "minibatches": 2}}
+    return {}
+
+
+# ---------------------------------------------------------------- every variant, 2 steps
+def test_critic_only_where_the_advantage_needs_values():
+    assert needs_values("ppo")
+    assert not needs_values("grpo")
+
+
+@pytest.mark.parametrize("variant", available_variants())
+def test_every_variant_trains_two_steps(variant, tiny_model_dir, tmp_path):
+    over = {"budget": small_updates(variant)}
+    if variant == "dapo":
+        # a random model gets accuracy 0 everywhere, so dynamic sampling drops every group, and it
+        # rarely stops within 8 tokens, so overlong filtering masks nearly every row (both tested
+        # below); without them the rest of DAPO (clip-higher, soft overlong punishment) must train
+        over["set"] = {"filter": [], "length": [{"name": "overlong_soft", "cache_frac": 0.2}]}
+    cfg = tiny_run_config(tiny_model_dir, tmp_path / variant, variant=variant, **over)
+    summary = train(cfg, progress=False)
+    out = tmp_path / variant
+
+    assert summary["status"] == "finished" and summary["steps"] == 2
+    for f in ("config.yaml", "summary.json", "metrics.jsonl", "checkpoint/state.pt"):
+        assert (out / f).exists(), f
+    recs = read_jsonl(out / "metrics.jsonl")
+    steps = [r for r in recs if "loss/policy" in r or "reward/total" in r]
+    assert [r["step"] for r in steps] == [1, 2]
+    for r in steps:
+        for k in LOSS_KEYS:
+            if k in r:
+                assert math.isfinite(r[k]), (k, r[k])
+        assert "loss/policy" in r, "every step of this run should have taken an optimizer step"
+        assert math.isfinite(r["reward/total"])
+        assert r["optim/steps"] >= 1
+    assert ("loss/value" in steps[0]) == needs_values(variant)
+
+    state = saved_state(out)
+    assert state["step"] == 2
+    assert max_change(initial_weights(tiny_model_dir), state["policy"]) > 1e-6, "policy did not change"
+    assert (state["critic"] is not None) == needs_values(variant)
+    params = summary["config"]["provenance"]["parameters"]
+    assert (params["critic"] is not None) == needs_values(variant)
+    json.loads((out / "summary.json").read_text())  # valid JSON
+
+
+def test_dapo_dynamic_sampling_drops_every_group_of_a_random_model(tiny_model_dir, tmp_path):
+    cfg = tiny_run_config(tiny_model_dir, tmp_path, variant="dapo", budget={**small_updates("dapo"),
+                          "max_resample_rounds": 1})
+    summary = train(cfg, progress=False)
+    recs = read_jsonl(tmp_path / "metrics.jsonl")
+    steps = [r for r in recs if "groups/kept_frac" in r]
+    assert len(steps) == 2
+    for r in steps:
+        assert r["groups/kept_frac"] == 0.0
+        assert r["groups/rounds"] == 2.0  # it did resample before giving up
+        assert r["train/skipped"] == 1.0
+        assert "loss/policy" not in r  # no optimizer step
+    assert summary["status"] == "finished"
+    assert max_change(initial_weights(tiny_model_dir), saved_state(tmp_path)["policy"]) == 0.0
+
+
+def test_dapo_overlong_filter_masks_exactly_the_truncated_rows(tiny_model_dir, tmp_path):
+    cfg = tiny_run_config(tiny_model_dir, tmp_path, variant="dapo", budget={**small_updates("dapo"), "steps": 1},
+                          set={"filter": []})
+    train(cfg, progress=False)
+    (r,) = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "groups/kept_frac" in r]
+    assert r["groups/kept_frac"] == 1.0
+    assert r["completion/truncated_frac"] > 0
+    assert r["loss/masked_rows_frac"] == pytest.approx(r["completion/truncated_frac"])
+    assert r["reward/overlong_soft"] < 0  # truncated completions are punished too (DAPO eq. 13)
+
+
+# ---------------------------------------------------------------- resume equivalence
+def _step_records(out_dir) -> list[dict]:
+    return [r for r in read_jsonl(out_dir / "metrics.jsonl") if "reward/total" in r]
+
+
+def assert_same_metrics(a: list[dict], b: list[dict]) -> None:
+    assert [r["step"] for r in a] == [r["step"] for r in b]
+    for ra, rb in zip(a, b):
+        keys = {k for k in ra if not k.startswith(VOLATILE)}
+        assert keys == {k for k in rb if not k.startswith(VOLATILE)}, ra["step"]
+        for k in sorted(keys):
+            if isinstance(ra[k], (int, float)):
+                assert ra[k] == pytest.approx(rb[k], rel=1e-4, abs=1e-5, nan_ok=True), (ra["step"], k)
+    for k in ("reward/total", "loss/policy"):
+        assert all(k in r for r in a), k
+
+
+RESUME_CASES = {
+    "grpo-minibatches": dict(variant="grpo", budget={"steps": 4, "updates": {"epochs": 1, "minibatches": 2}}),
+    "ppo-critic": dict(variant="ppo", budget={"steps": 4, "group_size": 2}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RESUME_CASES))
+def test_resume_after_a_crash_matches_an_uninterrupted_run(case, tiny_model_dir, tmp_path, monkeypatch):
+    kw = RESUME_CASES[case]
+    full = tiny_run_config(tiny_model_dir, tmp_path / "full", **kw)
+    train(full, progress=False)
+
+    cut = tiny_run_config(tiny_model_dir, tmp_path / "cut", **kw)
+    monkeypatch.setenv("ZOO_FAIL_AT_STEP", "2")
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train(cut, progress=False)
+    assert json.loads((tmp_path / "cut" / "summary.json").read_text())["status"] == "failed"
+    assert saved_state(tmp_path / "cut")["step"] == 2
+    monkeypatch.delenv("ZOO_FAIL_AT_STEP")
+    summary = train(cut, resume=True, progress=False)
+    assert summary["status"] == "finished" and summary["steps"] == 4
+
+    assert_same_metrics(_step_records(tmp_path / "full"), _step_records(tmp_path / "cut"))
+    a, b = saved_state(tmp_path / "full"), saved_state(tmp_path / "cut")
+    assert a["step"] == b["step"] == 4
+    for k in a["policy"]:
+        torch.testing.assert_close(a["policy"][k], b["policy"][k], atol=1e-6, rtol=1e-5, msg=k)
+    if a["critic"] is not None:
+        for k in a["critic"]:
+            torch.testing.assert_close(a["critic"][k], b["critic"][k], atol=1e-6, rtol=1e-5, msg=k)
+    # the evaluation after training sees the same policy
+    sa = json.loads((tmp_path / "full" / "summary.json").read_text())
+    assert sa.get("eval/after") == pytest.approx(summary.get("eval/after"))
+    assert summary.get("eval/before") == pytest.approx(sa.get("eval/before"))
+
+
+def test_crash_between_checkpoints_loses_only_the_steps_since(tiny_model_dir, tmp_path, monkeypatch):
+    kw = dict(variant="grpo", budget={"steps": 4}, checkpoint={"every": 2})
+    full = tiny_run_config(tiny_model_dir, tmp_path / "full", **kw)
+    train(full, progress=False)
+
+    cut = tiny_run_config(tiny_model_dir, tmp_path / "cut", **kw)
+    monkeypatch.setenv("ZOO_FAIL_AT_STEP", "3")
+    with pytest.raises(RuntimeError):
+        train(cut, progress=False)
+    assert [r["step"] for r in _step_records(tmp_path / "cut")] == [1, 2, 3]
+    assert saved_state(tmp_path / "cut")["step"] == 2  # step 3 was never checkpointed
+    monkeypatch.delenv("ZOO_FAIL_AT_STEP")
+
+    seen = []
+
+    def on_step(step, m):  # metrics.jsonl as the resumed run sees it after each step
+        seen.append((step, [r["step"] for r in _step_records(tmp_path / "cut")]))
+
+    train(cut, resume=True, progress=False, on_step=on_step)
+    assert seen == [(3, [1, 2, 3]), (4, [1, 2, 3, 4])]  # the crashed step 3 was dropped, then redone
+    assert_same_metrics(_step_records(tmp_path / "full"), _step_records(tmp_path / "cut"))
+    a, b = saved_state(tmp_path / "full")["policy"], saved_state(tmp_path / "cut")["policy"]
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], atol=1e-6, rtol=1e-5, msg=k)
+
+
+def test_fresh_run_ignores_an_existing_checkpoint(tiny_model_dir, tmp_path):
+    cfg = tiny_run_config(tiny_model_dir, tmp_path, budget={"steps": 1})
+    train(cfg, progress=False)
+    train(cfg, resume=False, progress=False)
+    recs = read_jsonl(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in recs if "reward/total" in r] == [1]  # the old run's records are gone
+    assert len([r for r in recs if r.get("eval/phase") == 0.0]) == 1
+
+
+# ---------------------------------------------------------------- off-policy ratios in a real run
+def test_second_minibatch_sees_ratios_off_one_in_a_run(tiny_model_dir, tmp_path):
+    cfg = tiny_run_config(tiny_model_dir, tmp_path, budget={"steps": 1, "updates": {"epochs": 1, "minibatches": 2}},
+                          optim={"lr": 0.05})
+    train(cfg, progress=False)
+    (r,) = _step_records(tmp_path)
+    assert r["optim/steps"] == 2.0
+    assert r["ratio/approx_kl"] > 0
+    assert abs(r["ratio/max"] - 1.0) > 1e-4
+    # (clip fractions > 0 on a crafted case: tests/test_engine.py::test_c4_clip_fractions_on_a_crafted_case)
+
+
+# ---------------------------------------------------------------- a reward function that raises
+@pytest.fixture
+def flaky_reward_module(tmp_path, monkeypatch):
+    (tmp_path / "flaky_rewards.py").write_text(textwrap.dedent("""
+        def flaky(completions, rows):
+            if len(completions) > 1:
+                raise RuntimeError("batch call refused")
+            # row by row: every other completion (by length parity) raises, the rest score
+            if len(completions[0]) % 2 == 0:
+                raise ValueError("cannot score this one")
+            return [1.0]
+
+        def broken(completions, rows):
+            raise RuntimeError("always")
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "flaky_rewards"
+
+
+@pytest.mark.parametrize("fn", ["flaky", "broken"])
+def test_a_raising_reward_does_not_stop_the_run(fn, flaky_reward_module, tiny_model_dir, tmp_path):
+    cfg = tiny_run_config(tiny_model_dir, tmp_path / "run", variant="grpo",
+                          rewards=[f"{flaky_reward_module}:{fn}", {"name": "length", "weight": 0.5, "scale": 10.0}])
+    summary = train(cfg, progress=False)
+    assert summary["status"] == "finished"
+    recs = _step_records(tmp_path / "run")
+    assert len(recs) == 2
+    failed = sum(r["reward/failed"] for r in recs)
+    n = 2 * 2 * 4  # steps x prompts x group size
+    if fn == "broken":
+        assert failed == n
+        assert all(math.isnan(r["reward/broken"]) for r in recs)  # nothing to average: NaN, not 0
+    else:
+        assert 0 < failed < n
+        assert all(r["reward/flaky"] == 1.0 for r in recs)  # the mean over the rows that scored
+        assert all(math.isfinite(r["reward/total"]) for r in recs)
+    for r in recs:
+        for k in LOSS_KEYS + ("adv/mean", "adv/std", "entropy", "optim/grad_norm", "reward/length"):
+            if k in r:
+                assert math.isfinite(r[k]), (fn, k, r[k])
+    state = saved_state(tmp_path / "run")
+    for k, v in state["policy"].items():
+        assert torch.isfinite(v).all(), k
