@@ -169,3 +169,15 @@ def test_prompt_stream_is_seeded_covers_epochs_and_resumes():
     assert [r["i"] for r in resumed.take(12)] == expected
     with pytest.raises(ValueError, match="rows"):
         PromptStream(rows[:5], seed=3).load_state_dict(state)
+
+
+def test_fewshot_answer_template_shows_worked_steps_from_metadata():
+    spec = {"name": "reasoning_gym", "dataset": "basic_arithmetic", "size": 4, "eval_size": 2, "fewshot": 1,
+            "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1, "operators": ["+"],
+                       "allow_negation": False, "allow_parentheses": False},
+            "fewshot_answer": "{expression} = {answer}. The answer is \\boxed{{answer}}."}
+    task = load_task(spec)
+    ex = task.fewshot[0]
+    a, b = (int(x) for x in ex["expression"].split("+"))
+    worked = task.train[0]["prompt"][1]["content"]
+    assert worked == f"{ex['expression']} = {a + b}. The answer is \\boxed{{{a + b}}}."

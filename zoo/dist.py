@@ -6,8 +6,25 @@ step equal a 1-rank step over the same rows (case C2 across ranks).
 """
 from __future__ import annotations
 
+import os
+from typing import Any
+
 import torch
 import torch.distributed as td
+
+
+def init_from_env() -> bool:
+    """Join the process group a launcher describes in the environment (`torchrun`, or `accelerate
+    launch --multi_gpu`, both set WORLD_SIZE/RANK/MASTER_ADDR): nccl with CUDA, gloo on CPU. A no-op
+    for a single process or when already initialised. Returns whether this process is one of several."""
+    if not td.is_available() or td.is_initialized() or int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1:
+        return is_distributed()
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0") or 0))
+        td.init_process_group("nccl")
+    else:
+        td.init_process_group("gloo")
+    return is_distributed()
 
 
 def is_distributed() -> bool:
@@ -52,10 +69,48 @@ def sum_gradients(params: list[torch.nn.Parameter]) -> None:
         offset += n
 
 
+def broadcast_parameters(module: torch.nn.Module, src: int = 0) -> None:
+    """Give every rank rank `src`'s trainable parameters, as DDP does at construction (randomly
+    initialised parts such as LoRA adapters or a value head would otherwise differ by rank)."""
+    if not is_distributed():
+        return
+    params = [p for p in module.parameters() if p.requires_grad]
+    if not params:
+        return
+    flat = torch.cat([p.detach().reshape(-1).to(_comm_device()) for p in params])
+    td.broadcast(flat, src)
+    offset = 0
+    with torch.no_grad():
+        for p in params:
+            n = p.numel()
+            p.copy_(flat[offset : offset + n].view_as(p))
+            offset += n
+
+
+def per_rank(value: float) -> list[float]:
+    """Every rank's `value`, in rank order (on every rank)."""
+    if not is_distributed():
+        return [float(value)]
+    v = torch.zeros(world_size(), dtype=torch.float64)
+    v[rank()] = float(value)
+    return all_reduce_sum(v).tolist()
+
+
+def all_gather_object(obj: Any) -> list[Any]:
+    """Every rank's picklable `obj`, in rank order (on every rank)."""
+    if not is_distributed():
+        return [obj]
+    out: list[Any] = [None] * world_size()
+    td.all_gather_object(out, obj)
+    return out
+
+
 def all_reduce_mean_dict(metrics: dict[str, float]) -> dict[str, float]:
-    """Mean of each scalar metric over ranks (same keys on every rank)."""
+    """Mean of each scalar metric over the ranks that logged it (a rank whose step had nothing to
+    train on logs fewer keys)."""
     if not is_distributed():
         return metrics
-    keys = sorted(metrics)
-    t = all_reduce_sum(torch.tensor([float(metrics[k]) for k in keys], dtype=torch.float64))
-    return {k: float(v) / world_size() for k, v in zip(keys, t.tolist())}
+    keys = sorted(set().union(*all_gather_object(sorted(metrics))))
+    t = torch.tensor([[float(metrics.get(k, 0.0)), float(k in metrics)] for k in keys], dtype=torch.float64)
+    t = all_reduce_sum(t)
+    return {k: float(t[i, 0]) / float(t[i, 1]) for i, k in enumerate(keys)}

@@ -309,6 +309,9 @@ def update(
                     vl = slots.critic(vals, mb.values, mb.returns, mb.mask, counts)
                     vl.backward()
                     v_loss += float(vl.detach())
+            # each rank summed its share of the step's losses: the step's value is the sum over ranks
+            pol_loss, kl_loss, v_loss = dist.all_reduce_sum(torch.tensor([pol_loss, kl_loss, v_loss],
+                                                                         dtype=torch.float64)).tolist()
             gn = _optimizer_step(models.policy, optimizer, s.max_grad_norm)
             if scheduler is not None:
                 scheduler.step()

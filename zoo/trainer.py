@@ -117,6 +117,7 @@ def setup(cfg: RunConfig, device: torch.device | None = None) -> RunState:
     v, warnings = validate_run(cfg)
     for w in warnings:
         log.warning(w)
+    dist.init_from_env()  # under torchrun / accelerate launch: join the process group
     slots = engine.Slots.of(v, {"max_new_tokens": cfg.budget.max_new_tokens})
     _seed_everything(cfg.seed + dist.rank())
     task = load_task(cfg.task)
@@ -129,10 +130,12 @@ def setup(cfg: RunConfig, device: torch.device | None = None) -> RunState:
     lora = cfg.model_opts.lora.model_dump() if cfg.model_opts.lora else None
     policy, tok = zm.load_policy(src, dtype=cfg.model_opts.dtype, lora=lora,
                                  gradient_checkpointing=cfg.model_opts.gradient_checkpointing, device=device)
+    dist.broadcast_parameters(policy)  # ranks are seeded apart: LoRA's random init must still agree
     reference = zm.make_reference(policy) if slots.kl.placement != "none" else None
     critic = None
     if slots.advantage.meta.get("needs_values"):
         critic = zm.make_critic(policy, lora).to(device)
+        dist.broadcast_parameters(critic)
     models = engine.Models(policy=policy, tokenizer=tok, critic=critic,
                            reference=(lambda: zm.reference_forward(reference)) if reference is not None else None)
     s = engine.StepSettings(
@@ -175,8 +178,19 @@ def collect_batch(st: RunState) -> tuple[Batch, dict[str, float]]:
     n_kept = n_groups = 0
     first_metrics: dict[str, float] = {}
     t_gen = t_score = 0.0
+    local_done = [0.0, 0.0]  # completions, tokens generated on this rank
+    rounds = 0
     for rnd in range(cfg.budget.max_resample_rounds + 1):
-        rows = st.stream.take(p_local if rnd == 0 else p_local - n_kept)
+        # every rank takes the same rows from the stream (it stays in lockstep, so one saved position
+        # serves all ranks) and keeps its own disjoint slice; the ranks decide together when to stop
+        needs = [int(n) for n in dist.per_rank(p_local - n_kept)]
+        if rnd > 0 and (not st.slots.filter or sum(needs) == 0):
+            break
+        rounds += 1
+        start = sum(needs[: dist.rank()])
+        rows = st.stream.take(sum(needs))[start : start + needs[dist.rank()]]
+        if not rows:
+            continue
         t0 = time.perf_counter()
         ro = generate_rollout(st.models.policy, st.models.tokenizer, [r["prompt"] for r in rows], group_size=G,
                               max_new_tokens=s.max_new_tokens, temperature=s.temperature,
@@ -201,20 +215,21 @@ def collect_batch(st: RunState) -> tuple[Batch, dict[str, float]]:
                 {"prompt": r.get("question", ""), "completion": t, **{n: float(objectives[i, k]) for k, n in enumerate(st.reward_names)}}
                 for i, (t, r) in enumerate(zip(b.texts, b.rows))
             ]
-        st.totals["completions"] += b.size * dist.world_size()
-        st.totals["tokens"] += float(b.lengths.sum()) * dist.world_size()
+        local_done[0] += b.size
+        local_done[1] += float(b.lengths.sum())
         n_groups += int(len(torch.unique(b.group_ids)))
         if bool(keep.any()):
             kb = b.select(keep.nonzero().squeeze(1))
             kept.append(kb)
             n_kept += int(len(torch.unique(kb.group_ids)))
-        if not st.slots.filter or n_kept >= p_local:
-            break
+    done = dist.all_reduce_sum(torch.tensor(local_done, dtype=torch.float64))
+    st.totals["completions"] += float(done[0])
+    st.totals["tokens"] += float(done[1])
     batch = concat(kept, int(st.models.tokenizer.pad_token_id)) if kept else b.select([])
     first_metrics.update({
         "groups/kept_frac": n_kept / max(n_groups, 1),
         "groups/dropped": float(n_groups - n_kept),
-        "groups/rounds": float(rnd + 1),
+        "groups/rounds": float(rounds),
         "time/generate": t_gen,
         "time/score": t_score,
     })

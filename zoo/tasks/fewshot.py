@@ -12,7 +12,8 @@ from typing import Any, Mapping, Sequence
 from zoo.tasks.base import TaskError
 
 DEFAULT_INSTRUCTION = "Put your final answer within \\boxed{}."
-# `{answer}` is replaced by the gold answer (plain str.replace, so other braces stay as written).
+# `{answer}` is replaced by the gold answer, and `{key}` by any other field of the example (for
+# reasoning_gym: its metadata, e.g. `{expression}`); plain str.replace, so other braces stay as written.
 DEFAULT_FEWSHOT_ANSWER = "The answer is \\boxed{{answer}}."
 
 
@@ -21,10 +22,19 @@ def user_content(question: str, instruction: str | None) -> str:
     return f"{question}\n{instruction}" if instruction else str(question)
 
 
-def assistant_content(answer: str, template: str = DEFAULT_FEWSHOT_ANSWER) -> str:
-    """A worked answer turn: `answer` verbatim if it already contains `\\boxed`, else the template."""
-    answer = str(answer)
-    return answer if "\\boxed" in answer else template.replace("{answer}", answer)
+def assistant_content(example: Mapping[str, Any] | str, template: str = DEFAULT_FEWSHOT_ANSWER) -> str:
+    """A worked answer turn: the answer verbatim if it already contains `\\boxed`, else the template
+    with `{answer}` and every other `{key}` of the example filled in, e.g.
+    "{expression} = {answer}. The answer is \\boxed{{answer}}." -> "3 + 4 = 7. The answer is \\boxed{7}."."""
+    ex = {"answer": example} if isinstance(example, str) else example
+    answer = str(ex["answer"])
+    if "\\boxed" in answer:
+        return answer
+    out = template
+    for k, v in ex.items():
+        if k != "question" and isinstance(v, (str, int, float)):
+            out = out.replace("{" + str(k) + "}", str(v))
+    return out
 
 
 def build_prompt(
@@ -41,7 +51,7 @@ def build_prompt(
         msgs.append({"role": "system", "content": str(system)})
     for ex in fewshot:
         msgs.append({"role": "user", "content": user_content(ex["question"], instruction)})
-        msgs.append({"role": "assistant", "content": assistant_content(ex["answer"], fewshot_answer)})
+        msgs.append({"role": "assistant", "content": assistant_content(ex, fewshot_answer)})
     msgs.append({"role": "user", "content": user_content(question, instruction)})
     return msgs
 

@@ -156,7 +156,7 @@ def load(spec: Mapping[str, Any]) -> Task:
     fewshot = given_fewshot(s["fewshot"])
     if isinstance(s["fewshot"], int) and s["fewshot"] > 0:
         drawn = take(derive_seed(seed, "fewshot"), s["fewshot"], set(), True, "few-shot examples")
-        fewshot = [{"question": r["question"], "answer": r["answer"]} for r in drawn]
+        fewshot = [_example(r) for r in drawn]
     shot_keys = keys_of(fewshot)
     eval_rows = take(eval_seed, s["eval_size"], shot_keys, True, "eval rows")
     train_rows = take(derive_seed(seed, "train"), s["size"], shot_keys | keys_of(eval_rows), False, "train rows")
@@ -167,3 +167,11 @@ def load(spec: Mapping[str, Any]) -> Task:
         spec=s,
         fewshot=fewshot,
     )
+
+
+def _example(row: Mapping[str, Any]) -> dict[str, str]:
+    """A few-shot example: question, answer and the entry's scalar metadata (e.g. `expression`),
+    which a `fewshot_answer` template may show as worked steps."""
+    meta = (row.get("rg_entry") or {}).get("metadata") or {}
+    extra = {k: str(v) for k, v in meta.items() if isinstance(v, (str, int, float)) and k not in ("question", "answer")}
+    return {**extra, "question": str(row["question"]), "answer": str(row["answer"])}

@@ -1,0 +1,124 @@
+"""Worker for tests/test_distributed.py, started as two real gloo processes by
+
+    torchrun --standalone --nproc_per_node 2 tests/dist_worker.py OUT_DIR
+
+Each rank runs `engine.update` on its own, deliberately unequal share of one fixed batch and saves
+what it ends with under OUT_DIR; the test compares that with one process updating on the whole
+batch. `build_case` is shared by both sides so they start from the same model and rows.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+PROMPTS = ["1+1", "What is 12 + 30?", "hi", "a much longer prompt than the others", "7 * 6 ="]
+LENGTHS = [1, 6, 3, 2, 5]  # real completion tokens per row
+SHARES = [[0], [1, 2, 3, 4]]  # rank 0: 1 row / 1 token, rank 1: 4 rows / 16 tokens
+AGGREGATES = ["token_mean", "seq_mean_token_mean"]
+
+
+def build_case(aggregate: str):
+    """(model, tokenizer, batch, slots, settings) - identical in every process."""
+    from zoo import engine
+    from zoo.batch import Batch
+    from zoo.rollout import encode_prompts
+    from zoo.testing import tiny_model_and_tokenizer
+    from zoo.variant import load_variant
+
+    model, tok = tiny_model_and_tokenizer(seed=7)
+    g = torch.Generator().manual_seed(11)
+    ids, pmask = encode_prompts(tok, PROMPTS)
+    N, T = len(LENGTHS), max(LENGTHS)
+    comp = torch.randint(5, len(tok), (N, T), generator=g)
+    mask = torch.arange(T)[None, :] < torch.tensor(LENGTHS)[:, None]
+    comp = torch.where(mask, comp, torch.full_like(comp, tok.pad_token_id))
+    adv = torch.where(mask, torch.randn(N, generator=g)[:, None].expand(N, T), torch.zeros(N, T))
+    batch = Batch(prompt_ids=ids, prompt_mask=pmask.bool(), completion_ids=comp, mask=mask,
+                  group_ids=torch.arange(N), truncated=torch.zeros(N, dtype=torch.bool),
+                  lengths=torch.tensor(LENGTHS), advantages=adv)
+    slots = engine.Slots.of(load_variant("grpo", {"aggregate": aggregate, "kl": "none"}))
+    s = engine.StepSettings(temperature=1.0, micro_batch=2, max_new_tokens=T, epochs=1, minibatches=1,
+                            entropy_coef=0.0, autocast="none", max_grad_norm=None)
+    return model, tok, batch, slots, s
+
+
+def run_update(model, tok, batch, slots, s) -> dict[str, float]:
+    from zoo import engine
+
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    return engine.update(batch, engine.Models(policy=model, tokenizer=tok, reference=None), slots, s, opt, None, beta=0.0)
+
+
+def main(out: Path, model_dir: Path | None = None) -> None:
+    import torch.distributed as td
+
+    from zoo import dist, engine
+
+    torch.set_num_threads(1)
+    td.init_process_group("gloo")
+    rank = td.get_rank()
+    report: dict = {"rank": rank, "world_size": dist.world_size(), "is_distributed": dist.is_distributed()}
+
+    x = torch.tensor([rank + 1.0, 10.0])
+    report["all_reduce_sum"] = dist.all_reduce_sum(x).tolist()
+    report["input_unchanged"] = x.tolist() == [rank + 1.0, 10.0]
+    report["mean_dict"] = dist.all_reduce_mean_dict({"a": float(rank), "b": 4.0})
+
+    for agg in AGGREGATES:
+        model, tok, batch, slots, s = build_case(agg)
+        mine = batch.select(SHARES[rank])
+        c = engine.step_counts(mine.mask, s.max_new_tokens)
+        report[f"counts/{agg}"] = [c.tokens, c.sequences, float(mine.mask.sum())]
+        report[f"metrics/{agg}"] = run_update(model, tok, mine, slots, s)
+        torch.save({k: v.detach() for k, v in model.named_parameters()}, out / f"params_{agg}_rank{rank}.pt")
+
+    if model_dir is not None:
+        report["train"] = run_train(out, model_dir, rank)
+    (out / f"report_rank{rank}.json").write_text(json.dumps(report))
+    td.barrier()
+    td.destroy_process_group()
+
+
+def run_train(out: Path, model_dir: Path, rank: int) -> dict:
+    """`zoo.trainer.train` under data parallelism: 2 GRPO steps with LoRA on the tiny model."""
+    from conftest import tiny_run_config
+    from zoo import trainer
+
+    seen: list[str] = []
+    real = trainer.generate_rollout
+
+    def spy(model, tok, prompts, **kw):
+        seen.extend(str(p) for p in prompts)
+        return real(model, tok, prompts, **kw)
+
+    states = []
+    real_setup = trainer.setup
+
+    def keep_setup(*a, **kw):
+        states.append(real_setup(*a, **kw))
+        return states[-1]
+
+    trainer.generate_rollout, trainer.setup = spy, keep_setup
+    cfg = tiny_run_config(model_dir, out / "run", variant="grpo", budget={"prompts_per_step": 2},
+                          model_opts={"lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}},
+                          eval={"enabled": False})
+    summary = trainer.train(cfg, progress=False)
+    trainer.generate_rollout, trainer.setup = real, real_setup
+    policy = states[-1].models.policy
+    torch.save({k: v.detach().clone() for k, v in policy.named_parameters() if v.requires_grad},
+               out / f"train_params_rank{rank}.pt")
+    return {"summary": {k: summary.get(k) for k in ("status", "steps", "loss/policy", "reward/total")},
+            "prompts": seen}
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    main(Path(sys.argv[1]), Path(sys.argv[2]) if len(sys.argv) > 2 else None)
