@@ -215,7 +215,7 @@ def validate(
 
 def main() -> None:
     """Console-script entry point."""
-    from zoo import cli_run  # noqa: F401  (registers run/ablate/report/export/bench)
+    from zoo import cli_bench, cli_run  # noqa: F401  (register run/ablate/report/export and bench)
 
     app()
 

@@ -22,7 +22,7 @@ from zoo.components import AdvantageInputs, StepCounts
 from zoo.components.kl import kl_reward as kl_reward_fn
 from zoo.components.kl import masked_kl
 from zoo.components.objective import combine_objectives
-from zoo.components.stats import group_stats, masked_mean, masked_sum, sanitize
+from zoo.components.stats import group_constant, masked_mean, masked_sum, sanitize
 from zoo.rollout import position_ids_from_mask, token_logprobs
 from zoo.variant import KLSpec, Variant, build_components
 
@@ -116,8 +116,8 @@ def score(
         metrics[f"reward/{n}"] = _nanmean(obj[:, k])
     metrics["reward/total"] = float(sum(weights[k] * metrics[f"reward/{n}"] for k, n in enumerate(names)))
     metrics["reward/failed"] = float(torch.isnan(obj).any(1).sum())
-    _, std, _ = group_stats(combine_objectives(obj, w), batch.group_ids)
-    metrics["groups/zero_var_frac"] = _group_frac(std == 0, batch.group_ids)
+    constant = group_constant(combine_objectives(obj, w), batch.group_ids)  # [N]
+    metrics["groups/zero_var_frac"] = _group_frac(constant, batch.group_ids)
     metrics["loss/masked_rows_frac"] = float((~mask.any(1) & batch.mask.any(1)).float().mean())
     return replace(batch, objectives=obj, scores=scores, mask=mask), metrics
 
@@ -156,7 +156,7 @@ def _forward_logp(model: torch.nn.Module, mb: Batch, s: StepSettings, with_entro
     with autocast(s.autocast, mb.prompt_ids.device):
         return token_logprobs(
             model, mb.input_ids(), mb.attention_mask(), mb.completion_ids.shape[1],
-            temperature=s.temperature, with_entropy=with_entropy,
+            temperature=s.temperature, with_entropy=with_entropy, entropy_grad=bool(s.entropy_coef),
         )
 
 
@@ -303,7 +303,7 @@ def update(
                 tok_stats[3] += float(masked_sum(res.ratio, m))
                 tok_stats[4] += float(masked_sum(0.5 * lr_**2, m))  # approx KL(old || new), k2
                 tok_stats[5] += float(masked_sum(ent.detach().float(), m))
-                tok_stats[7] = max(float(tok_stats[7]), float(sanitize(res.ratio, m, 1.0).max()))
+                tok_stats[7] = max(float(tok_stats[7]), float(sanitize(res.ratio, m, float("-inf")).max()) if m.any() else 0.0)
                 if models.critic is not None and slots.critic is not None and mb.returns is not None:
                     vals = critic_values(models.critic, mb, s)
                     vl = slots.critic(vals, mb.values, mb.returns, mb.mask, counts)
@@ -354,7 +354,8 @@ def per_row_metrics(objectives: Tensor, names: list[str], scores: Tensor) -> dic
     """[N] tensors a sampling filter may name: `accuracy` (correctness == 1), each objective, `reward`."""
     out = {n: objectives[:, k] for k, n in enumerate(names)}
     if "correctness" in out:
-        out["accuracy"] = (out["correctness"] == 1.0).float()
+        c = out["correctness"]  # NaN (could not be scored) stays NaN: left out, not counted wrong
+        out["accuracy"] = torch.where(torch.isnan(c), c, (c == 1.0).float())
     out["reward"] = scores
     return out
 

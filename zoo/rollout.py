@@ -300,16 +300,19 @@ def _accepts_logits_to_keep(model: nn.Module) -> bool:
         return False
 
 
-def _chosen_logprobs(logits: Tensor, tokens: Tensor, temperature: float, with_entropy: bool):
-    """logits [n, T, V] (any dtype), tokens [n, T] -> (logp [n, T] fp32, entropy [n, T] fp32 or None)."""
+def _chosen_logprobs(logits: Tensor, tokens: Tensor, temperature: float, with_entropy: bool, entropy_grad: bool = False):
+    """logits [n, T, V] (any dtype), tokens [n, T] -> (logp [n, T] fp32, entropy [n, T] fp32 or None).
+    The entropy carries a gradient only with `entropy_grad` (an entropy bonus); otherwise its
+    full-vocabulary softmax is not kept for backward."""
     with torch.autocast(device_type=logits.device.type, enabled=False):
         z = logits.float() / temperature  # [n, T, V] fp32
         lse = torch.logsumexp(z, dim=-1)  # [n, T]
         logp = z.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - lse  # [n, T]
         entropy = None
         if with_entropy:
-            p = torch.softmax(z, dim=-1)  # [n, T, V]
-            entropy = lse - (p * z).sum(-1)  # [n, T]  H = lse - E_p[z]
+            with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+                p = torch.softmax(z, dim=-1)  # [n, T, V]
+                entropy = lse - (p * z).sum(-1)  # [n, T]  H = lse - E_p[z]
     return logp, entropy
 
 
@@ -322,6 +325,7 @@ def token_logprobs(
     temperature: float = 1.0,
     micro_batch: int | None = None,
     with_entropy: bool = False,
+    entropy_grad: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """Log-prob of each of the last T = n_completion tokens under `model` (the training forward too).
 
@@ -332,6 +336,8 @@ def token_logprobs(
     materialised (`logits_to_keep`, when the model supports it) and full-vocabulary tensors live
     one micro-batch (`micro_batch` rows, default all) at a time. Gradients flow when grad is
     enabled. Values at masked completion slots are finite but meaningless: mask them.
+    entropy_grad: let the entropy carry a gradient (for an entropy bonus); by default it is computed
+    without one, so its [n, T, V] softmax is freed at once.
     Raises ValueError for shape mismatches, n_completion outside [1, L-1] or temperature <= 0.
     """
     if input_ids.dim() != 2 or input_ids.shape != attention_mask.shape:
@@ -354,7 +360,7 @@ def token_logprobs(
             kwargs["logits_to_keep"] = T + 1
         logits = model(**kwargs).logits  # [mb, T+1, V] (or [mb, L, V] without logits_to_keep)
         logits = logits[:, -T - 1 : -1]  # [mb, T, V]: position j predicts token j+1
-        lp, ent = _chosen_logprobs(logits, input_ids[s : s + mb, L - T :], temperature, with_entropy)
+        lp, ent = _chosen_logprobs(logits, input_ids[s : s + mb, L - T :], temperature, with_entropy, entropy_grad)
         del logits
         logps.append(lp)
         ents.append(ent)

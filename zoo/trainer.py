@@ -27,7 +27,7 @@ from zoo import checkpoint as ckpt
 from zoo import dist, engine
 from zoo.batch import Batch, concat
 from zoo.components.kl import adaptive_beta
-from zoo.config import RunConfig, Tracking, WandbOpts
+from zoo.config import RunConfig, WandbOpts
 from zoo.evaluate import evaluate
 from zoo.provenance import peak_memory_mb, provenance
 from zoo.registry import load_plugins
@@ -192,9 +192,10 @@ def collect_batch(st: RunState) -> tuple[Batch, dict[str, float]]:
         if not rows:
             continue
         t0 = time.perf_counter()
-        ro = generate_rollout(st.models.policy, st.models.tokenizer, [r["prompt"] for r in rows], group_size=G,
-                              max_new_tokens=s.max_new_tokens, temperature=s.temperature,
-                              top_p=cfg.sampling.top_p, micro_batch=max(s.micro_batch, G))
+        with engine.autocast(s.autocast, st.device):
+            ro = generate_rollout(st.models.policy, st.models.tokenizer, [r["prompt"] for r in rows], group_size=G,
+                                  max_new_tokens=s.max_new_tokens, temperature=s.temperature,
+                                  top_p=cfg.sampling.top_p, micro_batch=max(s.micro_batch, G))
         t1 = time.perf_counter()
         b = Batch(prompt_ids=ro.prompt_ids, prompt_mask=ro.prompt_mask, completion_ids=ro.completion_ids,
                   mask=ro.completion_mask, group_ids=ro.group_ids + n_groups, truncated=ro.truncated,
@@ -289,6 +290,7 @@ def train_step(st: RunState) -> dict[str, Any]:
 
 
 def save_checkpoint(st: RunState, out: Path, tracker_id: str | None) -> None:
+    rng_ranks = dist.all_gather_object(ckpt.rng_state())  # every rank samples from its own RNG stream
     if dist.rank() != 0:
         return
     state = {
@@ -298,7 +300,7 @@ def save_checkpoint(st: RunState, out: Path, tracker_id: str | None) -> None:
         "critic": st.models.critic.state_dict() if st.models.critic is not None else None,
         "critic_optimizer": st.critic_optimizer.state_dict() if st.critic_optimizer else None,
         "critic_scheduler": st.critic_scheduler.state_dict() if st.critic_scheduler else None,
-        "stream": st.stream.state_dict(), "rng": ckpt.rng_state(), "tracker_id": tracker_id,
+        "stream": st.stream.state_dict(), "rng": ckpt.rng_state(), "rng_ranks": rng_ranks, "tracker_id": tracker_id,
         "reference": _reference_state(st),
     }
     ckpt.save(out / "checkpoint", state)
@@ -337,7 +339,8 @@ def restore_checkpoint(st: RunState, state: dict[str, Any]) -> None:
         else:
             st.reference.model.load_state_dict(ref["full"])
         st.reference.resets = int(ref["resets"])
-    ckpt.set_rng_state(state["rng"])
+    ranks = state.get("rng_ranks") or []
+    ckpt.set_rng_state(ranks[dist.rank()] if len(ranks) == dist.world_size() else state["rng"])
 
 
 # --------------------------------------------------------------------------- the loop
@@ -374,9 +377,8 @@ def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
     rcfg = resolved_config(st)
     if main:
         (out / "config.yaml").write_text(yaml.safe_dump(rcfg, sort_keys=False))
-    tracker = Tracker.for_run(cfg if main else cfg.model_copy(update={"tracking": Tracking(wandb=False)}),
-                              config=rcfg, resolved_slots=rcfg["resolved_variant"]["slots"],
-                              resume_id=state.get("tracker_id") if state else None)
+    tracker = Tracker.for_run(cfg, config=rcfg, resolved_slots=rcfg["resolved_variant"]["slots"],
+                              resume_id=state.get("tracker_id") if state else None) if main else _NullTracker()
     if main:  # records past the checkpoint (or all of them on a fresh start) belong to a lost run
         tracker.truncate_after(st.step if state is not None else -1)
     summary: dict[str, Any] = _read_summary(out) if state is not None else {}
@@ -424,20 +426,36 @@ def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
         raise
 
 
+class _NullTracker:
+    """What ranks other than 0 log to: nothing (rank 0 writes metrics.jsonl and W&B once)."""
+
+    run_id = None
+
+    def log(self, *a: Any, **kw: Any) -> None: ...
+
+    def log_samples(self, *a: Any, **kw: Any) -> None: ...
+
+    def set_summary(self, *a: Any, **kw: Any) -> None: ...
+
+    def truncate_after(self, *a: Any, **kw: Any) -> int:
+        return 0
+
+    def finish(self, *a: Any, **kw: Any) -> None: ...
+
+
 def _evaluator(st: RunState) -> Callable[[], dict[str, float]]:
     cfg = st.cfg
-    names = st.reward_names
     correctness = next((c for c, _ in st.rewards if c.name == "correctness"), None)
     if not cfg.eval.enabled or cfg.eval.size == 0 or correctness is None or not st.task.eval:
         return lambda: {}
     rows = st.task.eval[: cfg.eval.size]
-    del names
 
     def run() -> dict[str, float]:
-        return evaluate(st.models.policy, st.models.tokenizer, rows, correctness,
-                        max_new_tokens=cfg.budget.max_new_tokens, samples=cfg.eval.samples,
-                        temperature=cfg.eval.temperature, seed=cfg.eval.seed,
-                        micro_batch=max(cfg.budget.micro_batch, 8))
+        with engine.autocast(cfg.model_opts.autocast, st.device):
+            return evaluate(st.models.policy, st.models.tokenizer, rows, correctness,
+                            max_new_tokens=cfg.budget.max_new_tokens, samples=cfg.eval.samples,
+                            temperature=cfg.eval.temperature, seed=cfg.eval.seed,
+                            micro_batch=max(cfg.budget.micro_batch, 8))
 
     return run
 

@@ -95,6 +95,7 @@ class Variant(_Strict):
     group_size: int = Field(1, ge=1)
     updates: Updates = Field(default_factory=Updates)
     entropy_coef: float = 0.0
+    plugins: list[str] = Field(default_factory=list, description="modules to import for user components")
     slots: Slots = Field(default_factory=Slots)
     sources: dict[str, str] = Field(default_factory=dict)
     path: str | None = Field(None, exclude=True)
@@ -185,6 +186,12 @@ def _raw(name_or_path: str | Path, _seen: tuple[str, ...] = ()) -> tuple[dict[st
 def merge_variant(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
     """`child` over `base`: top-level keys replace, `slots` and `sources` merge key by key."""
     out = copy.deepcopy(base)
+    own_sources = dict(child.get("sources") or {})
+    replaced = [k for k in (child.get("slots") or {})] + [k for k in child if k not in ("slots", "sources")]
+    for k in replaced:  # a base's source no longer describes a value the child replaced
+        if k not in own_sources and (out.get("sources") or {}).get(k) is not None:
+            if (base.get("slots") or {}).get(k, base.get(k)) != (child.get("slots") or {}).get(k, child.get(k)):
+                out["sources"].pop(k)
     for k, v in child.items():
         if k in ("slots", "sources") and isinstance(v, dict):
             out[k] = {**out.get(k, {}), **copy.deepcopy(v)}
@@ -197,7 +204,14 @@ def merge_variant(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]
 
 
 def parse_variant(data: dict[str, Any], where: str) -> Variant:
-    """Validate a raw dict; errors name `where` (a file) and the offending key."""
+    """Validate a raw dict; errors name `where` (a file) and the offending key. Modules listed under
+    `plugins:` are imported first, so their components resolve."""
+    plugins = data.get("plugins") or []
+    if plugins:
+        try:
+            registry.load_plugins(list(plugins))
+        except registry.ComponentError as e:
+            raise VariantError(f"{where}: key 'plugins': {e}") from None
     try:
         v = Variant.model_validate(data)
     except ValidationError as e:
@@ -396,8 +410,8 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
         if all(isinstance(x, dict) and "name" in x for x in d):
             out = {}
             for x in d:
-                out.update(_flatten({k: v for k, v in x.items() if k != "name"}, f"{prefix}{x['name']}."))
-                out.setdefault(f"{prefix}{x['name']}", "on")
+                params = {k: v for k, v in x.items() if k != "name"}
+                out.update(_flatten(params, f"{prefix}{x['name']}.") if params else {f"{prefix}{x['name']}": "on"})
             return out or {prefix.rstrip("."): []}
         return {prefix.rstrip("."): d}
     return {prefix.rstrip("."): d}

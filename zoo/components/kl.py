@@ -10,18 +10,16 @@ eq. 4 (k3 in the loss); Ziegler et al. arXiv 1909.08593 §2.2 (k1 in the reward,
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Callable
 
 import torch
 from torch import Tensor
 
 from zoo.components.stats import as_bool, check_same_shape, sanitize
-from zoo.registry import get, register
+from zoo.registry import register
 
 K3_LOG_RATIO_CLAMP = 20.0
 K3_MAX = 10.0
-KL_PLACEMENTS = ("none", "reward", "loss")
 
 
 # ---------------------------------------------------------------- estimators
@@ -103,77 +101,3 @@ def adaptive_beta(beta: float, kl: float, target: float, horizon: float, n_steps
         raise ValueError(f"adaptive KL: measured kl must be finite, got {kl!r}")
     error = min(max(kl / target - 1.0, -0.2), 0.2)
     return float(beta) * (1.0 + error * n_steps / horizon)
-
-
-# ---------------------------------------------------------------- placement config
-@dataclass(frozen=True)
-class KLPlacement:
-    """Where the KL to the reference goes and how it is measured (the variant's `kl` slot).
-
-    placement: "none" | "reward" (-beta * k of logp_old vs ref added to token rewards, detached,
-    before advantages) | "loss" (+beta * k of logp vs ref added to the per-token loss, differentiable).
-    estimator: a registered kl_estimator name ("k1", "k2", "k3"); beta: the (initial) coefficient.
-    target / horizon: adaptive controller (`adaptive_beta`) when target is set, else beta is fixed.
-    Source: algorithms.md §0 "KL placement"; DESIGN.md slot table."""
-
-    placement: str = "none"
-    estimator: str | None = None
-    beta: float = 0.0
-    target: float | None = None
-    horizon: float = 10_000.0
-
-    @property
-    def in_reward(self) -> bool:
-        """True when the KL is a (detached) per-token reward term."""
-        return self.placement == "reward"
-
-    @property
-    def in_loss(self) -> bool:
-        """True when beta * k is added to the per-token loss."""
-        return self.placement == "loss"
-
-    @property
-    def adaptive(self) -> bool:
-        """True when beta follows `adaptive_beta` towards `target`."""
-        return self.target is not None
-
-
-def kl_placement(spec: str | Mapping[str, Any] | None) -> KLPlacement:
-    """Parse and check a `kl` slot: None or "none", or
-    {placement: reward|loss|none, estimator: k1|k2|k3, beta: float, adaptive: {target, horizon}}
-    (`adaptive` optional; horizon defaults to 10,000 as in lm-human-preferences).
-
-    Returns a KLPlacement. Raises ValueError for an unknown key or placement, a missing estimator
-    or beta when placement is not "none", beta <= 0 there (use placement none instead), an unknown
-    estimator (ComponentError, listing close matches), or an adaptive target/horizon <= 0."""
-    if spec is None or spec == "none":
-        return KLPlacement()
-    if not isinstance(spec, Mapping):
-        raise ValueError(f"kl must be 'none' or a mapping with placement/estimator/beta, got {spec!r}")
-    allowed = ("placement", "estimator", "beta", "adaptive")
-    unknown = [k for k in spec if k not in allowed]
-    if unknown:
-        raise ValueError(f"kl: unknown key(s) {unknown}; allowed: {', '.join(allowed)}")
-    placement = spec.get("placement", "none")
-    if placement not in KL_PLACEMENTS:
-        raise ValueError(f"kl placement {placement!r} is not one of {', '.join(KL_PLACEMENTS)}")
-    if placement == "none":
-        return KLPlacement()
-    for key in ("estimator", "beta"):
-        if spec.get(key) is None:
-            raise ValueError(f"kl placement {placement!r} needs {key!r}")
-    get("kl_estimator", str(spec["estimator"]))  # raises ComponentError (a ValueError) if unknown
-    beta = float(spec["beta"])
-    if not beta > 0:
-        raise ValueError(f"kl beta must be > 0 with placement {placement!r} (use placement none), got {beta}")
-    adaptive = spec.get("adaptive") or {}
-    if adaptive is True or not isinstance(adaptive, Mapping):
-        raise ValueError(f"kl adaptive must be a mapping {{target, horizon}}, got {adaptive!r}")
-    bad = [k for k in adaptive if k not in ("target", "horizon")]
-    if bad:
-        raise ValueError(f"kl adaptive: unknown key(s) {bad}; allowed: target, horizon")
-    target = adaptive.get("target")
-    horizon = float(adaptive.get("horizon", 10_000.0))
-    if adaptive and (target is None or not float(target) > 0 or not horizon > 0):
-        raise ValueError(f"kl adaptive needs target > 0 and horizon > 0, got {dict(adaptive)!r}")
-    return KLPlacement(placement, str(spec["estimator"]), beta, None if target is None else float(target), horizon)
