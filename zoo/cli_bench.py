@@ -1,0 +1,228 @@
+"""`zoo bench` (registered on `zoo.cli.app`): step cost per phase, TRL race, memory, scaling scans."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+from rich.table import Table
+
+from zoo.cli import _fail, app, console, err, parse_sets
+from zoo.models import EMBEDDED_MODEL
+
+
+def _f(x: Any, fmt: str = ".2f") -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return format(x, fmt)
+
+
+def _gb(mb: Any) -> str:
+    return "-" if mb is None else f"{mb / 1024:.2f}"
+
+
+def _si(x: float) -> str:
+    if x is None or math.isnan(x):
+        return "-"
+    for unit, div in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= div:
+            return f"{x / div:.2f} {unit}"
+    return f"{x:.2f}"
+
+
+def _title(s: dict[str, Any]) -> str:
+    return (f"{s['variant']} on {Path(str(s['model'])).name}: {s['prompts']} prompts x {s['group_size']} completions, "
+            f"{s['max_new_tokens']} new tokens, {'LoRA' if s['lora'] else 'full'}, autocast {s['autocast']}, "
+            f"micro-batch {s['micro_batch']}")
+
+
+def print_bench(res: dict[str, Any]) -> None:
+    mem_kind = "CUDA max allocated" if res.get("device", "cpu").startswith("cuda") else "RSS high-water mark"
+    t = Table(title=_title(res["spec"]) + f"\nmedian of {res['spec']['steps']} steps after {res['spec']['warmup']} warm-up")
+    for c in ("phase", "seconds", "share", "tokens", "tokens/s", f"peak GB ({mem_kind})"):
+        t.add_column(c, justify="left" if c == "phase" else "right")
+    step_s = res["step"]["seconds"]
+    names = {"forward": "forward (old/ref log-probs, values)", "score": "score (rewards)",
+             "critic": "  critic (within train)"}
+    for p, r in res["phases"].items():
+        share = r["seconds"] / step_s if step_s > 0 else float("nan")
+        t.add_row(names.get(p, p), _f(r["seconds"], ".3f"), f"{share:.0%}" if share == share else "-",
+                  _f(r["tokens"], ".0f"), _f(r["tokens_per_s"], ".0f"), _gb(r["peak_mb"]))
+    t.add_row("[bold]step", f"[bold]{step_s:.3f}", "", _f(res["step"]["tokens"], ".0f"),
+              _f(res["step"]["tokens_per_s"], ".1f"), f"[bold]{_gb(res['step']['peak_mb'])}")
+    console.print(t)
+    fl = res["train_flops"]
+    console.print(f"train FLOP/s estimate: 6 x {fl['params'] / 1e6:.1f}M params x {fl['tokens']:.0f} tokens / "
+                  f"{fl['seconds']:.2f} s = [bold]{_si(fl['flops_per_s'])}FLOP/s[/]", highlight=False)
+    m = res["memory"]
+    console.print("memory at peak (GB): " + ", ".join(
+        f"{k.removesuffix('_mb')} {_gb(m[k])}" for k in ("weights_mb", "gradients_mb", "optimizer_mb", "runtime_mb",
+                                                         "activations_mb", "peak_mb")), highlight=False)
+    met = res["metrics"]
+    console.print(f"reward {_f(met.get('reward/total'), '.3f')}, completion length {_f(met.get('completion/len_mean'), '.1f')}, "
+                  f"setup {res['setup_s']:.1f} s, torch threads {res['machine']['torch_threads']}, "
+                  f"load avg {_f(res['machine'].get('loadavg_1m'), '.1f')}", highlight=False)
+
+
+def print_memory(res: dict[str, Any]) -> None:
+    s = res["spec"]
+    t = Table(title="Peak memory and step time per variant (each in its own process)\n"
+                    f"{s['prompts']} prompts x {s['group_size']} completions, {s['max_new_tokens']} new tokens, "
+                    f"autocast {s['autocast']}, micro-batch {s['micro_batch']}, updates {s['updates'] or 'per variant'}")
+    for c in ("variant", "mode", "step s", "train s", "peak GB", "weights", "grads", "optimizer", "runtime",
+              "activations", "vs ppo"):
+        t.add_column(c, justify="left" if c in ("variant", "mode") else "right")
+    for r in res["rows"]:
+        ratio = res["ratio_to_ppo"].get(r["mode"], {}).get(r["variant"])
+        t.add_row(r["variant"], r["mode"], _f(r["step_s"]), _f(r["phases"].get("train")), _gb(r["peak_mb"]),
+                  _gb(r["weights_mb"]), _gb(r["gradients_mb"]), _gb(r["optimizer_mb"]), _gb(r["runtime_mb"]),
+                  _gb(r["activations_mb"]), "1.00" if r["variant"] == "ppo" else _f(ratio))
+    console.print(t)
+
+
+def print_scan(res: dict[str, Any], plot: Path | None) -> None:
+    t = Table(title=f"Scan of {res['key']}\n{_title(res['spec'])}")
+    for c in ("value", "step s", "generate", "forward", "score", "train", "peak GB", "activations GB",
+              "gen tokens", "train tokens", "len mean"):
+        t.add_column(c, justify="right")
+    for p in res["points"]:
+        ph = p["phases"]
+        t.add_row(str(p["value"]), _f(p["step_s"]), _f(ph["generate"]), _f(ph["forward"]), _f(ph["score"]),
+                  _f(ph["train"]), _gb(p["peak_mb"]), _gb(p["memory"]["activations_mb"]), _f(p["gen_tokens"], ".0f"),
+                  _f(p["train_tokens"], ".0f"), _f(p["len_mean"], ".1f"))
+    console.print(t)
+    if plot:
+        console.print(f"plot: {plot}")
+
+
+def print_vs(res: dict[str, Any]) -> None:
+    s = res["spec"]
+    t = Table(title=f"zoo vs TRL {res['rounds']['trl'][0].get('trl_version', '')} GRPOTrainer (alternating, each in its "
+                    f"own process)\n{_title(s | {'variant': 'matched GRPO (TRL loss_type dapo)'})}")
+    for c in ("framework", "step s (median)", "steps measured", "peak GB", "completion len", "reward"):
+        t.add_column(c, justify="left" if c == "framework" else "right")
+    for side in ("zoo", "trl"):
+        r = res[side]
+        t.add_row(side, _f(r["step_s"]), str(len(r["step_times"])), _gb(r["peak_mb"]), _f(r["len_mean"], ".1f"),
+                  _f(r["reward"], ".3f"))
+    console.print(t)
+    console.print(f"zoo / TRL: step time [bold]{res['ratio']['step_time']:.2f}[/], "
+                  f"peak memory [bold]{res['ratio']['peak_mem']:.2f}[/]", highlight=False)
+
+
+@app.command()
+def bench(
+    variants: Optional[List[str]] = typer.Argument(None, help="variant to bench (several with --memory); default grpo"),
+    model: str = typer.Option(EMBEDDED_MODEL, "--model", help="model name, local directory or Hub id"),
+    prompts: int = typer.Option(8, "--prompts", min=1, help="prompts per step"),
+    group_size: int = typer.Option(4, "--group-size", min=1, help="completions per prompt"),
+    max_new_tokens: int = typer.Option(64, "--max-new-tokens", min=1),
+    steps: int = typer.Option(3, "--steps", min=1, help="measured steps (after the warm-up)"),
+    warmup: int = typer.Option(1, "--warmup", min=1, help="warm-up steps (not measured)"),
+    lora: Optional[bool] = typer.Option(None, "--lora/--full", help="LoRA r16 on q,k,v,o or full fine-tuning "
+                                        "(default full; --memory runs both unless one is given)"),
+    autocast: str = typer.Option("none", "--autocast", help="bf16 | fp16 | none"),
+    micro_batch: int = typer.Option(8, "--micro-batch", min=1, help="completions per forward/backward"),
+    updates: Optional[str] = typer.Option(None, "--updates", help="EPOCHSxMINIBATCHES per rollout (default: the "
+                                          "variant's; 1x1 with --memory)"),
+    set_: List[str] = typer.Option([], "--set", help="slot override, e.g. clip.eps_high=0.3 (repeatable)"),
+    vs: Optional[str] = typer.Option(None, "--vs", help="'trl': race TRL's GRPOTrainer at matched settings"),
+    rounds: int = typer.Option(2, "--rounds", min=1, help="--vs: alternations (zoo/TRL, then TRL/zoo, ...)"),
+    memory: bool = typer.Option(False, "--memory", help="peak memory breakdown per variant, full and LoRA"),
+    scan_: Optional[str] = typer.Option(None, "--scan", help="KEY=V1,V2,...: group_size, max_new_tokens, prompts "
+                                        "or micro_batch"),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="--scan: PNG path (default bench-scan-KEY.png)"),
+    task: Optional[str] = typer.Option(None, "--task", help="task spec as a YAML/JSON mapping or a YAML file "
+                                       "(default: experiments/quickstart.yaml's 2-shot arithmetic)"),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads (default: torch's choice)"),
+    seed: int = typer.Option(0, "--seed"),
+    as_json: bool = typer.Option(False, "--json", help="print the full result as JSON"),
+    out: Optional[Path] = typer.Option(None, "--out", help="also write the JSON result to this file"),
+) -> None:
+    """Measure one training step phase by phase: seconds, tokens/s, peak memory, train FLOP/s.
+
+    Examples:
+      zoo bench grpo --steps 3
+      zoo bench dapo --lora --autocast bf16 --json
+      zoo bench --vs trl --rounds 2 --steps 2
+      zoo bench --memory ppo grpo dapo --steps 1
+      zoo bench grpo --scan group_size=2,4,8,16 --plot docs/img/scan_group_size.png
+    """
+    from zoo import bench as zb
+    from zoo.cli_run import _quiet_logs
+    from zoo.variant import VariantError
+
+    _quiet_logs()
+    if autocast not in ("none", "bf16", "fp16"):
+        _fail(f"--autocast {autocast!r}: use bf16, fp16 or none")
+    names = list(variants or [])
+    if vs is not None and vs.lower() != "trl":
+        _fail(f"--vs {vs!r}: only 'trl' is supported")
+    modes = sum(bool(x) for x in (vs, memory, scan_))
+    if modes > 1:
+        _fail("use one of --vs, --memory, --scan at a time")
+    if not memory and len(names) > 1:
+        _fail(f"one variant at a time (got {', '.join(names)}); compare several with --memory")
+    try:
+        zb.parse_updates(updates)
+    except ValueError as e:
+        _fail(str(e))
+    task_spec = dict(zb.BENCH_TASK)
+    if task is not None:
+        import yaml
+
+        try:
+            data = yaml.safe_load(Path(task).read_text() if Path(task).is_file() else task)
+        except (yaml.YAMLError, OSError) as e:
+            _fail(f"--task: {e}")
+        if isinstance(data, dict) and isinstance(data.get("task"), dict):
+            data = data["task"]  # a run/study YAML: take its task
+        if not isinstance(data, dict):
+            _fail("--task: expected a mapping such as '{name: reasoning_gym, dataset: basic_arithmetic}'")
+        task_spec = data
+    spec = zb.BenchSpec(task=task_spec, variant=names[0] if names else "grpo", model=model, prompts=prompts, group_size=group_size,
+                        max_new_tokens=max_new_tokens, steps=steps, warmup=warmup, lora=bool(lora), autocast=autocast,
+                        micro_batch=micro_batch, updates=updates, sets=parse_sets(set_), seed=seed, threads=threads)
+    log = (lambda msg: err.print(f"[dim]{msg}[/]", highlight=False))
+    try:
+        if vs:
+            from zoo.bench_trl import INSTALL_HINT, trl_available
+
+            if not trl_available():
+                _fail(INSTALL_HINT)
+            if names:
+                err.print("[yellow]note:[/] --vs trl always races the TRL-matched GRPO settings; the variant is ignored")
+            res = zb.vs_trl(spec, rounds=rounds, log=log)
+            show = print_vs
+        elif memory:
+            if not names:
+                names = ["ppo", "grpo", "dapo"]
+            if updates is None:
+                spec = replace(spec, updates="1x1")
+            modes_ = (False, True) if lora is None else (bool(lora),)
+            res = zb.compare_memory(spec, names, modes_, log=log)
+            show = print_memory
+        elif scan_:
+            key, values = zb.parse_scan(scan_)
+            res = zb.scan(spec, key, values, log=log)
+            path = plot or Path(f"bench-scan-{key}.png")
+            res["plot"] = str(zb.plot_scan(res, path))
+            show = lambda r: print_scan(r, path)  # noqa: E731
+        else:
+            res = zb.run_bench(spec, on_step=lambda i, row: log(f"step {i}/{steps}: {row['step']['seconds']:.2f} s"))
+            show = print_bench
+    except (VariantError, ValueError) as e:
+        _fail(str(e))
+    except RuntimeError as e:
+        _fail(str(e))
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(res, indent=2, default=str))
+    if as_json:
+        sys.stdout.write(json.dumps(res, indent=2, default=str) + "\n")
+    else:
+        show(res)
