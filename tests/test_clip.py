@@ -271,3 +271,16 @@ def test_cispo_lower_bound_when_set():
     res.loss.sum().backward()
     assert logp.grad.item() == pytest.approx(0.8, abs=ATOL)  # -w A with w = 1 - 0.2
     assert res.clip_low.item()
+
+
+def test_dual_clip_eps_sets_both_sides_and_conflicts_are_errors():
+    from zoo.registry import ComponentError
+
+    ratio = torch.tensor([[10.0, 10.0, 0.5, 1.1]])
+    adv = torch.tensor([[-1.0, 1.0, -1.0, 1.0]])
+    logp = ratio.log()
+    mask = torch.ones_like(ratio, dtype=torch.bool)
+    res = build("clip", {"name": "dual_clip", "eps": 0.2, "c": 3.0})(logp, torch.zeros_like(logp), adv, mask)
+    assert res.loss.tolist()[0] == pytest.approx([3.0, -1.2, 0.8, -1.1], abs=1e-6)  # case C5
+    with pytest.raises(ComponentError, match="either eps or eps_low"):
+        build("clip", {"name": "dual_clip", "eps": 0.2, "eps_low": 0.1})

@@ -35,7 +35,7 @@ def run(
     """
     import torch
 
-    from zoo.config import load_run_config, parse_run_config
+    from zoo.config import load_run_config
     from zoo.variant import VariantError
 
     _quiet_logs()
@@ -48,13 +48,7 @@ def run(
                 _fail(f"{resume}: no config.yaml here; is this a run directory?")
             import yaml
 
-            data = yaml.safe_load(cfg_file.read_text())
-            for k in ("resolved_variant", "provenance"):
-                data.pop(k, None)
-            data["output_dir"] = str(resume)
-            from zoo.config import set_dotted
-
-            cfg = parse_run_config(set_dotted(data, parse_sets(set_), str(cfg_file)), str(cfg_file))
+            cfg = load_run_config(cfg_file, {**parse_sets(set_), "output_dir": str(resume)})
         elif config is None:
             _fail("give a run YAML (zoo run run.yaml) or --resume RUN_DIR")
         else:
@@ -103,7 +97,7 @@ def ablate(
         except (ValueError, AssertionError):
             _fail(f"--shard {shard!r}: expected i/n with 0 <= i < n, e.g. 0/4")
     try:
-        st = experiment.load_study(study, overrides=parse_sets(set_)) if set_ else experiment.load_study(study)
+        st = experiment.load_study(study, overrides=parse_sets(set_))
         code = experiment.run_study(st, dry_run=dry_run, shard=sh, console=console)
     except VariantError as e:
         _fail(str(e))

@@ -146,6 +146,9 @@ def parse_run_config(data: Mapping[str, Any], where: str) -> RunConfig:
         raise VariantError(_format_validation(e, where, RunConfig)) from None
 
 
+OUTPUT_KEYS = ("resolved_variant", "provenance")
+
+
 def load_run_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> RunConfig:
     """Read a run YAML, apply dotted `--set` overrides (`budget.steps=3`), validate."""
     p = Path(path)
@@ -154,6 +157,8 @@ def load_run_config(path: str | Path, overrides: Mapping[str, Any] | None = None
     data = yaml.safe_load(p.read_text()) or {}
     if not isinstance(data, dict):
         raise VariantError(f"{p}: expected a mapping at the top level")
+    for k in OUTPUT_KEYS:  # a run directory's config.yaml carries what the run resolved; not inputs
+        data.pop(k, None)
     for k in ("variants", "ablations", "seeds", "sweep"):
         if k in data:
             from zoo.experiment import single_arm_config  # a study with one arm also runs

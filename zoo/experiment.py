@@ -143,10 +143,33 @@ def _check_structure(st: Study, where: str, explicit_variant: bool) -> None:
         route_key(key, f"{where}: key 'sweep.{key}'")
 
 
-def load_study(path: str | Path) -> Study:
-    """Read and validate a study file (see the module doc). Raises VariantError naming file and key."""
+def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Study:
+    """Read and validate a study file (see the module doc), with dotted `--set` overrides applied to
+    the shared run keys (`budget.steps=2`, `optim.lr=1e-4`, `set.clip.eps_high=0.3`, `variants=[grpo]`).
+    Raises VariantError naming file and key."""
     p = Path(path)
-    return parse_study(_read(p), str(p), default_name=p.stem)
+    data = _read(p)
+    if overrides:
+        data = _apply_study_overrides(data, overrides, str(p))
+    return parse_study(data, str(p), default_name=p.stem)
+
+
+def _apply_study_overrides(data: dict[str, Any], overrides: Mapping[str, Any], where: str) -> dict[str, Any]:
+    from zoo.config import set_dotted
+
+    study_keys = {k: v for k, v in overrides.items() if k.split(".")[0] in ("variants", "ablations", "seeds", "sweep", "name")}
+    rest = {k: v for k, v in overrides.items() if k not in study_keys}
+    out = set_dotted(data, rest, f"{where} (--set)")
+    for k, v in study_keys.items():
+        set_dotted_plain(out, k, v)
+    return out
+
+
+def set_dotted_plain(d: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    for p in parts[:-1]:
+        d = d.setdefault(p, {})
+    d[parts[-1]] = value
 
 
 # --------------------------------------------------------------------------- arms

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
 from zoo import checkpoint as ckpt
 
 
@@ -13,7 +11,7 @@ def export_run(run_dir: Path, out_dir: Path) -> Path:
 
     Raises FileNotFoundError when run_dir has no config.yaml or no checkpoint."""
     from zoo import models as zm
-    from zoo.config import RunConfig
+    from zoo.config import load_run_config
 
     cfg_file = Path(run_dir) / "config.yaml"
     if not cfg_file.exists():
@@ -21,10 +19,7 @@ def export_run(run_dir: Path, out_dir: Path) -> Path:
     state = ckpt.load(Path(run_dir) / "checkpoint")
     if state is None:
         raise FileNotFoundError(f"{run_dir}: no checkpoint/{ckpt.FILE} yet")
-    data = yaml.safe_load(cfg_file.read_text())
-    for k in ("resolved_variant", "provenance"):
-        data.pop(k, None)
-    cfg = RunConfig.model_validate(data)
+    cfg = load_run_config(cfg_file)
     lora = cfg.model_opts.lora.model_dump() if cfg.model_opts.lora else None
     policy, tok = zm.load_policy(cfg.model, dtype=cfg.model_opts.dtype, lora=lora)
     ckpt.load_policy_state(policy, state["policy"])

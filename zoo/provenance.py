@@ -49,8 +49,27 @@ def provenance(cfg: Any, source: Any, params: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def reset_peak_memory(device: torch.device) -> None:
+    """Start a new peak: CUDA's max-allocated counter, and on Linux the process's peak RSS (VmHWM,
+    reset by writing 5 to /proc/self/clear_refs), so arms run one after another in one process
+    (`zoo ablate`) each report their own peak."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass  # not Linux, or not permitted: the peak stays the process's lifetime peak
+
+
 def peak_memory_mb(device: torch.device) -> float:
-    """CUDA max allocated on a GPU, else the process's peak resident set size (MB)."""
+    """CUDA max allocated on a GPU, else the process's peak resident set size since the last
+    `reset_peak_memory` (MB)."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB

@@ -29,7 +29,7 @@ from zoo.batch import Batch, concat
 from zoo.components.kl import adaptive_beta
 from zoo.config import RunConfig, WandbOpts
 from zoo.evaluate import evaluate
-from zoo.provenance import peak_memory_mb, provenance
+from zoo.provenance import peak_memory_mb, provenance, reset_peak_memory
 from zoo.registry import load_plugins
 from zoo.rewards.compute import compute_rewards, resolve_rewards
 from zoo.rollout import generate_rollout
@@ -368,6 +368,7 @@ def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
 
     out = cfg.out_dir()
     out.mkdir(parents=True, exist_ok=True)
+    reset_peak_memory(torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu"))
     st = setup(cfg)
     main = dist.rank() == 0
     state = ckpt.load(out / "checkpoint") if resume else None

@@ -110,9 +110,20 @@ def _check_low_high(params: Mapping[str, Any], context: Mapping[str, Any]) -> No
         raise ValueError(f"eps_high ({hi}) must be >= eps_low ({lo})")
 
 
+def _dual_eps(eps: float | None, eps_low: float | None, eps_high: float | None) -> tuple[float, float]:
+    """(eps_low, eps_high) of dual_clip: `eps` sets both; else eps_low (default 0.2) and eps_high
+    (default eps_low). Raises ValueError when `eps` is combined with eps_low/eps_high."""
+    if eps is not None:
+        if eps_low is not None or eps_high is not None:
+            raise ValueError("give either eps or eps_low/eps_high, not both")
+        return eps, eps
+    lo = 0.2 if eps_low is None else eps_low
+    return lo, lo if eps_high is None else eps_high
+
+
 def _check_dual(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
-    hi = params["eps_high"]
-    _check_low_high({"eps_low": params["eps_low"], "eps_high": params["eps_low"] if hi is None else hi}, context)
+    lo, hi = _dual_eps(params["eps"], params["eps_low"], params["eps_high"])
+    _check_low_high({"eps_low": lo, "eps_high": hi}, context)
     c = params["c"]
     if not isinstance(c, (int, float)) or isinstance(c, bool) or not c > 1:
         raise ValueError(f"c must be > 1, got {c!r}")
@@ -149,18 +160,21 @@ def clip_higher(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *,
 
 
 @register("clip", "dual_clip", check=_check_dual)
-def dual_clip(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *,
-              eps_low: float = 0.2, eps_high: float | None = None, c: float = 3.0) -> ClipResult:
+def dual_clip(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps: float | None = None,
+              eps_low: float | None = None, eps_high: float | None = None, c: float = 3.0) -> ClipResult:
     """Dual-clip PPO: where A < 0, loss = min(ppo_loss, -c A); where A >= 0, the ppo loss.
 
     The lower bound stops a huge ratio on a negative-advantage token from producing an unbounded loss;
-    positive advantages keep their gradient (case C5). eps_high None means eps_low (symmetric).
+    positive advantages keep their gradient (case C5). `eps` sets a symmetric clip; otherwise eps_low
+    (default 0.2) and eps_high (default eps_low).
     logp, logp_old, adv, mask: [N, T]. Returns ClipResult with [N, T] fields; the flags mark the
     eps clips only (the dual-clip region A < 0, r > c is not flagged).
-    Raises ValueError when shapes differ, unless eps_high >= eps_low > 0, or "c must be > 1".
+    Raises ValueError when shapes differ, unless eps_high >= eps_low > 0, when eps is combined with
+    eps_low/eps_high, or "c must be > 1".
     Source: Ye et al. arXiv 1912.09729 (dual-clip PPO); verl's `clip_ratio_c` (default 3)."""
-    _check_dual({"eps_low": eps_low, "eps_high": eps_high, "c": c}, {})
-    return _ppo_family(logp, logp_old, adv, mask, eps_low, eps_low if eps_high is None else eps_high, dual_c=c)
+    _check_dual({"eps": eps, "eps_low": eps_low, "eps_high": eps_high, "c": c}, {})
+    lo, hi = _dual_eps(eps, eps_low, eps_high)
+    return _ppo_family(logp, logp_old, adv, mask, lo, hi, dual_c=c)
 
 
 @register("clip", "gspo", check=_check_low_high, level="sequence")

@@ -1,0 +1,92 @@
+"""The `zoo` command line as a user types it (typer's CliRunner, no model loaded)."""
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from zoo import registry
+from zoo.cli import app
+from zoo.cli import main as _main  # noqa: F401  (importing main's modules registers run/ablate/...)
+from zoo.variant import available_variants
+
+ROOT = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _commands():
+    import zoo.cli_bench  # noqa: F401
+    import zoo.cli_run  # noqa: F401
+
+
+def test_list_json_names_every_component_and_variant():
+    out = json.loads(runner.invoke(app, ["list", "--json"]).stdout)
+    for kind in registry.KINDS:
+        assert out[kind] == registry.available(kind)
+    assert {"ppo", "grpo", "dapo", "mo_grpo", "dr_grpo", "rloo", "gspo", "reinforce_pp", "gdpo"} <= set(out["variants"])
+    for name in ("gae", "group_mean", "rloo", "reinforce", "reinforce_pp"):
+        assert name in out["advantage"]
+    assert set(out["clip"]) == {"ppo", "clip_higher", "dual_clip", "gspo", "cispo", "none"}
+
+
+def test_show_and_diff():
+    r = runner.invoke(app, ["show", "dapo", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["slots"]["clip"] == {"name": "clip_higher", "eps_low": 0.2, "eps_high": 0.28}
+    assert d["updates"] == {"epochs": 1, "minibatches": 16} and d["slots"]["kl"]["placement"] == "none"
+    r = runner.invoke(app, ["diff", "grpo", "dapo", "--json"])
+    rows = {x["key"]: (x["grpo"], x["dapo"]) for x in json.loads(r.stdout)}
+    assert rows["slots.clip.name"] == ("ppo", "clip_higher")
+    assert rows["slots.aggregate.name"] == ("seq_mean_token_mean", "token_mean")
+    assert rows["slots.length.overlong_filter"] == (None, "on")
+
+
+def test_validate_registry_ok_and_unknown_component_fails(tmp_path):
+    files = [str(p) for p in sorted((ROOT / "registry").glob("*.yaml"))]
+    assert runner.invoke(app, ["validate", *files]).exit_code == 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nbase: grpo\nslots:\n  clip: clip_hihger\n")
+    r = runner.invoke(app, ["validate", str(bad), "--json"])
+    assert r.exit_code == 1
+    err = json.loads(r.stdout)[0]["errors"][0]
+    assert "did you mean 'clip_higher'" in err and "bad.yaml" in err and "slots.clip" in err
+
+
+def test_validate_names_file_and_key_of_a_typo(tmp_path):
+    bad = tmp_path / "typo.yaml"
+    bad.write_text("name: typo\nbase: grpo\nslots:\n  clpi: ppo\n")
+    r = runner.invoke(app, ["validate", str(bad), "--json"])
+    err = json.loads(r.stdout)[0]["errors"][0]
+    assert r.exit_code == 1 and "typo.yaml" in err and "slots.clpi" in err and "did you mean 'clip'" in err
+
+
+def test_every_shipped_study_dry_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for study in sorted((ROOT / "experiments").glob("*.yaml")):
+        r = runner.invoke(app, ["ablate", str(study), "--dry-run"])
+        assert r.exit_code == 0, (study, r.output)
+        assert "zoo run runs/" in r.stdout
+
+
+def test_ablate_set_reaches_every_arm(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(app, ["ablate", str(ROOT / "experiments/quickstart.yaml"), "--dry-run",
+                            "--set", "budget.steps=2", "--set", "variants=[grpo, dapo]"])
+    assert r.exit_code == 0, r.output
+    arms = sorted(p.name for p in (tmp_path / "runs/quickstart").iterdir() if p.is_dir())
+    assert arms == ["dapo-s0", "grpo-s0"]
+    for arm in arms:
+        cfg = yaml.safe_load((tmp_path / "runs/quickstart" / arm / "config.yaml").read_text())
+        assert cfg["budget"]["steps"] == 2
+
+
+def test_run_reports_a_bad_override_without_a_traceback():
+    r = runner.invoke(app, ["run", str(ROOT / "examples/run_grpo.yaml"), "--set", "budgett.steps=2"])
+    assert r.exit_code == 1 and "did you mean 'budget'" in r.output and "Traceback" not in r.output
+
+
+def test_variants_listed_are_loadable():
+    assert len(available_variants()) >= 9
