@@ -15,6 +15,16 @@ torch.set_num_threads(1)  # tiny models: 1 thread is faster and immune to a busy
 import pytest  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny models run fastest on one thread; with two, OpenMP's spin-waiting makes a step 3-60x
+    slower whenever the machine is busy (measured: 0.3 s vs 0.8-19 s for a 2-step run)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """A tiny random Llama + character tokenizer saved as a local HF checkpoint (loads like any model)."""

@@ -17,14 +17,6 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models run fastest on one thread; with two, OpenMP's spin-waiting makes a step 3-60x
-    slower whenever the machine is busy (measured: 0.3 s vs 0.8-19 s for a 2-step run)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def _gloo_possible() -> str | None:

@@ -15,14 +15,6 @@ PROMPTS = ["1+1", "What is 12 + 30?", "hi", "a much longer prompt than the other
 LENGTHS = [1, 6, 3, 2, 5]  # completion tokens per row (T = 6): rows of very different lengths
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models run fastest on one thread; with two, OpenMP's spin-waiting makes a step 3-60x
-    slower whenever the machine is busy (measured: 0.3 s vs 0.8-19 s for a 2-step run)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def make_batch(tok, seed: int = 0, lengths=LENGTHS, prompts=PROMPTS) -> Batch:

@@ -19,14 +19,6 @@ LOSS_KEYS = ("loss/policy", "loss/kl", "loss/value")
 VOLATILE = ("time/", "perf/")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models run fastest on one thread; with two, OpenMP's spin-waiting makes a step 3-60x
-    slower whenever the machine is busy (measured: 0.3 s vs 0.8-19 s for a 2-step run)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(autouse=True)

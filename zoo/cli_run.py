@@ -46,7 +46,6 @@ def run(
             cfg_file = resume / "config.yaml"
             if not cfg_file.exists():
                 _fail(f"{resume}: no config.yaml here; is this a run directory?")
-            import yaml
 
             cfg = load_run_config(cfg_file, {**parse_sets(set_), "output_dir": str(resume)})
         elif config is None:

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from zoo import variant as V
 from zoo.config import RunConfig, parse_run_config, set_dotted
-from zoo.variant import Report, VariantError, _format_validation
+from zoo.variant import Report, VariantError, _format_validation, _read_yaml
 
 STUDY_KEYS = ("variants", "ablations", "seeds", "sweep")
 _SAFE = re.compile(r"[^A-Za-z0-9._=+,-]+")
@@ -91,13 +91,7 @@ class Arm:
 def _read(path: Path) -> dict[str, Any]:
     if not path.exists():
         raise VariantError(f"{path}: file not found")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise VariantError(f"{path}: not valid YAML: {e}") from None
-    if not isinstance(data, dict):
-        raise VariantError(f"{path}: expected a mapping at the top level")
-    return data
+    return _read_yaml(path)
 
 
 def parse_study(data: Mapping[str, Any], where: str, default_name: str = "study") -> Study:
