@@ -90,3 +90,10 @@ def test_run_reports_a_bad_override_without_a_traceback():
 
 def test_variants_listed_are_loadable():
     assert len(available_variants()) >= 9
+
+
+def test_run_refuses_an_empty_file(tmp_path):
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    r = runner.invoke(app, ["run", str(empty)])
+    assert r.exit_code == 1 and "empty" in r.output and "Traceback" not in r.output

@@ -154,7 +154,13 @@ def load_run_config(path: str | Path, overrides: Mapping[str, Any] | None = None
     p = Path(path)
     if not p.exists():
         raise VariantError(f"{p}: file not found")
-    data = yaml.safe_load(p.read_text()) or {}
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise VariantError(f"{p}: not valid YAML: {e}") from None
+    if data is None:
+        raise VariantError(f"{p}: the file is empty; a run needs at least `variant`, `model` and `task` "
+                           "(see examples/run_grpo.yaml)")
     if not isinstance(data, dict):
         raise VariantError(f"{p}: expected a mapping at the top level")
     for k in OUTPUT_KEYS:  # a run directory's config.yaml carries what the run resolved; not inputs
