@@ -258,8 +258,8 @@ def _one_line(text: str, n: int = 100) -> str:
 
 
 def reward_keys(runs: Iterable[RunData]) -> list[str]:
-    """Every "reward/..." metric in the runs, reward/total first."""
-    keys = {k for r in runs for rec in r.records for k in rec if k.startswith("reward/")}
+    """Every "reward/..." objective in the runs, reward/total first (reward/failed is a count, not a reward)."""
+    keys = {k for r in runs for rec in r.records for k in rec if k.startswith("reward/") and k != "reward/failed"}
     return sorted(keys, key=lambda k: (k != "reward/total", k))
 
 
@@ -430,8 +430,8 @@ def print_table(name: str, header: list[str], rows: list[list[str]], console: An
 
     if console is None:
         console = Console()
-        if not console.is_terminal:
-            console = Console(width=max(console.width, 200))
+    if not console.is_terminal:  # a log file or pipe: do not squeeze the table to 80 columns
+        console = Console(file=console.file, width=max(console.width, 200))
     t = Table(title=f"study {name}", box=box.SIMPLE_HEAD, pad_edge=False)
     for i, h in enumerate(header):
         t.add_column(SHORT.get(h, h.replace("final reward/", "final ")), style="bold cyan" if i == 0 else None,
