@@ -97,3 +97,27 @@ def test_run_refuses_an_empty_file(tmp_path):
     empty.write_text("")
     r = runner.invoke(app, ["run", str(empty)])
     assert r.exit_code == 1 and "empty" in r.output and "Traceback" not in r.output
+
+
+def test_yaml_exponent_strings_are_numbers_for_numeric_parameters():
+    assert registry.build("normalizer", {"name": "group_std", "eps": "1e-6"}).params == {"eps": 1e-6}
+    assert registry.build("reward", {"name": "format", "pattern": "12"}).params == {"pattern": "12"}
+
+
+def test_base_cycle_between_files_is_a_clear_error(tmp_path):
+    (tmp_path / "a.yaml").write_text("name: ca\nbase: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("name: cb\nbase: a.yaml\n")
+    r = runner.invoke(app, ["validate", str(tmp_path / "a.yaml"), "--json"])
+    assert r.exit_code == 1 and "cycle a -> b -> a" in json.loads(r.stdout)[0]["errors"][0]
+
+
+def test_main_prints_errors_without_traceback(tmp_path, capsys, monkeypatch):
+    import sys as _sys
+
+    from zoo.cli import main
+
+    monkeypatch.setattr(_sys, "argv", ["zoo", "show", "grpo", "--set", "clip.epsilon=0.3"])
+    with pytest.raises(SystemExit) as e:
+        main()
+    err = capsys.readouterr().err
+    assert e.value.code == 1 and "did you mean 'eps'" in err and "Traceback" not in err

@@ -16,14 +16,22 @@ tokens/s and the phase's peak memory:
 
 Seconds come from the trainer's own `time/*` metrics; memory and token counts from light wrappers
 around the phase functions (installed only for the bench, removed afterwards). Peak memory per phase
-is exact: on Linux the kernel's resident-set high-water mark is reset at each phase start
-(`/proc/self/clear_refs` <- 5) and read at its end (VmHWM); on a GPU it is
+is exact: on Linux freed heap pages are handed back (`malloc_trim`) and the kernel's resident-set
+high-water mark is reset at each phase start (`/proc/self/clear_refs` <- 5) and read at its end
+(VmHWM); on a GPU it is
 `torch.cuda.reset_peak_memory_stats` / `max_memory_allocated`. Where the high-water mark cannot be
 reset the numbers are the process peak so far (`memory.peak_resettable` false).
 
-Train-phase FLOP/s estimate: 6 x params x tokens / seconds, params = the policy's parameters (+ the
-critic's, which runs over the same tokens), tokens = prompt + completion positions through the
-training forward/backward (padding inside a trimmed micro-batch included: it is computed).
+Train-phase FLOP/s estimate: 6 x params x tokens / seconds, params = the policy's parameters (+ 6 x
+the critic's x its positions with a critic), tokens = prompt + completion positions through the
+training forward/backward as run (padding inside a trimmed micro-batch included: it is computed).
+
+`tokens` of forward/train/critic = positions the models actually ran (forward pre-hooks on policy,
+reference and critic count `input_ids`); with prompt sharing
+(`zoo.rollout.token_logprobs(share_prompts=True)`) a group's prompt counts once, not G times;
+`real_tokens` = the non-padding prompt + completion tokens of the rows (what a forward without
+sharing or padding would run). Each step also records CPU seconds (all threads) and the 1-minute
+load average, so runs disturbed by other jobs show.
 
 Memory breakdown (`memory`): weights (every parameter and buffer of policy, reference copy and
 critic), gradients (trainable parameters), optimizer state (the AdamW tensors actually allocated),
@@ -88,6 +96,7 @@ class BenchSpec:
     steps: int = 3
     warmup: int = 1
     lora: bool = False
+    checkpointing: bool = False  # activation (gradient) checkpointing
     autocast: str = "none"
     micro_batch: int = 8
     updates: str | None = None  # "EPOCHSxMINIBATCHES"; None: the variant's own
@@ -99,7 +108,8 @@ class BenchSpec:
     rewards: list[Any] = field(default_factory=lambda: list(BENCH_REWARDS))
 
     def label(self) -> str:
-        return f"{self.variant} {'lora' if self.lora else 'full'} {self.autocast}"
+        return (f"{self.variant} {'lora' if self.lora else 'full'} {self.autocast}"
+                + (" checkpointing" if self.checkpointing else ""))
 
 
 def parse_updates(text: str | None) -> dict[str, int] | None:
@@ -121,7 +131,8 @@ def run_config(spec: BenchSpec, out_dir: str | os.PathLike):
         "variant": spec.variant,
         "set": dict(spec.sets),
         "model": spec.model,
-        "model_opts": {"autocast": spec.autocast, "lora": dict(BENCH_LORA) if spec.lora else None},
+        "model_opts": {"autocast": spec.autocast, "lora": dict(BENCH_LORA) if spec.lora else None,
+                       "gradient_checkpointing": spec.checkpointing},
         "task": dict(spec.task),
         "rewards": list(spec.rewards),
         "budget": {"steps": spec.warmup + spec.steps, "prompts_per_step": spec.prompts,
@@ -164,12 +175,31 @@ def reset_peak(device) -> bool:
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
         return True
+    _malloc_trim()  # hand freed heap pages back first, so the window starts from live memory
     try:
         with open("/proc/self/clear_refs", "w") as fh:
             fh.write("5")  # Linux >= 4.0: reset the resident-set high-water mark (VmHWM)
         return True
     except OSError:
         return False
+
+
+def _malloc_trim() -> None:
+    """glibc keeps freed heap memory resident; `malloc_trim(0)` releases it (no-op elsewhere)."""
+    global _LIBC
+    if _LIBC is None:
+        try:
+            import ctypes
+
+            _LIBC = ctypes.CDLL("libc.so.6")
+            _LIBC.malloc_trim.argtypes = [ctypes.c_size_t]
+        except (OSError, AttributeError):
+            _LIBC = False
+    if _LIBC:
+        _LIBC.malloc_trim(0)
+
+
+_LIBC: Any = None
 
 
 def read_peak(device) -> float:
@@ -245,12 +275,13 @@ class _Probe:
         self.resettable = True
         self.rec: dict[str, dict[str, float]] = {}
         self._crit_t0: float | None = None
+        self.in_critic = False
         self._crit_last_grad = 0.0
 
     def _add(self, phase: str, **kv: float) -> None:
         r = self.rec.setdefault(phase, {"seconds": 0.0, "tokens": 0.0, "peak_mb": 0.0})
         for k, v in kv.items():
-            r[k] = max(r[k], v) if k == "peak_mb" else r[k] + v
+            r[k] = max(r.get(k, 0.0), v) if k == "peak_mb" else r.get(k, 0.0) + v
 
     def phase_fn(self, phase: str, fn: Callable, tokens: Callable[[Any, tuple, dict], float] | None = None):
         def wrapped(*a, **kw):
@@ -273,20 +304,33 @@ class _Probe:
         return wrapped
 
     def counting_fn(self, fn: Callable, critic: bool = False):
-        """_forward_logp / critic_values: count the positions a forward pass processes."""
+        """_forward_logp / critic_values: count the rows' real tokens (the positions a forward runs
+        are counted by `position_hook`); time the critic's forward inside the train phase."""
         def wrapped(model, mb, s, *a, **kw):
-            n = float(mb.prompt_ids.shape[0] * (mb.prompt_ids.shape[1] + mb.completion_ids.shape[1]))
+            real = float(mb.prompt_mask.sum() + mb.mask.sum())  # not padding, not past EOS
             if critic and self.phase == "train":
                 self._close_critic()
+                self.in_critic = True
                 t0 = time.perf_counter()
-                out = fn(model, mb, s, *a, **kw)
-                self._add("critic", seconds=time.perf_counter() - t0, tokens=n)
+                try:
+                    out = fn(model, mb, s, *a, **kw)
+                finally:
+                    self.in_critic = False
+                self._add("critic", seconds=time.perf_counter() - t0, real_tokens=real)
                 return out
             if self.phase is not None:
-                self._add(self.phase, tokens=n)
+                self._add(self.phase, real_tokens=real)
             return fn(model, mb, s, *a, **kw)
 
         return wrapped
+
+    def position_hook(self, module, args, kwargs) -> None:
+        """Forward pre-hook on policy / reference / critic: positions run in forward and train."""
+        if self.phase not in ("forward", "train"):
+            return  # generation's decode steps are counted as generated tokens instead
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is not None:
+            self._add("critic" if self.in_critic else self.phase, tokens=float(ids.numel()))
 
     # critic backward: from the critic loss's return to the last critic gradient accumulated
     def critic_loss(self, comp: Any):
@@ -337,11 +381,15 @@ def instrument(st: Any) -> Iterator[_Probe]:
     ]
     saved = [(mod, name, getattr(mod, name)) for mod, name, _ in patches]
     hooks = []
+    modules = [st.models.policy, st.models.critic]
+    if st.reference is not None and not st.reference.shares_policy:
+        modules.append(st.reference.model)
+    hooks += [m.register_forward_pre_hook(probe.position_hook, with_kwargs=True) for m in modules if m is not None]
     crit_comp = st.slots.critic
     if st.models.critic is not None and crit_comp is not None:
         st.slots.critic = probe.critic_loss(crit_comp)
-        hooks = [p.register_post_accumulate_grad_hook(probe._grad_hook)
-                 for p in st.models.critic.parameters() if p.requires_grad]
+        hooks += [p.register_post_accumulate_grad_hook(probe._grad_hook)
+                  for p in st.models.critic.parameters() if p.requires_grad]
     try:
         for mod, name, fn in patches:
             setattr(mod, name, fn)
@@ -355,6 +403,19 @@ def instrument(st: Any) -> Iterator[_Probe]:
 
 
 # --------------------------------------------------------------------------- one bench
+
+
+def cpu_seconds() -> float:
+    """User + system CPU time of this process so far (all threads)."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _loadavg() -> float:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")
 
 
 def _median(xs: Sequence[float]) -> float:
@@ -411,6 +472,7 @@ def run_bench(spec: BenchSpec, *, on_step: Callable[[int, dict[str, Any]], None]
         steps: list[dict[str, Any]] = []
         with instrument(st) as probe:
             for i in range(spec.warmup + spec.steps):
+                c0, l0 = cpu_seconds(), _loadavg()
                 m = trainer.train_step(st)
                 rec = probe.pop()
                 if i < spec.warmup:
@@ -420,7 +482,8 @@ def run_bench(spec: BenchSpec, *, on_step: Callable[[int, dict[str, Any]], None]
                                ("advantage", "time/advantage"), ("train", "time/train")):
                     if key in m:  # the trainer's own timers are the reference for seconds
                         row[p]["seconds"] = float(m[key])
-                row["step"] = {"seconds": float(m["time/step"]),
+                row["step"] = {"seconds": float(m["time/step"]), "cpu_s": cpu_seconds() - c0,
+                               "loadavg_1m": max(l0, _loadavg()),
                                "peak_mb": max(r["peak_mb"] for p, r in row.items() if p in PHASES),
                                "tokens": float(rec.get("generate", {}).get("tokens", 0.0))}
                 row["metrics"] = {k: float(m[k]) for k in ("reward/total", "accuracy", "completion/len_mean",
@@ -439,16 +502,20 @@ def run_bench(spec: BenchSpec, *, on_step: Callable[[int, dict[str, Any]], None]
                              "reference_copy": bool(st.reference is not None and not st.reference.shares_policy)}
         pol = res["parameters"]["policy"]["total"]
         crit = res["parameters"]["critic"]["total"] if res["parameters"]["critic"] else 0
-        res["train_flops"] = train_flops(pol + crit, res["phases"]["train"]["tokens"], res["phases"]["train"]["seconds"])
+        res["train_flops"] = train_flops(pol, res["phases"]["train"]["tokens"], res["phases"]["train"]["seconds"],
+                                         crit, res["phases"].get("critic", {}).get("tokens", 0.0))
         res["device"] = str(device)
         del st
     return res
 
 
-def train_flops(params: float, tokens: float, seconds: float) -> dict[str, float]:
-    """Achieved FLOP/s estimate of the train phase: 6 x params x tokens / seconds."""
-    flops = 6.0 * params * tokens
-    return {"params": float(params), "tokens": float(tokens), "seconds": float(seconds), "flops": flops,
+def train_flops(params: float, tokens: float, seconds: float, critic_params: float = 0.0,
+                critic_tokens: float = 0.0) -> dict[str, float]:
+    """Achieved FLOP/s estimate of the train phase: 6 x params x tokens / seconds (forward 2, backward
+    4 FLOPs per parameter and position), plus 6 x critic params x critic positions with a critic."""
+    flops = 6.0 * params * tokens + 6.0 * critic_params * critic_tokens
+    return {"params": float(params), "tokens": float(tokens), "critic_params": float(critic_params),
+            "critic_tokens": float(critic_tokens), "seconds": float(seconds), "flops": flops,
             "flops_per_s": flops / seconds if seconds > 0 else float("nan")}
 
 
@@ -461,9 +528,12 @@ def summarize(spec: BenchSpec, steps: list[dict[str, Any]]) -> dict[str, Any]:
         sec = _median([s[p]["seconds"] for s in steps])
         tok = _median([s[p]["tokens"] for s in steps])
         phases[p] = {"seconds": sec, "tokens": tok, "tokens_per_s": tok / sec if sec > 0 and tok > 0 else 0.0,
+                     "real_tokens": _median([s[p].get("real_tokens", s[p]["tokens"]) for s in steps]),
                      "peak_mb": max((s["train" if p == "critic" else p]["peak_mb"] for s in steps),
                                     default=float("nan"))}  # the critic's peak is the train phase's
     step = {"seconds": _median([s["step"]["seconds"] for s in steps]),
+            "cpu_s": _median([s["step"].get("cpu_s", float("nan")) for s in steps]),
+            "loadavg_1m": max((s["step"].get("loadavg_1m", float("nan")) for s in steps), default=float("nan")),
             "peak_mb": max((s["step"]["peak_mb"] for s in steps), default=float("nan")),
             "tokens": _median([s["step"]["tokens"] for s in steps])}
     step["tokens_per_s"] = step["tokens"] / step["seconds"] if step["seconds"] > 0 else 0.0
@@ -622,6 +692,8 @@ def vs_trl(base: BenchSpec, rounds: int = 2, log: Callable[[str], None] | None =
             if side == "zoo":
                 res = run_worker("zoo.bench", zoo_d, log=log)
                 out["zoo"].append({"step_times": [s["step"]["seconds"] for s in res["steps"]],
+                                   "cpu_s": [s["step"]["cpu_s"] for s in res["steps"]],
+                                   "loadavg_1m": res["step"]["loadavg_1m"],
                                    "peak_mb": res["step"]["peak_mb"], "len_mean": res["metrics"]["completion/len_mean"],
                                    "reward": res["metrics"]["reward/total"],
                                    "phases": {p: v["seconds"] for p, v in res["phases"].items()}})
@@ -631,6 +703,8 @@ def vs_trl(base: BenchSpec, rounds: int = 2, log: Callable[[str], None] | None =
     for side in ("zoo", "trl"):
         times = [t for r in out[side] for t in r["step_times"]]
         summary[side] = {"step_s": _median(times), "step_times": times,
+                         "cpu_s": _median([c for r in out[side] for c in r["cpu_s"]]),
+                         "loadavg_1m": max(r["loadavg_1m"] for r in out[side]),
                          "peak_mb": max(r["peak_mb"] for r in out[side]),
                          "len_mean": _median([r.get("len_mean", float("nan")) for r in out[side]]),
                          "reward": _median([r.get("reward", float("nan")) for r in out[side]])}

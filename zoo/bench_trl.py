@@ -21,7 +21,7 @@ How the two sides are matched (`trl_spec`):
 | constant lr, no warm-up                      | lr_scheduler_type="constant"                               |
 | autocast bf16 / none                         | bf16=True / bf16=False (fp32)                              |
 | LoRA r16 a32 q,k,v,o (--lora)                | peft_config = the same LoraConfig                          |
-| no activation checkpointing                  | gradient_checkpointing=False (TRL's default is True)       |
+| activation checkpointing off (--checkpointing on) | gradient_checkpointing=False/True (TRL's default: True) |
 """
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def trl_spec(spec: Any) -> dict[str, Any]:
         "num_iterations": 1, "mask_truncated_completions": False,
         "learning_rate": spec.lr, "lr_scheduler_type": "constant", "warmup_steps": 0, "weight_decay": 0.0,
         "adam_beta1": 0.9, "adam_beta2": 0.999, "max_grad_norm": 1.0,
-        "bf16": spec.autocast == "bf16", "fp16": False, "gradient_checkpointing": False,
+        "bf16": spec.autocast == "bf16", "fp16": False, "gradient_checkpointing": spec.checkpointing,
         "max_steps": spec.warmup + spec.steps, "logging_steps": 1, "save_strategy": "no", "report_to": "none",
         "seed": spec.seed, "dataloader_num_workers": 0, "log_completions": False,
     }
@@ -77,7 +77,7 @@ def run_trl(d: dict[str, Any]) -> dict[str, Any]:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
-    from zoo.bench import read_peak, reset_peak
+    from zoo.bench import cpu_seconds, read_peak, reset_peak
     from zoo.models import lora_config, prepare_tokenizer, resolve_model
     from zoo.rewards.compute import resolve_rewards
     from zoo.tasks import load_task
@@ -110,10 +110,12 @@ def run_trl(d: dict[str, Any]) -> dict[str, Any]:
 
         def on_step_begin(self, args, state, control, **kw):
             reset_peak(device)
+            self.load0, self.c0 = os.getloadavg()[0], cpu_seconds()
             self.t0 = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kw):
-            self.steps.append({"seconds": time.perf_counter() - self.t0, "peak_mb": read_peak(device)})
+            self.steps.append({"seconds": time.perf_counter() - self.t0, "peak_mb": read_peak(device),
+                               "cpu_s": cpu_seconds() - self.c0, "loadavg_1m": max(self.load0, os.getloadavg()[0])})
 
         def on_log(self, args, state, control, logs=None, **kw):
             if logs and "reward" in logs:
@@ -139,6 +141,7 @@ def run_trl(d: dict[str, Any]) -> dict[str, Any]:
     import trl
 
     return {"step_times": [s["seconds"] for s in measured], "peak_mb": max(s["peak_mb"] for s in measured),
+            "cpu_s": [s["cpu_s"] for s in measured], "loadavg_1m": max(s["loadavg_1m"] for s in measured),
             "len_mean": med([g.get("completions/mean_length", float("nan")) for g in logs]),
             "reward": med([g.get("reward", float("nan")) for g in logs]),
             "trl_version": trl.__version__, "logs": logs}

@@ -39,6 +39,21 @@ def load_policy_state(model: torch.nn.Module, state: dict[str, torch.Tensor]) ->
         model.load_state_dict(state)
 
 
+def trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The parameters that train (e.g. a LoRA critic's adapters and value head, not its frozen base,
+    which is rebuilt from the model source on resume)."""
+    return {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def load_trainable_state(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Load `trainable_state` back. Raises RuntimeError when a trainable parameter is missing."""
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    if unexpected or trainable & set(missing):
+        raise RuntimeError(f"checkpoint does not match the model: missing {sorted(trainable & set(missing))[:5]}, "
+                           f"unexpected {sorted(unexpected)[:5]}")
+
+
 def rng_state() -> dict[str, Any]:
     out = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
     if torch.cuda.is_available():

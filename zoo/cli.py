@@ -12,6 +12,7 @@ from typing import Any, List, Optional
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 app = typer.Typer(
@@ -30,7 +31,7 @@ err = Console(stderr=True)
 
 
 def _fail(msg: str, code: int = 1) -> None:
-    err.print(f"[bold red]error:[/] {msg}", highlight=False)
+    err.print(f"[bold red]error:[/] {escape(str(msg))}", highlight=False)
     raise typer.Exit(code)
 
 
@@ -204,20 +205,30 @@ def validate(
             status = "[green]ok[/]" if r.ok else "[red]invalid[/]"
             console.print(f"{status} {f}", highlight=False)
             for e in r.errors:
-                console.print(f"  [red]error:[/] {e}", highlight=False)
+                console.print(f"  [red]error:[/] {escape(e)}", highlight=False)
             for w in r.warnings:
-                console.print(f"  [yellow]warning:[/] {w}", highlight=False)
+                console.print(f"  [yellow]warning:[/] {escape(w)}", highlight=False)
             for n in r.notes:
-                console.print(f"  [blue]note:[/] {n}", highlight=False)
+                console.print(f"  [blue]note:[/] {escape(n)}", highlight=False)
     if not all(r.ok for _, r in results):
         raise typer.Exit(1)
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point. Configuration and input errors are printed as `error: ...` with
+    exit status 1 (set ZOO_DEBUG=1 for the traceback)."""
+    import os
+
     from zoo import cli_bench, cli_run  # noqa: F401  (register run/ablate/report/export and bench)
 
-    app()
+    try:
+        app()
+    except (ValueError, KeyError, FileNotFoundError, FileExistsError, NotADirectoryError, ModuleNotFoundError,
+            RecursionError) as e:  # VariantError, ComponentError, TaskError, ReportError are ValueErrors
+        if os.environ.get("ZOO_DEBUG"):
+            raise
+        err.print(f"[bold red]error:[/] {escape(str(e) or type(e).__name__)}", highlight=False)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ def _si(x: float) -> str:
 def _title(s: dict[str, Any]) -> str:
     return (f"{s['variant']} on {Path(str(s['model'])).name}: {s['prompts']} prompts x {s['group_size']} completions, "
             f"{s['max_new_tokens']} new tokens, {'LoRA' if s['lora'] else 'full'}, autocast {s['autocast']}, "
-            f"micro-batch {s['micro_batch']}")
+            f"micro-batch {s['micro_batch']}" + (", activation checkpointing" if s.get("checkpointing") else ""))
 
 
 def print_bench(res: dict[str, Any]) -> None:
@@ -58,6 +58,11 @@ def print_bench(res: dict[str, Any]) -> None:
     fl = res["train_flops"]
     console.print(f"train FLOP/s estimate: 6 x {fl['params'] / 1e6:.1f}M params x {fl['tokens']:.0f} tokens / "
                   f"{fl['seconds']:.2f} s = [bold]{_si(fl['flops_per_s'])}FLOP/s[/]", highlight=False)
+    tr = res["phases"]["train"]
+    if tr["tokens"] > 0:
+        console.print(f"train ran {tr['tokens']:.0f} positions for {tr['real_tokens']:.0f} real prompt + completion "
+                      f"tokens (x{tr['tokens'] / tr['real_tokens']:.2f}: padding adds, prompts shared by a group count "
+                      "once)", highlight=False)
     m = res["memory"]
     console.print("memory at peak (GB): " + ", ".join(
         f"{k.removesuffix('_mb')} {_gb(m[k])}" for k in ("weights_mb", "gradients_mb", "optimizer_mb", "runtime_mb",
@@ -65,7 +70,8 @@ def print_bench(res: dict[str, Any]) -> None:
     met = res["metrics"]
     console.print(f"reward {_f(met.get('reward/total'), '.3f')}, completion length {_f(met.get('completion/len_mean'), '.1f')}, "
                   f"setup {res['setup_s']:.1f} s, torch threads {res['machine']['torch_threads']}, "
-                  f"load avg {_f(res['machine'].get('loadavg_1m'), '.1f')}", highlight=False)
+                  f"CPU s per step {_f(res['step'].get('cpu_s'))}, max load avg {_f(res['step'].get('loadavg_1m'), '.1f')}",
+                  highlight=False)
 
 
 def print_memory(res: dict[str, Any]) -> None:
@@ -103,12 +109,13 @@ def print_vs(res: dict[str, Any]) -> None:
     s = res["spec"]
     t = Table(title=f"zoo vs TRL {res['rounds']['trl'][0].get('trl_version', '')} GRPOTrainer (alternating, each in its "
                     f"own process)\n{_title(s | {'variant': 'matched GRPO (TRL loss_type dapo)'})}")
-    for c in ("framework", "step s (median)", "steps measured", "peak GB", "completion len", "reward"):
+    for c in ("framework", "step s (median)", "CPU s", "steps measured", "peak GB", "completion len", "reward",
+              "max load"):
         t.add_column(c, justify="left" if c == "framework" else "right")
     for side in ("zoo", "trl"):
         r = res[side]
-        t.add_row(side, _f(r["step_s"]), str(len(r["step_times"])), _gb(r["peak_mb"]), _f(r["len_mean"], ".1f"),
-                  _f(r["reward"], ".3f"))
+        t.add_row(side, _f(r["step_s"]), _f(r.get("cpu_s")), str(len(r["step_times"])), _gb(r["peak_mb"]),
+                  _f(r["len_mean"], ".1f"), _f(r["reward"], ".3f"), _f(r.get("loadavg_1m"), ".1f"))
     console.print(t)
     console.print(f"zoo / TRL: step time [bold]{res['ratio']['step_time']:.2f}[/], "
                   f"peak memory [bold]{res['ratio']['peak_mem']:.2f}[/]", highlight=False)
@@ -125,6 +132,7 @@ def bench(
     warmup: int = typer.Option(1, "--warmup", min=1, help="warm-up steps (not measured)"),
     lora: Optional[bool] = typer.Option(None, "--lora/--full", help="LoRA r16 on q,k,v,o or full fine-tuning "
                                         "(default full; --memory runs both unless one is given)"),
+    checkpointing: bool = typer.Option(False, "--checkpointing", help="activation checkpointing in the train forward"),
     autocast: str = typer.Option("none", "--autocast", help="bf16 | fp16 | none"),
     micro_batch: int = typer.Option(8, "--micro-batch", min=1, help="completions per forward/backward"),
     updates: Optional[str] = typer.Option(None, "--updates", help="EPOCHSxMINIBATCHES per rollout (default: the "
@@ -138,7 +146,7 @@ def bench(
     plot: Optional[Path] = typer.Option(None, "--plot", help="--scan: PNG path (default bench-scan-KEY.png)"),
     task: Optional[str] = typer.Option(None, "--task", help="task spec as a YAML/JSON mapping or a YAML file "
                                        "(default: experiments/quickstart.yaml's 2-shot arithmetic)"),
-    threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads (default: torch's choice)"),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: torch's choice)"),
     seed: int = typer.Option(0, "--seed"),
     as_json: bool = typer.Option(False, "--json", help="print the full result as JSON"),
     out: Optional[Path] = typer.Option(None, "--out", help="also write the JSON result to this file"),
@@ -185,7 +193,7 @@ def bench(
             _fail("--task: expected a mapping such as '{name: reasoning_gym, dataset: basic_arithmetic}'")
         task_spec = data
     spec = zb.BenchSpec(task=task_spec, variant=names[0] if names else "grpo", model=model, prompts=prompts, group_size=group_size,
-                        max_new_tokens=max_new_tokens, steps=steps, warmup=warmup, lora=bool(lora), autocast=autocast,
+                        max_new_tokens=max_new_tokens, steps=steps, warmup=warmup, lora=bool(lora), autocast=autocast, checkpointing=checkpointing,
                         micro_batch=micro_batch, updates=updates, sets=parse_sets(set_), seed=seed, threads=threads)
     log = (lambda msg: err.print(f"[dim]{msg}[/]", highlight=False))
     try:

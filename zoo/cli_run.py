@@ -24,7 +24,7 @@ def run(
     set_: List[str] = typer.Option([], "--set", help="dotted override: budget.steps=3, variant=ppo, set.clip.eps_high=0.3"),
     resume: Optional[Path] = typer.Option(None, "--resume", help="continue the run in this directory from its last checkpoint"),
     fresh: bool = typer.Option(False, "--fresh", help="ignore an existing checkpoint in the output directory"),
-    threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads (default: torch's choice)"),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: torch's choice)"),
 ) -> None:
     """Train one variant (one seed) end to end, printing per-step metrics.
 
@@ -73,7 +73,7 @@ def ablate(
     dry_run: bool = typer.Option(False, "--dry-run", help="print the arms and the `zoo run` command for each; run nothing"),
     shard: Optional[str] = typer.Option(None, "--shard", help="i/n: run only arms i, i+n, ... (0-based), for clusters"),
     set_: List[str] = typer.Option([], "--set", help="dotted override applied to every arm, e.g. budget.steps=2"),
-    threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads"),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads"),
 ) -> None:
     """Run every arm of a study (variants and ablations x seeds x sweep points) and write a report.
 

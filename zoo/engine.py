@@ -270,7 +270,9 @@ def update(
     for _ in range(s.epochs):
         perm = torch.randperm(n, generator=generator) if s.minibatches > 1 else torch.arange(n)
         for mb_rows in perm.tensor_split(s.minibatches):
-            sub = batch.select(mb_rows)
+            # in row order: a group's completions sit side by side, so micro-batches share their prompt
+            # forward (rollout.token_logprobs); the order within an optimizer step changes no sum
+            sub = batch.select(mb_rows.sort().values)
             counts = step_counts(sub.mask, s.max_new_tokens)
             if counts.tokens == 0:  # nothing to learn from on any rank (e.g. every group filtered out)
                 continue
@@ -324,12 +326,12 @@ def update(
     out = {k: sum(v) / len(v) for k, v in acc.items()}
     tot = tok_stats.clone()
     tot[:7] = dist.all_reduce_sum(tok_stats[:7])
-    ntok = max(float(tot[0]), 1.0)
+    ntok = float(tot[0]) if float(tot[0]) > 0 else float("nan")  # no update: these are undefined, not 0
     out.update({
         "clip/low_frac": float(tot[1]) / ntok,
         "clip/high_frac": float(tot[2]) / ntok,
         "ratio/mean": float(tot[3]) / ntok,
-        "ratio/max": float(tot[7]),
+        "ratio/max": float(tot[7]) if float(tot[0]) > 0 else float("nan"),
         "ratio/approx_kl": float(tot[4]) / ntok,
         "entropy": float(tot[5]) / ntok,
         "optim/steps": float(s.epochs * s.minibatches),
@@ -347,6 +349,7 @@ def _optimizer_step(model: torch.nn.Module, opt: torch.optim.Optimizer, max_norm
     else:
         gn = float(torch.norm(torch.stack([p.grad.norm() for p in params if p.grad is not None])))
     opt.step()
+    opt.zero_grad(set_to_none=True)  # free the gradients now: generation and forwards run without them
     return gn
 
 

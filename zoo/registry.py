@@ -194,6 +194,18 @@ def parse_spec(spec: str | Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     raise ComponentError(f"component spec must be a name or a mapping with 'name', got {spec!r}")
 
 
+def _number(v: Any, default: Any) -> Any:
+    """YAML 1.1 reads `1e-6` (no dot) as a string. For a parameter whose default is a number or None,
+    turn such an exponent string into a float; leave everything else (a quoted "1" stays a string)."""
+    numeric = default is None or (isinstance(default, (int, float)) and not isinstance(default, bool))
+    if isinstance(v, str) and numeric and "e" in v.lower():
+        try:
+            return float(v)
+        except ValueError:
+            return v
+    return v
+
+
 def build(kind: str, spec: str | Mapping[str, Any], context: Mapping[str, Any] | None = None) -> Component:
     """Resolve a spec to a callable `Component` with its hyperparameters bound.
 
@@ -215,6 +227,7 @@ def build(kind: str, spec: str | Mapping[str, Any], context: Mapping[str, Any] |
     missing = [k for k, d in hp.items() if d is inspect.Parameter.empty and k not in params]
     if missing:
         raise ComponentError(f"{kind} {name!r}: missing required parameter {', '.join(map(repr, missing))}")
+    params = {k: _number(v, hp[k]) for k, v in params.items()}
     comp = Component(entry, dict(params))
     if entry.check is not None:
         try:

@@ -330,16 +330,18 @@ def plot_curves(groups: list[ArmGroup], keys: list[tuple[str, str]], path: Path,
     if not panels:
         return None
     fig, axes = _new_figure(len(panels))
+    colour = {g.name: f"C{i % 10}" for i, g in enumerate(groups)}  # one colour per arm in every panel
     for ax, (key, title, curves) in zip(axes, panels):
         for name, xs, ys, sd in curves:
-            (line,) = ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, ms=3, label=name)
+            (line,) = ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, ms=3, label=name, color=colour[name])
             if any(sd):
                 ax.fill_between(xs, [a - b for a, b in zip(ys, sd)], [a + b for a, b in zip(ys, sd)],
                                 color=line.get_color(), alpha=0.15, linewidth=0)
         ax.set_title(title)
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
+    for ax in axes:
+        ax.legend(fontsize=7)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     return path
@@ -435,7 +437,7 @@ def print_table(name: str, header: list[str], rows: list[list[str]], console: An
     t = Table(title=f"study {name}", box=box.SIMPLE_HEAD, pad_edge=False)
     for i, h in enumerate(header):
         t.add_column(SHORT.get(h, h.replace("final reward/", "final ")), style="bold cyan" if i == 0 else None,
-                     no_wrap=i != 0)
+                     no_wrap=True, min_width=max(len(r[0]) for r in rows) if i == 0 and rows else None)
     status_col = header.index("status")
     errors = []
     for row in rows:

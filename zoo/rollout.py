@@ -225,6 +225,7 @@ def generate_rollout(
     do_sample: bool = True,
     micro_batch: int | None = None,
     eos_token_ids: Sequence[int] | None = None,
+    share_prompts: bool = True,
 ) -> Rollout:
     """Sample `group_size` completions per prompt with HF `generate` -> `Rollout` (N = len(prompts) * G).
 
@@ -234,6 +235,9 @@ def generate_rollout(
         generation_config applies (repetition penalty, min_p ... are neutral).
     micro_batch: rows per `generate` call (default all N).
     eos_token_ids: stop ids (default `stop_token_ids(model, tokenizer)`).
+    share_prompts: run each distinct prompt of a `generate` call through the model once (all but its
+        last token), and start the G rows of its group from copies of that KV cache (`_shared_prefill`)
+        instead of G identical prefills.
     Seeding is the caller's: `torch.manual_seed(...)` before the call.
     The model runs in eval mode under no_grad; its train/eval mode is restored afterwards. Works on
     any device (inputs follow the model's parameters).
@@ -269,8 +273,11 @@ def generate_rollout(
     chunks: list[Tensor] = []
     with _eval_no_grad(model), _neutral_generation_config(model):
         for s in range(0, N, mb):
+            prefix = _shared_prefill(model, ids[s : s + mb], mask[s : s + mb], prompt_index[s : s + mb]) \
+                if share_prompts else {}
             out = model.generate(input_ids=ids[s : s + mb], attention_mask=mask[s : s + mb],
-                                 generation_config=gen_config)  # [mb, P + T_chunk]
+                                 generation_config=gen_config, **prefix)  # [mb, P + T_chunk]
+            del prefix
             chunks.append(out[:, P:])
     T = max(c.shape[1] for c in chunks)
     completion_ids = torch.cat([_pad_right(c, T, pad_id) for c in chunks], dim=0)  # [N, T]
@@ -281,6 +288,35 @@ def generate_rollout(
         truncated=truncated, lengths=lengths, group_ids=prompt_index.clone(), prompt_index=prompt_index,
         completion_texts=texts, group_size=group_size,
     )
+
+
+def _shared_prefill(model: nn.Module, ids: Tensor, mask: Tensor, prompt_index: Tensor) -> dict:
+    """A KV cache for rows [n, P] whose prompts repeat: the distinct prompts' first P-1 tokens run
+    once and the cache is expanded to the n rows; `generate` then runs only the last prompt token per
+    row. Returns {cache kwarg: cache}, or {} when nothing repeats or the model takes no cache."""
+    name = _cache_arg(model)
+    n, P = ids.shape
+    if name is None or P < 2:
+        return {}
+    uniq, inverse = torch.unique(prompt_index, return_inverse=True)
+    U = uniq.shape[0]
+    if U == n:
+        return {}
+    first = torch.full((U,), n, dtype=torch.long, device=ids.device).scatter_reduce(
+        0, inverse, torch.arange(n, device=ids.device), reduce="amin")
+    pm = mask[first, : P - 1]
+    if not bool(pm.bool().any(1).all()):
+        return {}  # a one-token prompt: nothing to prefill for it
+    kwargs = dict(input_ids=ids[first, : P - 1], attention_mask=pm, position_ids=position_ids_from_mask(pm),
+                  use_cache=True)
+    if _accepts_logits_to_keep(model):
+        kwargs["logits_to_keep"] = 1
+    out = model(**kwargs)
+    cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+    if cache is None or not hasattr(cache, "batch_select_indices"):
+        return {}
+    cache.batch_select_indices(inverse)
+    return {name: cache}
 
 
 def decode_completions(tokenizer, completion_ids: Tensor, mask: Tensor, truncated: Tensor) -> list[str]:
@@ -300,19 +336,81 @@ def _accepts_logits_to_keep(model: nn.Module) -> bool:
         return False
 
 
+def _cache_arg(model: nn.Module) -> str | None:
+    """The forward's KV-cache argument: "cache" (transformers >= 5.2x), "past_key_values", or None."""
+    try:
+        params = inspect.signature(_inner_lm(model).forward).parameters
+    except (TypeError, ValueError):  # pragma: no cover
+        return None
+    return next((a for a in ("cache", "past_key_values") if a in params), None)
+
+
+def _can_share_prompts(model: nn.Module) -> bool:
+    lm = _inner_lm(model)
+    if _cache_arg(model) is None:
+        return False
+    checkpointing = bool(getattr(lm, "is_activation_checkpointing", False) if hasattr(type(lm), "is_activation_checkpointing")
+                         else getattr(lm, "is_gradient_checkpointing", False))
+    return not (checkpointing and lm.training)  # checkpointing turns the cache off in training mode
+
+
+def _shared_prompt_logprobs(model: nn.Module, ids: Tensor, att: Tensor, pos: Tensor, T: int, keep: bool,
+                            temperature: float, with_entropy: bool, entropy_grad: bool):
+    """`token_logprobs` for rows [n, L] whose prompts (the first P = L - T columns, ids and mask)
+    repeat: each distinct prompt runs once (U rows), its KV cache is expanded to the n rows, and the
+    completions continue from it. The logits predicting completion token 0 come from the prompt's
+    last position, those predicting tokens 1..T-1 from the continuation over tokens 0..T-2. Prompt
+    positions are computed U instead of n times (G x fewer for whole groups). Returns None when
+    every prompt is distinct (or the model returned no cache): the caller runs the plain forward."""
+    n, L = ids.shape
+    P = L - T
+    key = torch.cat([ids[:, :P], att[:, :P].to(ids.dtype)], dim=1)  # [n, 2P]
+    uniq, inverse = torch.unique(key, dim=0, return_inverse=True)  # [U, 2P], [n]
+    U = uniq.shape[0]
+    if U == n:
+        return None
+    first = torch.full((U,), n, dtype=torch.long, device=ids.device).scatter_reduce(
+        0, inverse, torch.arange(n, device=ids.device), reduce="amin")  # a row of each distinct prompt
+    kwargs = dict(input_ids=ids[first, :P], attention_mask=att[first, :P], position_ids=pos[first, :P], use_cache=True)
+    if keep:
+        kwargs["logits_to_keep"] = 1
+    out = model(**kwargs)
+    cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+    if cache is None or not hasattr(cache, "batch_select_indices"):
+        return None
+    first_logits = out.logits[:, -1:]  # [U, 1, V] predicts completion token 0
+    del out
+    lp0, ent0 = _chosen_logprobs(first_logits[inverse], ids[:, P : P + 1], temperature, with_entropy, entropy_grad)
+    del first_logits
+    if T == 1:
+        return lp0, ent0
+    cache.batch_select_indices(inverse)  # [U, ...] -> [n, ...] per layer; gradients flow back to the prompt
+    logits = model(input_ids=ids[:, P : L - 1], attention_mask=att[:, : L - 1], position_ids=pos[:, P : L - 1],
+                   use_cache=True, **{_cache_arg(model): cache}).logits  # [n, T-1, V] predicts tokens 1..T-1
+    del cache
+    lp, ent = _chosen_logprobs(logits, ids[:, P + 1 :], temperature, with_entropy, entropy_grad)
+    del logits
+    return torch.cat([lp0, lp], dim=1), (torch.cat([ent0, ent], dim=1) if with_entropy else None)
+
+
 def _chosen_logprobs(logits: Tensor, tokens: Tensor, temperature: float, with_entropy: bool, entropy_grad: bool = False):
     """logits [n, T, V] (any dtype), tokens [n, T] -> (logp [n, T] fp32, entropy [n, T] fp32 or None).
     The entropy carries a gradient only with `entropy_grad` (an entropy bonus); otherwise its
     full-vocabulary softmax is not kept for backward."""
     with torch.autocast(device_type=logits.device.type, enabled=False):
-        z = logits.float() / temperature  # [n, T, V] fp32
+        z = logits.float()  # [n, T, V] fp32 (the same tensor when the logits already are)
+        if temperature != 1.0:
+            z = z / temperature  # no [n, T, V] copy at temperature 1
         lse = torch.logsumexp(z, dim=-1)  # [n, T]
         logp = z.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - lse  # [n, T]
         entropy = None
-        if with_entropy:
-            with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-                p = torch.softmax(z, dim=-1)  # [n, T, V]
-                entropy = lse - (p * z).sum(-1)  # [n, T]  H = lse - E_p[z]
+        if with_entropy and entropy_grad and torch.is_grad_enabled():
+            p = torch.softmax(z, dim=-1)  # [n, T, V]
+            entropy = lse - (p * z).sum(-1)  # [n, T]  H = lse - E_p[z]
+        elif with_entropy:  # no gradient: one row at a time, so no [n, T, V] temporaries pile up
+            with torch.no_grad():
+                entropy = torch.cat([lr - (torch.softmax(zr, dim=-1) * zr).sum(-1)
+                                     for zr, lr in zip(z.split(1), lse.split(1))])  # [n, T]
     return logp, entropy
 
 
@@ -326,6 +424,7 @@ def token_logprobs(
     micro_batch: int | None = None,
     with_entropy: bool = False,
     entropy_grad: bool = False,
+    share_prompts: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
     """Log-prob of each of the last T = n_completion tokens under `model` (the training forward too).
 
@@ -338,6 +437,11 @@ def token_logprobs(
     enabled. Values at masked completion slots are finite but meaningless: mask them.
     entropy_grad: let the entropy carry a gradient (for an entropy bonus); by default it is computed
     without one, so its [n, T, V] softmax is freed at once.
+    share_prompts: rows of a micro-batch with the same prompt (the G completions of a group) run the
+    prompt through the model once and continue from its KV cache (`_shared_prompt_logprobs`); the
+    values equal the plain forward's up to float rounding, gradients flow through the shared prompt.
+    Used only when some prompt repeats and the model supports a KV cache (not with activation
+    checkpointing in training mode, which disables the cache).
     Raises ValueError for shape mismatches, n_completion outside [1, L-1] or temperature <= 0.
     """
     if input_ids.dim() != 2 or input_ids.shape != attention_mask.shape:
@@ -351,16 +455,23 @@ def token_logprobs(
         raise ValueError(f"temperature must be > 0, got {temperature}")
     keep = _accepts_logits_to_keep(model)
     position_ids = position_ids_from_mask(attention_mask)  # [N, L]
+    share = share_prompts and _can_share_prompts(model)
     mb = micro_batch or N
     logps, ents = [], []
     for s in range(0, N, mb):
-        kwargs = dict(input_ids=input_ids[s : s + mb], attention_mask=attention_mask[s : s + mb],
-                      position_ids=position_ids[s : s + mb], use_cache=False)
+        ids, att, pos = input_ids[s : s + mb], attention_mask[s : s + mb], position_ids[s : s + mb]
+        shared = _shared_prompt_logprobs(model, ids, att, pos, T, keep, temperature, with_entropy, entropy_grad) \
+            if share else None
+        if shared is not None:
+            logps.append(shared[0])
+            ents.append(shared[1])
+            continue
+        kwargs = dict(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=False)
         if keep:
             kwargs["logits_to_keep"] = T + 1
         logits = model(**kwargs).logits  # [mb, T+1, V] (or [mb, L, V] without logits_to_keep)
         logits = logits[:, -T - 1 : -1]  # [mb, T, V]: position j predicts token j+1
-        lp, ent = _chosen_logprobs(logits, input_ids[s : s + mb, L - T :], temperature, with_entropy, entropy_grad)
+        lp, ent = _chosen_logprobs(logits, ids[:, L - T :], temperature, with_entropy, entropy_grad)
         del logits
         logps.append(lp)
         ents.append(ent)

@@ -38,6 +38,13 @@ from zoo.variant import Variant, VariantError, check_variant, load_variant
 log = logging.getLogger(__name__)
 
 
+#: completions per `generate` call (at least budget.micro_batch and G). Decoding reads every weight once
+#: per token whatever the batch, so up to the point where it becomes compute-bound a bigger batch is
+#: nearly free (docs/performance.md: 32 rows in one call vs 4 calls of 8); without gradients a row
+#: needs only its KV cache, far less than a training forward.
+GENERATE_BATCH = 32
+
+
 @dataclass
 class RunState:
     """Everything the loop mutates; what a checkpoint saves."""
@@ -195,7 +202,7 @@ def collect_batch(st: RunState) -> tuple[Batch, dict[str, float]]:
         with engine.autocast(s.autocast, st.device):
             ro = generate_rollout(st.models.policy, st.models.tokenizer, [r["prompt"] for r in rows], group_size=G,
                                   max_new_tokens=s.max_new_tokens, temperature=s.temperature,
-                                  top_p=cfg.sampling.top_p, micro_batch=max(s.micro_batch, G))
+                                  top_p=cfg.sampling.top_p, micro_batch=max(s.micro_batch, G, GENERATE_BATCH))
         t1 = time.perf_counter()
         b = Batch(prompt_ids=ro.prompt_ids, prompt_mask=ro.prompt_mask, completion_ids=ro.completion_ids,
                   mask=ro.completion_mask, group_ids=ro.group_ids + n_groups, truncated=ro.truncated,
@@ -297,7 +304,7 @@ def save_checkpoint(st: RunState, out: Path, tracker_id: str | None) -> None:
         "step": st.step, "beta": st.beta, "totals": dict(st.totals),
         "policy": ckpt.policy_state(st.models.policy),
         "optimizer": st.optimizer.state_dict(), "scheduler": st.scheduler.state_dict(),
-        "critic": st.models.critic.state_dict() if st.models.critic is not None else None,
+        "critic": ckpt.trainable_state(st.models.critic) if st.models.critic is not None else None,
         "critic_optimizer": st.critic_optimizer.state_dict() if st.critic_optimizer else None,
         "critic_scheduler": st.critic_scheduler.state_dict() if st.critic_scheduler else None,
         "stream": st.stream.state_dict(), "rng": ckpt.rng_state(), "rng_ranks": rng_ranks, "tracker_id": tracker_id,
@@ -323,7 +330,7 @@ def restore_checkpoint(st: RunState, state: dict[str, Any]) -> None:
     st.optimizer.load_state_dict(state["optimizer"])
     st.scheduler.load_state_dict(state["scheduler"])
     if st.models.critic is not None and state.get("critic") is not None:
-        st.models.critic.load_state_dict(state["critic"])
+        ckpt.load_trainable_state(st.models.critic, state["critic"])
         st.critic_optimizer.load_state_dict(state["critic_optimizer"])
         st.critic_scheduler.load_state_dict(state["critic_scheduler"])
     st.stream.load_state_dict(state["stream"])
@@ -367,6 +374,10 @@ def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
     from zoo.tracking import Tracker
 
     out = cfg.out_dir()
+    done = _finished_summary(out, cfg) if resume else None
+    if done is not None:
+        log.warning("%s already finished %d steps; nothing to do (use --fresh to train again)", out, done["steps"])
+        return done
     out.mkdir(parents=True, exist_ok=True)
     reset_peak_memory(torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu"))
     st = setup(cfg)
@@ -459,6 +470,15 @@ def _evaluator(st: RunState) -> Callable[[], dict[str, float]]:
                             micro_batch=max(cfg.budget.micro_batch, 8))
 
     return run
+
+
+def _finished_summary(out: Path, cfg: RunConfig) -> dict[str, Any] | None:
+    """The summary of a run that already reached `cfg.budget.steps`, else None."""
+    try:
+        s = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return s if s.get("status") == "finished" and int(s.get("steps", -1)) >= cfg.budget.steps else None
 
 
 def _read_summary(out: Path) -> dict[str, Any]:

@@ -174,13 +174,23 @@ def _raw(name_or_path: str | Path, _seen: tuple[str, ...] = ()) -> tuple[dict[st
             raise VariantError(f"variant {str(name_or_path)!r} not found; {hint}known: {', '.join(sorted(files))}")
         path = files[str(name_or_path)]
     data = _read_yaml(path)
+    me = str(path.resolve())
+    if me in _seen:
+        chain = " -> ".join(Path(x).stem for x in _seen + (me,))
+        raise VariantError(f"{path}: key 'base': cycle {chain}")
     base = data.get("base")
     if base:
-        if base in _seen:
-            raise VariantError(f"{path}: key 'base': cycle {' -> '.join(_seen + (base,))}")
-        base_data, _ = _raw(base, _seen + (data.get("name", path.stem),))
+        base_data, _ = _raw(_base_path(base, path), _seen + (me,))
         data = merge_variant(base_data, data)
     return data, path
+
+
+def _base_path(base: str, child: Path) -> str | Path:
+    """`base:` names a variant, or a YAML file (relative to the child's folder)."""
+    if str(base).endswith((".yaml", ".yml")):
+        p = Path(base)
+        return p if p.is_absolute() or p.exists() else child.parent / p
+    return base
 
 
 def merge_variant(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
