@@ -121,3 +121,14 @@ def test_main_prints_errors_without_traceback(tmp_path, capsys, monkeypatch):
         main()
     err = capsys.readouterr().err
     assert e.value.code == 1 and "did you mean 'eps'" in err and "Traceback" not in err
+
+
+def test_validate_catches_what_run_would_reject(tmp_path):
+    bad = tmp_path / "run.yaml"
+    bad.write_text(yaml.safe_dump({"variant": "grpo", "model": "/no/such/model", "rewards": ["correctnes"],
+                                   "budget": {"prompts_per_step": 1, "group_size": 2,
+                                              "updates": {"epochs": 1, "minibatches": 4}}}))
+    r = runner.invoke(app, ["validate", str(bad), "--json"])
+    errs = " ".join(json.loads(r.stdout)[0]["errors"])
+    assert r.exit_code == 1
+    assert "did you mean 'correctness'" in errs and "minibatches 4 > 2" in errs and "/no/such/model" in errs

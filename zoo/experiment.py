@@ -284,7 +284,31 @@ def check_arms(arms: list[Arm], plugins: list[str] | tuple[str, ...] = ()) -> Re
         rep.errors += [f"{who}: {m}" for m in sub.errors]
         rep.warnings += [f"{who}: {m}" for m in sub.warnings]
         rep.notes += [f"{who}: {m}" for m in sub.notes]
+        rep.errors += [f"{who}: {m}" for m in run_checks(arm.config, v)]
     return rep
+
+
+def run_checks(cfg: RunConfig, v: V.Variant) -> list[str]:
+    """What `zoo run` would reject before loading a model: reward names, minibatches vs completions
+    per step, a local model path that does not exist."""
+    from zoo.models import EMBEDDED_ALIASES
+    from zoo.rewards.compute import resolve_rewards
+
+    errors = []
+    try:
+        resolve_rewards(cfg.rewards)
+    except ValueError as e:
+        errors.append(f"rewards: {e}")
+    g = cfg.budget.group_size or v.group_size
+    upd = cfg.budget.updates or v.updates
+    n = cfg.budget.prompts_per_step * g
+    if upd.minibatches > n:
+        errors.append(f"budget: updates.minibatches {upd.minibatches} > {n} completions per step "
+                      "(prompts_per_step x group_size)")
+    m = str(cfg.model)
+    if m not in EMBEDDED_ALIASES and (m.startswith((".", "/", "~")) and not Path(m).expanduser().exists()):
+        errors.append(f"model: local path {m!r} does not exist")
+    return errors
 
 
 def _seed_of(label: str) -> str:
