@@ -226,3 +226,17 @@ def test_token_logprobs_errors():
         token_logprobs(model, ids, mask, ids.shape[1])
     with pytest.raises(ValueError):
         token_logprobs(model, ids, mask, 3, temperature=0)
+
+
+def test_min_new_tokens_suppresses_eos_until_the_length():
+    model, tok = tiny_model_and_tokenizer(seed=0, pad_equals_eos=False)
+    eos_biased(model, tok.eos_token_id)  # without the option most rows stop early (test above)
+    torch.manual_seed(0)
+    r = generate_rollout(model, tok, CHAT, group_size=4, max_new_tokens=6, min_new_tokens=6)
+    assert r.truncated.all()
+    assert (r.lengths == 6).all()
+    assert not (r.completion_ids == tok.eos_token_id).any()
+    torch.manual_seed(0)
+    r = generate_rollout(model, tok, CHAT, group_size=4, max_new_tokens=6, min_new_tokens=3)
+    assert (r.lengths >= 3).all()
+    assert not (r.completion_ids[:, :3] == tok.eos_token_id).any()

@@ -108,7 +108,12 @@ def test_dapo_dynamic_sampling_drops_every_group_of_a_random_model(tiny_model_di
         assert r["train/skipped"] == 1.0
         assert "loss/policy" not in r  # no optimizer step
     assert summary["status"] == "finished"
-    assert max_change(initial_weights(tiny_model_dir), saved_state(tmp_path)["policy"]) == 0.0
+    state = saved_state(tmp_path)
+    assert max_change(initial_weights(tiny_model_dir), state["policy"]) == 0.0
+    # first rounds take 2 prompts per step from the main stream, the resample rounds from their own one,
+    # so step k's first-round prompts match a grpo arm of the same seed
+    assert state["stream"]["index"] == 2 * 2
+    assert state["resample_stream"]["index"] == 2 * 2
 
 
 def test_dapo_overlong_filter_masks_exactly_the_truncated_rows(tiny_model_dir, tmp_path):
@@ -297,3 +302,17 @@ def test_two_grpo_steps_on_the_embedded_smollm2(tmp_path):
         assert math.isfinite(s[k]), k
     assert s["kl/ref"] > 0  # the adapter moved away from the reference after the first optimizer step
     assert s["config"]["provenance"]["model"]["kind"] == "embedded"
+
+
+def test_ignore_eos_makes_every_completion_full_length(tiny_model_dir, tmp_path):
+    def first_step(ignore_eos, out):
+        cfg = tiny_run_config(tiny_model_dir, out, budget={"steps": 1, "max_new_tokens": 16},
+                              sampling={"ignore_eos": ignore_eos}, eval={"enabled": False})
+        train(cfg, progress=False)
+        (r,) = [r for r in read_jsonl(out / "metrics.jsonl") if "reward/total" in r]
+        return r
+
+    assert first_step(False, tmp_path / "eos")["completion/truncated_frac"] < 1.0  # some rows stop at EOS
+    r = first_step(True, tmp_path / "no-eos")
+    assert r["completion/truncated_frac"] == 1.0
+    assert r["completion/len_mean"] == r["completion/len_max"] == 16  # budget.max_new_tokens

@@ -97,6 +97,7 @@ class BenchSpec:
     warmup: int = 1
     lora: bool = False
     checkpointing: bool = False  # activation (gradient) checkpointing
+    ignore_eos: bool = False  # every completion runs to max_new_tokens
     autocast: str = "none"
     micro_batch: int = 8
     updates: str | None = None  # "EPOCHSxMINIBATCHES"; None: the variant's own
@@ -139,6 +140,7 @@ def run_config(spec: BenchSpec, out_dir: str | os.PathLike):
                    "group_size": spec.group_size, "max_new_tokens": spec.max_new_tokens,
                    "micro_batch": spec.micro_batch},
         "optim": {"lr": spec.lr},
+        "sampling": {"ignore_eos": bool(spec.ignore_eos)},
         "eval": {"enabled": False},
         "tracking": {"wandb": False},
         "seed": spec.seed,
@@ -660,15 +662,18 @@ def plot_scan(res: dict[str, Any], path: str | os.PathLike) -> Path:
     a2.plot(xs, [p["peak_mb"] / 1024 for p in pts], "o-", label="peak")
     a2.plot(xs, [(p["memory"]["peak_mb"] - p["memory"]["activations_mb"]) / 1024 for p in pts], "s--",
             label="runtime+weights+grads+optimizer")
+    a2.set_ylim(bottom=0)
     a2.set_xscale("log", base=2)
     a2.set_xticks(xs, [str(x) for x in xs])
     a2.set_xlabel(res["key"])
     a2.set_ylabel("GiB")
     a2.legend(fontsize=8)
     s = res["spec"]
-    fig.suptitle(f"{s['variant']} ({'LoRA' if s['lora'] else 'full'}, autocast {s['autocast']}): "
-                 f"{res['key']} scan, prompts {s['prompts']}, G {s['group_size']}, L {s['max_new_tokens']}",
-                 fontsize=10)
+    fixed = {"prompts": f"prompts {s['prompts']}", "group_size": f"G {s['group_size']}",
+             "max_new_tokens": f"max new tokens {s['max_new_tokens']}", "micro_batch": f"micro-batch {s['micro_batch']}"}
+    fixed.pop(res["key"], None)
+    fig.suptitle(f"{s['variant']} ({'LoRA' if s['lora'] else 'full'}, autocast {s['autocast']}): {res['key']} scan, "
+                 + ", ".join(fixed.values()) + f"; median of {s['steps']} steps", fontsize=10)
     fig.tight_layout()
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)

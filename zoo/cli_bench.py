@@ -37,7 +37,8 @@ def _si(x: float) -> str:
 def _title(s: dict[str, Any]) -> str:
     return (f"{s['variant']} on {Path(str(s['model'])).name}: {s['prompts']} prompts x {s['group_size']} completions, "
             f"{s['max_new_tokens']} new tokens, {'LoRA' if s['lora'] else 'full'}, autocast {s['autocast']}, "
-            f"micro-batch {s['micro_batch']}" + (", activation checkpointing" if s.get("checkpointing") else ""))
+            f"micro-batch {s['micro_batch']}" + (", activation checkpointing" if s.get("checkpointing") else "")
+            + (", EOS ignored" if s.get("ignore_eos") else ""))
 
 
 def print_bench(res: dict[str, Any]) -> None:
@@ -133,6 +134,8 @@ def bench(
     lora: Optional[bool] = typer.Option(None, "--lora/--full", help="LoRA r16 on q,k,v,o or full fine-tuning "
                                         "(default full; --memory runs both unless one is given)"),
     checkpointing: bool = typer.Option(False, "--checkpointing", help="activation checkpointing in the train forward"),
+    ignore_eos: bool = typer.Option(False, "--ignore-eos", help="every completion runs to --max-new-tokens (cost "
+                                    "per token; otherwise completions stop at EOS). Not with --vs"),
     autocast: str = typer.Option("none", "--autocast", help="bf16 | fp16 | none"),
     micro_batch: int = typer.Option(8, "--micro-batch", min=1, help="completions per forward/backward"),
     updates: Optional[str] = typer.Option(None, "--updates", help="EPOCHSxMINIBATCHES per rollout (default: the "
@@ -173,6 +176,8 @@ def bench(
     modes = sum(bool(x) for x in (vs, memory, scan_))
     if modes > 1:
         _fail("use one of --vs, --memory, --scan at a time")
+    if vs and ignore_eos:
+        _fail("--ignore-eos is not matched on TRL's side; race without it")
     if not memory and len(names) > 1:
         _fail(f"one variant at a time (got {', '.join(names)}); compare several with --memory")
     try:
@@ -194,6 +199,7 @@ def bench(
         task_spec = data
     spec = zb.BenchSpec(task=task_spec, variant=names[0] if names else "grpo", model=model, prompts=prompts, group_size=group_size,
                         max_new_tokens=max_new_tokens, steps=steps, warmup=warmup, lora=bool(lora), autocast=autocast, checkpointing=checkpointing,
+                        ignore_eos=ignore_eos,
                         micro_batch=micro_batch, updates=updates, sets=parse_sets(set_), seed=seed, threads=threads)
     log = (lambda msg: err.print(f"[dim]{msg}[/]", highlight=False))
     try:

@@ -61,6 +61,8 @@ class ModelOpts(_Strict):
 class Sampling(_Strict):
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
+    ignore_eos: bool = Field(False, description="generate every completion to max_new_tokens (EOS suppressed): "
+                             "for benchmarks of cost per token, like verl's rollout.ignore_eos")
 
 
 class Eval(_Strict):

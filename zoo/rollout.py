@@ -226,6 +226,7 @@ def generate_rollout(
     micro_batch: int | None = None,
     eos_token_ids: Sequence[int] | None = None,
     share_prompts: bool = True,
+    min_new_tokens: int = 0,
 ) -> Rollout:
     """Sample `group_size` completions per prompt with HF `generate` -> `Rollout` (N = len(prompts) * G).
 
@@ -238,6 +239,8 @@ def generate_rollout(
     share_prompts: run each distinct prompt of a `generate` call through the model once (all but its
         last token), and start the G rows of its group from copies of that KV cache (`_shared_prefill`)
         instead of G identical prefills.
+    min_new_tokens: stop ids are suppressed until a completion has this many tokens (HF's
+        `min_new_tokens`); `max_new_tokens` makes every completion full length (benchmarks).
     Seeding is the caller's: `torch.manual_seed(...)` before the call.
     The model runs in eval mode under no_grad; its train/eval mode is restored afterwards. Works on
     any device (inputs follow the model's parameters).
@@ -263,7 +266,7 @@ def generate_rollout(
     N, P = ids.shape
 
     gen_config = GenerationConfig(
-        max_new_tokens=max_new_tokens, do_sample=do_sample, temperature=float(temperature) if do_sample else 1.0,
+        max_new_tokens=max_new_tokens, min_new_tokens=min(int(min_new_tokens), max_new_tokens) or None, do_sample=do_sample, temperature=float(temperature) if do_sample else 1.0,
         top_p=float(top_p) if do_sample else 1.0, top_k=int(top_k or 0) if do_sample else None,
         min_p=None, typical_p=1.0, repetition_penalty=1.0, no_repeat_ngram_size=0,
         num_beams=1, num_return_sequences=1, pad_token_id=pad_id, eos_token_id=stops,

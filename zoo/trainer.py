@@ -59,6 +59,7 @@ class RunState:
     critic_optimizer: torch.optim.Optimizer | None
     critic_scheduler: Any
     stream: Any
+    resample_stream: Any
     task: Any
     rewards: list[tuple[Any, float]]
     reward_names: list[str]
@@ -120,6 +121,7 @@ def setup(cfg: RunConfig, device: torch.device | None = None) -> RunState:
     """Load everything one run needs (models last, after every config check has passed)."""
     from zoo import models as zm
     from zoo.tasks import PromptStream, load_task
+    from zoo.tasks.base import derive_seed
 
     v, warnings = validate_run(cfg)
     for w in warnings:
@@ -129,6 +131,9 @@ def setup(cfg: RunConfig, device: torch.device | None = None) -> RunState:
     _seed_everything(cfg.seed + dist.rank())
     task = load_task(cfg.task)
     stream = PromptStream(task.train, seed=cfg.seed)
+    # extra rounds of dynamic sampling draw from their own stream, so step k's first-round prompts are
+    # the same in every arm of a study (paired comparison), whatever the filters dropped before
+    resample_stream = PromptStream(task.train, seed=derive_seed(cfg.seed, "resample"))
     rewards = resolve_rewards(cfg.rewards)
     names = [c.name for c, _ in rewards]
     if device is None:
@@ -158,7 +163,7 @@ def setup(cfg: RunConfig, device: torch.device | None = None) -> RunState:
     return RunState(
         cfg=cfg, variant=v, slots=slots, models=models, settings=s, optimizer=opt,
         scheduler=_scheduler(opt, cfg, total), critic_optimizer=copt,
-        critic_scheduler=_scheduler(copt, cfg, total) if copt else None, stream=stream, task=task,
+        critic_scheduler=_scheduler(copt, cfg, total) if copt else None, stream=stream, resample_stream=resample_stream, task=task,
         rewards=rewards, reward_names=names, reference=reference, device=device,
         beta=slots.kl.beta, provenance=prov,
     )
@@ -195,14 +200,16 @@ def collect_batch(st: RunState) -> tuple[Batch, dict[str, float]]:
             break
         rounds += 1
         start = sum(needs[: dist.rank()])
-        rows = st.stream.take(sum(needs))[start : start + needs[dist.rank()]]
+        source = st.stream if rnd == 0 else st.resample_stream
+        rows = source.take(sum(needs))[start : start + needs[dist.rank()]]
         if not rows:
             continue
         t0 = time.perf_counter()
         with engine.autocast(s.autocast, st.device):
             ro = generate_rollout(st.models.policy, st.models.tokenizer, [r["prompt"] for r in rows], group_size=G,
                                   max_new_tokens=s.max_new_tokens, temperature=s.temperature,
-                                  top_p=cfg.sampling.top_p, micro_batch=max(s.micro_batch, G, GENERATE_BATCH))
+                                  top_p=cfg.sampling.top_p, micro_batch=max(s.micro_batch, G, GENERATE_BATCH),
+                                  min_new_tokens=s.max_new_tokens if cfg.sampling.ignore_eos else 0)
         t1 = time.perf_counter()
         b = Batch(prompt_ids=ro.prompt_ids, prompt_mask=ro.prompt_mask, completion_ids=ro.completion_ids,
                   mask=ro.completion_mask, group_ids=ro.group_ids + n_groups, truncated=ro.truncated,
@@ -307,7 +314,8 @@ def save_checkpoint(st: RunState, out: Path, tracker_id: str | None) -> None:
         "critic": ckpt.trainable_state(st.models.critic) if st.models.critic is not None else None,
         "critic_optimizer": st.critic_optimizer.state_dict() if st.critic_optimizer else None,
         "critic_scheduler": st.critic_scheduler.state_dict() if st.critic_scheduler else None,
-        "stream": st.stream.state_dict(), "rng": ckpt.rng_state(), "rng_ranks": rng_ranks, "tracker_id": tracker_id,
+        "stream": st.stream.state_dict(),
+        "resample_stream": st.resample_stream.state_dict(), "rng": ckpt.rng_state(), "rng_ranks": rng_ranks, "tracker_id": tracker_id,
         "reference": _reference_state(st),
     }
     ckpt.save(out / "checkpoint", state)
@@ -334,6 +342,8 @@ def restore_checkpoint(st: RunState, state: dict[str, Any]) -> None:
         st.critic_optimizer.load_state_dict(state["critic_optimizer"])
         st.critic_scheduler.load_state_dict(state["critic_scheduler"])
     st.stream.load_state_dict(state["stream"])
+    if state.get("resample_stream") is not None:
+        st.resample_stream.load_state_dict(state["resample_stream"])
     ref = state.get("reference")
     if ref is not None and st.reference is not None:
         from zoo.models import reset_reference
