@@ -50,6 +50,27 @@ def build_case(aggregate: str):
     return model, tok, batch, slots, s
 
 
+def normalizer_case():
+    """(adv [5, 6], mask [5, 6], group_ids [5], batch_std normalizer) with a non-zero batch mean."""
+    from zoo import registry
+
+    g = torch.Generator().manual_seed(3)
+    N, T = len(LENGTHS), max(LENGTHS)
+    mask = torch.arange(T)[None, :] < torch.tensor(LENGTHS)[:, None]
+    adv = torch.where(mask, 2.0 + torch.randn(N, T, generator=g), torch.zeros(N, T))
+    return adv, mask, torch.tensor([0, 0, 1, 1, 2]), registry.build("normalizer", {"name": "batch_std", "shift_mean": True})
+
+
+def normalize_share(rank: int) -> list[list[float]]:
+    """This rank's rows, trimmed to their own longest length, normalised over both ranks' rows."""
+    from zoo import engine
+
+    adv, mask, gids, norm = normalizer_case()
+    rows = SHARES[rank]
+    T = max(LENGTHS[i] for i in rows)
+    return engine.normalize_global(norm, adv[rows, :T], mask[rows, :T], gids[rows]).tolist()
+
+
 def run_update(model, tok, batch, slots, s) -> dict[str, float]:
     from zoo import engine
 
@@ -71,6 +92,8 @@ def main(out: Path, model_dir: Path | None = None) -> None:
     report["all_reduce_sum"] = dist.all_reduce_sum(x).tolist()
     report["input_unchanged"] = x.tolist() == [rank + 1.0, 10.0]
     report["mean_dict"] = dist.all_reduce_mean_dict({"a": float(rank), "b": 4.0})
+
+    report["batch_std"] = normalize_share(rank)
 
     for agg in AGGREGATES:
         model, tok, batch, slots, s = build_case(agg)

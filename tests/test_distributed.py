@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dist_worker import AGGREGATES, SHARES, build_case, run_update
+from dist_worker import AGGREGATES, SHARES, build_case, normalizer_case, run_update
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -101,6 +101,21 @@ def test_data_parallel_step_equals_one_process(two_ranks, aggregate):
         m = r[f"metrics/{aggregate}"]
         for k in ("loss/policy", "optim/grad_norm", "entropy", "ratio/mean", "clip/low_frac", "clip/high_frac"):
             assert m[k] == pytest.approx(single_metrics[k], rel=1e-5, abs=1e-6), k
+
+
+def test_batch_normalizer_uses_the_global_batch(two_ranks):
+    """batch_std under data parallelism whitens with the mean/std of both ranks' tokens: each rank's
+    rows equal the single-process result on the whole batch, not a per-rank whitening."""
+    adv, mask, gids, norm = normalizer_case()
+    whole = norm(adv, mask, gids)  # [5, 6] one process, all rows
+    for r in _reports(two_ranks):
+        rows = SHARES[r["rank"]]
+        got = torch.tensor(r["batch_std"])
+        T = got.shape[1]
+        torch.testing.assert_close(got, whole[rows, :T], atol=1e-6, rtol=1e-5)
+        local = norm(adv[rows, :T], mask[rows, :T], gids[rows])
+        if len(rows) > 1:  # a rank's own whitening differs (what the engine did before)
+            assert not torch.allclose(local, got, atol=1e-3)
 
 
 # ---------------------------------------------------------------- zoo.trainer.train on two ranks

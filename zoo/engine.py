@@ -222,7 +222,7 @@ def compute_advantages(batch: Batch, slots: Slots, beta: float) -> tuple[Batch, 
         metrics["kl/ref"] = float(masked_mean(k, mask))
     inp = AdvantageInputs(scores=batch.scores, mask=mask, group_ids=batch.group_ids, kl_reward=klr, values=batch.values)
     res = slots.advantage(inp)
-    adv = slots.normalizer(res.advantages, mask, batch.group_ids)  # [N, T]
+    adv = normalize_global(slots.normalizer, res.advantages, mask, batch.group_ids)  # [N, T]
     adv = torch.where(torch.isnan(adv) | ~mask, torch.zeros_like(adv), adv)
     metrics.update({
         "adv/mean": float(masked_mean(adv, mask)),
@@ -231,6 +231,30 @@ def compute_advantages(batch: Batch, slots: Slots, beta: float) -> tuple[Batch, 
         "adv/min": float(sanitize(adv, mask, float("inf")).min()) if mask.any() else 0.0,
     })
     return replace(batch, advantages=adv, returns=res.returns), metrics
+
+
+def normalize_global(normalizer: Callable[..., Tensor], adv: Tensor, mask: Tensor, group_ids: Tensor) -> Tensor:
+    """`normalizer(adv, mask, group_ids)` over the step's global batch when data parallel.
+
+    adv: [N, T] float; mask: [N, T] bool; group_ids: [N] (a group never spans ranks). With one
+    process this is `normalizer(...)`. Under data parallelism every rank gathers all ranks' rows
+    (padded to the longest T, group ids made distinct per rank), normalises the whole batch and keeps
+    its own rows, so batch statistics (`batch_std`, REINFORCE++'s global whitening) are the global
+    batch's, not one rank's share. Returns [N, T] on adv's device."""
+    if not dist.is_distributed():
+        return normalizer(adv, mask, group_ids)
+    parts = dist.all_gather_object((adv.detach().cpu(), mask.cpu(), group_ids.cpu()))
+    T = max(int(a.shape[1]) for a, _, _ in parts)
+    advs, masks, gids, offset = [], [], [], 0
+    for a, m, g in parts:
+        advs.append(torch.nn.functional.pad(a, (0, T - a.shape[1])))  # [n_r, T]
+        masks.append(torch.nn.functional.pad(m, (0, T - m.shape[1]), value=False))  # [n_r, T]
+        g = g.long()
+        gids.append(g - (g.min() if g.numel() else 0) + offset)  # [n_r], disjoint from other ranks'
+        offset = int(gids[-1].max()) + 1 if g.numel() else offset
+    out = normalizer(torch.cat(advs), torch.cat(masks), torch.cat(gids))  # [N_global, T]
+    start = sum(int(a.shape[0]) for a, _, _ in parts[: dist.rank()])
+    return out[start : start + adv.shape[0], : adv.shape[1]].to(adv.device)
 
 
 def _masked_std(x: Tensor, mask: Tensor) -> Tensor:
