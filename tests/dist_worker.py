@@ -105,6 +105,7 @@ def main(out: Path, model_dir: Path | None = None) -> None:
 
     if model_dir is not None:
         report["train"] = run_train(out, model_dir, rank)
+        report["train_kl"] = run_train_adaptive_kl(out, model_dir)
     (out / f"report_rank{rank}.json").write_text(json.dumps(report))
     td.barrier()
     td.destroy_process_group()
@@ -140,6 +141,28 @@ def run_train(out: Path, model_dir: Path, rank: int) -> dict:
                out / f"train_params_rank{rank}.pt")
     return {"summary": {k: summary.get(k) for k in ("status", "steps", "loss/policy", "reward/total")},
             "prompts": seen}
+
+
+def run_train_adaptive_kl(out: Path, model_dir: Path) -> dict:
+    """reinforce_pp (batch_std over the global batch, KL in the reward) with an adaptive beta on two
+    ranks: the beta each rank ends with and the advantages' global statistics."""
+    from conftest import tiny_run_config
+    from zoo import trainer
+
+    states = []
+    real_setup = trainer.setup
+
+    def keep_setup(*a, **kw):
+        states.append(real_setup(*a, **kw))
+        return states[-1]
+
+    trainer.setup = keep_setup
+    cfg = tiny_run_config(model_dir, out / "run_kl", variant="reinforce_pp", budget={"prompts_per_step": 2},
+                          set={"kl.beta": 0.1, "kl.adaptive": {"target": 0.5, "horizon": 8}},
+                          eval={"enabled": False})
+    summary = trainer.train(cfg, progress=False)
+    trainer.setup = real_setup
+    return {"status": summary.get("status"), "beta": states[-1].beta}
 
 
 if __name__ == "__main__":

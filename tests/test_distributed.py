@@ -140,3 +140,17 @@ def test_training_run_on_two_ranks(two_ranks):
     assert a.keys() == b.keys() and len(a) > 0
     for k in a:
         torch.testing.assert_close(a[k], b[k], atol=0, rtol=0, msg=f"ranks diverged: {k}")
+
+
+def test_adaptive_kl_beta_agrees_across_ranks(two_ranks):
+    """The adaptive controller runs on the step's KL over both ranks' rows: every rank ends with the
+    same beta, and it moved from its start (0.1) as the logged records say."""
+    from zoo.tracking import read_jsonl
+
+    reps = [r["train_kl"] for r in _reports(two_ranks)]
+    assert all(r["status"] == "finished" for r in reps)
+    assert reps[0]["beta"] == reps[1]["beta"]
+    recs = [x for x in read_jsonl(two_ranks / "run_kl" / "metrics.jsonl") if "kl/beta" in x]
+    assert len(recs) == 2 and recs[-1]["kl/beta"] == pytest.approx(reps[0]["beta"])
+    assert reps[0]["beta"] != 0.1
+

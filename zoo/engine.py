@@ -240,7 +240,8 @@ def normalize_global(normalizer: Callable[..., Tensor], adv: Tensor, mask: Tenso
     process this is `normalizer(...)`. Under data parallelism every rank gathers all ranks' rows
     (padded to the longest T, group ids made distinct per rank), normalises the whole batch and keeps
     its own rows, so batch statistics (`batch_std`, REINFORCE++'s global whitening) are the global
-    batch's, not one rank's share. Returns [N, T] on adv's device."""
+    batch's, not one rank's share. A collective: a rank without rows calls it with `empty_rows()`.
+    Returns [N, T] on adv's device."""
     if not dist.is_distributed():
         return normalizer(adv, mask, group_ids)
     parts = dist.all_gather_object((adv.detach().cpu(), mask.cpu(), group_ids.cpu()))
@@ -252,9 +253,18 @@ def normalize_global(normalizer: Callable[..., Tensor], adv: Tensor, mask: Tenso
         g = g.long()
         gids.append(g - (g.min() if g.numel() else 0) + offset)  # [n_r], disjoint from other ranks'
         offset = int(gids[-1].max()) + 1 if g.numel() else offset
+    if sum(int(a.shape[0]) for a in advs) == 0:
+        return adv
     out = normalizer(torch.cat(advs), torch.cat(masks), torch.cat(gids))  # [N_global, T]
     start = sum(int(a.shape[0]) for a, _, _ in parts[: dist.rank()])
     return out[start : start + adv.shape[0], : adv.shape[1]].to(adv.device)
+
+
+def empty_rows(device: torch.device | str = "cpu") -> tuple[Tensor, Tensor, Tensor]:
+    """(adv [0, 0], mask [0, 0], group_ids [0]): what a rank without rows passes to the collective
+    `normalize_global` so that the ranks with rows are not left waiting."""
+    return (torch.zeros(0, 0, device=device), torch.zeros(0, 0, dtype=torch.bool, device=device),
+            torch.zeros(0, dtype=torch.long, device=device))
 
 
 def _masked_std(x: Tensor, mask: Tensor) -> Tensor:

@@ -251,6 +251,19 @@ def collect_batch(st: RunState) -> tuple[Batch, dict[str, float]]:
     return batch, first_metrics
 
 
+def _next_beta(beta: float, kl: Any, m: dict[str, Any], batch: Batch) -> float:
+    """The adaptive controller's next beta from the step's mean KL per completion over every rank's
+    rows (a collective: every rank calls it, with or without rows). `kl/ref` is a token mean: this
+    rank's with KL in the reward, already the step's with KL in the loss; either way the sum over
+    ranks of mean x local tokens is the step's KL sum."""
+    tokens = float(batch.mask.sum()) if batch.size else 0.0
+    part = float(m.get("kl/ref", float("nan"))) * tokens if tokens else 0.0
+    kl_sum, n = dist.all_reduce_sum(torch.tensor([part, float(batch.size)], dtype=torch.float64)).tolist()
+    if n == 0 or kl_sum != kl_sum:
+        return beta
+    return adaptive_beta(beta, kl_sum / n, kl.adaptive.target, kl.adaptive.horizon, n)
+
+
 def train_step(st: RunState) -> dict[str, Any]:
     """One rollout step: collect, forward passes, advantages, updates. Returns its metrics."""
     t0 = time.perf_counter()
@@ -265,6 +278,8 @@ def train_step(st: RunState) -> dict[str, Any]:
     t2 = time.perf_counter()
     if batch.size:
         batch, am = engine.compute_advantages(batch, st.slots, st.beta)
+    elif dist.is_distributed():
+        engine.normalize_global(st.slots.normalizer, *engine.empty_rows(st.device))  # join the other ranks' gather
     t3 = time.perf_counter()
     um = engine.update(batch, st.models, st.slots, st.settings, st.optimizer, st.scheduler, st.beta,
                        critic_optimizer=st.critic_optimizer)
@@ -275,9 +290,8 @@ def train_step(st: RunState) -> dict[str, Any]:
     m.update(am)
     m.update(um)
     kl = st.slots.kl
-    if kl.adaptive is not None and "kl/ref" in m and batch.size:
-        seq_kl = m["kl/ref"] * float(batch.mask.sum()) / batch.size  # mean KL per completion
-        st.beta = adaptive_beta(st.beta, seq_kl, kl.adaptive.target, kl.adaptive.horizon, batch.size)
+    if kl.adaptive is not None:
+        st.beta = _next_beta(st.beta, kl, m, batch)
     m["kl/beta"] = st.beta
     m["optim/lr"] = float(st.scheduler.get_last_lr()[0])
     m.update({"time/forward": t2 - t1, "time/advantage": t3 - t2, "time/train": t4 - t3, "time/step": t4 - t0})
