@@ -279,13 +279,23 @@ def check_arms(arms: list[Arm], plugins: list[str] | tuple[str, ...] = ()) -> Re
             v = V.load_variant(arm.config.variant, arm.config.set)
             sub = V.check_variant(v, variant_context(arm.config, v))
         except VariantError as e:
-            rep.errors.append(f"{who}: {e}")
+            rep.errors.append(f"{who}: {_override_origin(str(e), arm)}")
             continue
-        rep.errors += [f"{who}: {m}" for m in sub.errors]
+        rep.errors += [f"{who}: {_override_origin(m, arm)}" for m in sub.errors]
         rep.warnings += [f"{who}: {m}" for m in sub.warnings]
         rep.notes += [f"{who}: {m}" for m in sub.notes]
         rep.errors += [f"{who}: {m}" for m in run_checks(arm.config, v)]
     return rep
+
+
+def _override_origin(msg: str, arm: Arm) -> str:
+    """An override error names the registry file it was applied to; say where the override was written."""
+    where = f"ablations.{arm.base}.set" if arm.base != arm.config.variant else "set (--set)"
+    out, n = re.subn(r"^\S+ \(overrides\): ", f"{where}: ", msg, count=1)
+    if n == 0 and arm.config.set:  # raised while building the overridden variant
+        sets = ", ".join(f"{k}={v}" for k, v in arm.config.set.items())
+        out = f"{msg} (with {where}: {sets})"
+    return out
 
 
 def run_checks(cfg: RunConfig, v: V.Variant) -> list[str]:
