@@ -132,3 +132,18 @@ def test_validate_catches_what_run_would_reject(tmp_path):
     errs = " ".join(json.loads(r.stdout)[0]["errors"])
     assert r.exit_code == 1
     assert "did you mean 'correctness'" in errs and "minibatches 4 > 2" in errs and "/no/such/model" in errs
+
+
+def test_ablate_interrupted_says_how_to_resume(tmp_path, monkeypatch):
+    from zoo import experiment
+
+    def interrupted(*a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(experiment, "run_study", interrupted)
+    study = str(ROOT / "experiments/quickstart.yaml")
+    r = runner.invoke(app, ["ablate", study, "--set", "budget.steps=2"])
+    assert r.exit_code == 130
+    text = " ".join((r.stdout + (r.stderr or "")).split())
+    assert "interrupted" in text and f"zoo ablate {study} --set budget.steps=2" in text

@@ -100,6 +100,12 @@ def ablate(
         code = experiment.run_study(st, dry_run=dry_run, shard=sh, console=console)
     except VariantError as e:
         _fail(str(e))
+    except KeyboardInterrupt:
+        import shlex
+
+        again = shlex.join(["zoo", "ablate", str(study), *(a for x in set_ for a in ("--set", x)),
+                            *(["--shard", shard] if shard else [])])
+        _fail(f"interrupted; finished arms are kept and the interrupted one resumes from its last checkpoint: {again}", 130)
     raise typer.Exit(code)
 
 
