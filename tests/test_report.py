@@ -81,6 +81,9 @@ def test_report_numbers_are_mean_and_sample_std_over_seeds(study):
     assert grpo["final reward"] == "0.550 ± 0.212"
     # best reward/total: 0.5 and 0.7 -> 0.6 ± sqrt(2 * 0.1^2) = 0.1414
     assert grpo["best reward"] == "0.600 ± 0.141"
+    # halves of 4 steps: s0 (0.1+0.3)/2=0.2 -> (0.5+0.4)/2=0.45 ; s1 0.2 -> 0.65
+    # -> 0.200 ± 0 -> 0.55 ± sqrt(2 * 0.1^2) = 0.1414
+    assert grpo["mean reward 1st → 2nd half"] == "0.200 ± 0.000 → 0.550 ± 0.141"
     # final correctness 0.5, 0.75 -> 0.625 ± 0.1768 ; final accuracy the same
     assert grpo["final reward/correctness"] == "0.625 ± 0.177" and grpo["accuracy"] == "0.625 ± 0.177"
     # eval greedy: before 0.25, 0.35 -> 0.30 ± 0.0707 ; after 0.50, 0.60 -> 0.55 ± 0.0707

@@ -171,6 +171,15 @@ def _mean_of(run: RunData, key: str) -> float | None:
     return statistics.fmean(s.values()) if s else None
 
 
+def _half_mean(run: RunData, key: str, which: int) -> float | None:
+    """Mean of `key` over the first (which=0) or last (which=1) floor(n/2) steps; None under 2 steps."""
+    vals = list(run.series(key).values())
+    h = len(vals) // 2
+    if h == 0:
+        return None
+    return statistics.fmean(vals[:h] if which == 0 else vals[-h:])
+
+
 def _peak(run: RunData, key: str = "perf/peak_mem_mb") -> float | None:
     s = run.series(key)
     return max(s.values()) if s else _last(run, key)
@@ -266,7 +275,8 @@ def reward_keys(runs: Iterable[RunData]) -> list[str]:
 def table_rows(groups: list[ArmGroup], rkeys: list[str]) -> tuple[list[str], list[list[str]]]:
     """The side-by-side table: (header, one row per arm)."""
     objectives = [k for k in rkeys if k != "reward/total"]
-    header = (["arm", "seeds", "status", "final reward", "best reward"] + [f"final {k}" for k in objectives]
+    header = (["arm", "seeds", "status", "final reward", "best reward", "mean reward 1st → 2nd half"]
+              + [f"final {k}" for k in objectives]
               + ["accuracy", "eval greedy before → after", "time/step (s)", "peak mem (MB)",
                  "group_size", "updates", "lr", "max_new_tokens"])
     rows = []
@@ -276,7 +286,8 @@ def table_rows(groups: list[ArmGroup], rkeys: list[str]) -> tuple[list[str], lis
         used = used_values(g.runs[0])
         rows.append(
             [g.name, ",".join(str(r.seed) for r in g.runs), _status(g),
-             fmt_ms(_last(r, "reward/total") for r in ok), fmt_ms(_best(r, "reward/total") for r in ok)]
+             fmt_ms(_last(r, "reward/total") for r in ok), fmt_ms(_best(r, "reward/total") for r in ok),
+             f"{fmt_ms(_half_mean(r, 'reward/total', 0) for r in ok)} → {fmt_ms(_half_mean(r, 'reward/total', 1) for r in ok)}"]
             + [fmt_ms(_last(r, k) for r in ok) for k in objectives]
             + [fmt_ms(_last(r, "accuracy") for r in ok), f"{before} → {after}",
                fmt_ms((_mean_of(r, "time/step") for r in ok), 2), fmt_ms((_peak(r) for r in ok), 0)]
@@ -402,7 +413,8 @@ def markdown(name: str, header: list[str], rows: list[list[str]], plots: list[tu
     lines = [f"# Study `{name}`", "",
              f"{len(rows)} arm(s), {len(runs)} run(s); generated {time.strftime('%Y-%m-%d %H:%M:%S')}.", "",
              "Numbers are mean ± sample std (n−1) over the seeds that did not fail; *final* is the last "
-             "training step, *best* the maximum over steps; time/step is the mean step time; "
+             "training step, *best* the maximum over steps; *1st → 2nd half* the mean reward over the first and "
+             "the last half of the steps (learning shows as a rise); time/step is the mean step time; "
              "group_size, updates (epochs x minibatches), lr and max_new_tokens are the values used.", "",
              "| " + " | ".join(map(_md_cell, header)) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(map(_md_cell, row)) + " |" for row in rows]
@@ -418,7 +430,7 @@ def markdown(name: str, header: list[str], rows: list[list[str]], plots: list[tu
     return "\n".join(lines) + "\n"
 
 
-SHORT = {"final reward": "final R", "best reward": "best R", "accuracy": "acc", "time/step (s)": "s/step",
+SHORT = {"final reward": "final R", "best reward": "best R", "mean reward 1st → 2nd half": "R 1st → 2nd half", "accuracy": "acc", "time/step (s)": "s/step",
          "peak mem (MB)": "peak MB", "eval greedy before → after": "eval before → after", "group_size": "G",
          "updates": "upd", "max_new_tokens": "tokens"}
 
