@@ -240,3 +240,52 @@ def test_min_new_tokens_suppresses_eos_until_the_length():
     r = generate_rollout(model, tok, CHAT, group_size=4, max_new_tokens=6, min_new_tokens=3)
     assert (r.lengths >= 3).all()
     assert not (r.completion_ids[:, :3] == tok.eos_token_id).any()
+
+
+# ---------------------------------------------------------------- prompt sharing (a group's prompt runs once)
+def _group_rollout(seed=0, G=3, max_new=6):
+    model, tok = tiny_model_and_tokenizer(seed=seed)
+    eos_biased(model, tok.eos_token_id, bias=1.5)  # completions of different lengths within a group
+    torch.manual_seed(seed)
+    r = generate_rollout(model, tok, ["ab", "a much longer prompt", "xyz"], group_size=G, max_new_tokens=max_new)
+    return model, tok, r
+
+
+def test_shared_prompt_logprobs_equal_the_plain_forward_values_and_gradients(monkeypatch):
+    import zoo.rollout as R
+
+    used = []
+    real = R._shared_prompt_logprobs
+    monkeypatch.setattr(R, "_shared_prompt_logprobs", lambda *a, **k: used.append(real(*a, **k)) or used[-1])
+    model, _, r = _group_rollout()
+    ids, att, T, m = r.input_ids(), r.attention_mask(), r.completion_ids.shape[1], r.completion_mask
+    assert len(set(map(tuple, r.prompt_ids.tolist()))) < r.n  # prompts repeat: the shared path is taken
+    grads = []
+    for share in (True, False):
+        model.zero_grad()
+        lp, ent = token_logprobs(model, ids, att, T, with_entropy=True, share_prompts=share, micro_batch=4)
+        (lp * m).sum().backward()
+        grads.append({k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None})
+        if share:
+            shared_lp, shared_ent = lp.detach(), ent
+    plain_lp, plain_ent = lp.detach(), ent
+    assert sum(u is not None for u in used) == 2  # chunks [0-3], [4-7] repeat a prompt; [8] alone does not
+    torch.testing.assert_close(shared_lp[m], plain_lp[m], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(shared_ent[m], plain_ent[m], atol=1e-5, rtol=1e-5)
+    assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 0
+    for k in grads[0]:
+        torch.testing.assert_close(grads[0][k], grads[1][k], atol=1e-5, rtol=1e-4, msg=k)
+
+
+def test_shared_prefill_generation_equals_plain_generation():
+    model, tok = tiny_model_and_tokenizer(seed=4)
+    prompts = ["ab", "a much longer prompt"]
+    outs = [generate_rollout(model, tok, prompts, group_size=3, max_new_tokens=6, do_sample=False, share_prompts=s)
+            for s in (True, False)]
+    assert torch.equal(outs[0].completion_ids, outs[1].completion_ids)
+    assert torch.equal(outs[0].completion_mask, outs[1].completion_mask)
+    torch.manual_seed(5)
+    a = generate_rollout(model, tok, prompts, group_size=3, max_new_tokens=6, share_prompts=True)
+    torch.manual_seed(5)
+    b = generate_rollout(model, tok, prompts, group_size=3, max_new_tokens=6, share_prompts=False)
+    assert torch.equal(a.completion_ids, b.completion_ids)  # same sampling stream, same distributions

@@ -673,7 +673,8 @@ def plot_scan(res: dict[str, Any], path: str | os.PathLike) -> Path:
              "max_new_tokens": f"max new tokens {s['max_new_tokens']}", "micro_batch": f"micro-batch {s['micro_batch']}"}
     fixed.pop(res["key"], None)
     fig.suptitle(f"{s['variant']} ({'LoRA' if s['lora'] else 'full'}, autocast {s['autocast']}): {res['key']} scan, "
-                 + ", ".join(fixed.values()) + f"; median of {s['steps']} steps", fontsize=10)
+                 + ", ".join(fixed.values()) + (", EOS ignored" if s.get("ignore_eos") else "")
+                 + f"; median of {s['steps']} steps", fontsize=10)
     fig.tight_layout()
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -92,9 +92,10 @@ def print_memory(res: dict[str, Any]) -> None:
 
 
 def print_scan(res: dict[str, Any], plot: Path | None) -> None:
-    t = Table(title=f"Scan of {res['key']}\n{_title(res['spec'])}")
-    for c in ("value", "step s", "generate", "forward", "score", "train", "peak GB", "activations GB",
-              "gen tokens", "train tokens", "len mean"):
+    t = Table(title=f"Scan of {res['key']} (*)\n{_title({**res['spec'], res['key']: '*'})}",
+              caption="seconds per phase (median); act.: activations at the peak; tok: tokens per step")
+    for c in (res["key"], "step s", "gen s", "fwd s", "score s", "train s", "peak GB", "act. GB",
+              "gen tok", "train tok", "len"):
         t.add_column(c, justify="right")
     for p in res["points"]:
         ph = p["phases"]
@@ -110,9 +111,10 @@ def print_vs(res: dict[str, Any]) -> None:
     s = res["spec"]
     t = Table(title=f"zoo vs TRL {res['rounds']['trl'][0].get('trl_version', '')} GRPOTrainer (alternating, each in its "
                     f"own process)\n{_title(s | {'variant': 'matched GRPO (TRL loss_type dapo)'})}")
-    for c in ("framework", "step s (median)", "CPU s", "steps measured", "peak GB", "completion len", "reward",
-              "max load"):
-        t.add_column(c, justify="left" if c == "framework" else "right")
+    t.caption = ("step s: median over the measured steps; CPU s: process CPU seconds per step; "
+                 "len: mean completion tokens; load: highest 1-min load average")
+    for c in ("", "step s", "CPU s", "steps", "peak GB", "len", "reward", "load"):
+        t.add_column(c, justify="left" if c == "" else "right")
     for side in ("zoo", "trl"):
         r = res[side]
         t.add_row(side, _f(r["step_s"]), _f(r.get("cpu_s")), str(len(r["step_times"])), _gb(r["peak_mb"]),
@@ -148,7 +150,7 @@ def bench(
                                         "or micro_batch"),
     plot: Optional[Path] = typer.Option(None, "--plot", help="--scan: PNG path (default bench-scan-KEY.png)"),
     task: Optional[str] = typer.Option(None, "--task", help="task spec as a YAML/JSON mapping or a YAML file "
-                                       "(default: experiments/quickstart.yaml's 2-shot arithmetic)"),
+                                       "(default: worked 2-shot, 2-term arithmetic with 1-2 digit numbers)"),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: torch's choice)"),
     seed: int = typer.Option(0, "--seed"),
     as_json: bool = typer.Option(False, "--json", help="print the full result as JSON"),

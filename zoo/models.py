@@ -387,7 +387,11 @@ def apply_lora(model: nn.Module, lora: dict, *, task_type: str | None = "CAUSAL_
     """Wrap `model` with fresh LoRA adapters (peft `get_peft_model`); base weights frozen."""
     from peft import get_peft_model
 
-    return get_peft_model(model, lora_config(lora, task_type=task_type))
+    import warnings
+
+    with warnings.catch_warnings():  # peft reads transformers' deprecated `is_gradient_checkpointing`
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        return get_peft_model(model, lora_config(lora, task_type=task_type))
 
 
 def is_peft(model: nn.Module) -> bool:
