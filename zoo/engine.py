@@ -240,8 +240,9 @@ def normalize_global(normalizer: Callable[..., Tensor], adv: Tensor, mask: Tenso
     process this is `normalizer(...)`. Under data parallelism every rank gathers all ranks' rows
     (padded to the longest T, group ids made distinct per rank), normalises the whole batch and keeps
     its own rows, so batch statistics (`batch_std`, REINFORCE++'s global whitening) are the global
-    batch's, not one rank's share. A collective: a rank without rows calls it with `empty_rows()`.
-    Returns [N, T] on adv's device."""
+    batch's, not one rank's share (REINFORCE++ arXiv:2501.03262 §3: normalisation over the global
+    batch). A collective: a rank without rows calls it with `empty_rows()`.
+    Returns [N, T] on adv's device; raises what the normalizer raises (ValueError on bad shapes)."""
     if not dist.is_distributed():
         return normalizer(adv, mask, group_ids)
     parts = dist.all_gather_object((adv.detach().cpu(), mask.cpu(), group_ids.cpu()))
