@@ -147,3 +147,19 @@ def test_ablate_interrupted_says_how_to_resume(tmp_path, monkeypatch):
     assert r.exit_code == 130
     text = " ".join((r.stdout + (r.stderr or "")).split())
     assert "interrupted" in text and f"zoo ablate {study} --set budget.steps=2" in text
+
+
+def test_sigterm_stops_like_ctrl_c():
+    import os
+    import signal
+
+    from zoo.cli_run import _sigterm_as_interrupt
+
+    old = signal.getsignal(signal.SIGTERM)
+    try:
+        _sigterm_as_interrupt()
+        with pytest.raises(KeyboardInterrupt, match="signal"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            signal.sigtimedwait([], 1) if hasattr(signal, "sigtimedwait") else None
+    finally:
+        signal.signal(signal.SIGTERM, old)

@@ -197,3 +197,17 @@ def test_bad_dotted_paths(user_module, path, words):
         resolve_reward(path)
     for w in words:
         assert w in str(e.value)
+
+
+def test_resolve_rewards_rejects_duplicates_empty_and_bad_weights():
+    from zoo.rewards.compute import resolve_rewards
+
+    with pytest.raises(ValueError, match="'format' listed more than once"):
+        resolve_rewards([{"name": "format", "weight": -1}, "format"])  # reward/format would be overwritten
+    with pytest.raises(ValueError, match="at least one reward"):
+        resolve_rewards([])
+    with pytest.raises(ValueError, match="finite"):
+        resolve_rewards([{"name": "format", "weight": float("inf")}])
+    with pytest.raises(ValueError, match="must be a number"):
+        resolve_rewards([{"name": "format", "weight": "heavy"}])
+    assert [w for _, w in resolve_rewards(["correctness", {"name": "format", "weight": 0.5}])] == [1.0, 0.5]

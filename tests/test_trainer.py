@@ -316,3 +316,27 @@ def test_ignore_eos_makes_every_completion_full_length(tiny_model_dir, tmp_path)
     r = first_step(True, tmp_path / "no-eos")
     assert r["completion/truncated_frac"] == 1.0
     assert r["completion/len_mean"] == r["completion/len_max"] == 16  # budget.max_new_tokens
+
+
+def test_ctrl_c_leaves_an_interrupted_not_failed_run_that_resumes(tiny_model_dir, tmp_path, monkeypatch):
+    from zoo import trainer as T
+    from zoo.experiment import arm_status
+
+    real, calls = T.train_step, []
+
+    def stop_at_second(st):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(st)
+
+    cfg = tiny_run_config(tiny_model_dir, tmp_path, checkpoint={"every": 1}, eval={"enabled": False})
+    monkeypatch.setattr(T, "train_step", stop_at_second)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, progress=False)
+    assert json.loads((tmp_path / "summary.json").read_text())["status"] == "interrupted"
+    assert arm_status(tmp_path) == ("unfinished", None)  # a study re-run resumes it, the report shows it
+    monkeypatch.setattr(T, "train_step", real)
+    ran = []
+    assert train(cfg, resume=True, progress=False, on_step=lambda step, m: ran.append(step))["status"] == "finished"
+    assert ran == [2]

@@ -18,6 +18,19 @@ def _quiet_logs() -> None:
         logging.getLogger(noisy).setLevel(logging.ERROR)
 
 
+def _sigterm_as_interrupt() -> None:
+    """SIGTERM (a scheduler's `kill`, SLURM's time limit) stops a run like Ctrl-C: the run is marked
+    interrupted, its last checkpoint kept, and the resume command printed."""
+    import signal
+    import threading
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, handler)
+
+
 @app.command()
 def run(
     config: Optional[Path] = typer.Argument(None, help="run YAML (or a study file with a single arm)"),
@@ -39,6 +52,7 @@ def run(
     from zoo.variant import VariantError
 
     _quiet_logs()
+    _sigterm_as_interrupt()
     if threads:
         torch.set_num_threads(threads)
     try:
@@ -85,6 +99,7 @@ def ablate(
     from zoo.variant import VariantError
 
     _quiet_logs()
+    _sigterm_as_interrupt()
     if threads:
         torch.set_num_threads(threads)
     sh = None

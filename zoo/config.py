@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from zoo.variant import Updates, VariantError, _format_validation
 
@@ -119,6 +119,13 @@ class RunConfig(_Strict):
     output_dir: str | None = None
     study: str | None = Field(None, description="set by `zoo ablate`: the study this arm belongs to")
     arm: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_a_folder(cls, v: str) -> str:
+        if not v or v in (".", "..") or "/" in v or "\\" in v:
+            raise ValueError(f"{v!r} names the output folder runs/<name>: no '/' and not '.' or '..'")
+        return v
 
     def out_dir(self) -> Path:
         return Path(self.output_dir or Path("runs") / self.name)

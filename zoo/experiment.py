@@ -123,10 +123,11 @@ def _check_structure(st: Study, where: str, explicit_variant: bool) -> None:
     if clash:
         raise VariantError(f"{where}: key 'ablations': {', '.join(clash)} is also a variant arm; rename the ablation")
     for name in st.ablations:
-        if not name or _SAFE.sub("_", name) != name:
+        if not name or _SAFE.sub("_", name) != name or name in (".", ".."):
             raise VariantError(f"{where}: key 'ablations.{name}': not usable as a folder name (letters, digits and . _ - = + , only)")
-    if "/" in str(st.name):
-        raise VariantError(f"{where}: key 'name': {st.name!r} must not contain '/' (it names the study folder)")
+    if not st.name or _SAFE.sub("_", str(st.name)) != str(st.name) or str(st.name) in (".", ".."):
+        raise VariantError(f"{where}: key 'name': {st.name!r} names the study folder runs/<name>: use letters, "
+                           "digits and . _ - = + , only (not '.' or '..')")
     if st.seeds is None:
         st.seeds = [st.seed]
     if not st.seeds or len(set(st.seeds)) != len(st.seeds):
@@ -387,7 +388,8 @@ def single_arm_config(path: str | Path, overrides: Mapping[str, Any] | None = No
 
 
 def arm_status(run_dir: Path) -> tuple[str, str | None]:
-    """(status, error) of an arm folder: finished | failed | unfinished (has metrics) | pending."""
+    """(status, error) of an arm folder: finished | failed | unfinished (has metrics; also an
+    interrupted run) | pending."""
     summ = read_summary(run_dir)
     if summ.get("status") in ("finished", "failed"):
         return summ["status"], summ.get("error")

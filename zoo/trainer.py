@@ -455,7 +455,9 @@ def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
         tracker.finish(0)
         return summary
     except BaseException as e:  # noqa: BLE001 - record, keep the checkpoint, re-raise
-        summary.update({"status": "failed", "error": f"{type(e).__name__}: {e}", "steps": st.step,
+        # Ctrl-C / SIGTERM is not a failure: the run is unfinished and a re-run resumes it
+        status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
+        summary.update({"status": status, "error": f"{type(e).__name__}: {e}", "steps": st.step,
                         "traceback": traceback.format_exc()[-4000:], "config": rcfg})
         _write_summary(out, summary)
         tracker.finish(1)

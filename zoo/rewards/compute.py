@@ -152,12 +152,26 @@ def resolve_reward(spec: str | Mapping[str, Any]) -> Component:
 
 def resolve_rewards(specs: Sequence[str | Mapping[str, Any]]) -> list[tuple[Component, float]]:
     """Each spec resolved with its weight: a mapping's `weight` key (default 1.0) is taken out
-    before resolving. Returns [(component, weight)]."""
+    before resolving. Returns [(component, weight)]. Raises ValueError for an empty list, a weight
+    that is not a finite number, or two rewards with the same name (their `reward/<name>` metrics
+    would collide and `reward/total` would be wrong)."""
+    if len(specs) == 0:
+        raise ValueError("rewards: at least one reward is needed, e.g. [correctness]")
     out = []
     for spec in specs:
         weight = 1.0
         if isinstance(spec, Mapping) and "weight" in spec:
             spec = dict(spec)
-            weight = float(spec.pop("weight"))
+            try:
+                weight = float(spec.pop("weight"))
+            except (TypeError, ValueError):
+                raise ValueError(f"rewards: weight must be a number, got {spec!r}") from None
+            if not math.isfinite(weight):
+                raise ValueError(f"rewards: weight must be finite, got {weight}")
         out.append((resolve_reward(spec), weight))
+    names = [c.name for c, _ in out]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(f"rewards: {', '.join(map(repr, dup))} listed more than once; combine them into one "
+                         "entry with a weight (each reward's metrics are logged under its name)")
     return out
