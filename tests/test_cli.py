@@ -42,6 +42,8 @@ def test_show_and_diff():
     assert rows["slots.clip.name"] == ("ppo", "clip_higher")
     assert rows["slots.aggregate.name"] == ("seq_mean_token_mean", "token_mean")
     assert rows["slots.length.overlong_filter"] == (None, "on")
+    # grpo's empty filter list is not shown as a row of its own (it would read as "dapo has no filter")
+    assert "slots.filter" not in rows and rows["slots.filter.dynamic_sampling.metric"] == (None, "accuracy")
 
 
 def test_validate_registry_ok_and_unknown_component_fails(tmp_path):

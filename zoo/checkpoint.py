@@ -4,7 +4,7 @@ Holds the policy's trainable weights (the LoRA adapter, or the full state dict),
 optimizer and scheduler, the RNG states (python, numpy, torch, CUDA), the data-stream position, the
 step, the adaptive KL beta, a moved reference (only after `ref_reset_every` moved it) and the W&B
 run id. The reference is otherwise *not* saved: it is the initial policy, rebuilt from the model
-source on resume (algorithms.md conventions).
+source on resume (docs/algorithms.md conventions).
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ Model sources
     - anything else shaped like a Hub id ("org/name"): passed through to `from_pretrained` (needs
       network or a populated HF cache; nothing here downloads on its own).
 
-Reference policy (the KL anchor; algorithms.md "Our conventions": the initial policy)
+Reference policy (the KL anchor; docs/algorithms.md "Our conventions": the initial policy)
     `make_reference(policy, lora_enabled=...)` returns a `Reference`. Always run reference forwards as
 
         with reference_forward(ref) as ref_model:
@@ -575,7 +575,7 @@ class ValueModel(nn.Module):
 
 
 def make_critic(policy: nn.Module, lora: dict | None = None, *, head_std: float = 0.0) -> ValueModel:
-    """Critic initialised from the policy's BASE weights (algorithms.md conventions).
+    """Critic initialised from the policy's BASE weights (docs/algorithms.md conventions).
 
     policy: the causal LM (plain or peft-wrapped; LoRA adapters are not copied).
     lora: None -> the whole backbone is trainable; a dict (as `lora_config`) -> fresh LoRA adapters

@@ -398,7 +398,11 @@ def diff_variants(a: Variant, b: Variant) -> list[tuple[str, Any, Any]]:
     """(key, value in a, value in b) for every resolved setting that differs."""
     fa, fb = _flatten(_comparable(a)), _flatten(_comparable(b))
     keys = sorted(set(fa) | set(fb), key=lambda k: (k.split(".")[0] != "group_size", k))
-    return [(k, fa.get(k), fb.get(k)) for k in keys if fa.get(k) != fb.get(k)]
+
+    def empty_vs_items(k: str) -> bool:  # `filter: []` against `filter.dynamic_sampling...`: the items say it
+        return any(f.get(k) == [] and any(x.startswith(k + ".") for x in g) for f, g in ((fa, fb), (fb, fa)))
+
+    return [(k, fa.get(k), fb.get(k)) for k in keys if fa.get(k) != fb.get(k) and not empty_vs_items(k)]
 
 
 def _comparable(v: Variant) -> dict[str, Any]:

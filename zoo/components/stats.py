@@ -1,6 +1,6 @@
 """Masked and per-group statistics shared by the components.
 
-Conventions (docs/algorithms conventions, ../shared/docs/algorithms.md):
+Conventions (docs/algorithms.md, "Our conventions"):
 - masks are 1/True on real tokens; padded slots are *selected away* with `torch.where` before any
   arithmetic, so NaN/inf there reach neither values nor gradients (case C7);
 - group statistics use the unbiased (Bessel) std over the members of one group, NaN members
