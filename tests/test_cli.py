@@ -165,3 +165,27 @@ def test_sigterm_stops_like_ctrl_c():
             signal.sigtimedwait([], 1) if hasattr(signal, "sigtimedwait") else None
     finally:
         signal.signal(signal.SIGTERM, old)
+
+
+def test_fresh_user_mistakes_get_one_clear_line(tmp_path):
+    bad_set = runner.invoke(app, ["ablate", str(ROOT / "experiments/quickstart.yaml"), "--dry-run", "--set", "budget.steps={"])
+    assert bad_set.exit_code == 1 and "--set 'budget.steps={': the value is not valid YAML" in " ".join(bad_set.output.split())
+    plot = runner.invoke(app, ["bench", "--plot", str(tmp_path / "x.png")])
+    assert plot.exit_code == 1 and "--plot draws a --scan" in plot.output
+    run_file = tmp_path / "typo.yaml"
+    run_file.write_text("name: t\nvarient: grpo\n")
+    r = runner.invoke(app, ["validate", str(run_file)])
+    assert r.exit_code == 1 and "did you mean 'variant'" in r.output  # read as a run file, not a variant file
+    r = runner.invoke(app, ["run", str(ROOT / "registry/grpo.yaml")])
+    assert r.exit_code == 1 and "this is a variant file" in " ".join(r.output.split())
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.yaml").write_text("name: run\n")
+    (tmp_path / "file.yaml").write_text("x")
+    r = runner.invoke(app, ["export", str(tmp_path / "run"), str(tmp_path / "file.yaml")])
+    assert r.exit_code == 1 and "exists and is a file" in " ".join(r.output.split())
+
+
+def test_dry_run_commands_are_shell_quoted():
+    from zoo.experiment import run_command
+
+    assert run_command(Path("runs/a b/x$(y)/config.yaml")) == "zoo run 'runs/a b/x$(y)/config.yaml'"

@@ -208,6 +208,8 @@ def test_clip_flags_and_fractions_ignore_padding():
         {"name": "cispo", "eps_high": 0.0},
         {"name": "cispo", "eps_low": -1.0},
         {"name": "dual_clip", "eps_low": 0.2, "eps_high": 0.1},
+        {"name": "ppo", "eps": float("inf")},  # no clipping is clip 'none', not an infinite eps
+        {"name": "clip_higher", "eps_low": 0.2, "eps_high": float("nan")},
     ],
 )
 def test_bad_hyperparameters_rejected(spec):

@@ -90,7 +90,11 @@ def parse_sets(sets: list[str]) -> dict[str, Any]:
         if "=" not in s:
             _fail(f"--set {s!r}: expected key=value, e.g. --set clip.eps_high=0.32")
         k, v = s.split("=", 1)
-        out[k.strip()] = yaml.safe_load(v)
+        try:
+            out[k.strip()] = yaml.safe_load(v)
+        except yaml.YAMLError as e:
+            _fail(f"--set {s!r}: the value is not valid YAML ({str(e).splitlines()[0]}); quote strings and "
+                  "write lists as [a, b]")
     return out
 
 
@@ -169,7 +173,21 @@ def diff(
 
 
 def _is_study(data: dict[str, Any]) -> bool:
-    return any(k in data for k in ("variants", "task", "model", "budget", "ablations", "variant"))
+    """A run or study file (else a variant file): one of their keys, or, in a file without `slots` or
+    `base`, a key that is not a variant field but close to a run/study key (`varient: grpo`)."""
+    import difflib
+
+    from zoo.config import RunConfig
+    from zoo.experiment import STUDY_KEYS
+    from zoo.variant import Variant
+
+    if any(k in data for k in ("variants", "task", "model", "budget", "ablations", "variant")):
+        return True
+    if "slots" in data or "base" in data:
+        return False
+    run_keys = sorted(set(RunConfig.model_fields) | set(STUDY_KEYS))
+    unknown = [str(k) for k in data if k not in Variant.model_fields and k not in ("base", "plugins", "sources", "path")]
+    return any(difflib.get_close_matches(k, run_keys, n=1, cutoff=0.8) for k in unknown)
 
 
 @app.command()
@@ -184,7 +202,10 @@ def validate(
     for f in files:
         rep = variant.Report()
         try:
-            data = yaml.safe_load(Path(f).read_text()) if Path(f).exists() else None
+            data = None
+            if Path(f).exists():
+                with open(f) as fh:  # a file object: YAML errors then name the file, not "<unicode string>"
+                    data = yaml.safe_load(fh)
             if data is None:
                 raise variant.VariantError(f"{f}: file is missing or empty")
             if isinstance(data, dict) and _is_study(data):

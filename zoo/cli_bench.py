@@ -178,6 +178,8 @@ def bench(
     modes = sum(bool(x) for x in (vs, memory, scan_))
     if modes > 1:
         _fail("use one of --vs, --memory, --scan at a time")
+    if plot is not None and not scan_:
+        _fail("--plot draws a --scan; add e.g. --scan group_size=2,4,8")
     if vs and ignore_eos:
         _fail("--ignore-eos is not matched on TRL's side; race without it")
     if not memory and len(names) > 1:

@@ -172,6 +172,10 @@ def load_run_config(path: str | Path, overrides: Mapping[str, Any] | None = None
                            "(see examples/run_grpo.yaml)")
     if not isinstance(data, dict):
         raise VariantError(f"{p}: expected a mapping at the top level")
+    if ("slots" in data or "base" in data) and "variant" not in data:
+        raise VariantError(f"{p}: this is a variant file (it has `slots`/`base`); train it from a run file "
+                           f"with `variant: {p}` (see examples/run_grpo.yaml), or `zoo run examples/run_grpo.yaml "
+                           f"--set variant={p}`")
     for k in OUTPUT_KEYS:  # a run directory's config.yaml carries what the run resolved; not inputs
         data.pop(k, None)
     for k in ("variants", "ablations", "seeds", "sweep"):

@@ -78,6 +78,7 @@ class Arm:
     sweep: dict[str, Any]
     config: RunConfig
     overrides: dict[str, Any] = field(default_factory=dict)
+    origin: str = "set"  # where `overrides` were written, for error messages
 
     @property
     def group(self) -> str:
@@ -249,7 +250,10 @@ def _make_arm(st: Study, base_data: dict[str, Any], where: str, label: str, base
     data.update(name=label, variant=variant_name, set=arm_set, seed=seed, study=st.name, arm=group,
                 output_dir=str(st.study_dir() / label))
     cfg = parse_run_config(data, f"{where} (arm {label})")
-    return Arm(label=label, base=base, seed=seed, sweep=dict(point), config=cfg, overrides=arm_set)
+    origin = f"ablations.{base}.set" if base in st.ablations else "set (--set)"
+    if var_keys:
+        origin += " / sweep"
+    return Arm(label=label, base=base, seed=seed, sweep=dict(point), config=cfg, overrides=arm_set, origin=origin)
 
 
 def variant_context(cfg: RunConfig, v: V.Variant) -> dict[str, Any]:
@@ -291,7 +295,7 @@ def check_arms(arms: list[Arm], plugins: list[str] | tuple[str, ...] = ()) -> Re
 
 def _override_origin(msg: str, arm: Arm) -> str:
     """An override error names the registry file it was applied to; say where the override was written."""
-    where = f"ablations.{arm.base}.set" if arm.base != arm.config.variant else "set (--set)"
+    where = arm.origin
     out, n = re.subn(r"^\S+ \(overrides\): ", f"{where}: ", msg, count=1)
     if n == 0 and arm.config.set:  # raised while building the overridden variant
         sets = ", ".join(f"{k}={v}" for k, v in arm.config.set.items())
@@ -481,7 +485,9 @@ def print_plan(st: Study, arms: list[Arm], console: Any, total: int) -> None:
 
 def run_command(config_path: Path) -> str:
     """The shell command that runs (or resumes) one arm from its written config."""
-    return f"zoo run {config_path}"
+    import shlex
+
+    return shlex.join(["zoo", "run", str(config_path)])
 
 
 def run_study(st: Study, *, dry_run: bool = False, shard: tuple[int, int] | None = None,

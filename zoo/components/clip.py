@@ -94,8 +94,8 @@ def clip_fractions(result: ClipResult, mask: Tensor) -> dict[str, float]:
 
 # ---------------------------------------------------------------- checks (ValueError; also run at call time)
 def _positive(name: str, value: Any) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
-        raise ValueError(f"{name} must be a number > 0, got {value!r}")
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < float("inf"):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r} (clip 'none' turns clipping off)")
 
 
 def _check_ppo(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
