@@ -116,7 +116,8 @@ def test_study_name_defaults_to_file_stem_and_output_dir_to_runs(tmp_path):
     ({"ablations": {"a b/c": {"variant": "dapo"}}}, "not usable as a folder name"),
     ({"ablations": {"x": {"variant": "dapo", "sett": {}}}}, "key 'ablations.x.sett' is not allowed"),
     ({"arm": "x"}, "key 'arm' is set by `zoo ablate`"),
-    ({"name": ".."}, "'..' names the"),  # would write beside runs/
+    ({"name": ".."}, "'..' names the"),
+    ({"variant": "ppo"}, "key 'variant': a study's arms come from `variants`"),  # was silently ignored  # would write beside runs/
     ({"name": "my study $(x)"}, "key 'name'"),
     ({"ablations": {"..": {"variant": "dapo"}}}, "not usable as a folder name"),
 ])

@@ -56,6 +56,9 @@ def run(
     if threads:
         torch.set_num_threads(threads)
     try:
+        if resume is not None and config is not None:
+            _fail(f"give either a run YAML ({config}) or --resume {resume}, not both: a resumed run keeps "
+                  "the configuration it started with")
         if resume is not None:
             cfg_file = resume / "config.yaml"
             if not cfg_file.exists():

@@ -117,6 +117,9 @@ def _check_structure(st: Study, where: str, explicit_variant: bool) -> None:
         if not explicit_variant:
             raise VariantError(f"{where}: no arms: add `variants: [grpo, ...]` and/or `ablations: {{name: {{variant: ..., set: ...}}}}`")
         st.variants = [st.variant]
+    elif explicit_variant:
+        raise VariantError(f"{where}: key 'variant': a study's arms come from `variants` and `ablations`; "
+                           f"`variant: {st.variant}` would be ignored (add it to `variants` instead)")
     dup = sorted({v for v in st.variants if st.variants.count(v) > 1})
     if dup:
         raise VariantError(f"{where}: key 'variants': listed twice: {', '.join(dup)}")
