@@ -45,6 +45,8 @@ def run(
       zoo run run.yaml --set budget.steps=3
       zoo run run.yaml --set variant=ppo
       zoo run --resume runs/my-run
+
+    Every YAML key, its default and what it does: docs/configuration.md (example: examples/run_grpo.yaml).
     """
     import torch
 
@@ -94,8 +96,10 @@ def ablate(
 ) -> None:
     """Run every arm of a study (variants and ablations x seeds x sweep points) and write a report.
 
-    Finished arms are skipped on a re-run and unfinished ones resume from their checkpoint; a failed
-    arm is recorded and the study goes on. Exit status 0 only if every arm finished."""
+    Finished arms are skipped on a re-run and unfinished ones resume from their checkpoint; a failed arm is recorded and the study goes on. Exit status 0 only if every arm finished.
+
+    Study keys (variants, ablations, seeds, sweep, budget, ...): docs/configuration.md; shipped studies: experiments/*.yaml.
+    """
     import torch
 
     from zoo import experiment

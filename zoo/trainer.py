@@ -421,6 +421,9 @@ def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
     fail_at = int(os.environ.get("ZOO_FAIL_AT_STEP", "0") or 0)
     try:
         evaluate_run = _evaluator(st)
+        n_eval = min(cfg.eval.size, len(st.task.eval or []))
+        if progress and main and cfg.eval.enabled and n_eval and any(c.name == "correctness" for c, _ in st.rewards):
+            evaluate_run = _announced(evaluate_run, n_eval)
         if st.step == 0 and "eval/before" not in summary:
             summary["eval/before"] = evaluate_run()
             if summary["eval/before"]:
@@ -523,6 +526,25 @@ def _write_summary(out: Path, summary: dict[str, Any]) -> None:
     os.replace(tmp, out / "summary.json")
 
 
+def _announced(evaluate_run: Callable[[], dict[str, float]], size: int) -> Callable[[], dict[str, float]]:
+    """`evaluate_run` that says on stderr what it is doing and what it measured (the pause before the
+    first step and after the last is the evaluation)."""
+    from rich.console import Console
+
+    console, calls = Console(stderr=True), [0]
+
+    def run() -> dict[str, float]:
+        when = "before training" if calls[0] == 0 else "during/after training"
+        calls[0] += 1
+        console.print(f"eval ({when}): {size} held-out prompts ...", highlight=False, end=" ")
+        res = evaluate_run()
+        console.print("  ".join(f"{k.removeprefix('eval/')} {v:.3f}" for k, v in res.items()
+                                if isinstance(v, float) and k in ("eval/greedy_acc", "eval/avg_at_k")), highlight=False)
+        return res
+
+    return run
+
+
 class _progress:
     """A rich progress bar with step, reward and ETA, plus one metrics line per step."""
 
@@ -546,7 +568,8 @@ class _progress:
             self.p.update(self.task, completed=step, info=info)
             keys = ["reward/total", "accuracy", "loss/policy", "kl/ref", "entropy", "clip/low_frac", "clip/high_frac",
                     "completion/len_mean", "time/step", "perf/peak_mem_mb"]
-            self.p.console.print(f"step {step:>3} " + "  ".join(f"{k} {m[k]:.4g}" for k in keys if k in m), highlight=False)
+            self.p.console.print(f"step {step:>3} " + "  ".join(f"{k} {m[k]:.4g}" for k in keys if k in m), highlight=False,
+                                 soft_wrap=True)  # one line per step, also in a log file
 
         return update
 
