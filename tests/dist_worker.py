@@ -111,6 +111,19 @@ def main(out: Path, model_dir: Path | None = None) -> None:
     td.destroy_process_group()
 
 
+def _keep_states(trainer) -> tuple[list, object]:
+    """Wrap `trainer.setup` so every RunState it builds is kept; returns (states, the real setup)."""
+    states: list = []
+    real_setup = trainer.setup
+
+    def keep_setup(*a, **kw):
+        states.append(real_setup(*a, **kw))
+        return states[-1]
+
+    trainer.setup = keep_setup
+    return states, real_setup
+
+
 def run_train(out: Path, model_dir: Path, rank: int) -> dict:
     """`zoo.trainer.train` under data parallelism: 2 GRPO steps with LoRA on the tiny model."""
     from conftest import tiny_run_config
@@ -123,14 +136,8 @@ def run_train(out: Path, model_dir: Path, rank: int) -> dict:
         seen.extend(str(p) for p in prompts)
         return real(model, tok, prompts, **kw)
 
-    states = []
-    real_setup = trainer.setup
-
-    def keep_setup(*a, **kw):
-        states.append(real_setup(*a, **kw))
-        return states[-1]
-
-    trainer.generate_rollout, trainer.setup = spy, keep_setup
+    states, real_setup = _keep_states(trainer)
+    trainer.generate_rollout = spy
     cfg = tiny_run_config(model_dir, out / "run", variant="grpo", budget={"prompts_per_step": 2},
                           model_opts={"lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}},
                           eval={"enabled": False})
@@ -149,14 +156,7 @@ def run_train_adaptive_kl(out: Path, model_dir: Path) -> dict:
     from conftest import tiny_run_config
     from zoo import trainer
 
-    states = []
-    real_setup = trainer.setup
-
-    def keep_setup(*a, **kw):
-        states.append(real_setup(*a, **kw))
-        return states[-1]
-
-    trainer.setup = keep_setup
+    states, real_setup = _keep_states(trainer)
     cfg = tiny_run_config(model_dir, out / "run_kl", variant="reinforce_pp", budget={"prompts_per_step": 2},
                           set={"kl.beta": 0.1, "kl.adaptive": {"target": 0.5, "horizon": 8}},
                           eval={"enabled": False})
