@@ -377,7 +377,9 @@ def _enable_checkpointing(model: nn.Module) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
-def _is_checkpointing(model: nn.Module) -> bool:
+def is_checkpointing(model: nn.Module) -> bool:
+    """Whether activation checkpointing is on (transformers' `is_activation_checkpointing`, or the
+    older `is_gradient_checkpointing`, read without its deprecation warning where possible)."""
     if hasattr(type(model), "is_activation_checkpointing"):
         return bool(model.is_activation_checkpointing)
     return bool(getattr(model, "is_gradient_checkpointing", False))
@@ -591,7 +593,7 @@ def make_critic(policy: nn.Module, lora: dict | None = None, *, head_std: float 
     backbone = AutoModel.from_config(config, dtype=ref_param.dtype)
     backbone.load_state_dict(_base_backbone_state(policy))
     backbone.to(ref_param.device)
-    if _is_checkpointing(lm):
+    if is_checkpointing(lm):
         _enable_checkpointing(backbone)
     if lora is not None:
         backbone = apply_lora(backbone, lora, task_type=None)

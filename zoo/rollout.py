@@ -16,7 +16,7 @@ import inspect
 import numbers
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
-from typing import Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -305,8 +305,7 @@ def _shared_prefill(model: nn.Module, ids: Tensor, mask: Tensor, prompt_index: T
     U = uniq.shape[0]
     if U == n:
         return {}
-    first = torch.full((U,), n, dtype=torch.long, device=ids.device).scatter_reduce(
-        0, inverse, torch.arange(n, device=ids.device), reduce="amin")
+    first = _one_row_each(inverse, U)  # [U]
     pm = mask[first, : P - 1]
     if not bool(pm.bool().any(1).all()):
         return {}  # a one-token prompt: nothing to prefill for it
@@ -314,9 +313,8 @@ def _shared_prefill(model: nn.Module, ids: Tensor, mask: Tensor, prompt_index: T
                   use_cache=True)
     if _accepts_logits_to_keep(model):
         kwargs["logits_to_keep"] = 1
-    out = model(**kwargs)
-    cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
-    if cache is None or not hasattr(cache, "batch_select_indices"):
+    cache = _expandable_cache(model(**kwargs))
+    if cache is None:
         return {}
     cache.batch_select_indices(inverse)
     return {name: cache}
@@ -349,12 +347,26 @@ def _cache_arg(model: nn.Module) -> str | None:
 
 
 def _can_share_prompts(model: nn.Module) -> bool:
+    from zoo.models import is_checkpointing
+
     lm = _inner_lm(model)
     if _cache_arg(model) is None:
         return False
-    checkpointing = bool(getattr(lm, "is_activation_checkpointing", False) if hasattr(type(lm), "is_activation_checkpointing")
-                         else getattr(lm, "is_gradient_checkpointing", False))
-    return not (checkpointing and lm.training)  # checkpointing turns the cache off in training mode
+    return not (is_checkpointing(lm) and lm.training)  # checkpointing turns the cache off in training mode
+
+
+def _one_row_each(inverse: Tensor, U: int) -> Tensor:
+    """[U] index of the first row of each of U distinct values, given `torch.unique(..., return_inverse)`'s
+    inverse [n]."""
+    n = inverse.shape[0]
+    return torch.full((U,), n, dtype=torch.long, device=inverse.device).scatter_reduce(
+        0, inverse, torch.arange(n, device=inverse.device), reduce="amin")
+
+
+def _expandable_cache(out: Any) -> Any:
+    """The KV cache of a forward's output if it can be expanded to more rows (`batch_select_indices`), else None."""
+    cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+    return cache if cache is not None and hasattr(cache, "batch_select_indices") else None
 
 
 def _shared_prompt_logprobs(model: nn.Module, ids: Tensor, att: Tensor, pos: Tensor, T: int, keep: bool,
@@ -372,14 +384,13 @@ def _shared_prompt_logprobs(model: nn.Module, ids: Tensor, att: Tensor, pos: Ten
     U = uniq.shape[0]
     if U == n:
         return None
-    first = torch.full((U,), n, dtype=torch.long, device=ids.device).scatter_reduce(
-        0, inverse, torch.arange(n, device=ids.device), reduce="amin")  # a row of each distinct prompt
+    first = _one_row_each(inverse, U)  # [U] a row of each distinct prompt
     kwargs = dict(input_ids=ids[first, :P], attention_mask=att[first, :P], position_ids=pos[first, :P], use_cache=True)
     if keep:
         kwargs["logits_to_keep"] = 1
     out = model(**kwargs)
-    cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
-    if cache is None or not hasattr(cache, "batch_select_indices"):
+    cache = _expandable_cache(out)
+    if cache is None:
         return None
     first_logits = out.logits[:, -1:]  # [U, 1, V] predicts completion token 0
     del out
