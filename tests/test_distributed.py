@@ -99,7 +99,7 @@ def test_data_parallel_step_equals_one_process(two_ranks, aggregate):
     # logged values are the step's, over all ranks' tokens, on every rank (not one rank's share)
     for r in _reports(two_ranks):
         m = r[f"metrics/{aggregate}"]
-        for k in ("loss/policy", "optim/grad_norm", "entropy", "ratio/mean", "clip/low_frac", "clip/high_frac"):
+        for k in ("loss/policy", "optim/grad_norm", "entropy", "ratio/mean", "ratio/max", "clip/low_frac", "clip/high_frac"):
             assert m[k] == pytest.approx(single_metrics[k], rel=1e-5, abs=1e-6), k
 
 

@@ -361,6 +361,7 @@ def update(
     out = {k: sum(v) / len(v) for k, v in acc.items()}
     tot = tok_stats.clone()
     tot[:7] = dist.all_reduce_sum(tok_stats[:7])
+    tot[7] = max(dist.all_gather_object(float(tok_stats[7])))  # ratio/max over every rank's tokens
     ntok = float(tot[0]) if float(tot[0]) > 0 else float("nan")  # no update: these are undefined, not 0
     out.update({
         "clip/low_frac": float(tot[1]) / ntok,
