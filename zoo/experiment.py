@@ -405,12 +405,9 @@ def arm_status(run_dir: Path) -> tuple[str, str | None]:
 
 def read_summary(run_dir: Path) -> dict[str, Any]:
     """summary.json of an arm ({} if missing or unreadable)."""
-    p = Path(run_dir) / "summary.json"
-    try:
-        data = json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    from zoo.tracking import read_json
+
+    return read_json(Path(run_dir) / "summary.json")
 
 
 def write_arm_config(arm: Arm) -> Path:

@@ -13,7 +13,6 @@ Output: `report.md`, `plots/*.png` (linked from report.md) and the table printed
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 import statistics
@@ -24,7 +23,7 @@ from typing import Any, Callable, Iterable
 
 import yaml
 
-from zoo.tracking import read_jsonl
+from zoo.tracking import read_json, read_jsonl
 
 _SEED_SUFFIX = re.compile(r"-s(-?\d+)$")
 DIAGNOSTICS = [("accuracy", "train accuracy"), ("eval/greedy_acc", "eval greedy accuracy"), ("kl/ref", "KL to reference"),
@@ -81,21 +80,13 @@ class ArmGroup:
 
 def load_run(d: Path) -> RunData:
     """Read one arm folder (missing files give empty records / dicts)."""
-    summ = _read_json(d / "summary.json")
+    summ = read_json(d / "summary.json")
     cfg = _read_yaml(d / "config.yaml")
     recs = read_jsonl(d / "metrics.jsonl")
     status = summ.get("status") if summ.get("status") in ("finished", "failed") else ("unfinished" if recs else "pending")
     m = _SEED_SUFFIX.search(d.name)
     seed = cfg.get("seed", int(m.group(1)) if m else None)
     return RunData(d.name, d, recs, summ, cfg, seed, status, summ.get("error"))
-
-
-def _read_json(p: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _read_yaml(p: Path) -> dict[str, Any]:
@@ -117,7 +108,7 @@ def discover(study_dir: Path) -> list[RunData]:
     if (study_dir / "metrics.jsonl").exists():
         return [load_run(study_dir)]
     dirs = {d.name: d for d in sorted(study_dir.iterdir()) if d.is_dir() and any((d / m).exists() for m in marker)}
-    order = [a.get("label") for a in _read_json(study_dir / "study.json").get("arms", []) if a.get("label")]
+    order = [a.get("label") for a in read_json(study_dir / "study.json").get("arms", []) if a.get("label")]
     names = list(dict.fromkeys(order + sorted(dirs)))
     runs = [load_run(dirs.get(n, study_dir / n)) for n in names]
     if not runs:
@@ -470,7 +461,7 @@ def write_report(study_dir: Path | str, console: Any = None) -> Path:
     study_dir = Path(study_dir)
     runs = discover(study_dir)
     groups = group_runs(runs)
-    name = _read_json(study_dir / "study.json").get("name") or study_dir.name
+    name = read_json(study_dir / "study.json").get("name") or study_dir.name
     header, rows = table_rows(groups, reward_keys(runs))
     plots = make_plots(groups, study_dir / "plots")
     out = study_dir / "report.md"

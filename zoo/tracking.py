@@ -109,6 +109,15 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object file as a dict ({} if missing, unreadable or not an object): summary.json, study.json."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def truncate_jsonl(path: Path, step: int) -> int:
     """Keep the records with `step <= step` (and those without a step); returns how many were dropped.
 

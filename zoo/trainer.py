@@ -33,6 +33,7 @@ from zoo.provenance import peak_memory_mb, provenance, reset_peak_memory
 from zoo.registry import load_plugins
 from zoo.rewards.compute import compute_rewards, resolve_rewards
 from zoo.rollout import generate_rollout
+from zoo.tracking import read_json
 from zoo.variant import Variant, VariantError, check_variant, load_variant
 
 log = logging.getLogger(__name__)
@@ -417,13 +418,11 @@ def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
                               resume_id=state.get("tracker_id") if state else None) if main else _NullTracker()
     if main:  # records past the checkpoint (or all of them on a fresh start) belong to a lost run
         tracker.truncate_after(st.step if state is not None else -1)
-    summary: dict[str, Any] = _read_summary(out) if state is not None else {}
+    summary: dict[str, Any] = ({k: v for k, v in read_json(out / "summary.json").items() if k.startswith("eval/before")}
+                               if state is not None else {})
     fail_at = int(os.environ.get("ZOO_FAIL_AT_STEP", "0") or 0)
     try:
-        evaluate_run = _evaluator(st)
-        n_eval = min(cfg.eval.size, len(st.task.eval or []))
-        if progress and main and cfg.eval.enabled and n_eval and any(c.name == "correctness" for c, _ in st.rewards):
-            evaluate_run = _announced(evaluate_run, n_eval)
+        evaluate_run = _evaluator(st, announce=progress and main)
         if st.step == 0 and "eval/before" not in summary:
             summary["eval/before"] = evaluate_run()
             if summary["eval/before"]:
@@ -484,38 +483,42 @@ class _NullTracker:
     def finish(self, *a: Any, **kw: Any) -> None: ...
 
 
-def _evaluator(st: RunState) -> Callable[[], dict[str, float]]:
+def _evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, float]]:
+    """The run's held-out evaluation ({} when disabled or without a correctness reward). With
+    `announce` it says on stderr what it evaluates and what it measured (the pause before the first
+    step and after the last is the evaluation)."""
     cfg = st.cfg
     correctness = next((c for c, _ in st.rewards if c.name == "correctness"), None)
     if not cfg.eval.enabled or cfg.eval.size == 0 or correctness is None or not st.task.eval:
         return lambda: {}
     rows = st.task.eval[: cfg.eval.size]
+    calls = [0]
 
     def run() -> dict[str, float]:
+        if announce:
+            from rich.console import Console
+
+            console = Console(stderr=True)
+            when = "before training" if calls[0] == 0 else "during/after training"
+            console.print(f"eval ({when}): {len(rows)} held-out prompts ...", highlight=False, end=" ")
+        calls[0] += 1
         with engine.autocast(cfg.model_opts.autocast, st.device):
-            return evaluate(st.models.policy, st.models.tokenizer, rows, correctness,
-                            max_new_tokens=cfg.budget.max_new_tokens, samples=cfg.eval.samples,
-                            temperature=cfg.eval.temperature, seed=cfg.eval.seed,
-                            micro_batch=max(cfg.budget.micro_batch, 8))
+            res = evaluate(st.models.policy, st.models.tokenizer, rows, correctness,
+                           max_new_tokens=cfg.budget.max_new_tokens, samples=cfg.eval.samples,
+                           temperature=cfg.eval.temperature, seed=cfg.eval.seed,
+                           micro_batch=max(cfg.budget.micro_batch, 8))
+        if announce:
+            console.print("  ".join(f"{k.removeprefix('eval/')} {res[k]:.3f}" for k in ("eval/greedy_acc", "eval/avg_at_k")
+                                    if isinstance(res.get(k), float)), highlight=False)
+        return res
 
     return run
 
 
 def _finished_summary(out: Path, cfg: RunConfig) -> dict[str, Any] | None:
     """The summary of a run that already reached `cfg.budget.steps`, else None."""
-    try:
-        s = json.loads((out / "summary.json").read_text())
-    except (OSError, ValueError):
-        return None
+    s = read_json(out / "summary.json")
     return s if s.get("status") == "finished" and int(s.get("steps", -1)) >= cfg.budget.steps else None
-
-
-def _read_summary(out: Path) -> dict[str, Any]:
-    p = out / "summary.json"
-    try:
-        return {k: v for k, v in json.loads(p.read_text()).items() if k.startswith("eval/before")}
-    except (OSError, ValueError):
-        return {}
 
 
 def _write_summary(out: Path, summary: dict[str, Any]) -> None:
@@ -524,25 +527,6 @@ def _write_summary(out: Path, summary: dict[str, Any]) -> None:
     tmp = out / ".summary.json.tmp"
     tmp.write_text(json.dumps(summary, indent=2, default=str))
     os.replace(tmp, out / "summary.json")
-
-
-def _announced(evaluate_run: Callable[[], dict[str, float]], size: int) -> Callable[[], dict[str, float]]:
-    """`evaluate_run` that says on stderr what it is doing and what it measured (the pause before the
-    first step and after the last is the evaluation)."""
-    from rich.console import Console
-
-    console, calls = Console(stderr=True), [0]
-
-    def run() -> dict[str, float]:
-        when = "before training" if calls[0] == 0 else "during/after training"
-        calls[0] += 1
-        console.print(f"eval ({when}): {size} held-out prompts ...", highlight=False, end=" ")
-        res = evaluate_run()
-        console.print("  ".join(f"{k.removeprefix('eval/')} {v:.3f}" for k, v in res.items()
-                                if isinstance(v, float) and k in ("eval/greedy_acc", "eval/avg_at_k")), highlight=False)
-        return res
-
-    return run
 
 
 class _progress:
