@@ -61,6 +61,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+from zoo.provenance import peak_memory_mb, reset_peak_memory
+
 PHASES = ("generate", "forward", "score", "advantage", "train", "critic")
 #: the task of experiments/quickstart.yaml: 2-term +/- arithmetic, 1-2 digits, worked 2-shot prompts
 BENCH_TASK: dict[str, Any] = {
@@ -169,52 +171,6 @@ def rss_mb() -> float:
     return kb / 1024 if kb is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def reset_peak(device) -> bool:
-    """Start a new peak-memory window. Returns False where the CPU high-water mark cannot be reset."""
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        return True
-    _malloc_trim()  # hand freed heap pages back first, so the window starts from live memory
-    try:
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")  # Linux >= 4.0: reset the resident-set high-water mark (VmHWM)
-        return True
-    except OSError:
-        return False
-
-
-def _malloc_trim() -> None:
-    """glibc keeps freed heap memory resident; `malloc_trim(0)` releases it (no-op elsewhere)."""
-    global _LIBC
-    if _LIBC is None:
-        try:
-            import ctypes
-
-            _LIBC = ctypes.CDLL("libc.so.6")
-            _LIBC.malloc_trim.argtypes = [ctypes.c_size_t]
-        except (OSError, AttributeError):
-            _LIBC = False
-    if _LIBC:
-        _LIBC.malloc_trim(0)
-
-
-_LIBC: Any = None
-
-
-def read_peak(device) -> float:
-    """Peak memory (MB) since the last `reset_peak`: VmHWM on CPU, CUDA max allocated on a GPU."""
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    kb = _proc_status_kb("VmHWM")
-    return kb / 1024 if kb is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def current_mb(device) -> float:
     import torch
 
@@ -289,14 +245,14 @@ class _Probe:
         def wrapped(*a, **kw):
             outer = self.phase
             self.phase = phase
-            self.resettable &= reset_peak(self.device)
+            self.resettable &= reset_peak_memory(self.device)
             t0 = time.perf_counter()
             try:
                 out = fn(*a, **kw)
             finally:
                 self.phase = outer
             dt = time.perf_counter() - t0
-            self._add(phase, seconds=dt, peak_mb=read_peak(self.device),
+            self._add(phase, seconds=dt, peak_mb=peak_memory_mb(self.device),
                       tokens=float(tokens(out, a, kw)) if tokens else 0.0)
             if phase == "train":
                 self._close_critic()

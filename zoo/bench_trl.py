@@ -77,7 +77,8 @@ def run_trl(d: dict[str, Any]) -> dict[str, Any]:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
-    from zoo.bench import cpu_seconds, read_peak, reset_peak
+    from zoo.bench import cpu_seconds
+    from zoo.provenance import peak_memory_mb, reset_peak_memory
     from zoo.models import lora_config, prepare_tokenizer, resolve_model
     from zoo.rewards.compute import resolve_rewards
     from zoo.tasks import load_task
@@ -109,12 +110,12 @@ def run_trl(d: dict[str, Any]) -> dict[str, Any]:
             self.logs: list[dict[str, float]] = []
 
         def on_step_begin(self, args, state, control, **kw):
-            reset_peak(device)
+            reset_peak_memory(device)
             self.load0, self.c0 = os.getloadavg()[0], cpu_seconds()
             self.t0 = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kw):
-            self.steps.append({"seconds": time.perf_counter() - self.t0, "peak_mb": read_peak(device),
+            self.steps.append({"seconds": time.perf_counter() - self.t0, "peak_mb": peak_memory_mb(device),
                                "cpu_s": cpu_seconds() - self.c0, "loadavg_1m": max(self.load0, os.getloadavg()[0])})
 
         def on_log(self, args, state, control, logs=None, **kw):
