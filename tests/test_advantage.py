@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from zoo.components.advantage import reward_to_go, sequence_scores, token_rewards
 from zoo.components.types import AdvantageInputs
-from zoo.registry import ComponentError, build
+from zoo.registry import ComponentError, available, build
 
 NAN = float("nan")
 ESTIMATORS = ["gae", "group_mean", "rloo", "reinforce", "reinforce_pp"]
@@ -207,6 +207,40 @@ def test_nan_score_row_is_nan_and_touches_no_other_row(name):
         assert torch.isnan(adv[bad][inp.mask[bad]]).all()
         assert torch.equal(adv[bad][~inp.mask[bad]], torch.zeros(int((~inp.mask[bad]).sum())))
         torch.testing.assert_close(adv[keep], without.advantages)
+
+
+# ---- C17: an all-alike group over rows of different lengths gets exactly 0 ----------------------
+
+
+@pytest.mark.parametrize("name", available("advantage"))
+def test_c17_all_alike_groups_are_zero_after_group_std_for_every_estimator(name):
+    # scores 0.35 (group 0) and 0.9 (group 1), which float32 cannot represent, on rows of lengths
+    # [1, 7, 11] and [2, 3, 6]: the float32 row means of a token-level advantage differ by 3e-8 to
+    # 6e-8 across lengths, and group_std gave reinforce / reinforce_pp 334249.6 and 822486.2 (before).
+    # Undiscounted (gamma = lam = 1), no KL, zero values: every estimator gives every row of a group
+    # the same advantage, so the group is all alike and must get exactly 0.
+    lengths = torch.tensor([1, 7, 11, 2, 3, 6])
+    mask = torch.arange(11)[None, :] < lengths[:, None]  # [6, 11]
+    inp = AdvantageInputs(
+        torch.tensor([0.35] * 3 + [0.9] * 3), mask, torch.tensor([5, 5, 5, 2, 2, 2]),
+        torch.zeros(mask.shape), torch.zeros(mask.shape),
+    )
+    hyper = build("advantage", name).entry.hyperparameters()
+    adv = run(name, inp, **{k: 1.0 for k in ("gamma", "lam") if k in hyper}).advantages
+    out = build("normalizer", "group_std")(adv, mask, inp.group_ids)
+    assert torch.equal(out, torch.zeros(6, 11))
+    assert out.dtype == adv.dtype
+
+
+def test_c17_group_std_keeps_mixed_groups():
+    # the tolerance does not zero a real spread: token-level rows [0.35] x 1 and [0.9] x 7 in one
+    # group: row values 0.35, 0.9 (mean 0.625, std 0.3889087) -> A / (std + 1e-6)
+    mask = torch.arange(7)[None, :] < torch.tensor([1, 7])[:, None]
+    inp = AdvantageInputs(torch.tensor([0.35, 0.9]), mask, torch.tensor([0, 0]), torch.zeros(mask.shape))
+    out = build("normalizer", "group_std")(run("reinforce", inp).advantages, mask, inp.group_ids)
+    sd = math.sqrt(2 * 0.275**2) + 1e-6
+    torch.testing.assert_close(out[:, 0], torch.tensor([0.35 / sd, 0.9 / sd]))
+    assert torch.equal(out[0, 1:], torch.zeros(6))
 
 
 # ---- configuration checks -----------------------------------------------------------------------

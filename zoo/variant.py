@@ -384,6 +384,13 @@ def check_variant(v: Variant, context: Mapping[str, Any] | None = None) -> Repor
             f"{where}: KL in the reward with sequence-level advantage {adv.name!r}: the per-token KL is summed "
             "over each completion and subtracted from its score before the baseline (as RLOO does)"
         )
+    norm = comps["normalizer"].resolved()
+    if adv.meta.get("needs_groups") and norm.get("shift_mean") is True and norm.get("level") == "token":
+        rep.warnings.append(
+            f"{where}: normalizer {comps['normalizer'].name!r} subtracts a token-level batch mean after group-baseline "
+            f"advantage {adv.name!r}: with unequal completion lengths a group whose completions all scored alike gets "
+            "a non-zero advantage (set normalizer level: sequence, one value per completion, as GDPO does)"
+        )
     if adv.meta.get("wants_kl") == "reward" and kl.placement != "reward":
         rep.warnings.append(f"{where}: advantage {adv.name!r} expects the KL in the reward (kl.placement: reward)")
     if n_updates == 1 and comps["clip"].name != "none":
