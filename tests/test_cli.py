@@ -46,6 +46,18 @@ def test_show_and_diff():
     assert "slots.filter" not in rows and rows["slots.filter.dynamic_sampling.metric"] == (None, "accuracy")
 
 
+def test_show_ppo_says_verl_applies_dual_clip_and_we_do_not():
+    # issue 11 item 17: verl's vanilla policy loss always bounds A < 0 losses at c = 3; ours only in dual_clip
+    r = runner.invoke(app, ["show", "ppo"], env={"COLUMNS": "250"})
+    assert r.exit_code == 0, r.output
+    assert "verl" in r.output and "dual-clip with c = 3" in r.output
+    import torch
+
+    logp, old, adv, mask = torch.tensor([[2.302585]]), torch.zeros(1, 1), torch.tensor([[-1.0]]), torch.ones(1, 1)
+    assert registry.build("clip", "ppo")(logp, old, adv, mask).loss.item() == pytest.approx(10.0, rel=1e-5)  # ratio 10
+    assert registry.build("clip", "dual_clip")(logp, old, adv, mask).loss.item() == pytest.approx(3.0)  # c = 3
+
+
 def test_validate_registry_ok_and_unknown_component_fails(tmp_path):
     files = [str(p) for p in sorted((ROOT / "registry").glob("*.yaml"))]
     assert runner.invoke(app, ["validate", *files]).exit_code == 0
