@@ -119,9 +119,8 @@ def batch_std(
     mean, std = _mean_std(values)
     if shift_mean:
         mean = torch.where(negligible(mean, std, floor=0.0), torch.zeros_like(mean), mean)
-        centred = a - mean  # [N, T]
-        if bool(negligible(std, mean)):
-            centred = torch.where(torch.isnan(centred), centred, torch.zeros_like(centred))
+        alike = negligible(std, mean) & ~torch.isnan(a)  # [N, T]: all True or none on real tokens
+        centred = torch.where(alike, torch.zeros_like(a), a - mean)  # [N, T]
     else:
         centred = a
     return sanitize(centred / (std + eps), mask).to(adv.dtype)
