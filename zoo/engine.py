@@ -22,7 +22,7 @@ from zoo.components import AdvantageInputs, StepCounts
 from zoo.components.kl import kl_reward as kl_reward_fn
 from zoo.components.kl import masked_kl
 from zoo.components.objective import combine_objectives
-from zoo.components.stats import group_constant, masked_mean, masked_sum, sanitize
+from zoo.components.stats import group_constant, masked_mean, masked_std, masked_sum, sanitize
 from zoo.rollout import position_ids_from_mask, token_logprobs
 from zoo.variant import KLSpec, Variant, build_components
 
@@ -226,7 +226,7 @@ def compute_advantages(batch: Batch, slots: Slots, beta: float) -> tuple[Batch, 
     adv = torch.where(torch.isnan(adv) | ~mask, torch.zeros_like(adv), adv)
     metrics.update({
         "adv/mean": float(masked_mean(adv, mask)),
-        "adv/std": float(_masked_std(adv, mask)),
+        "adv/std": float(masked_std(adv, mask)),  # unbiased, as every std in zoo (stats.masked_std)
         "adv/max": float(sanitize(adv, mask, float("-inf")).max()) if mask.any() else 0.0,
         "adv/min": float(sanitize(adv, mask, float("inf")).min()) if mask.any() else 0.0,
     })
@@ -266,11 +266,6 @@ def empty_rows(device: torch.device | str = "cpu") -> tuple[Tensor, Tensor, Tens
     `normalize_global` so that the ranks with rows are not left waiting."""
     return (torch.zeros(0, 0, device=device), torch.zeros(0, 0, dtype=torch.bool, device=device),
             torch.zeros(0, dtype=torch.long, device=device))
-
-
-def _masked_std(x: Tensor, mask: Tensor) -> Tensor:
-    mu = masked_mean(x, mask)
-    return masked_mean((x - mu) ** 2, mask).sqrt()
 
 
 # --------------------------------------------------------------------------- updates

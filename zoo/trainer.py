@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import random
 import time
@@ -31,7 +30,7 @@ from zoo.config import RunConfig, WandbOpts
 from zoo.evaluate import evaluate
 from zoo.provenance import peak_memory_mb, provenance, reset_peak_memory
 from zoo.registry import load_plugins
-from zoo.rewards.compute import compute_rewards, resolve_rewards
+from zoo.rewards.compute import accuracy_metrics, compute_rewards, resolve_rewards
 from zoo.rollout import generate_rollout
 from zoo.tracking import read_json
 from zoo.variant import Variant, VariantError, check_variant, load_variant
@@ -101,17 +100,13 @@ def validate_run(cfg: RunConfig) -> tuple[Variant, list[str]]:
 
 
 def _scheduler(opt: torch.optim.Optimizer, cfg: RunConfig, total: int):
+    """transformers' `get_scheduler`: linear warm-up over `warmup_steps` optimizer steps (from lr 0 at
+    the first step, as in TRL/HF Trainer), then constant, linear to 0 or cosine over `total` steps."""
+    from transformers import get_scheduler
+
     warm, kind = cfg.optim.warmup_steps, cfg.optim.schedule
-
-    def factor(i: int) -> float:
-        if warm and i < warm:
-            return (i + 1) / warm
-        if kind == "constant":
-            return 1.0
-        frac = min(1.0, (i - warm) / max(1, total - warm))
-        return 1.0 - frac if kind == "linear" else 0.5 * (1 + math.cos(math.pi * frac))
-
-    return torch.optim.lr_scheduler.LambdaLR(opt, factor)
+    name = "constant_with_warmup" if kind == "constant" and warm else kind
+    return get_scheduler(name, opt, num_warmup_steps=warm, num_training_steps=total)
 
 
 def _adamw(params, lr: float, cfg: RunConfig) -> torch.optim.Optimizer:
@@ -223,7 +218,7 @@ def collect_batch(st: RunState) -> tuple[Batch, dict[str, float]]:
         t_score += time.perf_counter() - t1
         if rnd == 0:
             first_metrics = m
-            first_metrics["accuracy"] = float(per_row["accuracy"].mean()) if "accuracy" in per_row else float("nan")
+            first_metrics.update(accuracy_metrics(objectives, st.reward_names))
             first_metrics["completion/len_mean"] = float(b.lengths.float().mean())
             first_metrics["completion/len_max"] = float(b.lengths.max())
             first_metrics["completion/truncated_frac"] = float(b.truncated.float().mean())
