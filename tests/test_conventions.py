@@ -6,7 +6,8 @@ import math
 import pytest
 import torch
 
-from zoo import engine
+from zoo.step.advantages import advantage, kl_reward, normalize
+from zoo.step.types import Slots
 from zoo.config import RunConfig
 from zoo.evaluate import evaluate
 from zoo.rewards.compute import accuracy_metrics
@@ -69,10 +70,11 @@ def test_adv_std_metric_is_the_unbiased_masked_std():
     mask = torch.tensor([[True, True], [True, False], [True, True]])  # 5 real tokens
     scores = torch.tensor([1.0, 0.0, 0.5])
     b = Batch(prompt_ids=torch.zeros(3, 1, dtype=torch.long), prompt_mask=torch.ones(3, 1, dtype=torch.bool),
-              completion_ids=torch.zeros(3, 2, dtype=torch.long), mask=mask, group_ids=torch.tensor([0, 0, 0]),
+              completion_ids=torch.zeros(3, 2, dtype=torch.long), loss_mask=mask, group_ids=torch.tensor([0, 0, 0]),
               truncated=torch.zeros(3, dtype=torch.bool), lengths=mask.sum(1), scores=scores)
-    slots = engine.Slots.of(load_variant("grpo", {"kl": "none", "normalizer": "none"}))
-    _, m = engine.compute_advantages(b, slots, beta=0.0)
+    slots = Slots.of(load_variant("grpo", {"kl": "none", "normalizer": "none"}))
+    b, _ = kl_reward(b, slots, beta=0.0)
+    _, m = normalize(advantage(b, slots), slots)
     adv = torch.tensor([0.5, 0.5, -0.5, 0.0, 0.0])  # r - mean(r) on each real token
     mu = float(adv.mean())
     unbiased = math.sqrt(float(((adv - mu) ** 2).sum()) / 4)  # 0.4472 (before: /5 -> 0.4)
