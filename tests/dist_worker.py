@@ -2,7 +2,7 @@
 
     torchrun --standalone --nproc_per_node 2 tests/dist_worker.py OUT_DIR
 
-Each rank runs `engine.update` on its own, deliberately unequal share of one fixed batch and saves
+Each rank runs `update` on its own, deliberately unequal share of one fixed batch and saves
 what it ends with under OUT_DIR; the test compares that with one process updating on the whole
 batch. `build_case` is shared by both sides so they start from the same model and rows.
 """
@@ -27,7 +27,9 @@ AGGREGATES = ["token_mean", "seq_mean_token_mean"]
 
 def build_case(aggregate: str):
     """(model, tokenizer, batch, slots, settings) - identical in every process."""
-    from zoo import engine
+    from zoo.step.advantages import normalize_global
+    from zoo.step.types import Models, Slots, StepSettings
+    from zoo.step.update import step_counts, update
     from zoo.batch import Batch
     from zoo.rollout import encode_prompts
     from zoo.testing import tiny_model_and_tokenizer
@@ -41,11 +43,11 @@ def build_case(aggregate: str):
     mask = torch.arange(T)[None, :] < torch.tensor(LENGTHS)[:, None]
     comp = torch.where(mask, comp, torch.full_like(comp, tok.pad_token_id))
     adv = torch.where(mask, torch.randn(N, generator=g)[:, None].expand(N, T), torch.zeros(N, T))
-    batch = Batch(prompt_ids=ids, prompt_mask=pmask.bool(), completion_ids=comp, mask=mask,
+    batch = Batch(prompt_ids=ids, prompt_mask=pmask.bool(), completion_ids=comp, loss_mask=mask,
                   group_ids=torch.arange(N), truncated=torch.zeros(N, dtype=torch.bool),
                   lengths=torch.tensor(LENGTHS), advantages=adv)
-    slots = engine.Slots.of(load_variant("grpo", {"aggregate": aggregate, "kl": "none"}))
-    s = engine.StepSettings(temperature=1.0, micro_batch=2, max_new_tokens=T, epochs=1, minibatches=1,
+    slots = Slots.of(load_variant("grpo", {"aggregate": aggregate, "kl": "none"}))
+    s = StepSettings(temperature=1.0, micro_batch=2, max_new_tokens=T, epochs=1, minibatches=1,
                             entropy_coef=0.0, autocast="none", max_grad_norm=None)
     return model, tok, batch, slots, s
 
@@ -63,25 +65,31 @@ def normalizer_case():
 
 def normalize_share(rank: int) -> list[list[float]]:
     """This rank's rows, trimmed to their own longest length, normalised over both ranks' rows."""
-    from zoo import engine
+    from zoo.step.advantages import normalize_global
+    from zoo.step.types import Models, Slots, StepSettings
+    from zoo.step.update import step_counts, update
 
     adv, mask, gids, norm = normalizer_case()
     rows = SHARES[rank]
     T = max(LENGTHS[i] for i in rows)
-    return engine.normalize_global(norm, adv[rows, :T], mask[rows, :T], gids[rows]).tolist()
+    return normalize_global(norm, adv[rows, :T], mask[rows, :T], gids[rows]).tolist()
 
 
 def run_update(model, tok, batch, slots, s) -> dict[str, float]:
-    from zoo import engine
+    from zoo.step.advantages import normalize_global
+    from zoo.step.types import Models, Slots, StepSettings
+    from zoo.step.update import step_counts, update
 
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
-    return engine.update(batch, engine.Models(policy=model, tokenizer=tok, reference=None), slots, s, opt, None, beta=0.0)
+    return update(batch, Models(policy=model, tokenizer=tok, reference=None), slots, s, opt, None, beta=0.0)
 
 
 def main(out: Path, model_dir: Path | None = None) -> None:
     import torch.distributed as td
 
-    from zoo import dist, engine
+    from zoo import dist
+    from zoo.step.types import Models, Slots, StepSettings
+    from zoo.step.update import step_counts, update
 
     torch.set_num_threads(1)
     td.init_process_group("gloo")
@@ -98,8 +106,8 @@ def main(out: Path, model_dir: Path | None = None) -> None:
     for agg in AGGREGATES:
         model, tok, batch, slots, s = build_case(agg)
         mine = batch.select(SHARES[rank])
-        c = engine.step_counts(mine.mask, s.max_new_tokens)
-        report[f"counts/{agg}"] = [c.tokens, c.sequences, float(mine.mask.sum())]
+        c = step_counts(mine.loss_mask, s.max_new_tokens)
+        report[f"counts/{agg}"] = [c.tokens, c.sequences, float(mine.loss_mask.sum())]
         report[f"metrics/{agg}"] = run_update(model, tok, mine, slots, s)
         torch.save({k: v.detach() for k, v in model.named_parameters()}, out / f"params_{agg}_rank{rank}.pt")
 
@@ -128,21 +136,22 @@ def run_train(out: Path, model_dir: Path, rank: int) -> dict:
     """`zoo.trainer.train` under data parallelism: 2 GRPO steps with LoRA on the tiny model."""
     from conftest import tiny_run_config
     from zoo import trainer
+    from zoo.step import sample
 
     seen: list[str] = []
-    real = trainer.generate_rollout
+    real = sample.generate_rollout
 
     def spy(model, tok, prompts, **kw):
         seen.extend(str(p) for p in prompts)
         return real(model, tok, prompts, **kw)
 
     states, real_setup = _keep_states(trainer)
-    trainer.generate_rollout = spy
+    sample.generate_rollout = spy
     cfg = tiny_run_config(model_dir, out / "run", variant="grpo", budget={"prompts_per_step": 2},
                           model_opts={"lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}},
                           eval={"enabled": False})
     summary = trainer.train(cfg, progress=False)
-    trainer.generate_rollout, trainer.setup = real, real_setup
+    sample.generate_rollout, trainer.setup = real, real_setup
     policy = states[-1].models.policy
     torch.save({k: v.detach().clone() for k, v in policy.named_parameters() if v.requires_grad},
                out / f"train_params_rank{rank}.pt")

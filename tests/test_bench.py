@@ -174,7 +174,7 @@ def _group_rollout(share: bool, **kw):
 def test_shared_prefill_generates_the_same_completions(micro_batch):
     _, a = _group_rollout(False, micro_batch=micro_batch)
     _, b = _group_rollout(True, micro_batch=micro_batch)
-    assert a.completion_ids.equal(b.completion_ids) and a.completion_texts == b.completion_texts
+    assert a.completion_ids.equal(b.completion_ids) and a.texts == b.texts
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
@@ -191,7 +191,7 @@ def test_shared_prompt_logprobs_and_gradients_match_the_plain_forward(temperatur
     for share in (False, True):
         model.zero_grad(set_to_none=True)
         lp, ent = token_logprobs(model, ids, att, T, temperature=temperature, with_entropy=True, share_prompts=share)
-        (lp * ro.completion_mask).sum().backward()
+        (lp * ro.loss_mask).sum().backward()
         out[share] = (lp.detach(), ent, [p.grad.clone() for p in model.parameters()])
     torch.testing.assert_close(out[True][0], out[False][0], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(out[True][1], out[False][1], atol=1e-5, rtol=1e-5)

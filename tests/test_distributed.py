@@ -78,8 +78,8 @@ def test_step_counts_are_totals_over_ranks(two_ranks, aggregate):
     _, _, batch, _, _ = build_case(aggregate)
     for r in _reports(two_ranks):
         tokens, sequences, local = r[f"counts/{aggregate}"]
-        assert (tokens, sequences) == (float(batch.mask.sum()), float(batch.size))
-        assert local == float(batch.select(SHARES[r["rank"]]).mask.sum())
+        assert (tokens, sequences) == (float(batch.loss_mask.sum()), float(batch.size))
+        assert local == float(batch.select(SHARES[r["rank"]]).loss_mask.sum())
     assert _reports(two_ranks)[0][f"counts/{aggregate}"][2] != _reports(two_ranks)[1][f"counts/{aggregate}"][2]
 
 

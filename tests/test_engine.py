@@ -1,11 +1,13 @@
-"""zoo.engine on hand-built batches with a tiny model: the update's normalisation over micro-batches
+"""The step's update and forwards (zoo.step) on hand-built batches with a tiny model: the update's normalisation over micro-batches
 (C2/C3), frozen old log-probs and clipping on later optimizer steps (C4), step counts."""
 import copy
 
 import pytest
 import torch
 
-from zoo import engine
+from zoo.step.forwards import rollout_forwards
+from zoo.step.types import Models, Slots, StepSettings
+from zoo.step.update import step_counts, update
 from zoo.batch import Batch
 from zoo.rollout import encode_prompts, token_logprobs
 from zoo.testing import tiny_model_and_tokenizer
@@ -26,17 +28,17 @@ def make_batch(tok, seed: int = 0, lengths=LENGTHS, prompts=PROMPTS) -> Batch:
     mask = torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]  # [N, T]
     comp = torch.where(mask, comp, torch.full_like(comp, tok.pad_token_id))
     adv = torch.randn(N, generator=g)[:, None].expand(N, T).clone() * mask  # sequence-level, 0 on padding
-    return Batch(prompt_ids=ids, prompt_mask=pmask.bool(), completion_ids=comp, mask=mask,
+    return Batch(prompt_ids=ids, prompt_mask=pmask.bool(), completion_ids=comp, loss_mask=mask,
                  group_ids=torch.arange(N), truncated=torch.zeros(N, dtype=torch.bool),
                  lengths=torch.tensor(lengths), advantages=adv)
 
 
-def slots_for(aggregate: str = "token_mean", clip: str | dict = "ppo", variant: str = "grpo") -> engine.Slots:
-    return engine.Slots.of(load_variant(variant, {"aggregate": aggregate, "clip": clip, "kl": "none"}))
+def slots_for(aggregate: str = "token_mean", clip: str | dict = "ppo", variant: str = "grpo") -> Slots:
+    return Slots.of(load_variant(variant, {"aggregate": aggregate, "clip": clip, "kl": "none"}))
 
 
-def settings(micro_batch: int, epochs: int = 1, minibatches: int = 1, max_new_tokens: int = 6) -> engine.StepSettings:
-    return engine.StepSettings(temperature=1.0, micro_batch=micro_batch, max_new_tokens=max_new_tokens,
+def settings(micro_batch: int, epochs: int = 1, minibatches: int = 1, max_new_tokens: int = 6) -> StepSettings:
+    return StepSettings(temperature=1.0, micro_batch=micro_batch, max_new_tokens=max_new_tokens,
                                epochs=epochs, minibatches=minibatches, entropy_coef=0.0, autocast="none",
                                max_grad_norm=None)
 
@@ -46,22 +48,22 @@ def params(model) -> dict[str, torch.Tensor]:
 
 
 def sgd_update(model, tok, batch, slots, s, lr=1.0) -> dict[str, float]:
-    models = engine.Models(policy=model, tokenizer=tok, reference=None)
+    models = Models(policy=model, tokenizer=tok, reference=None)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
-    return engine.update(batch, models, slots, s, opt, None, beta=0.0)
+    return update(batch, models, slots, s, opt, None, beta=0.0)
 
 
 def reference_loss(model, batch: Batch, aggregate: str) -> torch.Tensor:
     """The step's loss written out by hand on the whole, untrimmed batch in one forward (ratio 1)."""
     logp, _ = token_logprobs(model, batch.input_ids(), batch.attention_mask(), batch.completion_ids.shape[1])
-    per_token = torch.where(batch.mask, -batch.advantages * logp, torch.zeros_like(logp))  # [N, T]
+    per_token = torch.where(batch.loss_mask, -batch.advantages * logp, torch.zeros_like(logp))  # [N, T]
     if aggregate == "token_mean":
-        return per_token.sum() / batch.mask.sum()
+        return per_token.sum() / batch.loss_mask.sum()
     assert aggregate == "seq_mean_token_mean"
-    return (per_token.sum(1) / batch.mask.sum(1)).sum() / batch.size
+    return (per_token.sum(1) / batch.loss_mask.sum(1)).sum() / batch.size
 
 
-# ---------------------------------------------------------------- C2/C3 through engine.update
+# ---------------------------------------------------------------- C2/C3 through update
 @pytest.mark.parametrize("aggregate", ["token_mean", "seq_mean_token_mean"])
 def test_c2_update_same_whatever_the_micro_batch(aggregate):
     model, tok = tiny_model_and_tokenizer(seed=3)
@@ -98,14 +100,14 @@ def test_c2_wrong_normalisation_would_differ():
 
 def test_step_counts_single_process():
     mask = torch.tensor([[1, 1, 0], [1, 0, 0]], dtype=torch.bool)
-    c = engine.step_counts(mask, max_new_tokens=7)
+    c = step_counts(mask, max_new_tokens=7)
     assert (c.tokens, c.sequences, c.max_new_tokens) == (3.0, 2.0, 7)
 
 
 def test_update_skips_a_step_without_tokens():
     model, tok = tiny_model_and_tokenizer(seed=3)
     batch = make_batch(tok)
-    batch = Batch(**{**batch.__dict__, "mask": torch.zeros_like(batch.mask)})
+    batch = Batch(**{**batch.__dict__, "loss_mask": torch.zeros_like(batch.loss_mask)})
     start = params(model)
     out = sgd_update(model, tok, batch, slots_for(), settings(micro_batch=2))
     assert "loss/policy" not in out
@@ -113,8 +115,8 @@ def test_update_skips_a_step_without_tokens():
         assert torch.equal(v, start[k])
 
 
-# ---------------------------------------------------------------- C4 through engine.update
-def _record_ratios(slots: engine.Slots) -> list[torch.Tensor]:
+# ---------------------------------------------------------------- C4 through update
+def _record_ratios(slots: Slots) -> list[torch.Tensor]:
     """Wrap the clip rule so every call's ratios (real tokens only) are kept, in call order."""
     seen: list[torch.Tensor] = []
     inner = slots.clip
@@ -129,8 +131,8 @@ def _record_ratios(slots: engine.Slots) -> list[torch.Tensor]:
 
 
 def _with_old_logp(model, tok, batch, slots, s) -> Batch:
-    models = engine.Models(policy=model, tokenizer=tok, reference=None)
-    out = engine.rollout_forwards(batch, models, slots, s)
+    models = Models(policy=model, tokenizer=tok, reference=None)
+    out = rollout_forwards(batch, models, slots, s)
     assert out.logp_old is not None, "several optimizer steps per rollout need frozen old log-probs"
     return out
 
@@ -143,7 +145,7 @@ def test_c4_later_optimizer_steps_see_ratios_off_one(epochs, minibatches):
     batch = _with_old_logp(model, tok, make_batch(tok, seed=1), slots, s)
     seen = _record_ratios(slots)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    out = engine.update(batch, engine.Models(policy=model, tokenizer=tok, reference=None), slots, s, opt, None,
+    out = update(batch, Models(policy=model, tokenizer=tok, reference=None), slots, s, opt, None,
                         beta=0.0, generator=torch.Generator().manual_seed(0))
     assert out["optim/steps"] == 2.0
     # micro-batches of the first optimizer step are on-policy: ratio 1 (up to float noise)
@@ -165,13 +167,13 @@ def test_c4_clip_fractions_on_a_crafted_case():
     # the same rows twice: the second minibatch contains what the first one just pushed on
     prompts, lengths = PROMPTS + PROMPTS, LENGTHS + LENGTHS
     b = make_batch(tok, seed=2, lengths=lengths, prompts=prompts)
-    b = Batch(**{**b.__dict__, "advantages": torch.where(b.mask, torch.sign(b.advantages) * 5.0, 0.0),
+    b = Batch(**{**b.__dict__, "advantages": torch.where(b.loss_mask, torch.sign(b.advantages) * 5.0, 0.0),
                  "group_ids": torch.arange(b.size) % 5})
     batch = _with_old_logp(model, tok, b, slots, s)
     seen = _record_ratios(slots)
     opt = torch.optim.SGD(model.parameters(), lr=5.0)
     order = torch.Generator().manual_seed(0)
-    out = engine.update(batch, engine.Models(policy=model, tokenizer=tok, reference=None), slots, s, opt, None,
+    out = update(batch, Models(policy=model, tokenizer=tok, reference=None), slots, s, opt, None,
                         beta=0.0, generator=order)
     assert len(seen) == 2
     torch.testing.assert_close(seen[0], torch.ones_like(seen[0]), atol=1e-5, rtol=0)
@@ -194,7 +196,7 @@ def test_c4_clipped_tokens_have_no_gradient():
 def test_on_policy_single_update_needs_no_old_logprobs():
     model, tok = tiny_model_and_tokenizer(seed=4)
     s = settings(micro_batch=2)
-    out = engine.rollout_forwards(make_batch(tok), engine.Models(policy=model, tokenizer=tok, reference=None),
+    out = rollout_forwards(make_batch(tok), Models(policy=model, tokenizer=tok, reference=None),
                                   slots_for(), s)
     assert out.logp_old is None and out.logp_ref is None and out.values is None
 
@@ -207,5 +209,5 @@ def test_rollout_forwards_old_logprobs_match_one_forward():
     out = _with_old_logp(model, tok, batch, slots_for(), settings(micro_batch=2, minibatches=2))
     with torch.no_grad():
         full, _ = token_logprobs(model, batch.input_ids(), batch.attention_mask(), batch.completion_ids.shape[1])
-    torch.testing.assert_close(out.logp_old[batch.mask], full[batch.mask], atol=1e-5, rtol=0)
-    assert torch.all(out.logp_old[~batch.mask] == 0)
+    torch.testing.assert_close(out.logp_old[batch.loss_mask], full[batch.loss_mask], atol=1e-5, rtol=0)
+    assert torch.all(out.logp_old[~batch.loss_mask] == 0)

@@ -332,4 +332,4 @@ def test_embedded_smollm2_converts_loads_and_generates(tmp_path, monkeypatch):
     r = generate_rollout(model, tok, [[{"role": "user", "content": "What is 2+3?"}]], group_size=2,
                          max_new_tokens=8)
     assert r.completion_ids.shape[0] == 2 and r.completion_ids.shape[1] <= 8
-    assert all(isinstance(t, str) for t in r.completion_texts)
+    assert all(isinstance(t, str) for t in r.texts)

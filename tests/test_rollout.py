@@ -4,13 +4,13 @@ import torch
 from torch import nn
 
 from zoo.rollout import (
-    Rollout,
     completion_mask,
     encode_prompts,
     generate_rollout,
     position_ids_from_mask,
     token_logprobs,
 )
+from zoo.batch import Batch
 from zoo.testing import tiny_model_and_tokenizer
 
 CHAT = [[{"role": "user", "content": "hi"}], [{"role": "user", "content": "What is 12 + 30?"}]]
@@ -96,14 +96,13 @@ def test_generate_rollout_shapes_truncation_and_order(pad_equals_eos):
     r = generate_rollout(model, tok, CHAT, group_size=G, max_new_tokens=max_new)
     N = len(CHAT) * G
     assert model.training  # mode restored
-    assert r.n == N and r.group_size == G
+    assert r.size == N
     assert r.prompt_ids.shape == r.prompt_mask.shape and r.prompt_ids.shape[0] == N
     assert r.completion_ids.shape[1] <= max_new
     assert r.input_ids().shape == (N, r.prompt_ids.shape[1] + r.completion_ids.shape[1])
     assert r.attention_mask().shape == r.input_ids().shape
     # prompt-major: rows p*G .. p*G+G-1 are prompt p
-    assert r.prompt_index.tolist() == [p for p in range(len(CHAT)) for _ in range(G)]
-    assert torch.equal(r.group_ids, r.prompt_index)
+    assert r.group_ids.tolist() == [p for p in range(len(CHAT)) for _ in range(G)]
     ids, mask = encode_prompts(tok, CHAT)
     assert torch.equal(r.prompt_ids, ids.repeat_interleave(G, 0))
     # truncation flags come from generation: truncated rows have no EOS and run to max_new_tokens
@@ -115,11 +114,11 @@ def test_generate_rollout_shapes_truncation_and_order(pad_equals_eos):
     assert (r.lengths[r.truncated] == max_new).all()
     for i in range(N):
         L = int(r.lengths[i])
-        assert r.completion_mask[i, :L].all() and not r.completion_mask[i, L:].any()
+        assert r.loss_mask[i, :L].all() and not r.loss_mask[i, L:].any()
         if not r.truncated[i]:
             assert r.completion_ids[i, L - 1] == eos and not (r.completion_ids[i, : L - 1] == eos).any()
             assert (r.completion_ids[i, L:] == tok.pad_token_id).all()
-            assert r.completion_texts[i] == tok.decode(r.completion_ids[i, : L - 1], skip_special_tokens=True)
+            assert r.texts[i] == tok.decode(r.completion_ids[i, : L - 1], skip_special_tokens=True)
 
 
 def test_generation_ignores_generation_config_top_k():
@@ -143,14 +142,14 @@ def test_greedy_generation_agrees_with_scoring_under_left_padding():
     T = r.completion_ids.shape[1]
     logp, full = naive_logprobs(model, r.input_ids(), r.attention_mask(), T)
     best = full.max(-1).values
-    assert torch.allclose(logp[r.completion_mask], best[r.completion_mask], atol=1e-5)
+    assert torch.allclose(logp[r.loss_mask], best[r.loss_mask], atol=1e-5)
 
 
 def test_generation_micro_batch_matches_shapes():
     model, tok = tiny_model_and_tokenizer(seed=0)
     torch.manual_seed(1)
     r = generate_rollout(model, tok, CHAT, group_size=3, max_new_tokens=4, micro_batch=4)
-    assert r.completion_ids.shape == (6, 4) and len(r.completion_texts) == 6
+    assert r.completion_ids.shape == (6, 4) and len(r.texts) == 6
 
 
 def test_generate_rollout_errors():
@@ -168,9 +167,9 @@ def test_rollout_select():
     torch.manual_seed(0)
     r = generate_rollout(model, tok, CHAT, group_size=2, max_new_tokens=3)
     s = r.select(torch.tensor([False, False, True, True]))
-    assert isinstance(s, Rollout) and s.n == 2
-    assert s.prompt_index.tolist() == [1, 1]
-    assert s.completion_texts == r.completion_texts[2:]
+    assert isinstance(s, Batch) and s.size == 2
+    assert s.group_ids.tolist() == [1, 1]
+    assert s.texts == r.texts[2:]
 
 
 # ---------------------------------------------------------------- log-probs
@@ -258,8 +257,8 @@ def test_shared_prompt_logprobs_equal_the_plain_forward_values_and_gradients(mon
     real = R._shared_prompt_logprobs
     monkeypatch.setattr(R, "_shared_prompt_logprobs", lambda *a, **k: used.append(real(*a, **k)) or used[-1])
     model, _, r = _group_rollout()
-    ids, att, T, m = r.input_ids(), r.attention_mask(), r.completion_ids.shape[1], r.completion_mask
-    assert len(set(map(tuple, r.prompt_ids.tolist()))) < r.n  # prompts repeat: the shared path is taken
+    ids, att, T, m = r.input_ids(), r.attention_mask(), r.completion_ids.shape[1], r.loss_mask
+    assert len(set(map(tuple, r.prompt_ids.tolist()))) < r.size  # prompts repeat: the shared path is taken
     grads = []
     for share in (True, False):
         model.zero_grad()
@@ -283,7 +282,7 @@ def test_shared_prefill_generation_equals_plain_generation():
     outs = [generate_rollout(model, tok, prompts, group_size=3, max_new_tokens=6, do_sample=False, share_prompts=s)
             for s in (True, False)]
     assert torch.equal(outs[0].completion_ids, outs[1].completion_ids)
-    assert torch.equal(outs[0].completion_mask, outs[1].completion_mask)
+    assert torch.equal(outs[0].loss_mask, outs[1].loss_mask)
     torch.manual_seed(5)
     a = generate_rollout(model, tok, prompts, group_size=3, max_new_tokens=6, share_prompts=True)
     torch.manual_seed(5)

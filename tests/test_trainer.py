@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import tiny_run_config
-from zoo import engine
+from zoo.step.types import Slots
 from zoo.tracking import read_jsonl
 from zoo.trainer import train
 from zoo.variant import available_variants, load_variant
@@ -42,7 +42,7 @@ def max_change(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) 
 
 
 def needs_values(variant: str) -> bool:
-    return bool(engine.Slots.of(load_variant(variant)).advantage.meta.get("needs_values"))
+    return bool(Slots.of(load_variant(variant)).advantage.meta.get("needs_values"))
 
 
 def small_updates(variant: str, completions: int = 8) -> dict:
@@ -319,10 +319,10 @@ def test_ignore_eos_makes_every_completion_full_length(tiny_model_dir, tmp_path)
 
 
 def test_ctrl_c_leaves_an_interrupted_not_failed_run_that_resumes(tiny_model_dir, tmp_path, monkeypatch):
-    from zoo import trainer as T
     from zoo.experiment import arm_status
+    from zoo.step import pipeline as T
 
-    real, calls = T.train_step, []
+    real, calls = T.step, []
 
     def stop_at_second(st):
         calls.append(1)
@@ -331,12 +331,12 @@ def test_ctrl_c_leaves_an_interrupted_not_failed_run_that_resumes(tiny_model_dir
         return real(st)
 
     cfg = tiny_run_config(tiny_model_dir, tmp_path, checkpoint={"every": 1}, eval={"enabled": False})
-    monkeypatch.setattr(T, "train_step", stop_at_second)
+    monkeypatch.setattr(T, "step", stop_at_second)
     with pytest.raises(KeyboardInterrupt):
         train(cfg, progress=False)
     assert json.loads((tmp_path / "summary.json").read_text())["status"] == "interrupted"
     assert arm_status(tmp_path) == ("unfinished", None)  # a study re-run resumes it, the report shows it
-    monkeypatch.setattr(T, "train_step", real)
+    monkeypatch.setattr(T, "step", real)
     ran = []
     assert train(cfg, resume=True, progress=False, on_step=lambda step, m: ran.append(step))["status"] == "finished"
     assert ran == [2]

@@ -14,31 +14,41 @@ from torch import Tensor
 
 @dataclass
 class Batch:
-    """One rollout batch and everything computed from it.
+    """One rollout batch and everything computed from it: the one record between the stages of a step
+    (DESIGN.md "One record"). The generator fills the first block, the step the second.
 
-    Filled by the rollout:
+    Filled by the generator (`zoo.rollout.generate_rollout`):
       prompt_ids:      [N, P] long, left-padded prompt tokens (pad id where prompt_mask is 0)
-      prompt_mask:     [N, P] bool
-      completion_ids:  [N, T] long, right-padded completion tokens
-      mask:            [N, T] bool, completion tokens in the loss (to the first EOS inclusive;
-                       overlong_filter clears rows of truncated completions)
-      group_ids:       [N] long, prompt index the completion answers
+      prompt_mask:     [N, P] bool, real prompt tokens
+      completion_ids:  [N, T] long, right-padded completion tokens (pad id after the first EOS)
+      loss_mask:       [N, T] bool, the policy's own tokens that are trained: the completion up to and
+                       including the first EOS (C6); length shaping (`overlong_filter`) clears rows
+      group_ids:       [N] long, the group (prompt) each completion answers; prompt-major after
+                       generation (rows p*G .. p*G+G-1 answer prompt p of the call)
       truncated:       [N] bool, reached max_new_tokens without EOS
-      lengths:         [N] long, completion tokens up to and including EOS
-      texts, rows:     the decoded completions and their dataset rows (length N)
+      lengths:         [N] long, completion tokens up to and including EOS (what attention covers)
+      texts, rows:     the decoded completions (to the first EOS, excluded) and their dataset rows
     Filled by the step:
       objectives:      [N, K] float, raw reward columns (NaN = could not be computed)
       scores:          [N] float, objective-normalised weighted sum the advantage uses
       logp_old:        [N, T] float, log-probs at rollout time (None: taken from the first update)
       logp_ref:        [N, T] float, reference-model log-probs (None without KL)
       values:          [N, T] float, critic values at rollout time (None without critic)
+      kl_reward:       [N, T] float, the KL placed in the reward, -beta * k(logp_old, logp_ref) on real
+                       tokens (zeros when the KL is not in the reward); rewards never include it
       advantages:      [N, T] float; returns: [N, T] float value targets (critic only)
+      extras:          name -> tensor with N rows, for fields a plugin adds ([N, T] ones are trimmed
+                       and padded like the completion)
+
+    The loss mask says which tokens are trained, the attention mask which are context. Convention for
+    tokens after the first EOS (padding): attention 0 and loss 0 (`attention_mask`). Attention is
+    causal, so no real token's log-prob depends on them either way (tested in tests/test_batch.py).
     """
 
     prompt_ids: Tensor
     prompt_mask: Tensor
     completion_ids: Tensor
-    mask: Tensor
+    loss_mask: Tensor
     group_ids: Tensor
     truncated: Tensor
     lengths: Tensor
@@ -49,31 +59,42 @@ class Batch:
     logp_old: Tensor | None = None
     logp_ref: Tensor | None = None
     values: Tensor | None = None
+    kl_reward: Tensor | None = None
     advantages: Tensor | None = None
     returns: Tensor | None = None
+    extras: dict[str, Tensor] = field(default_factory=dict)
 
     @property
     def size(self) -> int:
+        """N, the number of completions."""
         return int(self.completion_ids.shape[0])
 
     def input_ids(self) -> Tensor:
         """[N, P + T] prompt then completion."""
         return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
 
+    def completion_attention(self) -> Tensor:
+        """[N, T] bool: completion tokens that are context, up to and including the first EOS."""
+        T = self.completion_ids.shape[1]
+        return torch.arange(T, device=self.lengths.device)[None, :] < self.lengths[:, None]
+
     def attention_mask(self) -> Tensor:
-        """[N, P + T]: prompt padding is 0; completion tokens after EOS stay 1 (they are never scored
-        as context for earlier tokens, since attention is causal)."""
-        ones = torch.ones_like(self.completion_ids, dtype=self.prompt_mask.dtype)
-        return torch.cat([self.prompt_mask, ones], dim=1)
+        """[N, P + T] long: the prompt's real tokens, then the completion up to its first EOS."""
+        return torch.cat([self.prompt_mask.long(), self.completion_attention().long().to(self.prompt_mask.device)], dim=1)
 
     def select(self, idx: Tensor | list[int]) -> "Batch":
-        """The rows `idx` (1-D indices), every tensor and list field alike."""
-        idx_t = torch.as_tensor(idx, dtype=torch.long)
+        """The rows `idx` (1-D indices, or an [N] bool mask), every tensor and list field alike."""
+        idx_t = torch.as_tensor(idx)
+        if idx_t.dtype == torch.bool:
+            idx_t = idx_t.nonzero().squeeze(1)
+        idx_t = idx_t.long()
         out = {}
         for f in fields(self):
             v = getattr(self, f.name)
             if isinstance(v, Tensor):
                 out[f.name] = v[idx_t.to(v.device)]
+            elif f.name == "extras":
+                out[f.name] = {k: x[idx_t.to(x.device)] for k, x in v.items()}
             elif isinstance(v, list):  # texts/rows: length N, or empty when not kept (hand-built batches)
                 out[f.name] = [v[i] for i in idx_t.tolist()] if v else []
             else:
@@ -82,24 +103,41 @@ class Batch:
 
     def trimmed(self) -> "Batch":
         """Drop prompt columns that are padding in every row and completion columns past the longest
-        mask (less padding in the training forward; values are unchanged, C10)."""
+        loss mask (less padding in the training forward; values are unchanged, C10)."""
         keep_p = self.prompt_mask.any(0).nonzero()
         p0 = int(keep_p[0]) if keep_p.numel() else self.prompt_mask.shape[1]
-        t1 = int(self.mask.any(0).nonzero().max()) + 1 if self.mask.any() else 1
+        t1 = int(self.loss_mask.any(0).nonzero().max()) + 1 if self.loss_mask.any() else 1
         out = {}
         for f in fields(self):
             v = getattr(self, f.name)
             if isinstance(v, Tensor) and f.name in ("prompt_ids", "prompt_mask"):
                 v = v[:, p0:]
-            elif isinstance(v, Tensor) and v.dim() == 2 and f.name not in ("objectives",):
+            elif isinstance(v, Tensor) and _per_token(f.name, v):
                 v = v[:, :t1]
+            elif f.name == "extras":
+                v = {k: (x[:, :t1] if _per_token(k, x) else x) for k, x in v.items()}
             out[f.name] = v
         return Batch(**out)
+
+    def to(self, device: torch.device | str) -> "Batch":
+        """A copy with every tensor on `device`."""
+        out = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            out[f.name] = v.to(device) if isinstance(v, Tensor) else (
+                {k: x.to(device) for k, x in v.items()} if f.name == "extras" else v)
+        return Batch(**out)
+
+
+def _per_token(name: str, v: Tensor) -> bool:
+    """A [N, T] field that follows the completion's columns (objectives [N, K] does not)."""
+    return v.dim() == 2 and name != "objectives"
 
 
 def concat(batches: list[Batch], pad_id: int) -> Batch:
     """Rows of several batches in one: prompts re-padded on the left, completions on the right.
-    Group ids must already be distinct across the batches."""
+    Group ids must already be distinct across the batches. Raises ValueError when a field (or an
+    extra) is set in some batches and not others."""
     if len(batches) == 1:
         return batches[0]
     P = max(b.prompt_ids.shape[1] for b in batches)
@@ -107,7 +145,12 @@ def concat(batches: list[Batch], pad_id: int) -> Batch:
     out: dict[str, Any] = {}
     for f in fields(Batch):
         vals = [getattr(b, f.name) for b in batches]
-        if all(v is None for v in vals):
+        if f.name == "extras":
+            keys = set(vals[0])
+            if any(set(v) != keys for v in vals):
+                raise ValueError("cannot concatenate batches: their extras differ")
+            out[f.name] = {k: _cat(k, [v[k] for v in vals], T, 0) for k in keys}
+        elif all(v is None for v in vals):
             out[f.name] = None
         elif isinstance(vals[0], list):
             out[f.name] = [x for v in vals for x in v]
@@ -116,12 +159,15 @@ def concat(batches: list[Batch], pad_id: int) -> Batch:
         elif f.name in ("prompt_ids", "prompt_mask"):
             fill = pad_id if f.name == "prompt_ids" else 0
             out[f.name] = torch.cat([_pad(v, P, fill, left=True) for v in vals])
-        elif vals[0].dim() == 2 and f.name != "objectives":
-            fill = pad_id if f.name == "completion_ids" else 0
-            out[f.name] = torch.cat([_pad(v, T, fill, left=False) for v in vals])
         else:
-            out[f.name] = torch.cat(vals)
+            out[f.name] = _cat(f.name, vals, T, pad_id if f.name == "completion_ids" else 0)
     return Batch(**out)
+
+
+def _cat(name: str, vals: list[Tensor], T: int, fill: Any) -> Tensor:
+    if _per_token(name, vals[0]):
+        return torch.cat([_pad(v, T, fill, left=False) for v in vals])
+    return torch.cat(vals)
 
 
 def _pad(x: Tensor, width: int, fill: Any, left: bool) -> Tensor:

@@ -3,7 +3,7 @@
     res = run_bench(BenchSpec(variant="grpo", prompts=8, group_size=4, max_new_tokens=64, steps=3))
     res["phases"]["train"]["seconds"], res["train_flops"]["flops_per_s"], res["memory"]["peak_mb"]
 
-One bench = `zoo.trainer.setup` + one warm-up `train_step` + `steps` measured ones (no checkpoints,
+One bench = `zoo.trainer.setup` + one warm-up `zoo.step.pipeline.step` + `steps` measured ones (no checkpoints,
 evaluation or tracking). Per phase it reports the median seconds, the tokens the phase handled,
 tokens/s and the phase's peak memory:
 
@@ -262,10 +262,10 @@ class _Probe:
         return wrapped
 
     def counting_fn(self, fn: Callable, critic: bool = False):
-        """_forward_logp / critic_values: count the rows' real tokens (the positions a forward runs
+        """forward_logp / critic_values: count the rows' real tokens (the positions a forward runs
         are counted by `position_hook`); time the critic's forward inside the train phase."""
         def wrapped(model, mb, s, *a, **kw):
-            real = float(mb.prompt_mask.sum() + mb.mask.sum())  # not padding, not past EOS
+            real = float(mb.prompt_mask.sum() + mb.loss_mask.sum())  # not padding, not past EOS
             if critic and self.phase == "train":
                 self._close_critic()
                 self.in_critic = True
@@ -322,20 +322,27 @@ class _Probe:
 @contextlib.contextmanager
 def instrument(st: Any) -> Iterator[_Probe]:
     """Install the probe's wrappers around the trainer's phase functions (restored on exit)."""
-    from zoo import engine, trainer
+    from zoo.step import forwards, pipeline, sample, update
 
     probe = _Probe(st)
     gen_tokens = lambda out, a, kw: float(out.lengths.sum())  # noqa: E731
-    score_tokens = lambda out, a, kw: float(a[0].mask.sum()) if a and hasattr(a[0], "mask") else 0.0  # noqa: E731
-    patches = [
-        (trainer, "generate_rollout", probe.phase_fn("generate", trainer.generate_rollout, gen_tokens)),
-        (trainer, "compute_rewards", probe.phase_fn("score", trainer.compute_rewards)),
-        (engine, "score", probe.phase_fn("score", engine.score, score_tokens)),
-        (engine, "rollout_forwards", probe.phase_fn("forward", engine.rollout_forwards)),
-        (engine, "compute_advantages", probe.phase_fn("advantage", engine.compute_advantages, score_tokens)),
-        (engine, "update", probe.phase_fn("train", engine.update)),
-        (engine, "_forward_logp", probe.counting_fn(engine._forward_logp)),
-        (engine, "critic_values", probe.counting_fn(engine.critic_values, critic=True)),
+    score_tokens = lambda out, a, kw: float(a[0].loss_mask.sum()) if a and hasattr(a[0], "loss_mask") else 0.0  # noqa: E731
+    logp_counter = probe.counting_fn(forwards.forward_logp)
+    value_counter = probe.counting_fn(forwards.critic_values, critic=True)
+    patches = [  # where each stage's function is looked up (the module that calls it)
+        (sample, "generate_rollout", probe.phase_fn("generate", sample.generate_rollout, gen_tokens)),
+        (sample, "compute_rewards", probe.phase_fn("score", sample.compute_rewards)),
+        (sample, "length_shaping", probe.phase_fn("score", sample.length_shaping)),
+        (sample, "objective_scores", probe.phase_fn("score", sample.objective_scores, score_tokens)),
+        (pipeline, "rollout_forwards", probe.phase_fn("forward", pipeline.rollout_forwards)),
+        (pipeline, "kl_reward", probe.phase_fn("advantage", pipeline.kl_reward)),
+        (pipeline, "advantage", probe.phase_fn("advantage", pipeline.advantage, score_tokens)),
+        (pipeline, "normalize", probe.phase_fn("advantage", pipeline.normalize)),
+        (pipeline, "update", probe.phase_fn("train", pipeline.update)),
+        (forwards, "forward_logp", logp_counter),
+        (update, "forward_logp", logp_counter),
+        (forwards, "critic_values", value_counter),
+        (update, "critic_values", value_counter),
     ]
     saved = [(mod, name, getattr(mod, name)) for mod, name, _ in patches]
     hooks = []
@@ -418,6 +425,7 @@ def run_bench(spec: BenchSpec, *, on_step: Callable[[int, dict[str, Any]], None]
     import torch
 
     from zoo import trainer
+    from zoo.step import pipeline
 
     if spec.threads:
         torch.set_num_threads(spec.threads)
@@ -431,7 +439,7 @@ def run_bench(spec: BenchSpec, *, on_step: Callable[[int, dict[str, Any]], None]
         with instrument(st) as probe:
             for i in range(spec.warmup + spec.steps):
                 c0, l0 = cpu_seconds(), _loadavg()
-                m = trainer.train_step(st)
+                m = pipeline.step(st)
                 rec = probe.pop()
                 if i < spec.warmup:
                     continue

@@ -10,6 +10,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from zoo.rewards.compute import accuracy
 from zoo.rollout import generate_rollout
 
 
@@ -25,7 +26,9 @@ def evaluate(
     seed: int,
     micro_batch: int = 16,
 ) -> dict[str, float]:
-    """{"eval/greedy_acc", "eval/avg_at_k", "eval/k", "eval/n"} on `rows` (empty rows -> {})."""
+    """{"eval/greedy_acc", "eval/avg_at_k", "eval/k", "eval/n", "eval/unscored"} on `rows` (empty rows
+    -> {}). Accuracy is `zoo.rewards.accuracy`: scores == 1.0 among the scored ones; a completion the
+    reward could not score (None) is left out and counted in eval/unscored, as in training."""
     if not rows:
         return {}
     prompts = [r["prompt"] for r in rows]
@@ -36,8 +39,14 @@ def evaluate(
                                   do_sample=False, micro_batch=micro_batch)
         sampled = generate_rollout(model, tokenizer, prompts, group_size=samples, max_new_tokens=max_new_tokens,
                                    temperature=temperature, micro_batch=micro_batch)
-    g = correctness(greedy.completion_texts, list(rows))
+    g = correctness(greedy.texts, list(rows))
     rep = [r for r in rows for _ in range(samples)]
-    s = correctness(sampled.completion_texts, rep)
-    acc = lambda xs: sum(1.0 for x in xs if x == 1.0) / max(len(xs), 1)  # noqa: E731
-    return {"eval/greedy_acc": acc(g), "eval/avg_at_k": acc(s), "eval/k": float(samples), "eval/n": float(len(rows))}
+    s = correctness(sampled.texts, rep)
+    g_t, s_t = _scores(g), _scores(s)  # [n], [n * k]; NaN = could not be scored
+    return {"eval/greedy_acc": accuracy(g_t), "eval/avg_at_k": accuracy(s_t), "eval/k": float(samples),
+            "eval/n": float(len(rows)), "eval/unscored": float(torch.isnan(g_t).sum() + torch.isnan(s_t).sum())}
+
+
+def _scores(xs: Sequence[float | None]) -> torch.Tensor:
+    """[n] float32, None -> NaN (left out of the accuracy, as in training)."""
+    return torch.tensor([float("nan") if x is None else float(x) for x in xs], dtype=torch.float32)

@@ -15,11 +15,12 @@ from __future__ import annotations
 import inspect
 import numbers
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
 from typing import Any, Iterable, Iterator, Sequence
 
 import torch
 from torch import Tensor, nn
+
+from zoo.batch import Batch
 
 
 # --------------------------------------------------------------------------- masks
@@ -61,70 +62,6 @@ def completion_mask(completion_ids: Tensor, eos_id: int | Iterable[int]) -> tupl
     mask = eos_before == 0  # [N, T]
     truncated = ~is_eos.any(1)  # [N]
     return mask, truncated, mask.sum(1)
-
-
-# --------------------------------------------------------------------------- rollout record
-@dataclass
-class Rollout:
-    """One batch of sampled completions (prompt-major: rows p*G .. p*G+G-1 answer prompt p).
-
-    prompt_ids:       [N, P] long, left-padded prompt tokens (each prompt repeated G times).
-    prompt_mask:      [N, P] long, 1 = real prompt token.
-    completion_ids:   [N, T] long, generated tokens, right-padded with the pad id after the first EOS.
-    completion_mask:  [N, T] bool, generated tokens up to and including the first EOS.
-    truncated:        [N] bool, True = no EOS (generation hit max_new_tokens).
-    lengths:          [N] long, completion_mask.sum(1) (EOS included).
-    group_ids:        [N] long, group of each row (= prompt_index for a fresh rollout; stays a
-                      group label when rollouts are filtered or merged).
-    prompt_index:     [N] long, index into the `prompts` list given to `generate_rollout`.
-    completion_texts: N strings, decoded up to (excluding) the first EOS, special tokens skipped.
-    group_size:       G.
-    """
-
-    prompt_ids: Tensor
-    prompt_mask: Tensor
-    completion_ids: Tensor
-    completion_mask: Tensor
-    truncated: Tensor
-    lengths: Tensor
-    group_ids: Tensor
-    prompt_index: Tensor
-    completion_texts: list[str]
-    group_size: int
-
-    @property
-    def n(self) -> int:
-        """N, the number of completions."""
-        return self.completion_ids.shape[0]
-
-    def input_ids(self) -> Tensor:
-        """[N, P + T] prompt then completion tokens."""
-        return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
-
-    def attention_mask(self) -> Tensor:
-        """[N, P + T] long: prompt mask then completion mask (tokens after the first EOS are 0)."""
-        return torch.cat([self.prompt_mask.long(), self.completion_mask.long()], dim=1)
-
-    def select(self, rows: Tensor | Sequence[int]) -> "Rollout":
-        """A new Rollout with only `rows` (indices [M] or bool mask [N]), same P and T."""
-        idx = torch.as_tensor(rows, device=self.completion_ids.device)
-        if idx.dtype == torch.bool:
-            idx = idx.nonzero().squeeze(1)
-        kept = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if isinstance(v, Tensor):
-                kept[f.name] = v[idx]
-            elif f.name == "completion_texts":
-                kept[f.name] = [v[i] for i in idx.tolist()]
-            else:
-                kept[f.name] = v
-        return Rollout(**kept)
-
-    def to(self, device: torch.device | str) -> "Rollout":
-        """Copy with every tensor on `device`."""
-        return Rollout(**{f.name: (getattr(self, f.name).to(device) if isinstance(getattr(self, f.name), Tensor)
-                                   else getattr(self, f.name)) for f in fields(self)})
 
 
 # --------------------------------------------------------------------------- generation
@@ -227,8 +164,13 @@ def generate_rollout(
     eos_token_ids: Sequence[int] | None = None,
     share_prompts: bool = True,
     min_new_tokens: int = 0,
-) -> Rollout:
-    """Sample `group_size` completions per prompt with HF `generate` -> `Rollout` (N = len(prompts) * G).
+) -> Batch:
+    """Sample `group_size` completions per prompt with HF `generate` -> `Batch` (N = len(prompts) * G).
+
+    The Batch is prompt-major: rows p*G .. p*G+G-1 answer prompts[p] and have group id p; it holds
+    prompt_ids [N, P] (left-padded), prompt_mask [N, P] bool, completion_ids [N, T] (pad id after the
+    first EOS), loss_mask [N, T] (up to and including the first EOS, C6), truncated [N], lengths [N]
+    and texts (decoded to the first EOS, special tokens skipped); `rows` is left empty.
 
     prompts: plain strings or chat message lists (see `encode_prompts`).
     temperature, top_p, top_k, do_sample: the only sampling controls in effect; top_k 0/None =
@@ -286,11 +228,8 @@ def generate_rollout(
     completion_ids = torch.cat([_pad_right(c, T, pad_id) for c in chunks], dim=0)  # [N, T]
     cmask, truncated, lengths = completion_mask(completion_ids, stops)
     texts = decode_completions(tokenizer, completion_ids, cmask, truncated)
-    return Rollout(
-        prompt_ids=ids, prompt_mask=mask, completion_ids=completion_ids, completion_mask=cmask,
-        truncated=truncated, lengths=lengths, group_ids=prompt_index.clone(), prompt_index=prompt_index,
-        completion_texts=texts, group_size=group_size,
-    )
+    return Batch(prompt_ids=ids, prompt_mask=mask.bool(), completion_ids=completion_ids, loss_mask=cmask,
+                 group_ids=prompt_index, truncated=truncated, lengths=lengths, texts=texts)
 
 
 def _shared_prefill(model: nn.Module, ids: Tensor, mask: Tensor, prompt_index: Tensor) -> dict:
@@ -442,7 +381,7 @@ def token_logprobs(
 ) -> tuple[Tensor, Tensor | None]:
     """Log-prob of each of the last T = n_completion tokens under `model` (the training forward too).
 
-    input_ids: [N, L] prompt + completion (`Rollout.input_ids()`); attention_mask: [N, L].
+    input_ids: [N, L] prompt + completion (`Batch.input_ids()`); attention_mask: [N, L].
     Returns (logp [N, T] float32, entropy [N, T] float32 full-vocabulary entropy, or None).
     logp[i, t] = log softmax(logits[i, L-T-1+t] / temperature)[input_ids[i, L-T+t]], computed in
     fp32 even under bf16 autocast; position ids from the mask (C10). Only T+1 positions of logits are

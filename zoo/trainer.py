@@ -3,19 +3,16 @@
     summary = train(load_run_config("run.yaml"))
 
 Writes `cfg.out_dir()/{config.yaml, metrics.jsonl, samples.jsonl, summary.json, checkpoint/}`.
-The step itself is `zoo.engine`; this module sets up models, data, optimizers and tracking, runs
+The step itself is `zoo.step.pipeline.step`; this module sets up models, data, optimizers and tracking, runs
 the loop, and evaluates before and after.
 """
 from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import random
-import time
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -24,52 +21,19 @@ import torch
 import yaml
 
 from zoo import checkpoint as ckpt
-from zoo import dist, engine
-from zoo.batch import Batch, concat
-from zoo.components.kl import adaptive_beta
+from zoo import dist
 from zoo.config import RunConfig, WandbOpts
 from zoo.evaluate import evaluate
-from zoo.provenance import peak_memory_mb, provenance, reset_peak_memory
+from zoo.provenance import provenance, reset_peak_memory
 from zoo.registry import load_plugins
-from zoo.rewards.compute import compute_rewards, resolve_rewards
-from zoo.rollout import generate_rollout
+from zoo.rewards.compute import resolve_rewards
+from zoo.step import pipeline
+from zoo.step.forwards import autocast
+from zoo.step.types import Models, RunState, Slots, StepSettings
 from zoo.tracking import read_json
 from zoo.variant import Variant, VariantError, check_variant, load_variant
 
 log = logging.getLogger(__name__)
-
-
-#: completions per `generate` call (at least budget.micro_batch and G). Decoding reads every weight once
-#: per token whatever the batch, so up to the point where it becomes compute-bound a bigger batch is
-#: nearly free (docs/performance.md: 32 rows in one call vs 4 calls of 8); without gradients a row
-#: needs only its KV cache, far less than a training forward.
-GENERATE_BATCH = 32
-
-
-@dataclass
-class RunState:
-    """Everything the loop mutates; what a checkpoint saves."""
-
-    cfg: RunConfig
-    variant: Variant
-    slots: engine.Slots
-    models: engine.Models
-    settings: engine.StepSettings
-    optimizer: torch.optim.Optimizer
-    scheduler: Any
-    critic_optimizer: torch.optim.Optimizer | None
-    critic_scheduler: Any
-    stream: Any
-    resample_stream: Any
-    task: Any
-    rewards: list[tuple[Any, float]]
-    reward_names: list[str]
-    reference: Any
-    device: torch.device
-    beta: float
-    step: int = 0
-    totals: dict[str, float] = field(default_factory=lambda: {"completions": 0.0, "tokens": 0.0, "elapsed": 0.0})
-    provenance: dict[str, Any] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- setup
@@ -101,17 +65,13 @@ def validate_run(cfg: RunConfig) -> tuple[Variant, list[str]]:
 
 
 def _scheduler(opt: torch.optim.Optimizer, cfg: RunConfig, total: int):
+    """transformers' `get_scheduler`: linear warm-up over `warmup_steps` optimizer steps (from lr 0 at
+    the first step, as in TRL/HF Trainer), then constant, linear to 0 or cosine over `total` steps."""
+    from transformers import get_scheduler
+
     warm, kind = cfg.optim.warmup_steps, cfg.optim.schedule
-
-    def factor(i: int) -> float:
-        if warm and i < warm:
-            return (i + 1) / warm
-        if kind == "constant":
-            return 1.0
-        frac = min(1.0, (i - warm) / max(1, total - warm))
-        return 1.0 - frac if kind == "linear" else 0.5 * (1 + math.cos(math.pi * frac))
-
-    return torch.optim.lr_scheduler.LambdaLR(opt, factor)
+    name = "constant_with_warmup" if kind == "constant" and warm else kind
+    return get_scheduler(name, opt, num_warmup_steps=warm, num_training_steps=total)
 
 
 def _adamw(params, lr: float, cfg: RunConfig) -> torch.optim.Optimizer:
@@ -128,7 +88,7 @@ def setup(cfg: RunConfig, device: torch.device | None = None) -> RunState:
     for w in warnings:
         log.warning(w)
     dist.init_from_env()  # under torchrun / accelerate launch: join the process group
-    slots = engine.Slots.of(v, {"max_new_tokens": cfg.budget.max_new_tokens})
+    slots = Slots.of(v, {"max_new_tokens": cfg.budget.max_new_tokens})
     _seed_everything(cfg.seed + dist.rank())
     task = load_task(cfg.task)
     stream = PromptStream(task.train, seed=cfg.seed)
@@ -149,9 +109,9 @@ def setup(cfg: RunConfig, device: torch.device | None = None) -> RunState:
     if slots.advantage.meta.get("needs_values"):
         critic = zm.make_critic(policy, lora).to(device)
         dist.broadcast_parameters(critic)
-    models = engine.Models(policy=policy, tokenizer=tok, critic=critic,
+    models = Models(policy=policy, tokenizer=tok, critic=critic,
                            reference=(lambda: zm.reference_forward(reference)) if reference is not None else None)
-    s = engine.StepSettings(
+    s = StepSettings(
         temperature=cfg.sampling.temperature, micro_batch=cfg.budget.micro_batch,
         max_new_tokens=cfg.budget.max_new_tokens, epochs=v.updates.epochs, minibatches=v.updates.minibatches,
         entropy_coef=v.entropy_coef, autocast=cfg.model_opts.autocast, max_grad_norm=cfg.optim.max_grad_norm,
@@ -174,145 +134,6 @@ def _seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
-# --------------------------------------------------------------------------- one step
-
-
-def collect_batch(st: RunState) -> tuple[Batch, dict[str, float]]:
-    """Generate, score and filter until the step holds `prompts_per_step` groups (or the resample cap).
-
-    Sampling filters drop whole groups before any further forward pass; reward metrics describe
-    every generated completion, `groups/kept_frac` how many groups the filters kept."""
-    cfg, s = st.cfg, st.settings
-    p_local = max(1, cfg.budget.prompts_per_step // dist.world_size())
-    G = st.variant.group_size
-    kept: list[Batch] = []
-    n_kept = n_groups = 0
-    first_metrics: dict[str, float] = {}
-    t_gen = t_score = 0.0
-    local_done = [0.0, 0.0]  # completions, tokens generated on this rank
-    rounds = 0
-    for rnd in range(cfg.budget.max_resample_rounds + 1):
-        # every rank takes the same rows from the stream (it stays in lockstep, so one saved position
-        # serves all ranks) and keeps its own disjoint slice; the ranks decide together when to stop
-        needs = [int(n) for n in dist.per_rank(p_local - n_kept)]
-        if rnd > 0 and (not st.slots.filter or sum(needs) == 0):
-            break
-        rounds += 1
-        start = sum(needs[: dist.rank()])
-        source = st.stream if rnd == 0 else st.resample_stream
-        rows = source.take(sum(needs))[start : start + needs[dist.rank()]]
-        if not rows:
-            continue
-        t0 = time.perf_counter()
-        with engine.autocast(s.autocast, st.device):
-            ro = generate_rollout(st.models.policy, st.models.tokenizer, [r["prompt"] for r in rows], group_size=G,
-                                  max_new_tokens=s.max_new_tokens, temperature=s.temperature,
-                                  top_p=cfg.sampling.top_p, micro_batch=max(s.micro_batch, G, GENERATE_BATCH),
-                                  min_new_tokens=s.max_new_tokens if cfg.sampling.ignore_eos else 0)
-        t1 = time.perf_counter()
-        b = Batch(prompt_ids=ro.prompt_ids, prompt_mask=ro.prompt_mask, completion_ids=ro.completion_ids,
-                  mask=ro.completion_mask, group_ids=ro.group_ids + n_groups, truncated=ro.truncated,
-                  lengths=ro.lengths, texts=ro.completion_texts, rows=[rows[i] for i in ro.prompt_index.tolist()])
-        objectives, n_failed = compute_rewards([c for c, _ in st.rewards], b.texts, b.rows)
-        b, m = engine.score(b, objectives, st.reward_names, [w for _, w in st.rewards], st.slots, s.max_new_tokens)
-        per_row = engine.per_row_metrics(objectives, st.reward_names, b.scores)
-        keep = engine.keep_rows(per_row, b.group_ids, st.slots)
-        t_gen += t1 - t0
-        t_score += time.perf_counter() - t1
-        if rnd == 0:
-            first_metrics = m
-            first_metrics["accuracy"] = float(per_row["accuracy"].mean()) if "accuracy" in per_row else float("nan")
-            first_metrics["completion/len_mean"] = float(b.lengths.float().mean())
-            first_metrics["completion/len_max"] = float(b.lengths.max())
-            first_metrics["completion/truncated_frac"] = float(b.truncated.float().mean())
-            first_metrics["_samples"] = [  # type: ignore[assignment]
-                {"prompt": r.get("question", ""), "completion": t, **{n: float(objectives[i, k]) for k, n in enumerate(st.reward_names)}}
-                for i, (t, r) in enumerate(zip(b.texts, b.rows))
-            ]
-        local_done[0] += b.size
-        local_done[1] += float(b.lengths.sum())
-        n_groups += int(len(torch.unique(b.group_ids)))
-        if bool(keep.any()):
-            kb = b.select(keep.nonzero().squeeze(1))
-            kept.append(kb)
-            n_kept += int(len(torch.unique(kb.group_ids)))
-    done = dist.all_reduce_sum(torch.tensor(local_done, dtype=torch.float64))
-    st.totals["completions"] += float(done[0])
-    st.totals["tokens"] += float(done[1])
-    batch = concat(kept, int(st.models.tokenizer.pad_token_id)) if kept else b.select([])
-    first_metrics.update({
-        "groups/kept_frac": n_kept / max(n_groups, 1),
-        "groups/dropped": float(n_groups - n_kept),
-        "groups/rounds": float(rounds),
-        "time/generate": t_gen,
-        "time/score": t_score,
-    })
-    return batch, first_metrics
-
-
-def _next_beta(beta: float, kl: Any, m: dict[str, Any], batch: Batch) -> float:
-    """The adaptive controller's next beta from the step's mean KL per completion over every rank's
-    rows (a collective: every rank calls it, with or without rows). `kl/ref` is a token mean: this
-    rank's with KL in the reward, already the step's with KL in the loss; either way the sum over
-    ranks of mean x local tokens is the step's KL sum."""
-    tokens = float(batch.mask.sum()) if batch.size else 0.0
-    part = float(m.get("kl/ref", float("nan"))) * tokens if tokens else 0.0
-    kl_sum, n = dist.all_reduce_sum(torch.tensor([part, float(batch.size)], dtype=torch.float64)).tolist()
-    if n == 0 or kl_sum != kl_sum:
-        return beta
-    return adaptive_beta(beta, kl_sum / n, kl.adaptive.target, kl.adaptive.horizon, n)
-
-
-def train_step(st: RunState) -> dict[str, Any]:
-    """One rollout step: collect, forward passes, advantages, updates. Returns its metrics."""
-    t0 = time.perf_counter()
-    batch, m = collect_batch(st)
-    if batch.size == 0:
-        m["train/skipped"] = 1.0
-        log.warning("step %d: every group was filtered out; no update this step", st.step + 1)
-    t1 = time.perf_counter()
-    am: dict[str, float] = {}
-    if batch.size:
-        batch = engine.rollout_forwards(batch, st.models, st.slots, st.settings)
-    t2 = time.perf_counter()
-    if batch.size:
-        batch, am = engine.compute_advantages(batch, st.slots, st.beta)
-    elif dist.is_distributed():
-        engine.normalize_global(st.slots.normalizer, *engine.empty_rows(st.device))  # join the other ranks' gather
-    t3 = time.perf_counter()
-    um = engine.update(batch, st.models, st.slots, st.settings, st.optimizer, st.scheduler, st.beta,
-                       critic_optimizer=st.critic_optimizer)
-    if st.critic_scheduler is not None:
-        for _ in range(st.settings.epochs * st.settings.minibatches):
-            st.critic_scheduler.step()
-    t4 = time.perf_counter()
-    m.update(am)
-    m.update(um)
-    kl = st.slots.kl
-    if kl.adaptive is not None:
-        st.beta = _next_beta(st.beta, kl, m, batch)
-    m["kl/beta"] = st.beta
-    m["optim/lr"] = float(st.scheduler.get_last_lr()[0])
-    m.update({"time/forward": t2 - t1, "time/advantage": t3 - t2, "time/train": t4 - t3, "time/step": t4 - t0})
-    gen_tokens = float(batch.lengths.sum()) if batch.size else 0.0
-    m["perf/tokens_per_s"] = gen_tokens / max(t4 - t0, 1e-9)
-    m["perf/peak_mem_mb"] = peak_memory_mb(st.device)
-    st.totals["elapsed"] += t4 - t0
-    m["count/completions"] = st.totals["completions"]
-    m["count/tokens"] = st.totals["tokens"]
-    m["time/elapsed"] = st.totals["elapsed"]
-    st.step += 1
-    if st.cfg.ref_reset_every and st.reference is not None and st.step % st.cfg.ref_reset_every == 0:
-        from zoo.models import reset_reference
-
-        reset_reference(st.reference, st.models.policy)
-        m["kl/ref_resets"] = float(st.reference.resets)
-    samples = m.pop("_samples", [])
-    out = dist.all_reduce_mean_dict({k: v for k, v in m.items() if isinstance(v, (int, float))})
-    out["_samples"] = samples
-    return out
 
 
 # --------------------------------------------------------------------------- checkpoints
@@ -430,7 +251,7 @@ def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
         last: dict[str, Any] = {}
         with _progress(progress and main, cfg.budget.steps, st.step) as bar:
             while st.step < cfg.budget.steps:
-                m = train_step(st)
+                m = pipeline.step(st)
                 samples = m.pop("_samples", [])
                 tracker.log(m, step=st.step)
                 every = (cfg.tracking.wandb_opts() or WandbOpts()).table_every
@@ -502,7 +323,7 @@ def _evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, f
             when = "before training" if calls[0] == 0 else "during/after training"
             console.print(f"eval ({when}): {len(rows)} held-out prompts ...", highlight=False, end=" ")
         calls[0] += 1
-        with engine.autocast(cfg.model_opts.autocast, st.device):
+        with autocast(cfg.model_opts.autocast, st.device):
             res = evaluate(st.models.policy, st.models.tokenizer, rows, correctness,
                            max_new_tokens=cfg.budget.max_new_tokens, samples=cfg.eval.samples,
                            temperature=cfg.eval.temperature, seed=cfg.eval.seed,

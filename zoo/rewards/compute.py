@@ -106,6 +106,17 @@ def accuracy(scores: torch.Tensor | Sequence[float]) -> float:
     return float((s[ok] == 1.0).float().mean()) if ok.any() else math.nan
 
 
+def accuracy_metrics(objectives: torch.Tensor, names: Sequence[str]) -> dict[str, float]:
+    """The step's training accuracy, one definition with `accuracy` and the evaluation:
+    {"accuracy": fraction of scored `correctness` values == 1.0 (NaN rows left out, NaN when none is
+    scored), "accuracy/unscored": how many rows were left out}. objectives: [N, K] in the order of
+    `names`; {} without a `correctness` column."""
+    if "correctness" not in names:
+        return {}
+    col = objectives[:, list(names).index("correctness")]  # [N]
+    return {"accuracy": accuracy(col), "accuracy/unscored": float(torch.isnan(col.float()).sum())}
+
+
 def _import_callable(path: str) -> Callable[..., Any]:
     """`pkg.mod:attr.sub` or `pkg.mod.attr` -> the object. Raises ComponentError naming the path."""
     if ":" in path:

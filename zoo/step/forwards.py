@@ -1,0 +1,82 @@
+"""Forward passes of the step: the policy's per-token log-probs, the critic's values, and the
+rollout-time forwards (old log-probs, reference log-probs, values) computed only where a component
+of the variant needs them. Shapes: n rows of a micro-batch, T completion tokens."""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import replace
+
+import torch
+from torch import Tensor
+
+from zoo.batch import Batch
+from zoo.rollout import position_ids_from_mask, token_logprobs
+from zoo.step.types import Models, Slots, StepSettings
+
+
+def autocast(setting: str, device: torch.device) -> contextlib.AbstractContextManager:
+    """bf16/fp16 autocast for forward passes, or a no-op for "none". Log-softmax stays fp32
+    (rollout.token_logprobs). `setting` is already resolved (never "auto")."""
+    if setting == "none":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if setting == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def forward_logp(model: torch.nn.Module, mb: Batch, s: StepSettings, with_entropy: bool = False):
+    """(logp [n, T] float32, entropy [n, T] or None) of the micro-batch's completion tokens under
+    `model` at the step's temperature; entropy keeps its gradient only with an entropy bonus."""
+    with autocast(s.autocast, mb.prompt_ids.device):
+        return token_logprobs(
+            model, mb.input_ids(), mb.attention_mask(), mb.completion_ids.shape[1],
+            temperature=s.temperature, with_entropy=with_entropy, entropy_grad=bool(s.entropy_coef),
+        )
+
+
+def critic_values(critic: torch.nn.Module, mb: Batch, s: StepSettings) -> Tensor:
+    """V(s_t) for each completion token t: the value head at the position that predicts token t.
+    Returns [n, T] float32."""
+    ids, att = mb.input_ids(), mb.attention_mask()
+    P, T = mb.prompt_ids.shape[1], mb.completion_ids.shape[1]
+    with autocast(s.autocast, ids.device):
+        v = critic(input_ids=ids, attention_mask=att, position_ids=position_ids_from_mask(att))  # [n, P+T]
+    return v[:, P - 1 : P - 1 + T].float()
+
+
+def micro_rows(batch: Batch, size: int) -> list[Tensor]:
+    """Row indices of consecutive micro-batches of at most `size` rows."""
+    return list(torch.arange(batch.size).split(size))
+
+
+def fill_rows(batch: Batch, parts: list[Tensor], rows: list[Tensor]) -> Tensor:
+    """[N, T] float32 from per-micro-batch parts [n_i, T_i] (trimmed); 0 off the loss mask."""
+    out = torch.zeros(batch.loss_mask.shape, dtype=torch.float32)
+    for r, p in zip(rows, parts):
+        out[r, : p.shape[1]] = p.float().cpu()
+    mask = batch.loss_mask.cpu()
+    return torch.where(mask, out, torch.zeros_like(out)).to(batch.loss_mask.device)  # padding 0, as documented
+
+
+@torch.no_grad()
+def rollout_forwards(batch: Batch, models: Models, slots: Slots, s: StepSettings) -> Batch:
+    """Old log-probs (only when a later optimizer step or KL-in-reward needs them: with one
+    on-policy update they equal the training forward's, detached), reference log-probs (only with a
+    KL term) and critic values (only with a critic). Each [N, T], 0 off the loss mask."""
+    need_old = s.epochs * s.minibatches > 1 or slots.kl.placement == "reward"
+    rows = micro_rows(batch, s.micro_batch)
+    old, ref, val = [], [], []
+    for r in rows:
+        mb = batch.select(r).trimmed()
+        if need_old:
+            old.append(forward_logp(models.policy, mb, s)[0])
+        if slots.kl.placement != "none" and models.reference is not None:
+            with models.reference() as ref_model:
+                ref.append(forward_logp(ref_model, mb, s)[0])
+        if models.critic is not None:
+            val.append(critic_values(models.critic, mb, s))
+    return replace(
+        batch,
+        logp_old=fill_rows(batch, old, rows) if old else None,
+        logp_ref=fill_rows(batch, ref, rows) if ref else None,
+        values=fill_rows(batch, val, rows) if val else None,
+    )

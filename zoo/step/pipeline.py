@@ -1,0 +1,84 @@
+"""One training step, top to bottom: the stages of DESIGN.md in order, one call each.
+
+    batch = sample(st)           generate -> reward -> length -> objectives -> filter (zoo/step/sample.py)
+    rollout_forwards             old / reference log-probs, critic values (only what the variant needs)
+    kl_reward                    KL placement "reward": batch.kl_reward [N, T]
+    advantage                    the estimator -> batch.advantages [N, T] (+ returns for a critic)
+    normalize                    the normalizer, over the global batch under data parallelism
+    update                       epochs x minibatches optimizer steps (clip rule, KL in the loss,
+                                 entropy bonus, aggregation over the whole optimizer step), critic
+    controllers                  the adaptive KL coefficient for the next step
+
+The trainer (`zoo.trainer`) sets up, loops, checkpoints and evaluates around `step`.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from zoo import dist
+from zoo.provenance import peak_memory_mb
+from zoo.step.advantages import advantage, empty_rows, kl_reward, normalize, normalize_global
+from zoo.step.controllers import next_beta
+from zoo.step.forwards import rollout_forwards
+from zoo.step.sample import sample
+from zoo.step.types import RunState
+from zoo.step.update import update
+
+log = logging.getLogger(__name__)
+
+
+def step(st: RunState) -> dict[str, Any]:
+    """One rollout step of the run `st` (advances st.step). Returns its metrics (means over ranks),
+    with the first round's sample completions under "_samples"."""
+    t0 = time.perf_counter()
+    batch, m = sample(st)                                                   # generate .. filter
+    if batch.size == 0:
+        m["train/skipped"] = 1.0
+        log.warning("step %d: every group was filtered out; no update this step", st.step + 1)
+    t1 = time.perf_counter()
+    if batch.size:
+        batch = rollout_forwards(batch, st.models, st.slots, st.settings)   # forwards
+    t2 = time.perf_counter()
+    if batch.size:
+        batch, km = kl_reward(batch, st.slots, st.beta)                     # kl_reward
+        batch = advantage(batch, st.slots)                                  # advantage
+        batch, am = normalize(batch, st.slots)                              # normalize
+        m.update({**km, **am})
+    elif dist.is_distributed():
+        normalize_global(st.slots.normalizer, *empty_rows(st.device))  # join the other ranks' gather
+    t3 = time.perf_counter()
+    m.update(update(batch, st.models, st.slots, st.settings, st.optimizer, st.scheduler, st.beta,  # update
+                    critic_optimizer=st.critic_optimizer))
+    if st.critic_scheduler is not None:
+        for _ in range(st.settings.epochs * st.settings.minibatches):
+            st.critic_scheduler.step()
+    t4 = time.perf_counter()
+    if st.slots.kl.adaptive is not None:
+        st.beta = next_beta(st.beta, st.slots.kl, m, batch)                 # controllers
+    m["kl/beta"] = st.beta
+    m["optim/lr"] = float(st.scheduler.get_last_lr()[0])
+    m.update({"time/forward": t2 - t1, "time/advantage": t3 - t2, "time/train": t4 - t3, "time/step": t4 - t0})
+    _count(st, m, batch, t4 - t0)
+    st.step += 1
+    if st.cfg.ref_reset_every and st.reference is not None and st.step % st.cfg.ref_reset_every == 0:
+        from zoo.models import reset_reference
+
+        reset_reference(st.reference, st.models.policy)
+        m["kl/ref_resets"] = float(st.reference.resets)
+    samples = m.pop("_samples", [])
+    out = dist.all_reduce_mean_dict({k: v for k, v in m.items() if isinstance(v, (int, float))})
+    out["_samples"] = samples
+    return out
+
+
+def _count(st: RunState, m: dict[str, Any], batch: Any, seconds: float) -> None:
+    """Throughput, memory and the run's running totals into the step's metrics."""
+    gen_tokens = float(batch.lengths.sum()) if batch.size else 0.0
+    m["perf/tokens_per_s"] = gen_tokens / max(seconds, 1e-9)
+    m["perf/peak_mem_mb"] = peak_memory_mb(st.device)
+    st.totals["elapsed"] += seconds
+    m["count/completions"] = st.totals["completions"]
+    m["count/tokens"] = st.totals["tokens"]
+    m["time/elapsed"] = st.totals["elapsed"]

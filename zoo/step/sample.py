@@ -1,0 +1,109 @@
+"""The step's first stages, in resampling rounds: generate -> reward -> length -> objectives ->
+filter, until the step holds `budget.prompts_per_step` groups or the resample cap is reached
+(DAPO Alg. 1's "refill the batch", arXiv:2503.14476).
+
+Sampling filters drop whole groups before any further forward pass. Round 0 draws from the run's
+prompt stream, later rounds from their own stream, so step k's first-round prompts are the same in
+every arm of a study (paired comparison) whatever the filters dropped."""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from zoo import dist
+from zoo.batch import Batch, concat
+from zoo.rewards.compute import accuracy_metrics, compute_rewards
+from zoo.rollout import generate_rollout
+from zoo.step.forwards import autocast
+from zoo.step.scoring import keep_rows, length_shaping, objective_scores, per_row_metrics
+from zoo.step.types import RunState
+
+#: completions per `generate` call (at least budget.micro_batch and G). Decoding reads every weight once
+#: per token whatever the batch, so up to the point where it becomes compute-bound a bigger batch is
+#: nearly free (docs/performance.md: 32 rows in one call vs 4 calls of 8); without gradients a row
+#: needs only its KV cache, far less than a training forward.
+GENERATE_BATCH = 32
+
+
+def generate(st: RunState, rows: list[dict[str, Any]], group_offset: int) -> Batch:
+    """G completions for each dataset row's prompt -> Batch (group ids start at `group_offset`)."""
+    cfg, s, G = st.cfg, st.settings, st.variant.group_size
+    with autocast(s.autocast, st.device):
+        b = generate_rollout(st.models.policy, st.models.tokenizer, [r["prompt"] for r in rows], group_size=G,
+                             max_new_tokens=s.max_new_tokens, temperature=s.temperature,
+                             top_p=cfg.sampling.top_p, micro_batch=max(s.micro_batch, G, GENERATE_BATCH),
+                             min_new_tokens=s.max_new_tokens if cfg.sampling.ignore_eos else 0)
+    # a fresh rollout is prompt-major: group id = index of the prompt in `rows`
+    return replace(b, rows=[rows[i] for i in b.group_ids.tolist()], group_ids=b.group_ids + group_offset)
+
+
+def sample(st: RunState) -> tuple[Batch, dict[str, Any]]:
+    """Rounds of generate, reward, length, objectives, filter; returns the kept rows and metrics.
+
+    Reward metrics describe every completion of round 0; `groups/kept_frac` says how many groups
+    the filters kept over all rounds. A collective under data parallelism (ranks stop together)."""
+    cfg, s = st.cfg, st.settings
+    p_local = max(1, cfg.budget.prompts_per_step // dist.world_size())
+    weights = [w for _, w in st.rewards]
+    kept: list[Batch] = []
+    n_kept = n_groups = 0
+    first: dict[str, Any] = {}
+    t_gen = t_score = 0.0
+    local_done = [0.0, 0.0]  # completions, tokens generated on this rank
+    rounds = 0
+    for rnd in range(cfg.budget.max_resample_rounds + 1):
+        # every rank takes the same rows from the stream (it stays in lockstep, so one saved position
+        # serves all ranks) and keeps its own disjoint slice; the ranks decide together when to stop
+        needs = [int(n) for n in dist.per_rank(p_local - n_kept)]
+        if rnd > 0 and (not st.slots.filter or sum(needs) == 0):
+            break
+        rounds += 1
+        start = sum(needs[: dist.rank()])
+        source = st.stream if rnd == 0 else st.resample_stream
+        rows = source.take(sum(needs))[start : start + needs[dist.rank()]]
+        if not rows:
+            continue
+        t0 = time.perf_counter()
+        b = generate(st, rows, n_groups)                                                      # generate
+        t1 = time.perf_counter()
+        objectives, _ = compute_rewards([c for c, _ in st.rewards], b.texts, b.rows)          # reward
+        b, obj, names, w, m = length_shaping(b, objectives, st.reward_names, weights, st.slots,
+                                             s.max_new_tokens)                                # length
+        b, sm = objective_scores(b, obj, names, w, st.slots)                                  # objectives
+        keep = keep_rows(per_row_metrics(objectives, st.reward_names, b.scores), b.group_ids, st.slots)  # filter
+        t_gen += t1 - t0
+        t_score += time.perf_counter() - t1
+        if rnd == 0:
+            first = {**sm, **m, **accuracy_metrics(objectives, st.reward_names), **_completion_metrics(b)}
+            first["_samples"] = [
+                {"prompt": r.get("question", ""), "completion": t,
+                 **{n: float(objectives[i, k]) for k, n in enumerate(st.reward_names)}}
+                for i, (t, r) in enumerate(zip(b.texts, b.rows))
+            ]
+        local_done[0] += b.size
+        local_done[1] += float(b.lengths.sum())
+        n_groups += int(len(torch.unique(b.group_ids)))
+        if bool(keep.any()):
+            kb = b.select(keep)
+            kept.append(kb)
+            n_kept += int(len(torch.unique(kb.group_ids)))
+    done = dist.all_reduce_sum(torch.tensor(local_done, dtype=torch.float64))
+    st.totals["completions"] += float(done[0])
+    st.totals["tokens"] += float(done[1])
+    batch = concat(kept, int(st.models.tokenizer.pad_token_id)) if kept else b.select([])
+    first.update({
+        "groups/kept_frac": n_kept / max(n_groups, 1),
+        "groups/dropped": float(n_groups - n_kept),
+        "groups/rounds": float(rounds),
+        "time/generate": t_gen,
+        "time/score": t_score,
+    })
+    return batch, first
+
+
+def _completion_metrics(b: Batch) -> dict[str, float]:
+    return {"completion/len_mean": float(b.lengths.float().mean()), "completion/len_max": float(b.lengths.max()),
+            "completion/truncated_frac": float(b.truncated.float().mean())}

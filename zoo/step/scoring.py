@@ -1,0 +1,89 @@
+"""From reward columns to the scalar score each completion trains on: length shaping, objective
+normalisation and the weighted sum, the per-row metrics sampling filters read, and the filters.
+Shapes: N completions, T completion tokens, K reward columns."""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Mapping
+
+import torch
+from torch import Tensor
+
+from zoo.batch import Batch
+from zoo.components.objective import combine_objectives
+from zoo.components.stats import group_constant
+from zoo.step.types import Slots
+
+
+def length_shaping(batch: Batch, objectives: Tensor, names: list[str], weights: list[float], slots: Slots,
+                   max_new_tokens: int) -> tuple[Batch, Tensor, list[str], list[float], dict[str, float]]:
+    """The length slot's components in order: each may add an objective column (weight 1) and/or
+    clear loss-mask rows (e.g. DAPO's overlong filter).
+
+    objectives: [N, K] raw reward columns in the order of `names`/`weights`. Returns (batch with the
+    new loss mask, objectives [N, K'], names, weights, {"loss/masked_rows_frac"})."""
+    cols, names, weights = [objectives], list(names), list(weights)
+    mask = batch.loss_mask
+    for comp in slots.length:
+        res = comp(batch.lengths, batch.truncated, max_new_tokens)
+        if res.column is not None:
+            cols.append(res.column.to(objectives.dtype)[:, None])  # [N, 1]
+            names.append(comp.name)
+            weights.append(1.0)
+        if res.keep is not None:
+            mask = mask & res.keep[:, None].to(mask.device)
+    frac = float((~mask.any(1) & batch.loss_mask.any(1)).float().mean())
+    return replace(batch, loss_mask=mask), torch.cat(cols, dim=1), names, weights, {"loss/masked_rows_frac": frac}
+
+
+def objective_scores(batch: Batch, obj: Tensor, names: list[str], weights: list[float],
+                     slots: Slots) -> tuple[Batch, dict[str, float]]:
+    """Objective normaliser, then the weighted sum -> `batch.scores` [N] (and `batch.objectives`).
+
+    obj: [N, K] columns (NaN where a reward could not be computed). Logs the reward that trains (C11):
+    reward/total = sum_k w_k mean(R_k), each column's mean, reward/failed (rows with a NaN column) and
+    groups/zero_var_frac (groups whose weighted raw reward is constant)."""
+    w = torch.tensor(weights, dtype=obj.dtype)
+    normed = slots.objective_norm(obj, batch.group_ids)  # [N, K]
+    scores = combine_objectives(normed, w)  # [N]
+    metrics: dict[str, float] = {}
+    for k, n in enumerate(names):
+        metrics[f"reward/{n}"] = nanmean(obj[:, k])
+    metrics["reward/total"] = float(sum(weights[k] * metrics[f"reward/{n}"] for k, n in enumerate(names)))
+    metrics["reward/failed"] = float(torch.isnan(obj).any(1).sum())
+    constant = group_constant(combine_objectives(obj, w), batch.group_ids)  # [N]
+    metrics["groups/zero_var_frac"] = group_frac(constant, batch.group_ids)
+    return replace(batch, objectives=obj, scores=scores), metrics
+
+
+def nanmean(x: Tensor) -> float:
+    """Mean of the non-NaN entries of `x`; NaN when there are none."""
+    ok = ~torch.isnan(x)
+    return float(x[ok].mean()) if ok.any() else float("nan")
+
+
+def group_frac(flag_per_row: Tensor, group_ids: Tensor) -> float:
+    """Fraction of groups whose (group-constant) flag [N] is true."""
+    uniq, inv = torch.unique(group_ids, return_inverse=True)
+    first = torch.full((len(uniq),), len(group_ids), dtype=torch.long).scatter_reduce(
+        0, inv, torch.arange(len(group_ids)), reduce="amin"
+    )
+    return float(flag_per_row[first].float().mean()) if len(uniq) else 0.0
+
+
+def per_row_metrics(objectives: Tensor, names: list[str], scores: Tensor) -> dict[str, Tensor]:
+    """[N] tensors a sampling filter may name: `accuracy` (correctness == 1), each objective, `reward`."""
+    out = {n: objectives[:, k] for k, n in enumerate(names)}
+    if "correctness" in out:
+        c = out["correctness"]  # NaN (could not be scored) stays NaN: left out, not counted wrong
+        out["accuracy"] = torch.where(torch.isnan(c), c, (c == 1.0).float())
+    out["reward"] = scores
+    return out
+
+
+def keep_rows(metrics_per_row: Mapping[str, Tensor], group_ids: Tensor, slots: Slots) -> Tensor:
+    """[N] bool: rows every sampling filter keeps (whole groups)."""
+    keep = torch.ones_like(group_ids, dtype=torch.bool)
+    for f in slots.filter:
+        keep &= f(metrics_per_row, group_ids)
+    return keep
