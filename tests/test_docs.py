@@ -155,3 +155,36 @@ def test_reward_by_dotted_path(project):
     scores = compute_rewards([comp], ["Please, 4", "4", "  "], [{}, {}, {}])
     assert scores.objectives[:2, 0].tolist() == [1.0, 0.0] and math.isnan(scores.objectives[2, 0])
     assert scores.n_failed == [1]
+
+
+# --------------------------------------------------------------------------- the slot table (docs/components.md)
+
+COMPONENTS_DOC = DOC.parent / "components.md"
+
+
+def _table(text: str, header: str) -> list[list[str]]:
+    """The rows (cells stripped) of the markdown table whose header line is `header`."""
+    lines = text.splitlines()
+    start = lines.index(header) + 2
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip("|").split("|")])
+    return rows
+
+
+def test_components_doc_slot_table_is_the_kinds_table():
+    from zoo import kinds
+
+    rows = _table(COMPONENTS_DOC.read_text(), "| kind | slot | components |")
+    assert [r[0] for r in rows] == [f"`{k.kind}`" for k in kinds.TABLE]
+    for (_, slot, comps), k in zip(rows, kinds.TABLE):
+        assert slot == k.place(), k.kind
+        if k.registered:  # the built-in components (a test's plugin may be registered too)
+            names = [n for n in registry.available(k.kind) if registry.get(k.kind, n).fn.__module__.startswith("zoo.")]
+            assert comps == ", ".join(f"`{n}`" for n in names), k.kind
+        else:
+            assert comps == k.note, k.kind
+    contract = _table(COMPONENTS_DOC.read_text(), "| kind | call | returns |")
+    assert sorted(r[0] for r in contract) == sorted(kinds.registry_kinds())  # in data-flow order there

@@ -99,12 +99,13 @@ def test_adaptive_beta_rejects(kw):
 
 # ---------------------------------------------------------------- placement (the variant's `kl` slot)
 def test_kl_slot_parsing():
-    from zoo.variant import KLSpec, Slots
+    from zoo.variant import KLSpec, Slots, load_variant
 
-    assert Slots(kl="none").kl_spec() == KLSpec() and KLSpec().placement == "none"
-    grpo = Slots(kl={"placement": "loss", "estimator": "k3", "beta": 0.04}).kl_spec()
+    others = load_variant("grpo").slots.model_dump(exclude={"kl"})  # every slot is required
+    assert Slots(**others, kl="none").kl_spec() == KLSpec() and KLSpec().placement == "none"
+    grpo = Slots(**others, kl={"placement": "loss", "estimator": "k3", "beta": 0.04}).kl_spec()
     assert (grpo.placement, grpo.estimator, grpo.beta, grpo.adaptive) == ("loss", "k3", 0.04, None)
-    ppo = Slots(kl={"placement": "reward", "estimator": "k1", "beta": 0.05, "adaptive": {"target": 6}}).kl_spec()
+    ppo = Slots(**others, kl={"placement": "reward", "estimator": "k1", "beta": 0.05, "adaptive": {"target": 6}}).kl_spec()
     assert ppo.adaptive.target == 6.0 and ppo.adaptive.horizon == 10_000
 
 

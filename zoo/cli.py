@@ -63,14 +63,18 @@ def list_cmd(
             out["variants"] = variants
         _print_json(out)
         return
+    from zoo import kinds
+
     table = Table(title="Variant Zoo registry", show_lines=False)
     table.add_column("kind", style="bold cyan")
+    table.add_column("slot", style="dim")
     table.add_column("names")
     if kind != "variants":
-        for k, names in comps.items():
-            table.add_row(k, ", ".join(names) or "-")
+        for row in kinds.TABLE:  # the slot table's order; `kl` is a setting, listed with its estimators
+            if row.kind in comps:
+                table.add_row(row.kind, row.place(), ", ".join(comps[row.kind]) or "-")
     if kind in (None, "variants"):
-        table.add_row("variants", ", ".join(variants))
+        table.add_row("variants", "", ", ".join(variants))
     console.print(table)
 
 

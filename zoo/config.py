@@ -5,13 +5,13 @@ A study file (`experiments/*.yaml`) holds the same keys plus `variants`, `ablati
 """
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 from typing import Any, Literal, Mapping, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from zoo.overrides import OverrideError, apply_dotted, did_you_mean
 from zoo.variant import Updates, VariantError, _format_validation
 
 Spec = Union[str, dict[str, Any]]
@@ -188,25 +188,20 @@ def load_run_config(path: str | Path, overrides: Mapping[str, Any] | None = None
 
 
 def set_dotted(data: dict[str, Any], overrides: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """Apply `a.b.c = v` overrides to a nested dict (new dict). Keys under `set.` go to the variant."""
-    import copy
-
-    out = copy.deepcopy(data)
-    for key, value in overrides.items():
-        parts = str(key).split(".")
-        if parts[0] == "set":
-            out.setdefault("set", {})[".".join(parts[1:])] = value
-            continue
+    """Apply `a.b.c = v` overrides to a run-file dict (new dict; `zoo.overrides` does the setting).
+    Keys under `set.` go to the variant's overrides as one dotted key (`set.clip.eps=0.1` ->
+    `set: {clip.eps: 0.1}`). Raises VariantError for a key that is not a run-config key (with the
+    close match) or a path through a list or a scalar."""
+    def route(key: str) -> tuple[tuple[str, ...], list[str]]:
+        parts = key.split(".")
+        if parts[0] == "set" and len(parts) > 1:
+            return ("set",), [".".join(parts[1:])]
         if parts[0] not in RunConfig.model_fields:
-            close = difflib.get_close_matches(parts[0], list(RunConfig.model_fields), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            hint = did_you_mean(parts[0], RunConfig.model_fields)
             raise VariantError(f"{where}: override {key!r}: unknown key {parts[0]!r}{hint}")
-        cur = out
-        for p in parts[:-1]:
-            nxt = cur.get(p)
-            if not isinstance(nxt, dict):
-                nxt = {} if nxt in (None, True) else ({"name": nxt} if isinstance(nxt, str) else nxt)
-                cur[p] = nxt
-            cur = nxt
-        cur[parts[-1]] = value
-    return out
+        return (), parts
+
+    try:
+        return apply_dotted(data, overrides, where, route)
+    except OverrideError as e:
+        raise VariantError(str(e)) from None

@@ -21,7 +21,6 @@ Arm label: `<variant or ablation>[-<sweepkey>=<v>...]-s<seed>`; each arm runs in
 from __future__ import annotations
 
 import copy
-import difflib
 import itertools
 import json
 import os
@@ -37,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from zoo import variant as V
 from zoo.config import RunConfig, parse_run_config, set_dotted
+from zoo.overrides import OverrideError, apply_dotted, did_you_mean
 from zoo.variant import Report, VariantError, _format_validation, _read_yaml
 
 STUDY_KEYS = ("variants", "ablations", "seeds", "sweep")
@@ -154,21 +154,25 @@ def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None) -> 
 
 
 def _apply_study_overrides(data: dict[str, Any], overrides: Mapping[str, Any], where: str) -> dict[str, Any]:
-    from zoo.config import set_dotted
-
-    study_keys = {k: v for k, v in overrides.items() if k.split(".")[0] in ("variants", "ablations", "seeds", "sweep", "name")}
+    """The study's own keys (`variants`, `ablations.x.set.clip=ppo`, `sweep.optim.lr=[..]`) here; every
+    other key as a run-file override (`zoo.config.set_dotted`)."""
+    study_keys = {k: v for k, v in overrides.items() if k.split(".")[0] in (*STUDY_KEYS, "name")}
     rest = {k: v for k, v in overrides.items() if k not in study_keys}
     out = set_dotted(data, rest, f"{where} (--set)")
-    for k, v in study_keys.items():
-        set_dotted_plain(out, k, v)
-    return out
+    try:
+        return apply_dotted(out, study_keys, f"{where} (--set)", _study_route)
+    except OverrideError as e:
+        raise VariantError(str(e)) from None
 
 
-def set_dotted_plain(d: dict[str, Any], key: str, value: Any) -> None:
+def _study_route(key: str) -> tuple[tuple[str, ...], list[str]]:
+    """`sweep.` and `ablations.NAME.set.` hold dotted keys themselves: the rest of the key is one key there."""
     parts = key.split(".")
-    for p in parts[:-1]:
-        d = d.setdefault(p, {})
-    d[parts[-1]] = value
+    if parts[0] == "sweep" and len(parts) > 1:
+        return ("sweep",), [".".join(parts[1:])]
+    if parts[0] == "ablations" and len(parts) > 3 and parts[2] == "set":
+        return tuple(parts[:3]), [".".join(parts[3:])]
+    return (), parts
 
 
 # --------------------------------------------------------------------------- arms
@@ -192,8 +196,7 @@ def route_key(key: str, where: str) -> str:
     if head in RunConfig.model_fields and head not in ("name", "study", "arm", "seed", "output_dir", "variant"):
         return "run"
     allowed = sorted(set(V.Slots.model_fields) | set(RunConfig.model_fields) | {"group_size", "updates", "entropy_coef"})
-    close = difflib.get_close_matches(head, allowed, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    hint = did_you_mean(head, allowed)
     raise VariantError(f"{where}: {head!r} is neither a variant slot/field nor a run-config key{hint}")
 
 

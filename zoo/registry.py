@@ -21,18 +21,9 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, Callable, Mapping
 
-KINDS = (
-    "advantage",
-    "normalizer",
-    "objective_norm",
-    "clip",
-    "aggregate",
-    "kl_estimator",
-    "length",
-    "filter",
-    "critic",
-    "reward",
-)
+from zoo import kinds
+
+KINDS = kinds.registry_kinds()  # the slot table (zoo/kinds.py) is the one list
 ENTRY_POINT_GROUP = "zoo.components"
 
 

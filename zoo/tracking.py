@@ -142,15 +142,18 @@ def read_run_id(run_dir: Path) -> str | None:
 # --------------------------------------------------------------------------- run metadata
 
 
+# What a slot is compared with for its tag (a variant has no slot defaults: only the tags use these).
+TAG_BASELINE = {"advantage": "group_mean", "normalizer": "group_std", "objective_norm": "none", "clip": "ppo",
+                "aggregate": "token_mean", "kl": "none", "length": [], "filter": [], "critic": None}
+
+
 def wandb_tags(cfg: RunConfig, resolved_slots: Mapping[str, Any] | None = None) -> list[str]:
     """Tags for a run: the variant, every `set` override (`clip.eps_high=0.32`), every slot whose
-    component differs from the default slot (`clip=clip_higher`), and the user's `tracking` tags.
+    component differs from `TAG_BASELINE` (`clip=clip_higher`), and the user's `tracking` tags.
 
     resolved_slots: `Variant.resolved()` of the run's variant (optional). W&B caps tags at 64 chars."""
-    from zoo.variant import Slots
-
     tags = [cfg.variant] + [f"{k}={_short(v)}" for k, v in cfg.set.items()]
-    defaults = Slots().model_dump()
+    defaults = TAG_BASELINE
     for slot, spec in (resolved_slots or {}).items():
         name = _spec_name(spec)
         if name is not None and name != _spec_name(defaults.get(slot)):

@@ -1,9 +1,10 @@
 """Named variants: load, validate and compare the YAML files in `registry/` (and user directories).
 
-A variant fills every slot of the data flow (DESIGN.md) with a component spec and sets
-`group_size`, `updates: {epochs, minibatches}` and optionally `entropy_coef`. A file may start from
-another with `base: grpo`: the base's keys are taken, then the file's keys replace them (slot by
-slot). User directories are listed in `ZOO_REGISTRY_PATH` (os.pathsep-separated).
+A variant fills every slot of the data flow (the slot table, `zoo/kinds.py`) with a component
+spec and sets `group_size`, `updates: {epochs, minibatches}` and optionally `entropy_coef`. There are
+no hidden defaults: each slot, `group_size` and `updates` is stated in the file or inherited
+through `base: grpo` (the base's keys are taken, then the file's keys replace them, slot by slot).
+User directories are listed in `ZOO_REGISTRY_PATH` (os.pathsep-separated).
 """
 from __future__ import annotations
 
@@ -12,25 +13,16 @@ import difflib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping, Union
+from typing import Any, Literal, Mapping, Optional, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
-from zoo import registry
+from zoo import kinds, overrides, registry
 
 Spec = Union[str, dict[str, Any]]
-SLOT_KINDS = {
-    "advantage": "advantage",
-    "normalizer": "normalizer",
-    "objective_norm": "objective_norm",
-    "clip": "clip",
-    "aggregate": "aggregate",
-    "length": "length",
-    "filter": "filter",
-    "critic": "critic",
-}
-LIST_SLOTS = ("length", "filter")
+SLOT_KINDS = kinds.slot_kinds()  # slot -> registry kind, for the slots filled by components
+LIST_SLOTS = kinds.list_slots()
 
 
 class VariantError(ValueError):
@@ -70,19 +62,29 @@ class Updates(_Strict):
     minibatches: int = Field(1, ge=1)
 
 
-class Slots(_Strict):
-    advantage: Spec = "group_mean"
-    normalizer: Spec = "group_std"
-    objective_norm: Spec = "none"
-    clip: Spec = "ppo"
-    aggregate: Spec = "token_mean"
-    kl: Union[Literal["none"], KLSpec] = "none"
-    length: list[Spec] = Field(default_factory=list)
-    filter: list[Spec] = Field(default_factory=list)
-    critic: Spec | None = None
-
+class _SlotsBase(_Strict):
     def kl_spec(self) -> KLSpec:
-        return KLSpec() if self.kl == "none" else self.kl  # type: ignore[return-value]
+        """The `kl` slot as a KLSpec (`kl: none` -> placement "none")."""
+        return KLSpec() if self.kl == "none" else self.kl  # type: ignore[attr-defined,return-value]
+
+
+SETTING_TYPES: dict[str, Any] = {"kl": Union[Literal["none"], KLSpec]}  # the slots that hold a setting
+assert set(SETTING_TYPES) == set(kinds.setting_slots()), "zoo/kinds.py and SETTING_TYPES disagree"
+
+
+def _slot_type(row: kinds.Kind) -> Any:
+    if not row.registered:
+        return SETTING_TYPES[row.kind]
+    if row.many:
+        return list[Spec]
+    return Optional[Spec] if row.optional else Spec
+
+
+# Every slot of the table, all required (no hidden defaults): stated in the file or through `base:`.
+Slots = create_model(  # type: ignore[call-overload]
+    "Slots", __base__=_SlotsBase, __doc__="A variant's slots, one field per slot of zoo/kinds.py (all required).",
+    **{row.slot: (_slot_type(row), ...) for row in kinds.TABLE if row.slot is not None},
+)
 
 
 class Variant(_Strict):
@@ -92,11 +94,11 @@ class Variant(_Strict):
     summary: str = ""
     paper: str = ""
     base: str | None = None
-    group_size: int = Field(1, ge=1)
-    updates: Updates = Field(default_factory=Updates)
+    group_size: int = Field(ge=1)
+    updates: Updates
     entropy_coef: float = 0.0
     plugins: list[str] = Field(default_factory=list, description="modules to import for user components")
-    slots: Slots = Field(default_factory=Slots)
+    slots: Slots  # type: ignore[valid-type]
     sources: dict[str, str] = Field(default_factory=dict)
     path: str | None = Field(None, exclude=True)
 
@@ -214,14 +216,16 @@ def merge_variant(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]
 
 
 def parse_variant(data: dict[str, Any], where: str) -> Variant:
-    """Validate a raw dict; errors name `where` (a file) and the offending key. Modules listed under
-    `plugins:` are imported first, so their components resolve."""
+    """Validate a raw dict (its `base` chain already merged); errors name `where` (a file) and the
+    offending key. Modules listed under `plugins:` are imported first, so their components resolve.
+    Raises VariantError, also for a slot, `group_size` or `updates` that is neither stated nor inherited."""
     plugins = data.get("plugins") or []
     if plugins:
         try:
             registry.load_plugins(list(plugins))
         except registry.ComponentError as e:
             raise VariantError(f"{where}: key 'plugins': {e}") from None
+    missing_keys(data, where)
     try:
         v = Variant.model_validate(data)
     except ValidationError as e:
@@ -230,6 +234,21 @@ def parse_variant(data: dict[str, Any], where: str) -> Variant:
         raise VariantError(f"{where}: {e}") from None
     v.path = where
     return v
+
+
+REQUIRED_TOP = ("group_size", "updates")  # top-level keys with no default; `entropy_coef` defaults to 0
+
+
+def missing_keys(data: Mapping[str, Any], where: str) -> None:
+    """Raise VariantError naming `where` and every slot (`slots.clip`) or required top-level key
+    that `data` (a variant with its base chain merged) does not state: there are no hidden defaults."""
+    slots = data.get("slots")
+    stated = set(slots) if isinstance(slots, Mapping) else set()
+    missing = [k for k in REQUIRED_TOP if k not in data] + [f"slots.{s}" for s in kinds.slots() if s not in stated]
+    if missing and (slots is None or isinstance(slots, Mapping)):
+        keys = ", ".join(repr(k) for k in missing)
+        raise VariantError(f"{where}: missing {'key' if len(missing) == 1 else 'keys'} {keys}: a variant states every "
+                           "slot, group_size and updates, or inherits them with `base:` (e.g. base: grpo)")
 
 
 def _format_validation(e: ValidationError, where: str, model: type[BaseModel]) -> str:
@@ -279,46 +298,35 @@ _TOP_KEYS = set(Variant.model_fields) - {"path"}
 
 
 def apply_overrides(data: dict[str, Any], sets: Mapping[str, Any], where: str = "overrides") -> dict[str, Any]:
-    """Apply dotted overrides to a raw variant dict.
+    """Apply dotted overrides to a raw variant dict (`zoo.overrides` does the setting).
 
     Keys address slots directly (`clip: ppo`, `clip.eps_high: 0.32`, `kl.beta: 0.0`) or top-level
     fields (`group_size: 8`, `updates.minibatches: 2`); `slots.` may be written explicitly. Setting a
     parameter of a slot given by name alone turns it into `{name: ..., param: value}`.
-    Raises VariantError for a key that is neither a slot nor a variant field.
+    Raises VariantError for a key that is neither a slot nor a variant field, or a parameter of a
+    list slot.
     """
-    out = copy.deepcopy(data)
-    out.setdefault("slots", {})
-    for key, value in sets.items():
-        parts = str(key).split(".")
-        if parts[0] == "slots":
+    def route(key: str) -> tuple[tuple[str, ...], list[str]]:
+        parts = key.split(".")
+        if parts[0] == "slots" and len(parts) > 1:
             parts = parts[1:]
         if parts[0] in Slots.model_fields:
-            container, parts = out["slots"], parts
-        elif parts[0] in _TOP_KEYS:
-            container = out
-        else:
-            allowed = sorted(set(Slots.model_fields) | _TOP_KEYS)
-            close = difflib.get_close_matches(parts[0], allowed, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise VariantError(f"{where}: key {key!r} is neither a slot nor a variant field{hint}; allowed: {', '.join(allowed)}")
-        _set_dotted(container, parts, value, where, key)
-    return out
+            return ("slots",), parts
+        if parts[0] in _TOP_KEYS:
+            return (), parts
+        allowed = sorted(set(Slots.model_fields) | _TOP_KEYS)
+        raise VariantError(f"{where}: key {key!r} is neither a slot nor a variant field"
+                           f"{overrides.did_you_mean(parts[0], allowed)}; allowed: {', '.join(allowed)}")
+
+    try:
+        return overrides.apply_dotted(data, sets, where, route, spec_of=_spec_of, list_name="list slot")
+    except overrides.OverrideError as e:
+        raise VariantError(str(e)) from None
 
 
-def _set_dotted(container: dict[str, Any], parts: list[str], value: Any, where: str, key: str) -> None:
-    head, rest = parts[0], parts[1:]
-    if not rest:
-        container[head] = copy.deepcopy(value)
-        return
-    cur = container.get(head)
-    if isinstance(cur, str):
-        cur = {"name": cur} if cur != "none" or head != "kl" else {"placement": "none"}
-    elif cur is None:
-        cur = {}
-    elif isinstance(cur, list):
-        raise VariantError(f"{where}: key {key!r}: {head} is a list slot; set it whole, e.g. {head}: [...]")
-    container[head] = cur
-    _set_dotted(cur, rest, value, where, key)
+def _spec_of(slot: str, name: str) -> dict[str, Any]:
+    """A slot given by name alone, as a mapping: `ppo` -> {name: ppo}; `kl: none` -> {placement: none}."""
+    return {"placement": "none"} if slot == "kl" and name == "none" else {"name": name}
 
 
 # --------------------------------------------------------------------------- components
