@@ -48,7 +48,7 @@ def build_case(aggregate: str):
                   lengths=torch.tensor(LENGTHS), advantages=adv)
     slots = Slots.of(load_variant("grpo", {"aggregate": aggregate, "kl": "none"}))
     s = StepSettings(temperature=1.0, micro_batch=2, max_new_tokens=T, epochs=1, minibatches=1,
-                            entropy_coef=0.0, autocast="none", max_grad_norm=None)
+                            autocast="none", max_grad_norm=None)
     return model, tok, batch, slots, s
 
 
@@ -81,7 +81,7 @@ def run_update(model, tok, batch, slots, s) -> dict[str, float]:
     from zoo.step.update import step_counts, update
 
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
-    return update(batch, Models(policy=model, tokenizer=tok, reference=None), slots, s, opt, None, beta=0.0)
+    return update(batch, Models(policy=model, tokenizer=tok, reference=None), slots, s, opt, None)
 
 
 def main(out: Path, model_dir: Path | None = None) -> None:
@@ -171,7 +171,7 @@ def run_train_adaptive_kl(out: Path, model_dir: Path) -> dict:
                           eval={"enabled": False})
     summary = trainer.train(cfg, progress=False)
     trainer.setup = real_setup
-    return {"status": summary.get("status"), "beta": states[-1].beta}
+    return {"status": summary.get("status"), "beta": states[-1].controllers[0].beta}
 
 
 if __name__ == "__main__":

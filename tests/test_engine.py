@@ -39,7 +39,7 @@ def slots_for(aggregate: str = "token_mean", clip: str | dict = "ppo", variant: 
 
 def settings(micro_batch: int, epochs: int = 1, minibatches: int = 1, max_new_tokens: int = 6) -> StepSettings:
     return StepSettings(temperature=1.0, micro_batch=micro_batch, max_new_tokens=max_new_tokens,
-                               epochs=epochs, minibatches=minibatches, entropy_coef=0.0, autocast="none",
+                               epochs=epochs, minibatches=minibatches, autocast="none",
                                max_grad_norm=None)
 
 
@@ -50,7 +50,7 @@ def params(model) -> dict[str, torch.Tensor]:
 def sgd_update(model, tok, batch, slots, s, lr=1.0) -> dict[str, float]:
     models = Models(policy=model, tokenizer=tok, reference=None)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
-    return update(batch, models, slots, s, opt, None, beta=0.0)
+    return update(batch, models, slots, s, opt, None)
 
 
 def reference_loss(model, batch: Batch, aggregate: str) -> torch.Tensor:
@@ -146,7 +146,7 @@ def test_c4_later_optimizer_steps_see_ratios_off_one(epochs, minibatches):
     seen = _record_ratios(slots)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     out = update(batch, Models(policy=model, tokenizer=tok, reference=None), slots, s, opt, None,
-                        beta=0.0, generator=torch.Generator().manual_seed(0))
+                        generator=torch.Generator().manual_seed(0))
     assert out["optim/steps"] == 2.0
     # micro-batches of the first optimizer step are on-policy: ratio 1 (up to float noise)
     n_first = sum(len(mb) for mb in torch.arange(batch.size).tensor_split(minibatches)[0].split(2))
@@ -174,7 +174,7 @@ def test_c4_clip_fractions_on_a_crafted_case():
     opt = torch.optim.SGD(model.parameters(), lr=5.0)
     order = torch.Generator().manual_seed(0)
     out = update(batch, Models(policy=model, tokenizer=tok, reference=None), slots, s, opt, None,
-                        beta=0.0, generator=order)
+                        generator=order)
     assert len(seen) == 2
     torch.testing.assert_close(seen[0], torch.ones_like(seen[0]), atol=1e-5, rtol=0)
     assert float((seen[1] - 1).abs().max()) > 0.2

@@ -91,11 +91,11 @@ def test_sweep_grid_routes_slot_keys_to_set_and_others_to_run_config(tmp_path):
 
 
 def test_sweep_over_group_size_goes_to_the_budget(tmp_path):
-    extra = {"variants": ["grpo"], "ablations": {}, "seeds": [0], "sweep": {"group_size": [2, 8], "entropy_coef": [0.01]}}
+    extra = {"variants": ["grpo"], "ablations": {}, "seeds": [0], "sweep": {"group_size": [2, 8], "loss.entropy_bonus.coef": [0.01]}}
     arms = E.expand_arms(E.load_study(_write(tmp_path, STUDY, extra)))
-    assert [a.label for a in arms] == ["grpo-group_size=2-entropy_coef=0.01-s0", "grpo-group_size=8-entropy_coef=0.01-s0"]
+    assert [a.label for a in arms] == ["grpo-group_size=2-loss.entropy_bonus.coef=0.01-s0", "grpo-group_size=8-loss.entropy_bonus.coef=0.01-s0"]
     assert [a.config.budget.group_size for a in arms] == [2, 8]  # the study budget had 4: the sweep wins
-    assert arms[0].config.set == {"entropy_coef": 0.01}
+    assert arms[0].config.set == {"loss.entropy_bonus.coef": 0.01}
 
 
 def test_study_name_defaults_to_file_stem_and_output_dir_to_runs(tmp_path):

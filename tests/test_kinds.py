@@ -10,7 +10,8 @@ import typing
 import pytest
 from typer.testing import CliRunner
 
-from zoo import engine, kinds, registry
+from zoo import kinds, registry
+from zoo.step.types import Slots as StepSlots
 from zoo.cli import app
 from zoo.variant import LIST_SLOTS, SLOT_KINDS, Slots, VariantError, load_variant
 
@@ -29,8 +30,9 @@ def test_registry_kinds_are_the_table_kinds():
 def test_variant_schema_is_the_table_slots():
     assert tuple(Slots.model_fields) == kinds.slots()
     assert all(f.is_required() for f in Slots.model_fields.values())  # no hidden defaults
-    assert SLOT_KINDS == {s: s for s in kinds.slots() if s != "kl"}
-    assert LIST_SLOTS == ("length", "filter")
+    # every slot is named after its kind, except the list of controllers
+    assert SLOT_KINDS == {**{s: s for s in kinds.slots() if s not in ("kl", "controllers")}, "controllers": "controller"}
+    assert LIST_SLOTS == ("length", "filter", "loss", "correction", "controllers")
     for slot in LIST_SLOTS:
         assert typing.get_origin(Slots.model_fields[slot].annotation) is list
     assert type(None) in typing.get_args(Slots.model_fields["critic"].annotation)  # `critic: null` is allowed
@@ -38,7 +40,7 @@ def test_variant_schema_is_the_table_slots():
 
 
 def test_engine_slots_list_no_slot_the_table_lacks():
-    fields = {f.name for f in dataclasses.fields(engine.Slots)}
+    fields = {f.name for f in dataclasses.fields(StepSlots)} - {"kl_reward"}  # the kl: slot's reward part
     assert fields <= set(kinds.slots()) | set(registry.KINDS)
     assert set(SLOT_KINDS) <= fields
 
@@ -92,6 +94,9 @@ slots:
   length: []
   filter: []
   critic: null
+  loss: []
+  correction: []
+  controllers: []
 """
 
 

@@ -52,7 +52,7 @@ def test_variant_list_slot_and_unknown_key_errors():
         load_variant("grpo", {"clp.eps": 0.1})
     msg = str(e.value)
     assert "registry/grpo.yaml (overrides): key 'clp.eps' is neither a slot nor a variant field (did you mean 'clip'?)" in msg
-    assert "allowed: advantage, aggregate, base, clip, critic" in msg
+    assert "allowed: advantage, aggregate, base, clip, controllers, correction, critic" in msg
 
 
 # --------------------------------------------------------------------------- run files

@@ -147,6 +147,9 @@ def assert_same_metrics(a: list[dict], b: list[dict]) -> None:
 RESUME_CASES = {
     "grpo-minibatches": dict(variant="grpo", budget={"steps": 4, "updates": {"epochs": 1, "minibatches": 2}}),
     "ppo-critic": dict(variant="ppo", budget={"steps": 4, "group_size": 2}),
+    # the adaptive KL controller's beta is checkpointed: kl/beta after resume == uninterrupted
+    "ppo-adaptive-kl": dict(variant="ppo", budget={"steps": 4, "group_size": 2},
+                            set={"kl.adaptive": {"target": 0.001, "horizon": 4}}),
 }
 
 

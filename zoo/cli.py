@@ -114,7 +114,7 @@ def show(
     if as_json:
         _print_json({"name": v.name, "paper": v.paper, "summary": v.summary, "file": v.path,
                      "group_size": v.group_size, "updates": v.updates.model_dump(),
-                     "entropy_coef": v.entropy_coef, "slots": resolved, "sources": v.sources})
+                     "slots": resolved, "sources": v.sources})
         return
     console.print(f"[bold]{v.name}[/]  {v.paper}\n{v.summary}\n[dim]{v.path}[/]")
     table = Table(show_lines=True)
@@ -123,8 +123,6 @@ def show(
     table.add_column("source", style="dim")
     table.add_row("group_size", str(v.group_size), v.sources.get("group_size", ""))
     table.add_row("updates", f"epochs {v.updates.epochs} x minibatches {v.updates.minibatches}", v.sources.get("updates", ""))
-    if v.entropy_coef:
-        table.add_row("entropy_coef", str(v.entropy_coef), v.sources.get("entropy_coef", ""))
     for slot, val in resolved.items():
         table.add_row(slot, _fmt_spec(val), v.sources.get(slot, ""))
     console.print(table)

@@ -1,7 +1,7 @@
 """Data-parallel helpers. One process: every function is the identity.
 
 Gradients are *summed* over ranks (not averaged as DDP does), because every aggregation already
-divides by the optimizer step's totals over all ranks (`engine.step_counts`). That makes a 2-rank
+divides by the optimizer step's totals over all ranks (`zoo.step.update.step_counts`). That makes a 2-rank
 step equal a 1-rank step over the same rows (case C2 across ranks).
 """
 from __future__ import annotations

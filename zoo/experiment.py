@@ -10,7 +10,7 @@ defaults shared by every arm, plus:
     name: my_study                                   # default: the file name
     output_dir: runs/my_study                        # default: runs/<name>
 
-A dotted key whose first part is a variant slot (`clip.eps_high`) or `entropy_coef` goes into the
+A dotted key whose first part is a variant slot (`clip.eps_high`, `loss.entropy_bonus.coef`) goes into the
 arm's `set` (variant overrides); `group_size` and `updates.*` go to `budget.*` (the budget wins over
 the variant); any other key (`optim.lr`, `budget.steps`) goes into the run config. A study-level `set` applies to every arm;
 an ablation's `set` and then the sweep point override it.
@@ -191,11 +191,11 @@ def route_key(key: str, where: str) -> str:
     """"set" when a dotted key addresses the variant (a slot or a variant field), "run" when it
     addresses the run config. Raises VariantError (with close matches) for anything else."""
     head = key.split(".")[0]
-    if head in ("slots", "set", "entropy_coef", *BUDGET_ALIASES) or head in V.Slots.model_fields:
+    if head in ("slots", "set", *BUDGET_ALIASES) or head in V.Slots.model_fields:
         return "set"
     if head in RunConfig.model_fields and head not in ("name", "study", "arm", "seed", "output_dir", "variant"):
         return "run"
-    allowed = sorted(set(V.Slots.model_fields) | set(RunConfig.model_fields) | {"group_size", "updates", "entropy_coef"})
+    allowed = sorted(set(V.Slots.model_fields) | set(RunConfig.model_fields) | {"group_size", "updates"})
     hint = did_you_mean(head, allowed)
     raise VariantError(f"{where}: {head!r} is neither a variant slot/field nor a run-config key{hint}")
 

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
 if TYPE_CHECKING:  # only for the annotations: zoo.components imports the registry, which imports this
     from torch import Tensor
 
-    from zoo.components.types import AdvantageInputs, AdvantageResult, ClipResult, LengthResult, StepCounts
+    from zoo.components.types import (AdvantageInputs, AdvantageResult, ClipResult, LengthResult, StepCounts,
+                                      TermInputs, TermResult)
 
 
 class ObjectiveNormFn(Protocol):
@@ -71,6 +72,36 @@ class CriticFn(Protocol):
         """values, old_values, returns, mask, all [N, T], step totals -> scalar value loss (times its coef)."""
 
 
+class LossTermFn(Protocol):
+    def __call__(self, inp: TermInputs, /) -> TermResult:
+        """TermInputs (logp, logp_old, advantages, mask [n, T], step totals, + declared fields) ->
+        TermResult(loss [n, T], token_stats); aggregated with the variant's rule unless it declares its own."""
+
+
+class CorrectionFn(Protocol):
+    def __call__(self, inp: TermInputs, /) -> Tensor:
+        """TermInputs -> a detached per-token weight [n, T] multiplying the clip rule's per-token loss."""
+
+
+class Controller(Protocol):
+    """A stateful coefficient: read the step's metrics, set a loss term's hyperparameter."""
+
+    def coefficients(self) -> dict[str, dict[str, float]]:
+        """{term name: {hyperparameter: value}} for the next step (e.g. {"kl": {"beta": 0.05}})."""
+
+    def update(self, metrics: Mapping[str, float], tokens: float, rows: float, /) -> None:
+        """After the step: its metrics and this rank's loss-mask tokens and rows (a collective)."""
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict, /) -> None: ...
+
+
+class ControllerFn(Protocol):
+    def __call__(self) -> Controller:
+        """A fresh controller (its hyperparameters are the spec's): one per run, checkpointed."""
+
+
 class RewardFn(Protocol):
     def __call__(self, completions: list[str], rows: list[dict], /) -> list[float | None]:
         """N completion texts and their dataset rows -> N scores (None: could not score)."""
@@ -110,6 +141,9 @@ TABLE: tuple[Kind, ...] = (
     Kind("length", LengthFn, "length", ("lengths", "truncated", "max_new_tokens"), many=True),
     Kind("filter", FilterFn, "filter", ("metrics", "group_ids"), many=True),
     Kind("critic", CriticFn, "critic", ("values", "old_values", "returns", "mask", "counts"), optional=True),
+    Kind("loss", LossTermFn, "loss", ("logp", "logp_old", "advantages", "mask", "counts"), many=True),
+    Kind("correction", CorrectionFn, "correction", ("logp", "logp_old", "advantages", "mask", "counts"), many=True),
+    Kind("controller", ControllerFn, "controllers", ("metrics",), many=True),
     Kind("reward", RewardFn, None, ("completions", "rows"),
          note="not a slot: the run file's rewards"),
 )

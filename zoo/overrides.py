@@ -8,7 +8,9 @@ the run file's `set`, a study's `sweep`) is the caller's routing (`zoo.variant.a
 - a node given by name alone becomes a spec: `clip: ppo` + `clip.eps=0.1` -> `clip: {name: ppo, eps: 0.1}`
   (`spec_of` can map a name otherwise, as the variant does for `kl: none`);
 - a missing, `null` or `true` node becomes a mapping (`tracking.wandb: true` + `tracking.wandb.project=x`);
-- a list node is an error (set the list whole), as is any other scalar in the way;
+- a list node is an error (set the list whole), as is any other scalar in the way, except in a
+  variant's list slots (`by_name`): `loss.entropy_bonus.coef=0.01` sets `coef` of the list's item
+  named `entropy_bonus`, appending `{name: entropy_bonus}` when the list has none;
 - `did_you_mean` gives the close match for an unknown key.
 """
 from __future__ import annotations
@@ -37,7 +39,7 @@ def did_you_mean(word: str, known: Iterable[str]) -> str:
 
 
 def set_path(tree: dict[str, Any], parts: Sequence[str], value: Any, where: str, key: str,
-             spec_of: SpecOf = name_spec, list_name: str = "list") -> None:
+             spec_of: SpecOf = name_spec, list_name: str = "list", by_name: bool = False) -> None:
     """In place: `tree[parts[0]]...[parts[-1]] = deepcopy(value)`, turning the nodes on the way into
     mappings as the module doc says.
 
@@ -52,16 +54,37 @@ def set_path(tree: dict[str, Any], parts: Sequence[str], value: Any, where: str,
         cur = spec_of(head, cur)
     elif cur is None or cur is True:
         cur = {}
+    elif isinstance(cur, list) and by_name and len(rest) > 1:
+        tree[head] = _set_in_named_list(cur, rest[0], rest[1:], value, where, key)
+        return
     elif isinstance(cur, list):
-        raise OverrideError(f"{where}: key {key!r}: {head} is a {list_name}; set it whole, e.g. {head}: [...]")
+        hint = f", or one item's parameter: {head}.<name>.<param>" if by_name else ""
+        raise OverrideError(f"{where}: key {key!r}: {head} is a {list_name}; set it whole, e.g. {head}: [...]{hint}")
     elif not isinstance(cur, dict):
         raise OverrideError(f"{where}: key {key!r}: {head} is {cur!r}, not a mapping; set {head} whole")
     tree[head] = cur
     set_path(cur, rest, value, where, key, spec_of, list_name)
 
 
+def _set_in_named_list(items: list[Any], name: str, rest: Sequence[str], value: Any, where: str, key: str) -> list[Any]:
+    """A copy of a list of component specs with `rest = value` set in the item called `name`
+    (appended as `{name: ...}` when absent). Raises OverrideError when two items have that name."""
+    items = list(items)
+    hits = [i for i, x in enumerate(items) if (x if isinstance(x, str) else (x or {}).get("name")) == name]
+    if len(hits) > 1:
+        raise OverrideError(f"{where}: key {key!r}: the list holds {name!r} {len(hits)} times; set the list whole")
+    if not hits:
+        items.append({"name": name})
+        hits = [len(items) - 1]
+    item = items[hits[0]]
+    item = {"name": item} if isinstance(item, str) else dict(item)
+    set_path(item, rest, value, where, key)
+    items[hits[0]] = item
+    return items
+
+
 def apply_dotted(data: Mapping[str, Any], sets: Mapping[str, Any], where: str, route: Route,
-                 spec_of: SpecOf = name_spec, list_name: str = "list") -> dict[str, Any]:
+                 spec_of: SpecOf = name_spec, list_name: str = "list", by_name: bool = False) -> dict[str, Any]:
     """A deep copy of `data` with every `key: value` of `sets` applied.
 
     `route(key)` -> (container, parts): the path of the mapping the key goes into (created when
@@ -76,5 +99,5 @@ def apply_dotted(data: Mapping[str, Any], sets: Mapping[str, Any], where: str, r
             if not isinstance(node.get(c), dict):
                 node[c] = {}
             node = node[c]
-        set_path(node, parts, value, where, str(key), spec_of, list_name)
+        set_path(node, parts, value, where, str(key), spec_of, list_name, by_name)
     return out

@@ -104,17 +104,17 @@ def setup(cfg: RunConfig, device: torch.device | None = None) -> RunState:
     policy, tok = zm.load_policy(src, dtype=cfg.model_opts.dtype, lora=lora,
                                  gradient_checkpointing=cfg.model_opts.gradient_checkpointing, device=device)
     dist.broadcast_parameters(policy)  # ranks are seeded apart: LoRA's random init must still agree
-    reference = zm.make_reference(policy) if slots.kl.placement != "none" else None
+    reference = zm.make_reference(policy) if slots.reads("logp_ref") else None
     critic = None
     if slots.advantage.meta.get("needs_values"):
         critic = zm.make_critic(policy, lora).to(device)
         dist.broadcast_parameters(critic)
     models = Models(policy=policy, tokenizer=tok, critic=critic,
-                           reference=(lambda: zm.reference_forward(reference)) if reference is not None else None)
+                    reference=(lambda: zm.reference_forward(reference)) if reference is not None else None)
     s = StepSettings(
         temperature=cfg.sampling.temperature, micro_batch=cfg.budget.micro_batch,
         max_new_tokens=cfg.budget.max_new_tokens, epochs=v.updates.epochs, minibatches=v.updates.minibatches,
-        entropy_coef=v.entropy_coef, autocast=cfg.model_opts.autocast, max_grad_norm=cfg.optim.max_grad_norm,
+        autocast=cfg.model_opts.autocast, max_grad_norm=cfg.optim.max_grad_norm,
     )
     total = cfg.budget.steps * v.updates.epochs * v.updates.minibatches
     opt = _adamw([p for p in policy.parameters() if p.requires_grad], cfg.optim.lr, cfg)
@@ -126,7 +126,7 @@ def setup(cfg: RunConfig, device: torch.device | None = None) -> RunState:
         scheduler=_scheduler(opt, cfg, total), critic_optimizer=copt,
         critic_scheduler=_scheduler(copt, cfg, total) if copt else None, stream=stream, resample_stream=resample_stream, task=task,
         rewards=rewards, reward_names=names, reference=reference, device=device,
-        beta=slots.kl.beta, provenance=prov,
+        controllers=[c() for c in slots.controllers], provenance=prov,
     )
 
 
@@ -144,7 +144,7 @@ def save_checkpoint(st: RunState, out: Path, tracker_id: str | None) -> None:
     if dist.rank() != 0:
         return
     state = {
-        "step": st.step, "beta": st.beta, "totals": dict(st.totals),
+        "step": st.step, "controllers": [c.state_dict() for c in st.controllers], "totals": dict(st.totals),
         "policy": ckpt.policy_state(st.models.policy),
         "optimizer": st.optimizer.state_dict(), "scheduler": st.scheduler.state_dict(),
         "critic": ckpt.trainable_state(st.models.critic) if st.models.critic is not None else None,
@@ -169,7 +169,9 @@ def _reference_state(st: RunState) -> Any:
 
 
 def restore_checkpoint(st: RunState, state: dict[str, Any]) -> None:
-    st.step, st.beta, st.totals = int(state["step"]), float(state["beta"]), dict(state["totals"])
+    st.step, st.totals = int(state["step"]), dict(state["totals"])
+    for c, cs in zip(st.controllers, state.get("controllers") or []):
+        c.load_state_dict(cs)
     ckpt.load_policy_state(st.models.policy, state["policy"])
     st.optimizer.load_state_dict(state["optimizer"])
     st.scheduler.load_state_dict(state["scheduler"])
@@ -203,7 +205,7 @@ def resolved_config(st: RunState) -> dict[str, Any]:
     cfg = st.cfg.model_dump(mode="json")
     cfg["resolved_variant"] = {
         "name": st.variant.name, "paper": st.variant.paper, "group_size": st.variant.group_size,
-        "updates": st.variant.updates.model_dump(), "entropy_coef": st.variant.entropy_coef,
+        "updates": st.variant.updates.model_dump(),
         "slots": st.variant.resolved({"max_new_tokens": st.cfg.budget.max_new_tokens}),
     }
     cfg["provenance"] = st.provenance

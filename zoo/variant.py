@@ -1,7 +1,7 @@
 """Named variants: load, validate and compare the YAML files in `registry/` (and user directories).
 
 A variant fills every slot of the data flow (the slot table, `zoo/kinds.py`) with a component
-spec and sets `group_size`, `updates: {epochs, minibatches}` and optionally `entropy_coef`. There are
+spec and sets `group_size` and `updates: {epochs, minibatches}`. There are
 no hidden defaults: each slot, `group_size` and `updates` is stated in the file or inherited
 through `base: grpo` (the base's keys are taken, then the file's keys replace them, slot by slot).
 User directories are listed in `ZOO_REGISTRY_PATH` (os.pathsep-separated).
@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
 from zoo import kinds, overrides, registry
+from zoo.desugar import hand_written, kl_parts
 
 Spec = Union[str, dict[str, Any]]
 SLOT_KINDS = kinds.slot_kinds()  # slot -> registry kind, for the slots filled by components
@@ -96,7 +97,6 @@ class Variant(_Strict):
     base: str | None = None
     group_size: int = Field(ge=1)
     updates: Updates
-    entropy_coef: float = 0.0
     plugins: list[str] = Field(default_factory=list, description="modules to import for user components")
     slots: Slots  # type: ignore[valid-type]
     sources: dict[str, str] = Field(default_factory=dict)
@@ -225,6 +225,9 @@ def parse_variant(data: dict[str, Any], where: str) -> Variant:
             registry.load_plugins(list(plugins))
         except registry.ComponentError as e:
             raise VariantError(f"{where}: key 'plugins': {e}") from None
+    if "entropy_coef" in data:
+        raise VariantError(f"{where}: key 'entropy_coef' was replaced by a loss term: write "
+                           f"`slots: {{loss: [{{name: entropy_bonus, coef: {data['entropy_coef']}}}]}}`")
     missing_keys(data, where)
     try:
         v = Variant.model_validate(data)
@@ -233,10 +236,13 @@ def parse_variant(data: dict[str, Any], where: str) -> Variant:
     except registry.ComponentError as e:
         raise VariantError(f"{where}: {e}") from None
     v.path = where
+    reserved = hand_written(v.slots)
+    if reserved:
+        raise VariantError("\n".join(f"{where}: {e}" for e in reserved))
     return v
 
 
-REQUIRED_TOP = ("group_size", "updates")  # top-level keys with no default; `entropy_coef` defaults to 0
+REQUIRED_TOP = ("group_size", "updates")  # top-level keys with no default
 
 
 def missing_keys(data: Mapping[str, Any], where: str) -> None:
@@ -314,12 +320,15 @@ def apply_overrides(data: dict[str, Any], sets: Mapping[str, Any], where: str = 
             return ("slots",), parts
         if parts[0] in _TOP_KEYS:
             return (), parts
+        if parts[0] == "entropy_coef":
+            raise VariantError(f"{where}: key {key!r}: entropy_coef was replaced by the loss term entropy_bonus: "
+                               "set loss.entropy_bonus.coef")
         allowed = sorted(set(Slots.model_fields) | _TOP_KEYS)
         raise VariantError(f"{where}: key {key!r} is neither a slot nor a variant field"
                            f"{overrides.did_you_mean(parts[0], allowed)}; allowed: {', '.join(allowed)}")
 
     try:
-        return overrides.apply_dotted(data, sets, where, route, spec_of=_spec_of, list_name="list slot")
+        return overrides.apply_dotted(data, sets, where, route, spec_of=_spec_of, list_name="list slot", by_name=True)
     except overrides.OverrideError as e:
         raise VariantError(str(e)) from None
 
@@ -385,9 +394,10 @@ def check_variant(v: Variant, context: Mapping[str, Any] | None = None) -> Repor
     group_based += [c.name for c in comps["filter"] if c.meta.get("needs_groups")]
     if g < 2 and group_based:
         rep.errors.append(f"{where}: group_size {g} < 2 but {', '.join(group_based)} need groups of several completions")
-    if kl.placement != "none" and kl.beta == 0 and kl.adaptive is None:
+    parts = kl_parts(kl)
+    if parts.enabled and kl.beta == 0 and kl.adaptive is None:
         rep.warnings.append(f"{where}: kl.placement is {kl.placement!r} with beta 0: the KL has no effect")
-    if kl.placement == "reward" and adv.meta.get("level") == "sequence":
+    if parts.reward_estimator is not None and adv.meta.get("level") == "sequence":
         rep.notes.append(
             f"{where}: KL in the reward with sequence-level advantage {adv.name!r}: the per-token KL is summed "
             "over each completion and subtracted from its score before the baseline (as RLOO does)"
@@ -399,7 +409,7 @@ def check_variant(v: Variant, context: Mapping[str, Any] | None = None) -> Repor
             f"advantage {adv.name!r}: with unequal completion lengths a group whose completions all scored alike gets "
             "a non-zero advantage (set normalizer level: sequence, one value per completion, as GDPO does)"
         )
-    if adv.meta.get("wants_kl") == "reward" and kl.placement != "reward":
+    if adv.meta.get("wants_kl") == "reward" and parts.reward_estimator is None:
         rep.warnings.append(f"{where}: advantage {adv.name!r} expects the KL in the reward (kl.placement: reward)")
     if n_updates == 1 and comps["clip"].name != "none":
         rep.warnings.append(
@@ -424,7 +434,6 @@ def _comparable(v: Variant) -> dict[str, Any]:
     return {
         "group_size": v.group_size,
         "updates": v.updates.model_dump(),
-        "entropy_coef": v.entropy_coef,
         "slots": v.resolved(),
     }
 

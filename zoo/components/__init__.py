@@ -15,16 +15,23 @@ True on real tokens (up to and including the first EOS).
 | length | `fn(lengths [N], truncated [N] bool, max_new_tokens: int)` | `LengthResult(column [N] or None, keep [N] bool or None)` |
 | filter | `fn(metrics: Mapping[str, Tensor [N]], group_ids [N])` | keep `[N]` bool (whole groups kept or dropped) |
 | critic | `fn(values, old_values, returns, mask, counts: StepCounts)` | scalar value loss (already times its coefficient) |
+| loss | `fn(inp: TermInputs)` | `TermResult(loss [n, T], token_stats)`: an extra per-token loss |
+| correction | `fn(inp: TermInputs)` | detached weight `[n, T]` multiplying the clip rule's per-token loss |
+| controller | `fn()` (hyperparameters only) | a controller: `coefficients()`, `update(metrics, tokens, rows)`, `state_dict()` |
 | reward | `fn(completions: list[str], rows: list[dict])` | list of float or None, length N |
+
+The table of slots (which kind fills which slot, single or list) is `zoo/kinds.py`.
 """
 from zoo.components import (  # noqa: F401  (imports register the components)
     advantage,
     aggregate,
     clip,
+    controllers,
     critic,
     filter,
     kl,
     length,
+    loss_terms,
     normalize,
     objective,
 )
@@ -34,4 +41,6 @@ from zoo.components.types import (  # noqa: F401
     ClipResult,
     LengthResult,
     StepCounts,
+    TermInputs,
+    TermResult,
 )

@@ -1,7 +1,8 @@
 """Records passed into and out of components (shapes: N completions, T completion tokens)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Mapping
 
 from torch import Tensor
 
@@ -78,3 +79,41 @@ class StepCounts:
             sequences=float(mask.shape[0]),
             max_new_tokens=int(max_new_tokens if max_new_tokens is not None else mask.shape[1]),
         )
+
+
+@dataclass(frozen=True)
+class TermInputs:
+    """What a loss term or a correction sees: one micro-batch of n rows in a forward of the update.
+
+    logp:        [n, T] float, the policy's log-probs (with gradient).
+    logp_old:    [n, T] float, detached log-probs at rollout time (equal to logp.detach() on the
+                 first on-policy update).
+    advantages:  [n, T] float, normalised advantages (0 on padding).
+    mask:        [n, T] bool, the loss mask (trained tokens).
+    counts:      totals of the whole optimizer step (all micro-batches, all ranks).
+    entropy:     [n, T] float or None, the policy's per-token entropy (with gradient only when a
+                 term declares `grad=("entropy",)`).
+    logp_ref:    [n, T] float or None, reference log-probs (None without a reference).
+    scores:      [n] float or None, the scalar score of each completion.
+    objectives:  [n, K] float or None, the raw reward columns.
+    """
+
+    logp: Tensor
+    logp_old: Tensor
+    advantages: Tensor
+    mask: Tensor
+    counts: StepCounts
+    entropy: Tensor | None = None
+    logp_ref: Tensor | None = None
+    scores: Tensor | None = None
+    objectives: Tensor | None = None
+
+
+@dataclass(frozen=True)
+class TermResult:
+    """loss: [n, T] per-token loss of a loss term, 0 on padding (it is aggregated like the policy
+    term unless the term declares its own aggregation). token_stats: name -> [n, T] detached values
+    whose token mean over the rollout step is logged under that name (e.g. "kl/ref")."""
+
+    loss: Tensor
+    token_stats: Mapping[str, Tensor] = field(default_factory=dict)

@@ -5,6 +5,5 @@ each stage is a function in its own module here.
     forwards.py    old / reference log-probs and critic values, only where a component needs them
     advantages.py  KL in the reward, the advantage estimator, the normalizer (global batch)
     update.py      epochs x minibatches optimizer steps, micro-batched
-    controllers.py the adaptive KL coefficient
     types.py       the step's inputs: built slots, models, settings, the run's mutable state
 """

@@ -20,12 +20,13 @@ from zoo.step.types import Slots
 def kl_reward(batch: Batch, slots: Slots, beta: float) -> tuple[Batch, dict[str, float]]:
     """KL placement "reward": `batch.kl_reward` [N, T] = -beta * k(logp_old, logp_ref) on real tokens
     (Ziegler et al. arXiv:1909.08593 eq. 2; InstructGPT arXiv:2203.02155 eq. 2), all zeros otherwise.
-    Logs kl/ref (token mean of k) when the KL is in the reward."""
+    beta: the current coefficient (the kl: slot's, or the adaptive controller's). Logs kl/ref (token
+    mean of k) when the KL is in the reward."""
     mask = batch.loss_mask
     klr = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)  # [N, T]
     metrics: dict[str, float] = {}
-    if slots.kl.placement == "reward" and batch.logp_old is not None and batch.logp_ref is not None:
-        k = masked_kl(slots.kl_estimator, batch.logp_old, batch.logp_ref, mask)  # [N, T]
+    if slots.kl_reward is not None and batch.logp_old is not None and batch.logp_ref is not None:
+        k = masked_kl(slots.kl_reward, batch.logp_old, batch.logp_ref, mask)  # [N, T]
         klr = kl_reward_fn(k, mask, beta)
         metrics["kl/ref"] = float(masked_mean(k, mask))
     return replace(batch, kl_reward=klr), metrics

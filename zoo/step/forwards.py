@@ -23,13 +23,15 @@ def autocast(setting: str, device: torch.device) -> contextlib.AbstractContextMa
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
-def forward_logp(model: torch.nn.Module, mb: Batch, s: StepSettings, with_entropy: bool = False):
+def forward_logp(model: torch.nn.Module, mb: Batch, s: StepSettings, with_entropy: bool = False,
+                 entropy_grad: bool = False):
     """(logp [n, T] float32, entropy [n, T] or None) of the micro-batch's completion tokens under
-    `model` at the step's temperature; entropy keeps its gradient only with an entropy bonus."""
+    `model` at the step's temperature; the entropy keeps its gradient only with `entropy_grad` (a
+    loss term that needs it, e.g. the entropy bonus)."""
     with autocast(s.autocast, mb.prompt_ids.device):
         return token_logprobs(
             model, mb.input_ids(), mb.attention_mask(), mb.completion_ids.shape[1],
-            temperature=s.temperature, with_entropy=with_entropy, entropy_grad=bool(s.entropy_coef),
+            temperature=s.temperature, with_entropy=with_entropy, entropy_grad=entropy_grad,
         )
 
 
@@ -59,17 +61,18 @@ def fill_rows(batch: Batch, parts: list[Tensor], rows: list[Tensor]) -> Tensor:
 
 @torch.no_grad()
 def rollout_forwards(batch: Batch, models: Models, slots: Slots, s: StepSettings) -> Batch:
-    """Old log-probs (only when a later optimizer step or KL-in-reward needs them: with one
-    on-policy update they equal the training forward's, detached), reference log-probs (only with a
-    KL term) and critic values (only with a critic). Each [N, T], 0 off the loss mask."""
-    need_old = s.epochs * s.minibatches > 1 or slots.kl.placement == "reward"
+    """Old log-probs (only when a later optimizer step or a component reads them, e.g. the KL in
+    the reward: with one on-policy update they equal the training forward's, detached), reference
+    log-probs (only when a component reads them) and critic values (only with a critic). Each
+    [N, T], 0 off the loss mask."""
+    need_old = s.epochs * s.minibatches > 1 or slots.reads("logp_old")
     rows = micro_rows(batch, s.micro_batch)
     old, ref, val = [], [], []
     for r in rows:
         mb = batch.select(r).trimmed()
         if need_old:
             old.append(forward_logp(models.policy, mb, s)[0])
-        if slots.kl.placement != "none" and models.reference is not None:
+        if slots.reads("logp_ref") and models.reference is not None:
             with models.reference() as ref_model:
                 ref.append(forward_logp(ref_model, mb, s)[0])
         if models.critic is not None:

@@ -7,7 +7,7 @@
     normalize                    the normalizer, over the global batch under data parallelism
     update                       epochs x minibatches optimizer steps (clip rule, KL in the loss,
                                  entropy bonus, aggregation over the whole optimizer step), critic
-    controllers                  the adaptive KL coefficient for the next step
+    controllers                  stateful coefficients (adaptive KL beta) move for the next step
 
 The trainer (`zoo.trainer`) sets up, loops, checkpoints and evaluates around `step`.
 """
@@ -20,7 +20,6 @@ from typing import Any
 from zoo import dist
 from zoo.provenance import peak_memory_mb
 from zoo.step.advantages import advantage, empty_rows, kl_reward, normalize, normalize_global
-from zoo.step.controllers import next_beta
 from zoo.step.forwards import rollout_forwards
 from zoo.step.sample import sample
 from zoo.step.types import RunState
@@ -33,6 +32,8 @@ def step(st: RunState) -> dict[str, Any]:
     """One rollout step of the run `st` (advances st.step). Returns its metrics (means over ranks),
     with the first round's sample completions under "_samples"."""
     t0 = time.perf_counter()
+    coefs = coefficients(st)  # what the controllers set for this step: {term: {hyperparameter: value}}
+    beta = coefs.get("kl", {}).get("beta", st.slots.kl.beta)
     batch, m = sample(st)                                                   # generate .. filter
     if batch.size == 0:
         m["train/skipped"] = 1.0
@@ -42,22 +43,23 @@ def step(st: RunState) -> dict[str, Any]:
         batch = rollout_forwards(batch, st.models, st.slots, st.settings)   # forwards
     t2 = time.perf_counter()
     if batch.size:
-        batch, km = kl_reward(batch, st.slots, st.beta)                     # kl_reward
+        batch, km = kl_reward(batch, st.slots, beta)                        # kl_reward
         batch = advantage(batch, st.slots)                                  # advantage
         batch, am = normalize(batch, st.slots)                              # normalize
         m.update({**km, **am})
     elif dist.is_distributed():
         normalize_global(st.slots.normalizer, *empty_rows(st.device))  # join the other ranks' gather
     t3 = time.perf_counter()
-    m.update(update(batch, st.models, st.slots, st.settings, st.optimizer, st.scheduler, st.beta,  # update
+    m.update(update(batch, st.models, st.slots, st.settings, st.optimizer, st.scheduler, coefs,    # update
                     critic_optimizer=st.critic_optimizer))
     if st.critic_scheduler is not None:
         for _ in range(st.settings.epochs * st.settings.minibatches):
             st.critic_scheduler.step()
     t4 = time.perf_counter()
-    if st.slots.kl.adaptive is not None:
-        st.beta = next_beta(st.beta, st.slots.kl, m, batch)                 # controllers
-    m["kl/beta"] = st.beta
+    tokens = float(batch.loss_mask.sum()) if batch.size else 0.0
+    for c in st.controllers:                                                # controllers
+        c.update(m, tokens, float(batch.size))
+    m["kl/beta"] = coefficients(st).get("kl", {}).get("beta", st.slots.kl.beta)  # for the next step
     m["optim/lr"] = float(st.scheduler.get_last_lr()[0])
     m.update({"time/forward": t2 - t1, "time/advantage": t3 - t2, "time/train": t4 - t3, "time/step": t4 - t0})
     _count(st, m, batch, t4 - t0)
@@ -70,6 +72,15 @@ def step(st: RunState) -> dict[str, Any]:
     samples = m.pop("_samples", [])
     out = dist.all_reduce_mean_dict({k: v for k, v in m.items() if isinstance(v, (int, float))})
     out["_samples"] = samples
+    return out
+
+
+def coefficients(st: RunState) -> dict[str, dict[str, float]]:
+    """{term name: {hyperparameter: value}} that the run's controllers set now."""
+    out: dict[str, dict[str, float]] = {}
+    for c in st.controllers:
+        for term, params in c.coefficients().items():
+            out.setdefault(term, {}).update(params)
     return out
 
 

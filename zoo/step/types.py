@@ -9,12 +9,16 @@ from typing import Any, Callable, Mapping
 import torch
 
 from zoo import registry
+from zoo.desugar import kl_parts
 from zoo.variant import KLSpec, Variant, build_components
 
 
 @dataclass
 class Slots:
-    """A variant's built components (what fills each slot)."""
+    """A variant's built components, one field per slot of zoo/kinds.py, with the `kl:` slot
+    expanded (zoo/desugar.py): placement loss adds the `kl` loss term to `loss`, placement reward
+    sets `kl_reward` (the estimator of the kl_reward stage), `adaptive` adds the `adaptive_kl`
+    controller to `controllers`."""
 
     advantage: registry.Component
     normalizer: registry.Component
@@ -24,15 +28,37 @@ class Slots:
     length: list[registry.Component]
     filter: list[registry.Component]
     critic: registry.Component | None
+    loss: list[registry.Component]
+    correction: list[registry.Component]
+    controllers: list[registry.Component]
     kl: KLSpec
-    kl_estimator: registry.Component | None
+    kl_reward: registry.Component | None = None
 
     @staticmethod
     def of(v: Variant, context: Mapping[str, Any] | None = None) -> "Slots":
         c = build_components(v, context)
         kl = v.slots.kl_spec()
-        est = registry.build("kl_estimator", kl.estimator) if kl.placement != "none" else None
-        return Slots(kl=kl, kl_estimator=est, **c)
+        parts = kl_parts(kl)
+        if parts.loss_term is not None:
+            c["loss"] = c["loss"] + [registry.build("loss", parts.loss_term)]
+        if parts.controller is not None:
+            c["controllers"] = c["controllers"] + [registry.build("controller", parts.controller)]
+        est = registry.build("kl_estimator", parts.reward_estimator) if parts.reward_estimator else None
+        return Slots(kl=kl, kl_reward=est, **c)
+
+    def step_components(self) -> list[registry.Component]:
+        """The components that read fields of the step (loss terms, corrections, KL in the reward)."""
+        return [*self.loss, *self.correction, *([self.kl_reward] if self.kl_reward is not None else [])]
+
+    def reads(self, name: str) -> bool:
+        """Whether any loss term, correction or the KL in the reward reads field `name` (so the step
+        computes it: e.g. "logp_ref" needs the reference model)."""
+        return any(name in c.meta.get("reads", ()) for c in self.step_components()) or (
+            name in ("logp_ref", "logp_old") and self.kl_reward is not None)
+
+    def needs_grad(self, name: str) -> bool:
+        """Whether a loss term needs the gradient of field `name` (e.g. the entropy bonus)."""
+        return any(name in c.meta.get("grad", ()) for c in self.loss)
 
 
 @dataclass
@@ -52,7 +78,6 @@ class StepSettings:
     max_new_tokens: int
     epochs: int
     minibatches: int
-    entropy_coef: float
     autocast: str  # "none" | "bf16" | "fp16" (resolved: never "auto")
     max_grad_norm: float | None
 
@@ -77,7 +102,7 @@ class RunState:
     reward_names: list[str]
     reference: Any
     device: torch.device
-    beta: float
+    controllers: list[Any] = field(default_factory=list)  # built controllers (zoo/components/controllers.py)
     step: int = 0
     totals: dict[str, float] = field(default_factory=lambda: {"completions": 0.0, "tokens": 0.0, "elapsed": 0.0})
     provenance: dict[str, Any] = field(default_factory=dict)

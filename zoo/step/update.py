@@ -1,21 +1,20 @@
 """The update stage: `epochs` x `minibatches` optimizer steps over one rollout batch, each
-accumulated over micro-batches. Per token the loss is the clip rule's term (+ the KL to the
-reference when it is placed in the loss, - the entropy bonus), aggregated over the WHOLE optimizer
-step: every aggregation divides by the step's totals over all micro-batches and ranks
+accumulated over micro-batches. Per token the loss is the clip rule's term times the corrections,
+plus the loss terms (the KL to the reference when it is placed in the loss, the entropy bonus, ...),
+aggregated over the WHOLE optimizer step: every aggregation divides by the step's totals over all micro-batches and ranks
 (`step_counts`), and gradients are summed over ranks, so the result equals one pass over the whole
 step on one process (cases C2, C3). Shapes: n rows of a micro-batch, T completion tokens."""
 from __future__ import annotations
 
-from dataclasses import astuple, dataclass, fields
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 import torch
 from torch import Tensor
 
-from zoo import dist
+from zoo import dist, registry
 from zoo.batch import Batch
-from zoo.components import StepCounts
-from zoo.components.kl import masked_kl
+from zoo.components import StepCounts, TermInputs
 from zoo.components.stats import masked_sum, sanitize
 from zoo.step.forwards import critic_values, forward_logp, micro_rows
 from zoo.step.types import Models, Slots, StepSettings
@@ -39,8 +38,14 @@ class TokenTally:
     ratio: float = 0.0      # importance ratio pi / pi_old
     approx_kl: float = 0.0  # k2 = 0.5 (log r)^2, approx KL(old || new)
     entropy: float = 0.0
-    kl_ref: float = 0.0     # k(logp, logp_ref) with the KL in the loss
     ratio_max: float = 0.0  # a max, not a sum: over all ranks it is the max of the ranks' maxima
+    stats: dict[str, float] = field(default_factory=dict)  # the loss terms' declared token stats
+
+    @staticmethod
+    def of(slots: Slots) -> "TokenTally":
+        """A tally with a zero for every token stat the variant's loss terms declare (`stats=`), so
+        every rank reduces the same keys, also a rank without rows."""
+        return TokenTally(stats={k: 0.0 for t in slots.loss for k in t.meta.get("stats", ())})
 
     def add(self, res: Any, logp: Tensor, old: Tensor, ent: Tensor, mask: Tensor) -> None:
         """One micro-batch: res = the clip rule's ClipResult; logp, old, ent, mask: [n, T]."""
@@ -53,10 +58,22 @@ class TokenTally:
         self.entropy += float(masked_sum(ent.detach().float(), mask))
         self.ratio_max = max(self.ratio_max, float(sanitize(res.ratio, mask, float("-inf")).max()) if mask.any() else 0.0)
 
-    def metrics(self, kl_in_loss: bool) -> dict[str, float]:
+    def add_stats(self, term: str, token_stats: Mapping[str, Tensor], mask: Tensor) -> None:
+        """A loss term's token stats [n, T] summed over real tokens. Raises ValueError for a stat the
+        term did not declare (ranks must reduce the same keys)."""
+        for k, v in token_stats.items():
+            if k not in self.stats:
+                raise ValueError(f"loss term {term!r} returned token stat {k!r} it did not declare: "
+                                 f"register it with stats=({k!r},)")
+            self.stats[k] += float(masked_sum(v.detach().float(), mask))
+
+    def metrics(self) -> dict[str, float]:
         """Token means over every rank (a collective). NaN when no token was updated: undefined, not 0."""
-        sums = dist.all_reduce_sum(torch.tensor(astuple(self)[:-1], dtype=torch.float64)).tolist()
-        tot = dict(zip([f.name for f in fields(self)][:-1], sums))
+        names = ["tokens", "clip_low", "clip_high", "ratio", "approx_kl", "entropy"]
+        keys = sorted(self.stats)
+        vals = [getattr(self, n) for n in names] + [self.stats[k] for k in keys]
+        sums = dist.all_reduce_sum(torch.tensor(vals, dtype=torch.float64)).tolist()
+        tot = dict(zip(names + keys, sums))
         rmax = max(dist.all_gather_object(self.ratio_max))
         n = tot["tokens"] if tot["tokens"] > 0 else float("nan")
         out = {
@@ -64,8 +81,7 @@ class TokenTally:
             "ratio/mean": tot["ratio"] / n, "ratio/max": rmax if tot["tokens"] > 0 else float("nan"),
             "ratio/approx_kl": tot["approx_kl"] / n, "entropy": tot["entropy"] / n,
         }
-        if kl_in_loss:
-            out["kl/ref"] = tot["kl_ref"] / n
+        out.update({k: tot[k] / n for k in keys})
         return out
 
 
@@ -76,15 +92,21 @@ def update(
     s: StepSettings,
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
-    beta: float,
+    coefs: Mapping[str, Mapping[str, float]] | None = None,
     critic_optimizer: torch.optim.Optimizer | None = None,
     generator: torch.Generator | None = None,
 ) -> dict[str, float]:
     """`epochs` x `minibatches` optimizer steps over one rollout batch (rows shuffled by `generator`
-    into minibatches when there are several). Returns the metrics averaged over optimizer steps
-    (loss/*, optim/grad_norm, critic/*) and token means over all of them (clip/*, ratio/*, entropy)."""
+    into minibatches when there are several).
+
+    Per micro-batch the loss is aggregate(clip_term * prod(corrections) + sum of the loss terms that
+    use the variant's aggregation) + sum of the terms with their own aggregation, every aggregation
+    over the whole optimizer step. coefs: {term name: {hyperparameter: value}} from the controllers
+    (e.g. {"kl": {"beta": 0.05}}), passed to the terms of that name. Returns the metrics averaged
+    over optimizer steps (loss/policy: the step's loss; loss/<term>: each term's part; optim/grad_norm;
+    critic/*) and token means over all of them (clip/*, ratio/*, entropy, the terms' token stats)."""
     per_step: dict[str, list[float]] = {}
-    tally = TokenTally()
+    tally = TokenTally.of(slots)
     n = batch.size
     for _ in range(s.epochs):
         perm = torch.randperm(n, generator=generator) if s.minibatches > 1 else torch.arange(n)
@@ -95,57 +117,70 @@ def update(
             counts = step_counts(sub.loss_mask, s.max_new_tokens)
             if counts.tokens == 0:  # nothing to learn from on any rank (e.g. every group filtered out)
                 continue
-            losses = _accumulate(sub, models, slots, s, counts, beta, tally, optimizer, critic_optimizer)
+            losses = _accumulate(sub, models, slots, s, counts, coefs or {}, tally, optimizer, critic_optimizer)
             # each rank summed its share of the step's losses: the step's value is the sum over ranks
-            pol, kl, val = dist.all_reduce_sum(torch.tensor(losses, dtype=torch.float64)).tolist()
+            names = sorted(losses)
+            summed = dist.all_reduce_sum(torch.tensor([losses[k] for k in names], dtype=torch.float64)).tolist()
+            step_losses = dict(zip(names, summed))
             gn = optimizer_step(models.policy, optimizer, s.max_grad_norm)
             if scheduler is not None:
                 scheduler.step()
             per_step.setdefault("optim/grad_norm", []).append(gn)
-            per_step.setdefault("loss/policy", []).append(pol)
-            per_step.setdefault("loss/kl", []).append(kl)
+            for k in names:
+                if k != "loss/value":
+                    per_step.setdefault(k, []).append(step_losses[k])
             if critic_optimizer is not None and models.critic is not None:
                 per_step.setdefault("critic/grad_norm", []).append(
                     optimizer_step(models.critic, critic_optimizer, s.max_grad_norm))
-                per_step.setdefault("loss/value", []).append(val)
+                per_step.setdefault("loss/value", []).append(step_losses["loss/value"])
     out = {k: sum(v) / len(v) for k, v in per_step.items()}
-    out.update(tally.metrics(kl_in_loss=slots.kl.placement == "loss"))
+    out.update(tally.metrics())
     out["optim/steps"] = float(s.epochs * s.minibatches)
     return out
 
 
-def _accumulate(sub: Batch, models: Models, slots: Slots, s: StepSettings, counts: StepCounts, beta: float,
-                tally: TokenTally, optimizer: torch.optim.Optimizer,
-                critic_optimizer: torch.optim.Optimizer | None) -> tuple[float, float, float]:
+def _accumulate(sub: Batch, models: Models, slots: Slots, s: StepSettings, counts: StepCounts,
+                coefs: Mapping[str, Mapping[str, float]], tally: TokenTally, optimizer: torch.optim.Optimizer,
+                critic_optimizer: torch.optim.Optimizer | None) -> dict[str, float]:
     """Forward and backward of every micro-batch of one optimizer step (gradients accumulate).
-    Returns this rank's (policy loss, KL-in-loss part, value loss) of the step."""
+    Returns this rank's parts of the step's loss: loss/policy (all of it), loss/<term> per loss term,
+    loss/value (critic)."""
     optimizer.zero_grad(set_to_none=True)
     if critic_optimizer is not None:
         critic_optimizer.zero_grad(set_to_none=True)
-    pol_loss = kl_loss = v_loss = 0.0
+    losses = {"loss/policy": 0.0, "loss/value": 0.0, **{f"loss/{t.name}": 0.0 for t in slots.loss}}
     for r in micro_rows(sub, s.micro_batch):
         mb = sub.select(r).trimmed()
         m = mb.loss_mask  # [n, T]
-        logp, ent = forward_logp(models.policy, mb, s, with_entropy=True)  # [n, T] each
+        logp, ent = forward_logp(models.policy, mb, s, with_entropy=True, entropy_grad=slots.needs_grad("entropy"))
         old = mb.logp_old if mb.logp_old is not None else logp.detach()
         res = slots.clip(logp, old, mb.advantages, m)
+        inp = TermInputs(logp=logp, logp_old=old, advantages=mb.advantages, mask=m, counts=counts, entropy=ent,
+                         logp_ref=mb.logp_ref, scores=mb.scores, objectives=mb.objectives)
         per_token = res.loss  # [n, T]
-        if slots.kl.placement == "loss" and mb.logp_ref is not None:
-            k = masked_kl(slots.kl_estimator, logp, mb.logp_ref, m)  # [n, T], padding 0
-            kl_loss += float(slots.aggregate(sanitize(beta * k.detach(), m), m, counts))
-            per_token = per_token + sanitize(beta * k, m)
-            tally.kl_ref += float(masked_sum(k.detach(), m))
-        if s.entropy_coef:
-            per_token = per_token - s.entropy_coef * sanitize(ent, m)
+        for corr in slots.correction:  # detached per-token multipliers of the clip rule's term
+            per_token = per_token * corr(inp).detach()
+        own = []  # terms aggregated with their own rule
+        for term in slots.loss:
+            tr = term(inp, **coefs.get(term.name, {}))
+            agg = registry.build("aggregate", term.meta["aggregate"]) if term.meta.get("aggregate") else slots.aggregate
+            losses[f"loss/{term.name}"] += float(agg(tr.loss.detach(), m, counts))
+            tally.add_stats(term.name, tr.token_stats, m)
+            if term.meta.get("aggregate"):
+                own.append(agg(tr.loss, m, counts))
+            else:
+                per_token = per_token + tr.loss
         loss = slots.aggregate(per_token, m, counts)
+        if own:
+            loss = loss + sum(own)
         loss.backward()
-        pol_loss += float(loss.detach())
+        losses["loss/policy"] += float(loss.detach())
         tally.add(res, logp, old, ent, m)
         if models.critic is not None and slots.critic is not None and mb.returns is not None:
             vl = slots.critic(critic_values(models.critic, mb, s), mb.values, mb.returns, m, counts)
             vl.backward()
-            v_loss += float(vl.detach())
-    return pol_loss, kl_loss, v_loss
+            losses["loss/value"] += float(vl.detach())
+    return losses
 
 
 def optimizer_step(model: torch.nn.Module, opt: torch.optim.Optimizer, max_norm: float | None) -> float:
