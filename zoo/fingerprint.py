@@ -191,3 +191,14 @@ def study_conflicts(arms: list[Any], study_file: str | None, fresh: set[str]) ->
         except StaleRunError as e:
             out.append(str(e))
     return out
+
+
+def mixed_keys(fields_by_run: Mapping[str, Mapping[str, Any] | None], compared: tuple[str, ...] = ("seed",)) -> list[str]:
+    """The dotted keys (outside `compared`) in which runs meant to be averaged differ, sorted; runs
+    without a record (None) are left out. Used by the report before averaging an arm's seeds."""
+    known = [dict(f) for f in fields_by_run.values() if f is not None]
+    base = {k: v for k, v in known[0].items() if k not in compared} if known else {}
+    keys: set[str] = set()
+    for f in known[1:]:
+        keys |= set(compare(base, {k: v for k, v in f.items() if k not in compared}))
+    return sorted(keys)
