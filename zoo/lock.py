@@ -40,10 +40,14 @@ class LockedError(VariantError):
     """The lease is held by another live process or thread; the message names the holder."""
 
 
+def _warn_lost(c: filelock.LeaseCompromise) -> None:
+    log.warning("lost the lease %s (%s): another process took it over", c.lock_file, c.reason)
+
+
 def _lease(path: Path, ttl: float) -> filelock.SoftFileLease:
+    # one instance per path (is_singleton): reentrant in a thread, exclusive between threads (thread-local)
     return filelock.SoftFileLease(str(path), lease_duration=ttl, heartbeat_interval=ttl / 4, is_singleton=True,
-                                  on_compromise=lambda c: log.warning("lost the lease %s (%s): another process "
-                                                                      "took it over", c.lock_file, c.reason))
+                                  on_compromise=_warn_lost)
 
 
 def holder(path: Path) -> str:
