@@ -517,14 +517,9 @@ def run_study(st: Study, *, dry_run: bool = False, shard: tuple[int, int] | None
     for w in rep.warnings:
         console.print(f"[yellow]warning:[/] {w}", highlight=False)
     arms = select_shard(all_arms, shard)
-    known = {a.label for a in all_arms} | {a.group for a in all_arms}
-    unknown = sorted(set(fresh) - known)
-    if unknown:
-        raise VariantError(f"--fresh {', '.join(unknown)}: no such arm in {st.path or st.name}; arms: "
-                           f"{', '.join(sorted(known))}")
-    from zoo import fingerprint
+    from zoo.arm_claim import plan_conflicts
 
-    conflicts = fingerprint.study_conflicts(arms, st.path, set(fresh))
+    conflicts = plan_conflicts(all_arms, arms, st.path or str(st.name), fresh)
     print_plan(st, arms, console, len(all_arms))
     if conflicts and not dry_run:
         raise VariantError("\n".join(conflicts))
@@ -555,39 +550,22 @@ def _default_train() -> Callable[..., Any]:
 
 def _run_arm(arm: Arm, train_fn: Callable[..., Any], console: Any, fresh: bool = False,
              study_file: str | None = None) -> str:
-    """Run one arm unless finished (same fingerprint) or leased by another process ("locked");
-    returns its final status. Exceptions become status failed."""
-    from zoo import fingerprint, lock
+    """Run one arm unless zoo.arm_claim skips it (finished with the same fingerprint, or "locked" by
+    another process); returns its final status. Exceptions become status failed."""
+    from zoo.arm_claim import claim
 
-    d = arm.config.out_dir()
-    lease = lock.acquire(d / lock.LOCK_NAME)
+    lease, action = claim(arm.label, arm.config, console, fresh, study_file)
     if lease is None:
-        console.print(f"[yellow]skip[/] {arm.label}: in use by {lock.holder(d / lock.LOCK_NAME)}", highlight=False)
-        return "locked"
+        return action
     try:
-        if fresh:
-            fingerprint.clear_results(d)
-            (d / "metrics.jsonl").unlink(missing_ok=True)
-        try:  # again under the lease: another process may have trained it since the plan
-            reuse = fingerprint.check_reuse(d, arm.config, fingerprint.ablate_hint(study_file, arm.label))
-        except fingerprint.StaleRunError as e:
-            console.print(f"[red]refused[/] {arm.label}: {e}", highlight=False)
-            return "stale"
-        status, _ = arm_status(d)
-        if status == "finished" and reuse == "same":
-            console.print(f"[green]skip[/] {arm.label}: finished", highlight=False)
-            return status
-        if reuse == "new":
-            fingerprint.write_record(d, arm.config)
-        if reuse == "grown":
-            console.print(f"[bold]continue[/] {arm.label} to {arm.config.budget.steps} steps", highlight=False)
-        return _train_arm(arm, train_fn, console, status)
+        return _train_arm(arm, train_fn, console)
     finally:
         lease.release()
 
 
-def _train_arm(arm: Arm, train_fn: Callable[..., Any], console: Any, status: str) -> str:
+def _train_arm(arm: Arm, train_fn: Callable[..., Any], console: Any) -> str:
     d = arm.config.out_dir()
+    status, _ = arm_status(d)
     write_arm_config(arm)
     console.print(f"[bold]run[/] {arm.label}" + (" (resuming)" if status in ("unfinished", "failed") else ""),
                   highlight=False)

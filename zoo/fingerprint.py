@@ -179,20 +179,6 @@ def ablate_hint(study_file: str | None, label: str) -> str:
             "deleted; repeat the same --set options), or give the study a new name (--set name=NEW)")
 
 
-def study_conflicts(arms: list[Any], study_file: str | None, fresh: set[str]) -> list[str]:
-    """One StaleRunError message per arm (`experiment.Arm`) whose folder holds results of another
-    config; arms whose label or group (label without -s<seed>) is in `fresh` are not checked."""
-    out = []
-    for a in arms:
-        if a.label in fresh or a.group in fresh:
-            continue
-        try:
-            check_reuse(a.config.out_dir(), a.config, ablate_hint(study_file, a.label))
-        except StaleRunError as e:
-            out.append(str(e))
-    return out
-
-
 def mixed_keys(fields_by_run: Mapping[str, Mapping[str, Any] | None], compared: tuple[str, ...] = ("seed",)) -> list[str]:
     """The dotted keys (outside `compared`) in which runs meant to be averaged differ, sorted; runs
     without a record (None) are left out. Used by the report before averaging an arm's seeds."""
