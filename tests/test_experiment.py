@@ -294,6 +294,9 @@ def test_rerun_with_changed_lr_is_refused_naming_the_key(tmp_path):
     assert train.calls == []
     summ = json.loads((tmp_path / "runs/demo/grpo-s0/summary.json").read_text())
     assert summ["status"] == "finished" and summ["reward/total"] == pytest.approx(0.2)  # untouched
+    con = _console()  # the dry run shows the same problem without failing the plan
+    assert E.run_study(st, dry_run=True, train_fn=train, console=con) == 0
+    assert "would refuse: " in con.file.getvalue() and "optim.lr: 2e-05 -> 0.5" in con.file.getvalue()
 
 
 def test_grown_steps_continue_only_with_a_constant_schedule(tmp_path):
@@ -382,3 +385,27 @@ def test_two_concurrent_studies_train_each_arm_once(tmp_path, monkeypatch):
     out = consoles[0].file.getvalue() + consoles[1].file.getvalue()
     assert "in use by pid" in out  # both start on the same first arm: one of them is told it is taken
     assert {a["status"] for a in json.loads((root / "study.json").read_text())["arms"]} == {"finished"}
+
+
+def test_cli_ablate_rerun_prints_changed_keys_and_fresh_retrains(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import zoo.cli_run  # noqa: F401  (registers `zoo ablate`)
+    from zoo import trainer
+    from zoo.cli import app
+
+    train = FakeTrain()
+    monkeypatch.setattr(trainer, "train", train)
+    path = _write(tmp_path, STUDY, ONE)
+    runner = CliRunner()
+    assert runner.invoke(app, ["ablate", str(path)]).exit_code == 0
+    r = runner.invoke(app, ["ablate", str(path), "--set", "optim.lr=0.5"])
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    text = " ".join(r.output.split())  # rich wraps long lines
+    assert "optim.lr: 2e-05 -> 0.5" in text and f"zoo ablate {path} --fresh grpo-s0" in text
+    assert train.calls == [("grpo-s0", True)]
+    r = runner.invoke(app, ["ablate", str(path), "--set", "optim.lr=0.5", "--fresh", "grpo-s0"])
+    assert r.exit_code == 0, r.output
+    assert train.calls == [("grpo-s0", True)] * 2
+    rec = json.loads((tmp_path / "runs/demo/grpo-s0/fingerprint.json").read_text())
+    assert rec["fields"]["optim"]["lr"] == 0.5

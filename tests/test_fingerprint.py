@@ -126,3 +126,29 @@ def test_cli_resume_with_another_variant_is_a_clear_error(tiny_model_dir, tmp_pa
     assert r.exit_code == 1, r.output
     assert 'variant.name: "grpo" -> "ppo"' in r.output and "Traceback" not in r.output
     assert json.loads((tmp_path / "g" / "summary.json").read_text())["config"]["variant"] == "grpo"
+
+
+def test_run_on_a_folder_another_process_trains_names_the_holder(tiny_model_dir, tmp_path):
+    import os
+    import threading
+
+    from zoo import lock
+
+    cfg = tiny_run_config(tiny_model_dir, tmp_path / "busy", budget={"steps": 1})
+    held, done = threading.Event(), threading.Event()
+
+    def hold():
+        with lock.locked(cfg.out_dir() / lock.LOCK_NAME, what="x"):
+            held.set()
+            done.wait(30)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    held.wait(30)
+    try:
+        with pytest.raises(lock.LockedError, match=rf"run folder {cfg.out_dir()} is in use by pid {os.getpid()} on host"):
+            train(cfg, progress=False)
+    finally:
+        done.set()
+        t.join()
+    assert not (tmp_path / "busy" / "metrics.jsonl").exists()

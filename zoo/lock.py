@@ -9,7 +9,7 @@ changing for `ttl` seconds has lost its holder and is taken over: a process that
 (a cluster node) frees its arms after `ttl`; one that died on this host is recognised at once by its
 pid. `flock`/`fcntl` locks are not used: they do not reach across hosts on NFS.
 
-The lease is `filelock.SoftFileLease` (filelock >= 3.30, already a dependency of torch and
+The lease is `filelock.SoftFileLease` (filelock >= 4.3, tested with 4.3.1; also a dependency of torch and
 huggingface_hub): it renews the marker from a thread, measures expiry on the contender's own
 monotonic clock (so clock skew between hosts cannot expire a live lease) and takes a stale marker
 over atomically. Leases are reentrant within a thread (`zoo ablate` holds an arm's lease while
