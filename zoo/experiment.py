@@ -536,7 +536,7 @@ def run_study(st: Study, *, dry_run: bool = False, shard: tuple[int, int] | None
         results[a.label] = _run_arm(a, train_fn, console, fresh=a.label in fresh or a.group in fresh, study_file=st.path)
         write_index(st, all_arms)
     _final_report(st, console)
-    bad = [k for k, s in results.items() if s != "finished"]
+    bad = [k + (" (in use by another process)" if s == "locked" else "") for k, s in results.items() if s != "finished"]
     console.print(f"study {st.name}: {len(arms) - len(bad)}/{len(arms)} arm(s) finished"
                   + (f"; not finished: {', '.join(bad)}" if bad else ""), highlight=False)
     return 0 if not bad else 1
