@@ -564,6 +564,7 @@ def _run_arm(arm: Arm, train_fn: Callable[..., Any], console: Any, fresh: bool =
 
 
 def _train_arm(arm: Arm, train_fn: Callable[..., Any], console: Any) -> str:
+    """Train (or resume) one claimed arm; returns its final status. Exceptions become status failed."""
     d = arm.config.out_dir()
     status, _ = arm_status(d)
     write_arm_config(arm)
