@@ -270,3 +270,142 @@ def test_run_study_train_returning_without_summary_counts_as_finished(tmp_path):
 
     assert E.run_study(st, train_fn=train, console=_console()) == 0
     assert json.loads((tmp_path / "runs/demo/grpo-s0/summary.json").read_text())["reward/total"] == 1.0
+
+
+# --------------------------------------------------------------------------- stale or mixed results (issue 11, 1-2)
+
+
+ONE = {"variants": ["grpo"], "ablations": {}, "seeds": [0]}
+
+
+def _records(d: Path) -> list[int]:
+    from zoo.tracking import read_jsonl
+
+    return [r["step"] for r in read_jsonl(d / "metrics.jsonl") if "reward/total" in r]
+
+
+def test_rerun_with_changed_lr_is_refused_naming_the_key(tmp_path):
+    path = _write(tmp_path, STUDY, ONE)
+    assert E.run_study(E.load_study(path), train_fn=FakeTrain(), console=_console()) == 0
+    train = FakeTrain()
+    st = E.load_study(path, overrides={"optim.lr": 0.5, "budget.steps": 8})
+    with pytest.raises(VariantError, match=r"budget.steps: 3 -> 8, optim.lr: 2e-05 -> 0.5; .*--fresh grpo-s0"):
+        E.run_study(st, train_fn=train, console=_console())
+    assert train.calls == []
+    summ = json.loads((tmp_path / "runs/demo/grpo-s0/summary.json").read_text())
+    assert summ["status"] == "finished" and summ["reward/total"] == pytest.approx(0.2)  # untouched
+    con = _console()  # the dry run shows the same problem without failing the plan
+    assert E.run_study(st, dry_run=True, train_fn=train, console=con) == 0
+    assert "would refuse: " in con.file.getvalue() and "optim.lr: 2e-05 -> 0.5" in con.file.getvalue()
+
+
+def test_grown_steps_continue_only_with_a_constant_schedule(tmp_path):
+    path = _write(tmp_path, STUDY, ONE)
+    E.run_study(E.load_study(path), train_fn=FakeTrain(), console=_console())
+    con, train = _console(), FakeTrain()
+    assert E.run_study(E.load_study(path, overrides={"budget.steps": 5}), train_fn=train, console=con) == 0
+    assert train.calls == [("grpo-s0", True)] and "continue grpo-s0 to 5 steps" in con.file.getvalue()
+    rec = json.loads((tmp_path / "runs/demo/grpo-s0/fingerprint.json").read_text())
+    assert rec["fields"]["budget"]["steps"] == 5
+    again = FakeTrain()  # the same study again: finished with the same fingerprint -> skipped
+    assert E.run_study(E.load_study(path, overrides={"budget.steps": 5}), train_fn=again, console=_console()) == 0
+    assert again.calls == []
+
+    lin = _write(tmp_path, STUDY, {**ONE, "optim": {"lr": 2.0e-5, "schedule": "linear"},
+                                   "output_dir": str(tmp_path / "runs/lin")}, name="lin.yaml")
+    E.run_study(E.load_study(lin), train_fn=FakeTrain(), console=_console())
+    with pytest.raises(VariantError, match=r"budget.steps grew \(3 -> 5\) but optim.schedule is 'linear'"):
+        E.run_study(E.load_study(lin, overrides={"budget.steps": 5}), train_fn=FakeTrain(), console=_console())
+
+
+def test_added_seed_with_more_steps_does_not_mix_arms_of_different_lengths(tmp_path):
+    from zoo import fingerprint, report
+
+    path = _write(tmp_path, STUDY, ONE)
+    E.run_study(E.load_study(path), train_fn=FakeTrain(), console=_console())
+    train = FakeTrain()
+    st = E.load_study(path, overrides={"seeds": [0, 1], "budget.steps": 5})
+    assert E.run_study(st, train_fn=train, console=_console()) == 0
+    assert train.calls == [("grpo-s0", True), ("grpo-s1", True)]  # s0 continued to 5, s1 trained to 5
+    root = tmp_path / "runs/demo"
+    fields = {d: fingerprint.read_record(root / d) for d in ("grpo-s0", "grpo-s1")}
+    assert {f["budget"]["steps"] for f in fields.values()} == {5}
+    assert fingerprint.mixed_keys(fields) == []
+    # seeds recorded with different configs are never averaged
+    fingerprint.write_record(root / "grpo-s1", E.expand_arms(E.load_study(path, overrides={
+        "seeds": [1], "budget.steps": 5, "optim.lr": 0.1}))[0].config)
+    with pytest.raises(report.ReportError, match=r"arm grpo: .*grpo-s0, grpo-s1.*\(optim.lr\).*not averaged"):
+        report.write_report(root)
+
+
+def test_fresh_arm_retrains_only_that_arm(tmp_path):
+    path = _write(tmp_path, STUDY)
+    E.run_study(E.load_study(path), train_fn=FakeTrain(), console=_console())
+    changed = {"ablations": {"dapo-no-clip-higher": {"variant": "dapo", "set": {"clip": "ppo", "clip.eps": 0.3}}}}
+    path = _write(tmp_path, STUDY, changed)
+    with pytest.raises(VariantError) as e:
+        E.run_study(E.load_study(path), train_fn=FakeTrain(), console=_console())
+    lines = str(e.value).splitlines()
+    assert len(lines) == 2 and all("variant.slots.clip.eps: 0.2 -> 0.3" in x for x in lines)
+    assert "dapo-no-clip-higher-s0" in lines[0] and "dapo-no-clip-higher-s1" in lines[1]
+    with pytest.raises(VariantError, match=r"--fresh nope: no such arm .*dapo-no-clip-higher-s0"):
+        E.run_study(E.load_study(path), train_fn=FakeTrain(), console=_console(), fresh=("nope",))
+    train = FakeTrain()
+    assert E.run_study(E.load_study(path), train_fn=train, console=_console(), fresh=("dapo-no-clip-higher",)) == 0
+    assert sorted(c[0] for c in train.calls) == ["dapo-no-clip-higher-s0", "dapo-no-clip-higher-s1"]
+    assert _records(tmp_path / "runs/demo/dapo-no-clip-higher-s0") == [0, 1, 2]  # old records deleted
+
+
+def test_two_concurrent_studies_train_each_arm_once(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    from zoo import report
+
+    monkeypatch.setattr(report, "write_report", lambda d, console=None: d / "report.md")  # matplotlib: one thread
+    path = _write(tmp_path, STUDY, {"ablations": {}})
+
+    class Slow(FakeTrain):
+        def __call__(self, cfg, resume=True):
+            time.sleep(0.3)
+            return super().__call__(cfg, resume)
+
+    trains, consoles = [Slow(), Slow()], [_console(), _console()]
+    threads = [threading.Thread(target=E.run_study, args=(E.load_study(path),),
+                                kwargs={"train_fn": t, "console": c}) for t, c in zip(trains, consoles)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    labels = sorted(c[0] for t in trains for c in t.calls)
+    assert labels == ["dapo-s0", "dapo-s1", "grpo-s0", "grpo-s1"]  # every arm trained once, by one of them
+    root = tmp_path / "runs/demo"
+    for label in labels:
+        assert _records(root / label) == [0, 1, 2]
+    out = consoles[0].file.getvalue() + consoles[1].file.getvalue()
+    assert "in use by pid" in out  # both start on the same first arm: one of them is told it is taken
+    assert {a["status"] for a in json.loads((root / "study.json").read_text())["arms"]} == {"finished"}
+
+
+def test_cli_ablate_rerun_prints_changed_keys_and_fresh_retrains(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import zoo.cli_run  # noqa: F401  (registers `zoo ablate`)
+    from zoo import trainer
+    from zoo.cli import app
+
+    train = FakeTrain()
+    monkeypatch.setattr(trainer, "train", train)
+    path = _write(tmp_path, STUDY, ONE)
+    runner = CliRunner()
+    assert runner.invoke(app, ["ablate", str(path)]).exit_code == 0
+    r = runner.invoke(app, ["ablate", str(path), "--set", "optim.lr=0.5"])
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    text = " ".join(r.output.split())  # rich wraps long lines
+    assert "optim.lr: 2e-05 -> 0.5" in text and f"zoo ablate {path} --fresh grpo-s0" in text
+    assert train.calls == [("grpo-s0", True)]
+    r = runner.invoke(app, ["ablate", str(path), "--set", "optim.lr=0.5", "--fresh", "grpo-s0"])
+    assert r.exit_code == 0, r.output
+    assert train.calls == [("grpo-s0", True)] * 2
+    rec = json.loads((tmp_path / "runs/demo/grpo-s0/fingerprint.json").read_text())
+    assert rec["fields"]["optim"]["lr"] == 0.5

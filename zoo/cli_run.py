@@ -36,7 +36,7 @@ def run(
     config: Optional[Path] = typer.Argument(None, help="run YAML (or a study file with a single arm)"),
     set_: List[str] = typer.Option([], "--set", help="dotted override: budget.steps=3, variant=ppo, set.clip.eps_high=0.3"),
     resume: Optional[Path] = typer.Option(None, "--resume", help="continue the run in this directory from its last checkpoint"),
-    fresh: bool = typer.Option(False, "--fresh", help="ignore an existing checkpoint in the output directory"),
+    fresh: bool = typer.Option(False, "--fresh", help="delete the output directory's checkpoint and results and train from scratch"),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: torch's choice)"),
 ) -> None:
     """Train one variant (one seed) end to end, printing per-step metrics.
@@ -93,10 +93,11 @@ def ablate(
     shard: Optional[str] = typer.Option(None, "--shard", help="i/n: run only arms i, i+n, ... (0-based), for clusters"),
     set_: List[str] = typer.Option([], "--set", help="dotted override applied to every arm, e.g. budget.steps=2"),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads"),
+    fresh: List[str] = typer.Option([], "--fresh", help="ARM: delete this arm's results and retrain it (a label like grpo-s0, or grpo for all its seeds); repeatable"),
 ) -> None:
     """Run every arm of a study (variants and ablations x seeds x sweep points) and write a report.
 
-    Finished arms are skipped on a re-run and unfinished ones resume from their checkpoint; a failed arm is recorded and the study goes on. Exit status 0 only if every arm finished.
+    Finished arms with the same config are skipped on a re-run and unfinished ones resume from their checkpoint; an arm whose config changed is an error naming the changed keys (retrain it with --fresh ARM); arms another process is running are skipped; a failed arm is recorded and the study goes on. Exit status 0 only if every arm finished.
 
     Study keys (variants, ablations, seeds, sweep, budget, ...): docs/configuration.md; shipped studies: experiments/*.yaml.
     """
@@ -119,7 +120,7 @@ def ablate(
             _fail(f"--shard {shard!r}: expected i/n with 0 <= i < n, e.g. 0/4")
     try:
         st = experiment.load_study(study, overrides=parse_sets(set_))
-        code = experiment.run_study(st, dry_run=dry_run, shard=sh, console=console)
+        code = experiment.run_study(st, dry_run=dry_run, shard=sh, console=console, fresh=tuple(fresh))
     except VariantError as e:
         _fail(str(e))
     except KeyboardInterrupt:

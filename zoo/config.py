@@ -155,7 +155,7 @@ def parse_run_config(data: Mapping[str, Any], where: str) -> RunConfig:
         raise VariantError(_format_validation(e, where, RunConfig)) from None
 
 
-OUTPUT_KEYS = ("resolved_variant", "provenance")
+OUTPUT_KEYS = ("resolved_variant", "provenance", "fingerprint")
 
 
 def load_run_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> RunConfig:

@@ -442,8 +442,11 @@ def write_index(st: Study, arms: list[Arm]) -> Path:
                      "summary": str(d / "summary.json")})
     path = st.study_dir() / "study.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    _write_json(path, {"name": st.name, "file": st.path, "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                       "arms": rows})
+    from zoo import lock
+
+    with lock.locked(st.study_dir() / ".study.lock", what=f"study index {path}", wait=30.0):
+        _write_json(path, {"name": st.name, "file": st.path, "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                           "arms": rows})
     return path
 
 
@@ -494,15 +497,19 @@ def run_command(config_path: Path) -> str:
 
 
 def run_study(st: Study, *, dry_run: bool = False, shard: tuple[int, int] | None = None,
-              train_fn: Callable[..., Any] | None = None, console: Any = None) -> int:
+              train_fn: Callable[..., Any] | None = None, console: Any = None, fresh: tuple[str, ...] = ()) -> int:
     """Run (or with dry_run only plan) a study's arms; see the module doc and issue 4.
 
     Every arm's variant is checked before anything runs (VariantError lists all problems). Each
-    arm's config.yaml is written first. Finished arms (summary.json status finished) are skipped,
-    others run with `train_fn(cfg, resume=True)` (default `zoo.trainer.train`). An arm that raises is
-    recorded in its summary.json (status failed, error, traceback tail) and the study goes on.
-    Writes study.json, then report.md (`zoo.report.write_report`). Returns 0 iff every selected arm
-    finished (dry run: 0 when the plan is valid)."""
+    arm's config.yaml is written first. An arm folder holding results of another config (see
+    zoo.fingerprint) is an error naming the changed keys, raised before anything runs, unless the
+    arm's label or group is in `fresh` (its results are then deleted and it is retrained). Finished
+    arms with the same fingerprint are skipped, arms whose lease another process holds
+    (zoo.lock) are skipped and said so, others run with `train_fn(cfg, resume=True)` (default
+    `zoo.trainer.train`). An arm that raises is recorded in its summary.json (status failed, error,
+    traceback tail) and the study goes on. Writes study.json (under the study's lease), then
+    report.md (`zoo.report.write_report`). Returns 0 iff every selected arm finished (dry run: 0 when
+    the plan is valid)."""
     from rich.console import Console
 
     console = console or Console()
@@ -513,7 +520,14 @@ def run_study(st: Study, *, dry_run: bool = False, shard: tuple[int, int] | None
     for w in rep.warnings:
         console.print(f"[yellow]warning:[/] {w}", highlight=False)
     arms = select_shard(all_arms, shard)
+    from zoo.arm_claim import plan_conflicts
+
+    conflicts = plan_conflicts(all_arms, arms, st.path or str(st.name), fresh)
     print_plan(st, arms, console, len(all_arms))
+    if conflicts and not dry_run:
+        raise VariantError("\n".join(conflicts))
+    for c in conflicts:
+        console.print(f"[yellow]would refuse:[/] {c}", highlight=False, soft_wrap=True)
     if dry_run:
         for a in arms:
             console.print(run_command(write_arm_config(a)), highlight=False, soft_wrap=True)
@@ -522,10 +536,10 @@ def run_study(st: Study, *, dry_run: bool = False, shard: tuple[int, int] | None
     write_index(st, all_arms)
     results = {}
     for a in arms:
-        results[a.label] = _run_arm(a, train_fn, console)
+        results[a.label] = _run_arm(a, train_fn, console, fresh=a.label in fresh or a.group in fresh, study_file=st.path)
         write_index(st, all_arms)
     _final_report(st, console)
-    bad = [k for k, s in results.items() if s != "finished"]
+    bad = [k + (" (in use by another process)" if s == "locked" else "") for k, s in results.items() if s != "finished"]
     console.print(f"study {st.name}: {len(arms) - len(bad)}/{len(arms)} arm(s) finished"
                   + (f"; not finished: {', '.join(bad)}" if bad else ""), highlight=False)
     return 0 if not bad else 1
@@ -537,13 +551,25 @@ def _default_train() -> Callable[..., Any]:
     return trainer.train
 
 
-def _run_arm(arm: Arm, train_fn: Callable[..., Any], console: Any) -> str:
-    """Run one arm unless finished; returns its final status. Exceptions become status failed."""
+def _run_arm(arm: Arm, train_fn: Callable[..., Any], console: Any, fresh: bool = False,
+             study_file: str | None = None) -> str:
+    """Run one arm unless zoo.arm_claim skips it (finished with the same fingerprint, or "locked" by
+    another process); returns its final status. Exceptions become status failed."""
+    from zoo.arm_claim import claim
+
+    lease, action = claim(arm.label, arm.config, console, fresh, study_file)
+    if lease is None:
+        return action
+    try:
+        return _train_arm(arm, train_fn, console)
+    finally:
+        lease.release()
+
+
+def _train_arm(arm: Arm, train_fn: Callable[..., Any], console: Any) -> str:
+    """Train (or resume) one claimed arm; returns its final status. Exceptions become status failed."""
     d = arm.config.out_dir()
     status, _ = arm_status(d)
-    if status == "finished":
-        console.print(f"[green]skip[/] {arm.label}: finished", highlight=False)
-        return status
     write_arm_config(arm)
     console.print(f"[bold]run[/] {arm.label}" + (" (resuming)" if status in ("unfinished", "failed") else ""),
                   highlight=False)

@@ -454,13 +454,30 @@ def print_table(name: str, header: list[str], rows: list[list[str]], console: An
         console.print(f"[red]failed[/] {e}", highlight=False)
 
 
+def check_same_config(groups: list[ArmGroup]) -> None:
+    """Refuse to average seeds of an arm trained with different configs (other than the seed).
+
+    Raises ReportError naming the arm, its runs and the differing keys (zoo.fingerprint)."""
+    from zoo.fingerprint import mixed_keys, read_record
+
+    for g in groups:
+        fields = {r.label: read_record(r.dir) for r in g.runs}
+        keys = mixed_keys(fields)
+        if keys:
+            raise ReportError(f"arm {g.name}: its seeds ({', '.join(fields)}) were trained with different configs "
+                              f"({', '.join(keys)}), so they are not averaged; retrain the odd ones with "
+                              f"`zoo ablate STUDY --fresh LABEL`")
+
+
 def write_report(study_dir: Path | str, console: Any = None) -> Path:
     """Write `<study_dir>/report.md` and `<study_dir>/plots/*.png`, print the table; returns report.md.
 
-    Raises ReportError when study_dir does not exist or holds no arm folder."""
+    Raises ReportError when study_dir does not exist or holds no arm folder, or when the seeds of
+    one arm were trained with different configs (`check_same_config`)."""
     study_dir = Path(study_dir)
     runs = discover(study_dir)
     groups = group_runs(runs)
+    check_same_config(groups)
     name = read_json(study_dir / "study.json").get("name") or study_dir.name
     header, rows = table_rows(groups, reward_keys(runs))
     plots = make_plots(groups, study_dir / "plots")

@@ -213,16 +213,35 @@ def resolved_config(st: RunState) -> dict[str, Any]:
 
 
 def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
-          on_step: Callable[[int, dict[str, Any]], None] | None = None) -> dict[str, Any]:
+          on_step: Callable[[int, dict[str, Any]], None] | None = None, fresh_hint: str | None = None) -> dict[str, Any]:
     """Run (or resume) one arm to the end. Returns the summary also written to summary.json.
 
-    A failure after setup writes summary.json with status "failed" and re-raises; the last
-    checkpoint stays, and calling `train` again resumes from it. Set `ZOO_FAIL_AT_STEP=k` to
-    simulate a crash after step k (tests)."""
+    Rank 0 holds the run folder's lease (zoo.lock) throughout: raises zoo.lock.LockedError naming the
+    holder when another process trains it. A folder with results of another config is refused
+    (zoo.fingerprint.check_reuse: StaleRunError naming the changed keys, ending with `fresh_hint`);
+    `resume=False` (`--fresh`) deletes its checkpoint and summary first. A failure after setup writes
+    summary.json with status "failed" and re-raises; the last checkpoint stays, and calling `train`
+    again resumes from it. Set `ZOO_FAIL_AT_STEP=k` to simulate a crash after step k (tests)."""
+    from zoo import lock
+
+    if dist.rank() != 0:
+        return _train(cfg, resume, progress=progress, on_step=on_step, fresh_hint=fresh_hint)
+    with lock.locked(cfg.out_dir() / lock.LOCK_NAME, what=f"run folder {cfg.out_dir()}"):
+        return _train(cfg, resume, progress=progress, on_step=on_step, fresh_hint=fresh_hint)
+
+
+def _train(cfg: RunConfig, resume: bool, *, progress: bool, on_step: Callable[[int, dict[str, Any]], None] | None,
+           fresh_hint: str | None) -> dict[str, Any]:
     from zoo.tracking import Tracker
 
+    from zoo import fingerprint as fp
+
     out = cfg.out_dir()
-    done = _finished_summary(out, cfg) if resume else None
+    reuse = fp.check_reuse(out, cfg, fresh_hint=fresh_hint or "add --fresh to retrain it with this config (its results "
+                           "are deleted), or give the run another name (--set name=NEW)") if resume else "new"
+    if not resume and dist.rank() == 0:
+        fp.clear_results(out)
+    done = _finished_summary(out, cfg) if reuse == "same" else None
     if done is not None:
         log.warning("%s already finished %d steps; nothing to do (use --fresh to train again)", out, done["steps"])
         return done
@@ -235,6 +254,7 @@ def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
         restore_checkpoint(st, state)
         log.info("resumed %s at step %d", out, st.step)
     rcfg = resolved_config(st)
+    rcfg["fingerprint"] = fp.write_record(out, cfg) if main else dict(zip(("digest", "fields"), fp.fingerprint(cfg)))
     if main:
         (out / "config.yaml").write_text(yaml.safe_dump(rcfg, sort_keys=False))
     tracker = Tracker.for_run(cfg, config=rcfg, resolved_slots=rcfg["resolved_variant"]["slots"],
@@ -243,6 +263,7 @@ def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
         tracker.truncate_after(st.step if state is not None else -1)
     summary: dict[str, Any] = ({k: v for k, v in read_json(out / "summary.json").items() if k.startswith("eval/before")}
                                if state is not None else {})
+    summary.update(fingerprint=rcfg["fingerprint"]["digest"], fingerprint_fields=rcfg["fingerprint"]["fields"])
     fail_at = int(os.environ.get("ZOO_FAIL_AT_STEP", "0") or 0)
     try:
         evaluate_run = _evaluator(st, announce=progress and main)
