@@ -2,7 +2,7 @@
 
 A run folder's results belong to the config that produced them. `fingerprint(cfg)` hashes everything
 that changes training: the variant as resolved (slots with overrides and defaults, group_size, updates,
-entropy_coef), model, model_opts, task, rewards, budget, optim, sampling, seed, ref_reset_every, the
+), model, model_opts, task, rewards, budget, optim, sampling, seed, ref_reset_every, the
 resolved precision and the generation backend. Not in it: name, output_dir, eval, checkpoint,
 tracking, plugins (where a component comes from, not what it does: its resolved spec is in).
 
@@ -55,7 +55,7 @@ def fingerprint_fields(cfg: RunConfig) -> dict[str, Any]:
     dump = cfg.model_dump(mode="json")
     fields = {
         "variant": {"name": cfg.variant, "slots": v.resolved(ctx), "group_size": v.group_size,
-                    "updates": v.updates.model_dump(mode="json"), "entropy_coef": getattr(v, "entropy_coef", None)},
+                    "updates": v.updates.model_dump(mode="json")},
         **{k: dump[k] for k in ("model", "model_opts", "task", "rewards", "budget", "optim", "sampling",
                                 "seed", "ref_reset_every")},
         "precision": resolved_precision(cfg),
