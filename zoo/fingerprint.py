@@ -1,8 +1,8 @@
 """Fingerprints of a run's resolved config, and the rule for reusing a run folder (issue 11, items 1 and 3).
 
 A run folder's results belong to the config that produced them. `fingerprint(cfg)` hashes everything
-that changes training: the variant as resolved (slots with overrides and defaults, group_size, updates,
-), model, model_opts, task, rewards, budget, optim, sampling, seed, ref_reset_every, the
+that changes training: the variant as resolved (slots with overrides and defaults, group_size, updates),
+model, model_opts, task, rewards, budget, optim, sampling, seed, ref_reset_every, the
 resolved precision and the generation backend. Not in it: name, output_dir, eval, checkpoint,
 tracking, plugins (where a component comes from, not what it does: its resolved spec is in).
 
