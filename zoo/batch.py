@@ -36,6 +36,8 @@ class Batch:
       values:          [N, T] float, critic values at rollout time (None without critic)
       kl_reward:       [N, T] float, the KL placed in the reward, -beta * k(logp_old, logp_ref) on real
                        tokens (zeros when the KL is not in the reward); rewards never include it
+      token_rewards:   [N, T] float, rewards per token: the outcome score on the last real token, 0
+                       elsewhere (process rewards would fill more); never the KL (that is kl_reward)
       advantages:      [N, T] float; returns: [N, T] float value targets (critic only)
       extras:          name -> tensor with N rows, for fields a plugin adds ([N, T] ones are trimmed
                        and padded like the completion)
@@ -60,6 +62,7 @@ class Batch:
     logp_ref: Tensor | None = None
     values: Tensor | None = None
     kl_reward: Tensor | None = None
+    token_rewards: Tensor | None = None
     advantages: Tensor | None = None
     returns: Tensor | None = None
     extras: dict[str, Tensor] = field(default_factory=dict)

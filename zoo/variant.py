@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from zoo import kinds, overrides, registry
 from zoo.desugar import hand_written, kl_parts
+from zoo.fields import unproduced_reads
 
 Spec = Union[str, dict[str, Any]]
 SLOT_KINDS = kinds.slot_kinds()  # slot -> registry kind, for the slots filled by components
@@ -386,8 +387,8 @@ def check_variant(v: Variant, context: Mapping[str, Any] | None = None) -> Repor
     g = int((context or {}).get("group_size", v.group_size))
     upd = (context or {}).get("updates", v.updates)
     n_updates = upd.epochs * upd.minibatches
-    if adv.meta.get("needs_values") and comps["critic"] is None:
-        rep.errors.append(f"{where}: advantage {adv.name!r} needs values: set slots.critic (e.g. clipped_value)")
+    named = [(slot, c) for slot, x in comps.items() for c in (x if isinstance(x, list) else [x]) if c is not None]
+    rep.errors += [f"{where}: {e}" for e in unproduced_reads(named, comps)]  # e.g. gae without a critic
     if comps["critic"] is not None and not adv.meta.get("needs_values"):
         rep.warnings.append(f"{where}: slots.critic is set but advantage {adv.name!r} uses no values: the critic is not trained")
     group_based = [c.name for c in (adv, comps["normalizer"], comps["objective_norm"]) if c.meta.get("needs_groups")]

@@ -41,6 +41,7 @@ from zoo.components.types import (  # noqa: F401
     ClipResult,
     LengthResult,
     StepCounts,
+    StepView,
     TermInputs,
     TermResult,
 )

@@ -19,6 +19,10 @@ class AdvantageInputs:
                  logp_ref) on real tokens and 0 elsewhere; all zeros when KL is not in the reward.
                  Sequence-level estimators add its per-row sum to the score before the baseline.
     values:      [N, T] float or None, critic values V(s_t) at rollout time (needed by `gae`).
+    token_rewards: [N, T] float or None, the rewards per token (outcome rewards: the score on the
+                 last real token, 0 elsewhere; the KL in the reward is NOT in it, see kl_reward),
+                 for process-reward estimators (declare `reads=("token_rewards",)`).
+    objectives:  [N, K] float or None, the raw reward columns (NaN = could not be computed).
     """
 
     scores: Tensor
@@ -26,6 +30,8 @@ class AdvantageInputs:
     group_ids: Tensor
     kl_reward: Tensor
     values: Tensor | None = None
+    token_rewards: Tensor | None = None
+    objectives: Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,10 @@ class TermInputs:
     logp_ref:    [n, T] float or None, reference log-probs (None without a reference).
     scores:      [n] float or None, the scalar score of each completion.
     objectives:  [n, K] float or None, the raw reward columns.
+    values:      [n, T] float or None, critic values at rollout time.
+    token_rewards: [n, T] float or None, rewards per token (outcome score on the last real token).
+    step:        StepView or None: the whole optimizer step's detached fields, for a component that
+                 selects tokens over the step (registered with `selects=True`).
     """
 
     logp: Tensor
@@ -107,6 +117,32 @@ class TermInputs:
     logp_ref: Tensor | None = None
     scores: Tensor | None = None
     objectives: Tensor | None = None
+    values: Tensor | None = None
+    token_rewards: Tensor | None = None
+    step: "StepView | None" = None
+
+
+@dataclass(frozen=True)
+class StepView:
+    """Detached fields of the rows a selection is made over, for components that pick tokens
+    (DESIGN.md "Selections over the whole step"): with `scope: step` (the default) every row of the
+    optimizer step on every rank, so the selection, and the gradient, do not depend on the
+    micro-batch split or the number of ranks (C2); with `scope: micro` only the micro-batch's rows
+    (what verl and TRL do).
+
+    fields: name -> [M, T] detached (M rows of the view, T the step's completion columns; padding
+            0), always `mask`, `advantages`, `logp_old`, and the update-time fields the component
+            reads (`logp`, `entropy`: from a no-grad forward of the step before its micro-batches).
+    rows:   [n] long, the micro-batch's rows within the view (use `local`).
+    """
+
+    fields: Mapping[str, Tensor]
+    rows: Tensor
+
+    def local(self, values: Tensor, like: Tensor) -> Tensor:
+        """`values` [M, T] of the view (e.g. a selection computed over it) -> the micro-batch's
+        [n, t] slice, t = like.shape[1] (micro-batches are trimmed to their longest row)."""
+        return values[self.rows.to(values.device), : like.shape[1]].to(like.device)
 
 
 @dataclass(frozen=True)

@@ -34,11 +34,26 @@ def kl_reward(batch: Batch, slots: Slots, beta: float) -> tuple[Batch, dict[str,
 
 def advantage(batch: Batch, slots: Slots) -> Batch:
     """The advantage estimator -> `batch.advantages` [N, T] (not yet normalised; NaN on rows whose
-    score is NaN) and `batch.returns` [N, T] (value targets, critic only)."""
+    score is NaN) and `batch.returns` [N, T] (value targets, critic only). Fills
+    `batch.token_rewards` with the outcome rewards when no stage set them."""
+    tr = batch.token_rewards if batch.token_rewards is not None else outcome_token_rewards(batch.scores, batch.loss_mask)
     inp = AdvantageInputs(scores=batch.scores, mask=batch.loss_mask, group_ids=batch.group_ids,
-                          kl_reward=batch.kl_reward, values=batch.values)
+                          kl_reward=batch.kl_reward, values=batch.values, token_rewards=tr,
+                          objectives=batch.objectives)
     res = slots.advantage(inp)
-    return replace(batch, advantages=res.advantages, returns=res.returns)
+    return replace(batch, advantages=res.advantages, returns=res.returns, token_rewards=tr)
+
+
+def outcome_token_rewards(scores: Tensor, mask: Tensor) -> Tensor:
+    """[N, T] float: each completion's score [N] on its last real token (mask [N, T]), 0 elsewhere
+    (NaN scores stay NaN there); rows without a real token are all 0."""
+    T = mask.shape[1]
+    last = (mask.long() * torch.arange(1, T + 1, device=mask.device)).argmax(1)  # [N] index of the last real token
+    out = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
+    has = mask.any(1)
+    rows = torch.arange(mask.shape[0], device=mask.device)[has]
+    out[rows, last[has]] = scores[has].float().to(out.device)
+    return out
 
 
 def normalize(batch: Batch, slots: Slots) -> tuple[Batch, dict[str, float]]:

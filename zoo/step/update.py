@@ -6,7 +6,7 @@ aggregated over the WHOLE optimizer step: every aggregation divides by the step'
 step on one process (cases C2, C3). Shapes: n rows of a micro-batch, T completion tokens."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 import torch
@@ -16,6 +16,7 @@ from zoo import dist, registry
 from zoo.batch import Batch
 from zoo.components import StepCounts, TermInputs
 from zoo.components.stats import masked_sum, sanitize
+from zoo.step import selection
 from zoo.step.forwards import critic_values, forward_logp, micro_rows
 from zoo.step.types import Models, Slots, StepSettings
 
@@ -149,6 +150,8 @@ def _accumulate(sub: Batch, models: Models, slots: Slots, s: StepSettings, count
     if critic_optimizer is not None:
         critic_optimizer.zero_grad(set_to_none=True)
     losses = {"loss/policy": 0.0, "loss/value": 0.0, **{f"loss/{t.name}": 0.0 for t in slots.loss}}
+    fields = selection.step_fields(sub, models, slots, s)  # the step's detached view, for selections
+    offset = selection.rank_offset(sub.size) if fields is not None else 0
     for r in micro_rows(sub, s.micro_batch):
         mb = sub.select(r).trimmed()
         m = mb.loss_mask  # [n, T]
@@ -156,13 +159,19 @@ def _accumulate(sub: Batch, models: Models, slots: Slots, s: StepSettings, count
         old = mb.logp_old if mb.logp_old is not None else logp.detach()
         res = slots.clip(logp, old, mb.advantages, m)
         inp = TermInputs(logp=logp, logp_old=old, advantages=mb.advantages, mask=m, counts=counts, entropy=ent,
-                         logp_ref=mb.logp_ref, scores=mb.scores, objectives=mb.objectives)
+                         logp_ref=mb.logp_ref, scores=mb.scores, objectives=mb.objectives, values=mb.values,
+                         token_rewards=mb.token_rewards)
+
+        def inputs(c: Any) -> TermInputs:  # a selecting component also gets its view of the step
+            v = selection.view(fields, c, mb, r, offset, {"logp": logp, "entropy": ent})
+            return inp if v is None else replace(inp, step=v)
+
         per_token = res.loss  # [n, T]
         for corr in slots.correction:  # detached per-token multipliers of the clip rule's term
-            per_token = per_token * corr(inp).detach()
+            per_token = per_token * corr(inputs(corr)).detach()
         own = []  # terms aggregated with their own rule
         for term in slots.loss:
-            tr = term(inp, **coefs.get(term.name, {}))
+            tr = term(inputs(term), **coefs.get(term.name, {}))
             agg = registry.build("aggregate", term.meta["aggregate"]) if term.meta.get("aggregate") else slots.aggregate
             losses[f"loss/{term.name}"] += float(agg(tr.loss.detach(), m, counts))
             tally.add_stats(term.name, tr.token_stats, m)
