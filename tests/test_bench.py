@@ -139,7 +139,7 @@ def test_matched_trl_settings():
     assert (g["loss_type"], g["scale_rewards"], g["epsilon"], g["beta"], g["num_iterations"]) == ("dapo", "group", 0.2, 0.0, 1)
     assert g["per_device_train_batch_size"] * g["gradient_accumulation_steps"] == 32 and g["num_generations"] == 4
     assert g["max_completion_length"] == 64 and g["top_k"] == 0 and g["gradient_checkpointing"] is False
-    r = load_variant("grpo", zb.TRL_MATCHED_SETS).resolved()
+    r = load_variant(zb.TRL_MATCHED_VARIANT).resolved()
     assert r["clip"] == {"name": "ppo", "eps": 0.2} and r["aggregate"] == {"name": "token_mean"}
     assert r["normalizer"] == {"name": "group_std", "eps": 1e-6} and r["advantage"] == {"name": "group_mean"}
     assert r["kl"]["placement"] == "none" and r["filter"] == [] and r["length"] == [] and r["critic"] is None

@@ -76,13 +76,8 @@ BENCH_REWARDS: list[Any] = ["correctness", {"name": "format", "weight": 0.5}]
 #: LoRA of experiments/quickstart.yaml
 BENCH_LORA = {"r": 16, "alpha": 32, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
 #: zoo's side of `--vs trl` (TRL GRPOTrainer: loss_type "dapo", scale_rewards "group", epsilon 0.2,
-#: beta 0, num_iterations 1): group_mean + group_std, clip ppo 0.2, token_mean, no KL, no filter,
-#: no length shaping, one optimizer step per rollout.
-TRL_MATCHED_SETS: dict[str, Any] = {
-    "advantage": "group_mean", "normalizer": {"name": "group_std", "eps": 1e-6}, "objective_norm": "none",
-    "clip": {"name": "ppo", "eps": 0.2}, "aggregate": "token_mean", "kl": "none", "length": [], "filter": [],
-    "critic": None,
-}
+#: beta 0, num_iterations 1): a registry variant, so `zoo show` / `zoo diff grpo trl_grpo_matched` show it.
+TRL_MATCHED_VARIANT = "trl_grpo_matched"
 SCAN_KEYS = ("group_size", "max_new_tokens", "prompts", "micro_batch")
 
 
@@ -556,7 +551,8 @@ def bench_in_subprocess(spec: BenchSpec, log: Callable[[str], None] | None = Non
 
 def compare_memory(base: BenchSpec, variants: Sequence[str], modes: Sequence[bool] = (False, True),
                    log: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Each variant x (full, LoRA) in its own process, on the same model and batch."""
+    """Each variant x (full, LoRA) in its own process, on the same model and batch; `ratio_to_first`
+    is each variant's peak memory over the first variant's (the baseline named first)."""
     rows = []
     for lora in modes:
         for v in variants:
@@ -566,11 +562,12 @@ def compare_memory(base: BenchSpec, variants: Sequence[str], modes: Sequence[boo
                          **r["memory"], "phases": {p: v["seconds"] for p, v in r["phases"].items()},
                          "parameters": r["parameters"], "result": r})
     ratios = {}
+    first = variants[0] if variants else None
     for mode in ("full", "lora"):
         by = {r["variant"]: r for r in rows if r["mode"] == mode}
-        if "ppo" in by:
-            ratios[mode] = {v: by[v]["peak_mb"] / by["ppo"]["peak_mb"] for v in by if v != "ppo"}
-    return {"rows": rows, "ratio_to_ppo": ratios, "spec": asdict(base)}
+        if first in by:
+            ratios[mode] = {v: by[v]["peak_mb"] / by[first]["peak_mb"] for v in by}
+    return {"rows": rows, "baseline": first, "ratio_to_first": ratios, "spec": asdict(base)}
 
 
 def parse_scan(text: str) -> tuple[str, list[int]]:
@@ -652,7 +649,7 @@ def vs_trl(base: BenchSpec, rounds: int = 2, log: Callable[[str], None] | None =
     each run in its own process (own peak memory)."""
     from zoo.bench_trl import trl_spec
 
-    spec = replace(base, variant="grpo", sets={**TRL_MATCHED_SETS, **base.sets}, updates="1x1")
+    spec = replace(base, variant=TRL_MATCHED_VARIANT, updates="1x1")
     zoo_d = asdict(spec) | {"label": "zoo"}
     trl_d = trl_spec(spec) | {"label": "trl"}
     out: dict[str, list[dict[str, Any]]] = {"zoo": [], "trl": []}

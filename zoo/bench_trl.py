@@ -6,7 +6,7 @@ peak memory it reports is TRL's alone. Needs the optional extra: `pip install 'v
 
 How the two sides are matched (`trl_spec`):
 
-| zoo (TRL_MATCHED_SETS, updates 1x1)         | TRL GRPOConfig                                             |
+| zoo (registry/trl_grpo_matched.yaml, 1x1)   | TRL GRPOConfig                                             |
 |---------------------------------------------|------------------------------------------------------------|
 | advantage group_mean, normalizer group_std  | scale_rewards="group" (std eps 1e-4 in TRL, 1e-6 in zoo)    |
 | clip ppo eps 0.2                            | epsilon=0.2, epsilon_high=0.2                              |

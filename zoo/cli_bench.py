@@ -81,13 +81,13 @@ def print_memory(res: dict[str, Any]) -> None:
                     f"{s['prompts']} prompts x {s['group_size']} completions, {s['max_new_tokens']} new tokens, "
                     f"autocast {s['autocast']}, micro-batch {s['micro_batch']}, updates {s['updates'] or 'per variant'}")
     for c in ("variant", "mode", "step s", "train s", "peak GB", "weights", "grads", "optimizer", "runtime",
-              "activations", "vs ppo"):
+              "activations", f"vs {res.get('baseline')}"):
         t.add_column(c, justify="left" if c in ("variant", "mode") else "right")
     for r in res["rows"]:
-        ratio = res["ratio_to_ppo"].get(r["mode"], {}).get(r["variant"])
+        ratio = res["ratio_to_first"].get(r["mode"], {}).get(r["variant"])
         t.add_row(r["variant"], r["mode"], _f(r["step_s"]), _f(r["phases"].get("train")), _gb(r["peak_mb"]),
                   _gb(r["weights_mb"]), _gb(r["gradients_mb"]), _gb(r["optimizer_mb"]), _gb(r["runtime_mb"]),
-                  _gb(r["activations_mb"]), "1.00" if r["variant"] == "ppo" else _f(ratio))
+                  _gb(r["activations_mb"]), _f(ratio))
     console.print(t)
 
 
