@@ -13,6 +13,7 @@ import logging
 import math
 import os
 import random
+import sys
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from zoo.batch import Batch, concat
 from zoo.components.kl import adaptive_beta
 from zoo.config import RunConfig, WandbOpts
 from zoo.evaluate import evaluate
+from zoo.faults import WriteError, os_error_message, write_guard
 from zoo.provenance import peak_memory_mb, provenance, reset_peak_memory
 from zoo.registry import load_plugins
 from zoo.rewards.compute import compute_rewards, resolve_rewards
@@ -347,7 +349,19 @@ def _reference_state(st: RunState) -> Any:
     return {"resets": ref.resets, "full": ckpt.policy_state(ref.model)}
 
 
-def restore_checkpoint(st: RunState, state: dict[str, Any]) -> None:
+def restore_checkpoint(st: RunState, state: dict[str, Any], path: Path | str = ckpt.FILE) -> None:
+    """Load a checkpoint's `state` (from `path`, named in errors) into `st`. Raises CheckpointError
+    when the state lacks a key or does not fit the run's models and optimizers."""
+    try:
+        _restore(st, state)
+    except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as e:
+        if isinstance(e, ckpt.CheckpointError):
+            raise
+        raise ckpt.CheckpointError(f"{path}: does not fit this run ({type(e).__name__}: "
+                                   f"{(str(e).splitlines() or [''])[0][:200]}); start over with --fresh") from None
+
+
+def _restore(st: RunState, state: dict[str, Any]) -> None:
     st.step, st.beta, st.totals = int(state["step"]), float(state["beta"]), dict(state["totals"])
     ckpt.load_policy_state(st.models.policy, state["policy"])
     st.optimizer.load_state_dict(state["optimizer"])
@@ -409,11 +423,15 @@ def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
     main = dist.rank() == 0
     state = ckpt.load(out / "checkpoint") if resume else None
     if state is not None:
-        restore_checkpoint(st, state)
+        restore_checkpoint(st, state, out / "checkpoint" / ckpt.FILE)
         log.info("resumed %s at step %d", out, st.step)
+    elif main:
+        ckpt.clear(out / "checkpoint")  # a fresh start: an older run's checkpoint must not become state.prev.pt
+    saved_step = st.step if state is not None else None  # the last good checkpoint (for a write error's message)
     rcfg = resolved_config(st)
     if main:
-        (out / "config.yaml").write_text(yaml.safe_dump(rcfg, sort_keys=False))
+        with write_guard(out / "config.yaml"):
+            (out / "config.yaml").write_text(yaml.safe_dump(rcfg, sort_keys=False))
     tracker = Tracker.for_run(cfg, config=rcfg, resolved_slots=rcfg["resolved_variant"]["slots"],
                               resume_id=state.get("tracker_id") if state else None) if main else _NullTracker()
     if main:  # records past the checkpoint (or all of them on a fresh start) belong to a lost run
@@ -440,6 +458,7 @@ def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
                     tracker.log(evaluate_run(), step=st.step)
                 if st.step % cfg.checkpoint.every == 0 or st.step == cfg.budget.steps:
                     save_checkpoint(st, out, tracker.run_id)
+                    saved_step = st.step
                 last = m
                 bar(st.step, m)
                 if on_step:
@@ -459,10 +478,20 @@ def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
     except BaseException as e:  # noqa: BLE001 - record, keep the checkpoint, re-raise
         # Ctrl-C / SIGTERM is not a failure: the run is unfinished and a re-run resumes it
         status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
+        tb, raised = traceback.format_exc()[-4000:], e
+        if isinstance(e, WriteError):  # disk full / read-only: say which checkpoint survives
+            e = WriteError(f"{e}; " + (f"the last good checkpoint is step {saved_step} ({out / 'checkpoint' / ckpt.FILE})"
+                                       if saved_step is not None else "no checkpoint was saved yet"), e.errno, e.filename)
         summary.update({"status": status, "error": f"{type(e).__name__}: {e}", "steps": st.step,
-                        "traceback": traceback.format_exc()[-4000:], "config": rcfg})
-        _write_summary(out, summary)
+                        "traceback": tb, "config": rcfg})
+        try:
+            _write_summary(out, summary)
+        except OSError as w:  # e.g. the same full disk: the status must still be said somewhere
+            sys.stderr.write(f"error: could not record status '{status}' in {out / 'summary.json'}: "
+                             f"{os_error_message(w)}\n")
         tracker.finish(1)
+        if e is not raised:
+            raise e from None  # one clear error, not the chain of the original OSError
         raise
 
 
@@ -525,8 +554,9 @@ def _write_summary(out: Path, summary: dict[str, Any]) -> None:
     if dist.rank() != 0:
         return
     tmp = out / ".summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2, default=str))
-    os.replace(tmp, out / "summary.json")
+    with write_guard(out / "summary.json", tmp=tmp):
+        tmp.write_text(json.dumps(summary, indent=2, default=str))
+        os.replace(tmp, out / "summary.json")
 
 
 class _progress:
