@@ -31,7 +31,7 @@ err = Console(stderr=True)
 
 
 def _fail(msg: str, code: int = 1) -> None:
-    err.print(f"[bold red]error:[/] {escape(str(msg))}", highlight=False)
+    err.print(f"[bold red]error:[/] {escape(str(msg))}", highlight=False, soft_wrap=True)  # a path stays copyable
     raise typer.Exit(code)
 
 
@@ -256,7 +256,7 @@ def main() -> None:
             raise
         from zoo.faults import os_error_message
 
-        err.print(f"[bold red]error:[/] {escape(os_error_message(e))}", highlight=False)
+        err.print(f"[bold red]error:[/] {escape(os_error_message(e))}", highlight=False, soft_wrap=True)
         raise SystemExit(1) from None
 
 
