@@ -409,7 +409,9 @@ def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
 
     A failure after setup writes summary.json with status "failed" and re-raises; the last
     checkpoint stays, and calling `train` again resumes from it. Set `ZOO_FAIL_AT_STEP=k` to
-    simulate a crash after step k (tests)."""
+    simulate a crash after step k (tests). A failed write (disk full, read-only) is re-raised as one
+    WriteError naming the file and the last good checkpoint's step; a damaged or unsafe checkpoint
+    raises CheckpointError before any step (zoo.checkpoint.load)."""
     from zoo.tracking import Tracker
 
     out = cfg.out_dir()
