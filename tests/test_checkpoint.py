@@ -153,3 +153,14 @@ def test_os_error_message_is_one_line_with_the_file():
     assert os_error_message(PermissionError(errno.EACCES, "Permission denied", "/ro/run")) == "permission denied: /ro/run"
     assert os_error_message(OSError(errno.ENOSPC, "No space left on device")) == "no space left on device (OSError)"
     assert os_error_message(WriteError("disk quota exceeded while writing a")) == "disk quota exceeded while writing a"
+
+
+def test_a_state_that_does_not_fit_is_one_error_naming_the_file(tmp_path):
+    model = torch.nn.Linear(3, 2)
+    with pytest.raises(ckpt.CheckpointError, match=r"^x/state\.pt: does not fit this run \(RuntimeError: Error\(s\) in "
+                                                  r"loading state_dict for Linear:\); start over with --fresh$"):
+        with ckpt.restoring("x/state.pt"):
+            ckpt.load_policy_state(model, {"weight": torch.zeros(5, 5), "bias": torch.zeros(2)})
+    with pytest.raises(ckpt.CheckpointError, match=r"^x/state\.pt: does not fit this run \(KeyError: 'policy'\)"):
+        with ckpt.restoring("x/state.pt"):
+            {"step": 1}["policy"]

@@ -21,8 +21,9 @@ import os
 import pickle
 import random
 import re
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -158,6 +159,21 @@ def read(path: Path) -> dict[str, Any]:
     if not isinstance(state, dict) or not isinstance(state.get("step"), int):
         raise CheckpointError(f"{path}: not a zoo checkpoint (no step)")
     return state
+
+
+@contextmanager
+def restoring(path: Path | str) -> Iterator[None]:
+    """Loading a checkpoint read from `path` into models and optimizers: a missing key or a state
+    that does not fit (KeyError, TypeError, ValueError, RuntimeError, IndexError) becomes one
+    CheckpointError naming the file. Raises CheckpointError."""
+    try:
+        yield
+    except CheckpointError:
+        raise
+    except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as e:
+        detail = (str(e).strip().splitlines() or [""])[0][:200]
+        raise CheckpointError(f"{path}: does not fit this run ({type(e).__name__}: {detail}); "
+                              "start over with --fresh") from None
 
 
 def _options(path: Path, prev: Path) -> str:

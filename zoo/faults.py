@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -70,3 +71,15 @@ def os_error_message(e: OSError) -> str:
         return str(e)
     names = [n for n in (e.filename, e.filename2) if n]
     return f"{reason(e)}: {' -> '.join(map(str, names))}" if names else f"{reason(e)} ({type(e).__name__})"
+
+
+def with_last_checkpoint(e: WriteError, step: int | None, path: Path | str) -> WriteError:
+    """`e` with which checkpoint survives appended: "...; the last good checkpoint is step N (<path>)"
+    or "...; no checkpoint was saved yet"."""
+    note = f"the last good checkpoint is step {step} ({path})" if step is not None else "no checkpoint was saved yet"
+    return WriteError(f"{e}; {note}", e.errno, e.filename)
+
+
+def say_unrecorded(status: str, path: Path | str, e: OSError) -> None:
+    """Write to stderr that `status` could not be recorded in `path` (the record itself failed)."""
+    sys.stderr.write(f"error: could not record status '{status}' in {path}: {os_error_message(e)}\n")

@@ -13,7 +13,6 @@ import logging
 import math
 import os
 import random
-import sys
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from zoo.batch import Batch, concat
 from zoo.components.kl import adaptive_beta
 from zoo.config import RunConfig, WandbOpts
 from zoo.evaluate import evaluate
-from zoo.faults import WriteError, os_error_message, write_guard
+from zoo.faults import WriteError, say_unrecorded, with_last_checkpoint, write_guard
 from zoo.provenance import peak_memory_mb, provenance, reset_peak_memory
 from zoo.registry import load_plugins
 from zoo.rewards.compute import compute_rewards, resolve_rewards
@@ -349,19 +348,7 @@ def _reference_state(st: RunState) -> Any:
     return {"resets": ref.resets, "full": ckpt.policy_state(ref.model)}
 
 
-def restore_checkpoint(st: RunState, state: dict[str, Any], path: Path | str = ckpt.FILE) -> None:
-    """Load a checkpoint's `state` (from `path`, named in errors) into `st`. Raises CheckpointError
-    when the state lacks a key or does not fit the run's models and optimizers."""
-    try:
-        _restore(st, state)
-    except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as e:
-        if isinstance(e, ckpt.CheckpointError):
-            raise
-        raise ckpt.CheckpointError(f"{path}: does not fit this run ({type(e).__name__}: "
-                                   f"{(str(e).splitlines() or [''])[0][:200]}); start over with --fresh") from None
-
-
-def _restore(st: RunState, state: dict[str, Any]) -> None:
+def restore_checkpoint(st: RunState, state: dict[str, Any]) -> None:
     st.step, st.beta, st.totals = int(state["step"]), float(state["beta"]), dict(state["totals"])
     ckpt.load_policy_state(st.models.policy, state["policy"])
     st.optimizer.load_state_dict(state["optimizer"])
@@ -425,7 +412,8 @@ def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
     main = dist.rank() == 0
     state = ckpt.load(out / "checkpoint") if resume else None
     if state is not None:
-        restore_checkpoint(st, state, out / "checkpoint" / ckpt.FILE)
+        with ckpt.restoring(out / "checkpoint" / ckpt.FILE):
+            restore_checkpoint(st, state)
         log.info("resumed %s at step %d", out, st.step)
     elif main:
         ckpt.clear(out / "checkpoint")  # a fresh start: an older run's checkpoint must not become state.prev.pt
@@ -482,15 +470,13 @@ def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
         status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
         tb, raised = traceback.format_exc()[-4000:], e
         if isinstance(e, WriteError):  # disk full / read-only: say which checkpoint survives
-            e = WriteError(f"{e}; " + (f"the last good checkpoint is step {saved_step} ({out / 'checkpoint' / ckpt.FILE})"
-                                       if saved_step is not None else "no checkpoint was saved yet"), e.errno, e.filename)
+            e = with_last_checkpoint(e, saved_step, out / "checkpoint" / ckpt.FILE)
         summary.update({"status": status, "error": f"{type(e).__name__}: {e}", "steps": st.step,
                         "traceback": tb, "config": rcfg})
         try:
             _write_summary(out, summary)
         except OSError as w:  # e.g. the same full disk: the status must still be said somewhere
-            sys.stderr.write(f"error: could not record status '{status}' in {out / 'summary.json'}: "
-                             f"{os_error_message(w)}\n")
+            say_unrecorded(status, out / "summary.json", w)
         tracker.finish(1)
         if e is not raised:
             raise e from None  # one clear error, not the chain of the original OSError
