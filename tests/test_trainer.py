@@ -491,3 +491,36 @@ def test_resume_refuses_a_checkpoint_whose_pickle_runs_code(tiny_model_dir, tmp_
     assert line.startswith(f"error: {tmp_path / 'checkpoint' / 'state.pt'}: refused: it holds objects other than "
                            "tensors and plain values (exec)")
     assert not marker.exists()
+
+
+def test_cli_read_only_output_folder_is_one_line(tiny_model_dir, tmp_path, monkeypatch):
+    """chmod makes the folder read-only; root ignores that, so the write is also patched to raise."""
+    import os
+    import pathlib
+
+    import yaml
+    from typer.testing import CliRunner
+
+    import zoo.cli_run  # noqa: F401
+    from zoo.cli import app
+
+    out = tmp_path / "ro"
+    out.mkdir()
+    run_file = tmp_path / "run.yaml"
+    run_file.write_text(yaml.safe_dump(_fault_config(tiny_model_dir, out, steps=1).model_dump(mode="json")))
+    out.chmod(0o555)
+    if os.geteuid() == 0:
+        real = pathlib.Path.write_text
+
+        def read_only(self, *a, **kw):
+            if self.parent == out:
+                raise PermissionError(errno.EACCES, "Permission denied", str(self))
+            return real(self, *a, **kw)
+
+        monkeypatch.setattr(pathlib.Path, "write_text", read_only)
+    try:
+        r = CliRunner().invoke(app, ["run", str(run_file)])
+    finally:
+        out.chmod(0o755)
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert f"error: permission denied while writing {out / 'config.yaml'}" in r.output.splitlines()
