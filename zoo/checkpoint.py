@@ -133,7 +133,10 @@ def load(directory: Path) -> dict[str, Any] | None:
         if not prev.exists():
             return None
         log.warning("%s is missing; resuming from the previous checkpoint %s", path, prev)
-        return read(prev)
+        try:
+            return read(prev)
+        except CheckpointError as e:
+            raise CheckpointError(f"{e}; start over with --fresh") from None
     try:
         return read(path)
     except CheckpointError as e:
