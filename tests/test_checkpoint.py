@@ -164,3 +164,35 @@ def test_a_state_that_does_not_fit_is_one_error_naming_the_file(tmp_path):
     with pytest.raises(ckpt.CheckpointError, match=r"^x/state\.pt: does not fit this run \(KeyError: 'policy'\)"):
         with ckpt.restoring("x/state.pt"):
             {"step": 1}["policy"]
+
+
+def test_a_disk_that_fills_inside_torch_save_is_reported_as_enospc(tmp_path, monkeypatch):
+    """A real full disk fails a write inside torch's zip writer, which re-raises it as RuntimeError
+    ("unexpected pos ..."); the errno must survive (seen on a 3 MB tmpfs)."""
+    import builtins
+
+    class FillsUp:
+        def __init__(self, f, room):
+            self.f, self.room = f, room
+
+        def write(self, data):
+            if len(data) > self.room:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            self.room -= len(data)
+            return self.f.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+    monkeypatch.setattr(ckpt, "open", lambda p, mode: FillsUp(builtins.open(p, mode), 2000), raising=False)
+    with pytest.raises(WriteError) as e:
+        ckpt.save(tmp_path, {"step": 1, "w": torch.zeros(10_000)})
+    assert e.value.errno == errno.ENOSPC
+    assert str(e.value) == f"no space left on device while writing {tmp_path / ckpt.FILE}"
+    assert list(tmp_path.iterdir()) == []

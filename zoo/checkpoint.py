@@ -106,12 +106,42 @@ def save(directory: Path, state: dict[str, Any]) -> Path:
         directory.mkdir(parents=True, exist_ok=True)
     tmp = directory / f".{FILE}.tmp.{os.getpid()}"
     with write_guard(path, tmp=tmp):
-        with open(tmp, "wb") as f:  # a file object: a full disk raises OSError(ENOSPC), not torch's RuntimeError
-            torch.save(state, f)
+        with open(tmp, "wb") as f:
+            _save_reporting_os_errors(state, f)
         if path.exists():
             os.replace(path, directory / PREV)
         os.replace(tmp, path)
     return path
+
+
+class _RecordingWriter:
+    """A file's `write` that remembers the OSError it raised (torch's zip writer turns it into a
+    RuntimeError "unexpected pos ...", losing errno ENOSPC)."""
+
+    def __init__(self, f: Any) -> None:
+        self.f, self.error = f, None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def _save_reporting_os_errors(state: dict[str, Any], f: Any) -> None:
+    """torch.save to the open file `f`; a failed write raises the OSError itself (errno kept), any
+    other serialization failure an OSError with its first line."""
+    w = _RecordingWriter(f)
+    try:
+        torch.save(state, w)
+    except RuntimeError as e:
+        if w.error is not None:
+            raise w.error from None
+        raise OSError(f"torch.save failed: {(str(e).splitlines() or [''])[0][:200]}") from e
 
 
 def clear(directory: Path) -> None:

@@ -139,12 +139,15 @@ def read_json(path: Path) -> dict[str, Any]:
 def truncate_jsonl(path: Path, step: int) -> int:
     """Keep the records with `step <= step` (and those without a step); returns how many were dropped.
 
-    The file is rewritten atomically; a missing file is left missing."""
+    The file is rewritten atomically, only when a record or an unreadable line goes; a missing file
+    is left missing. Raises WriteError."""
     path = Path(path)
     if not path.is_file():
         return 0
     recs = read_jsonl(path)
     keep = [r for r in recs if not isinstance(r.get("step"), (int, float)) or r["step"] <= step]
+    if len(keep) == len(recs) and read_jsonl_counted(path)[1] == 0:
+        return 0  # nothing to drop: no rewrite (nor a second copy of the file on a full disk)
     tmp = path.with_suffix(path.suffix + ".tmp")
     with write_guard(path, tmp=tmp):
         tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in keep), encoding="utf-8")
