@@ -186,7 +186,7 @@ def read(path: Path) -> dict[str, Any]:
             f"{path}: refused: it holds objects other than tensors and plain values{what}; zoo loads "
             "checkpoints weights-only, so a checkpoint cannot run code (was it written by another program?)") from None
     except Exception as e:  # noqa: BLE001 - every reader failure means the same: damaged file
-        detail = (str(e).strip().splitlines() or [""])[0][:120]
+        detail = (str(e).strip().splitlines() or [""])[0].split(". ")[0][:120]  # the first sentence
         raise CheckpointError(f"{path}: damaged checkpoint, cannot be read ({type(e).__name__}"
                               + (f": {detail}" if detail else "") + ")") from None
     if not isinstance(state, dict) or not isinstance(state.get("step"), int):
