@@ -144,10 +144,12 @@ def truncate_jsonl(path: Path, step: int) -> int:
     path = Path(path)
     if not path.is_file():
         return 0
-    recs = read_jsonl(path)
+    recs, skipped = read_jsonl_counted(path)
     keep = [r for r in recs if not isinstance(r.get("step"), (int, float)) or r["step"] <= step]
-    if len(keep) == len(recs) and read_jsonl_counted(path)[1] == 0:
+    if len(keep) == len(recs) and not skipped:
         return 0  # nothing to drop: no rewrite (nor a second copy of the file on a full disk)
+    if skipped:
+        log.warning("%s: dropping %d unreadable line(s) (not UTF-8 JSON objects; cut by a crash?)", path, skipped)
     tmp = path.with_suffix(path.suffix + ".tmp")
     with write_guard(path, tmp=tmp):
         tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in keep), encoding="utf-8")
