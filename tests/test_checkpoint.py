@@ -64,6 +64,19 @@ def test_a_pickle_that_runs_code_is_refused_and_does_not_run(tmp_path):
     assert not marker.exists()
 
 
+def test_a_plain_pickle_naming_os_system_is_refused(tmp_path):
+    # protocol 2: GLOBAL os.system, then REDUCE with ("ls",): unpickling would run `ls`
+    (tmp_path / ckpt.FILE).write_bytes(b"\x80\x02cos\nsystem\nq\x00X\x02\x00\x00\x00lsq\x01\x85q\x02Rq\x03.")
+    with pytest.raises(ckpt.CheckpointError, match=r"state\.pt: refused: .*\(os\.system\)"):
+        ckpt.load(tmp_path)
+
+
+def test_random_bytes_are_damaged_not_refused(tmp_path):
+    (tmp_path / ckpt.FILE).write_bytes(bytes(range(256)) * 8)
+    with pytest.raises(ckpt.CheckpointError, match=r"state\.pt: damaged checkpoint, cannot be read \((UnpicklingError|RuntimeError)"):
+        ckpt.load(tmp_path)
+
+
 def test_an_old_checkpoint_with_a_numpy_array_is_refused_naming_the_type(tmp_path):
     torch.save({"step": 1, "rng": {"numpy": np.random.get_state()}}, tmp_path / ckpt.FILE)
     with pytest.raises(ckpt.CheckpointError, match=r"refused: .*\(numpy\."):

@@ -179,14 +179,17 @@ def read(path: Path) -> dict[str, Any]:
     (it holds other objects, e.g. a pickle that would run code)."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        m = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
-        what = f" ({m.group(1)})" if m else ""
-        raise CheckpointError(
-            f"{path}: refused: it holds objects other than tensors and plain values{what}; zoo loads "
-            "checkpoints weights-only, so a checkpoint cannot run code (was it written by another program?)") from None
-    except Exception as e:  # noqa: BLE001 - every reader failure means the same: damaged file
+    except Exception as e:  # noqa: BLE001 - any other reader failure means the same: damaged file
+        # the weights-only unpickler names the callable it would not import ("Unsupported global:
+        # GLOBAL builtins.exec", "unsupported GLOBAL os.system whose module os is blocked")
+        m = re.search(r"unsupported (?:global: )?GLOBAL ([\w.]+)", str(e), re.IGNORECASE)
+        if isinstance(e, pickle.UnpicklingError) and m:
+            raise CheckpointError(
+                f"{path}: refused: it holds objects other than tensors and plain values ({m.group(1)}); zoo loads "
+                "checkpoints weights-only, so a checkpoint cannot run code (was it written by another program?)") from None
         detail = (str(e).strip().splitlines() or [""])[0].split(". ")[0][:120]  # the first sentence
+        if isinstance(e, pickle.UnpicklingError):
+            detail = ""  # torch's advice to load with weights_only=False is not for a damaged file
         raise CheckpointError(f"{path}: damaged checkpoint, cannot be read ({type(e).__name__}"
                               + (f": {detail}" if detail else "") + ")") from None
     if not isinstance(state, dict) or not isinstance(state.get("step"), int):
