@@ -164,3 +164,43 @@ def test_mean_std_and_format():
     assert report.mean_std([1.0, 2.0, 3.0]) == (2.0, 1.0, 3)
     assert report.mean_std([None, float("nan")]) is None
     assert report.fmt_ms([0.5]) == "0.500" and report.fmt_ms([]) == "-"
+
+
+def _finished_run(d: Path, totals: list[float]) -> Path:
+    """A finished 4-step run: metrics.jsonl with one reward/total per step, summary.json with the last."""
+    d.mkdir(parents=True)
+    (d / "metrics.jsonl").write_text("".join(json.dumps({"step": s + 1, "reward/total": t}) + "\n" for s, t in enumerate(totals)))
+    (d / "summary.json").write_text(json.dumps({"status": "finished", "steps": len(totals), "reward/total": totals[-1]}))
+    (d / "config.yaml").write_text(yaml.safe_dump({"variant": "grpo", "budget": {"max_new_tokens": 16}}))
+    return d
+
+
+def test_a_cut_metrics_file_takes_the_final_reward_from_the_summary_and_warns(tmp_path):
+    d = _finished_run(tmp_path / "s" / "grpo-s0", [0.5, 0.575, 0.65, 0.725])
+    text = (d / "metrics.jsonl").read_text()
+    (d / "metrics.jsonl").write_text(text[: text.rindex('{"step": 3') + 12])  # cut inside step 3: ends at step 2
+    out = io.StringIO()
+    md = report.write_report(tmp_path / "s", console=Console(file=out, width=300)).read_text()
+    row = dict(zip(_row(md, "arm"), _row(md, "grpo")))
+    assert row["final reward"] == "0.725"  # summary.json's, not step 2's 0.575
+    warns = [f"{d / 'metrics.jsonl'}: skipped 1 unreadable line(s)",
+             f"{d / 'metrics.jsonl'}: ends at step 2 but summary.json records 4 steps"]
+    for w in warns:
+        assert w in md and f"warning: {w}" in out.getvalue()
+
+
+def test_a_non_utf8_byte_skips_one_line_not_the_report(tmp_path):
+    good = _finished_run(tmp_path / "s" / "grpo-s0", [0.25, 0.5])
+    bad = tmp_path / "s" / "dapo-s0"
+    bad.mkdir()
+    (bad / "metrics.jsonl").write_bytes(b'{"step": 1, "reward/total": 0.1}\n{"step": 2, "reward/total": 0.3}\xff\n'
+                                        b'{"step": 3, "reward/total": 0.2}\n')
+    (bad / "summary.json").write_bytes(b'{"status": "finished", "reward/total": 0.2\xff}')
+    out = io.StringIO()
+    md = report.write_report(tmp_path / "s", console=Console(file=out, width=300)).read_text()
+    assert dict(zip(_row(md, "arm"), _row(md, "grpo")))["final reward"] == "0.500"
+    row = dict(zip(_row(md, "arm"), _row(md, "dapo")))
+    assert (row["final reward"], row["best reward"], row["status"]) == ("0.200", "0.200", "unfinished")
+    assert f"warning: {bad / 'metrics.jsonl'}: skipped 1 unreadable line(s)" in out.getvalue()
+    assert f"warning: {bad / 'summary.json'}: unreadable, ignored" in out.getvalue()
+    assert not any(str(good) in line for line in out.getvalue().splitlines() if line.startswith("warning"))

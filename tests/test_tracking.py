@@ -231,3 +231,58 @@ def test_wandb_tags_name_variant_overrides_and_changed_slots():
              "kl": {"placement": "none", "estimator": "k3", "beta": 0.0}, "length": [{"name": "overlong_filter"}]}
     assert tracking.wandb_tags(cfg, slots) == ["dapo", "clip.eps_high=0.32", "clip=clip_higher",
                                                "length=overlong_filter", "mine"]
+
+
+def test_unreadable_lines_are_skipped_counted_and_named(tmp_path, caplog):
+    from zoo.tracking import read_jsonl_counted
+
+    p = tmp_path / "metrics.jsonl"
+    p.write_bytes(b'{"step": 1, "reward/total": 0.5}\n{"step": 2, "reward/total": 0.6\xff}\n[1, 2]\n\n'
+                  b'{"step": 3, "reward/total": 0.7}\n{"step": 4, "rew')
+    recs, skipped = read_jsonl_counted(p)
+    assert [r["step"] for r in recs] == [1, 3] and skipped == 3  # the \xff line, a non-object, the cut line
+    with caplog.at_level(logging.WARNING, logger="zoo.tracking"):
+        assert [r["step"] for r in read_jsonl(p)] == [1, 3]
+    assert f"{p}: skipped 3 unreadable line(s)" in caplog.text
+    assert read_jsonl_counted(tmp_path / "missing.jsonl") == ([], 0)
+
+
+def test_read_json_of_a_non_utf8_file_is_empty(tmp_path):
+    from zoo.tracking import read_json
+
+    (tmp_path / "summary.json").write_bytes(b'{"status": "finished\xff"}')
+    assert read_json(tmp_path / "summary.json") == {}
+
+
+def test_write_errors_name_the_file_and_leave_no_temporary_file(tmp_path, monkeypatch):
+    import builtins
+    import errno
+    import pathlib
+
+    from zoo.faults import WriteError
+
+    tr = Tracker(tmp_path / "run", config={}, wandb_opts=None, name="r")
+    for s in range(3):
+        tr.log({"reward/total": s / 10}, step=s)
+
+    def full(file, mode="r", *a, **kw):
+        if "a" in mode:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return builtins.open(file, mode, *a, **kw)
+
+    monkeypatch.setattr(tracking, "open", full, raising=False)
+    with pytest.raises(WriteError, match=rf"^no space left on device while writing {tr.metrics_path}$"):
+        tr.log({"reward/total": 0.9}, step=3)
+    real = pathlib.Path.write_text
+
+    def half_then_full(self, data, *a, **kw):
+        real(self, data[:5], *a, **kw)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pathlib.Path, "write_text", half_then_full)
+    assert tr.truncate_after(2) == 0  # nothing to drop: no rewrite, so a full disk does not matter
+    with pytest.raises(WriteError, match=rf"^no space left on device while writing {tr.metrics_path}$"):
+        tr.truncate_after(1)
+    monkeypatch.undo()
+    assert sorted(p.name for p in tr.run_dir.iterdir()) == ["metrics.jsonl"]  # no metrics.jsonl.tmp
+    assert [r["step"] for r in read_jsonl(tr.metrics_path)] == [0, 1, 2]  # the file itself untouched

@@ -1,5 +1,6 @@
 """zoo.trainer end to end on the tiny random Llama: every registered variant trains, resumes give the
 same run as no interruption, a raising reward does not stop a run."""
+import errno
 import importlib.util
 import json
 import math
@@ -343,3 +344,186 @@ def test_ctrl_c_leaves_an_interrupted_not_failed_run_that_resumes(tiny_model_dir
     ran = []
     assert train(cfg, resume=True, progress=False, on_step=lambda step, m: ran.append(step))["status"] == "finished"
     assert ran == [2]
+
+
+# ---------------------------------------------------------------- faults: full disk, damaged checkpoints (issue 11: 7, 8, 14)
+
+
+def _fault_config(model_dir, out, steps=3):
+    return tiny_run_config(model_dir, out, budget={"steps": steps}, checkpoint={"every": 1}, eval={"enabled": False})
+
+
+def _full_disk_on_save(monkeypatch, fail_from: int):
+    """torch.save (the checkpoint write) writes half a file and raises ENOSPC from its fail_from-th call."""
+    from zoo import checkpoint as ckpt
+
+    real, calls = torch.save, []
+
+    def save(obj, f, *a, **kw):
+        calls.append(1)
+        if len(calls) >= fail_from:
+            f.write(b"PK half a checkpoint")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(obj, f, *a, **kw)
+
+    monkeypatch.setattr(ckpt.torch, "save", save)
+
+
+def test_disk_full_while_checkpointing_is_one_error_naming_the_last_good_step(tiny_model_dir, tmp_path, monkeypatch):
+    from zoo.faults import WriteError
+
+    _full_disk_on_save(monkeypatch, fail_from=2)
+    with pytest.raises(WriteError) as e:
+        train(_fault_config(tiny_model_dir, tmp_path), progress=False)
+    path = tmp_path / "checkpoint" / "state.pt"
+    assert str(e.value) == f"no space left on device while writing {path}; the last good checkpoint is step 1 ({path})"
+    assert e.value.__suppress_context__  # no chain of tracebacks behind it
+    summ = json.loads((tmp_path / "summary.json").read_text())
+    assert (summ["status"], summ["steps"], summ["error"]) == ("failed", 2, f"WriteError: {e.value}")
+    assert sorted(p.name for p in path.parent.iterdir()) == ["state.pt"]  # the temporary file is gone
+    assert saved_state(tmp_path)["step"] == 1
+
+
+def test_disk_full_also_for_the_summary_says_the_status_on_stderr(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    import pathlib
+
+    from zoo.faults import WriteError
+
+    _full_disk_on_save(monkeypatch, fail_from=1)
+    real = pathlib.Path.write_text
+
+    def write_text(self, data, *a, **kw):
+        if self.name == ".summary.json.tmp":
+            real(self, data[:10], *a, **kw)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, data, *a, **kw)
+
+    monkeypatch.setattr(pathlib.Path, "write_text", write_text)
+    with pytest.raises(WriteError, match=r"state\.pt; no checkpoint was saved yet$"):
+        train(_fault_config(tiny_model_dir, tmp_path), progress=False)
+    summary = tmp_path / "summary.json"
+    assert (f"error: could not record status 'failed' in {summary}: no space left on device while writing {summary}"
+            in capsys.readouterr().err)
+    assert not summary.exists() and not (tmp_path / ".summary.json.tmp").exists()
+
+
+def test_a_read_only_metrics_file_is_one_error_and_the_run_is_failed(tiny_model_dir, tmp_path, monkeypatch):
+    """Tests run as root, which chmod does not stop: the PermissionError is raised by a patched open."""
+    import builtins
+    from pathlib import Path
+
+    from zoo import tracking
+    from zoo.faults import WriteError
+
+    def read_only_metrics(file, mode="r", *a, **kw):
+        if Path(file).name == "metrics.jsonl" and "a" in mode:
+            raise PermissionError(errno.EACCES, "Permission denied", str(file))
+        return builtins.open(file, mode, *a, **kw)
+
+    monkeypatch.setattr(tracking, "open", read_only_metrics, raising=False)
+    with pytest.raises(WriteError) as e:
+        train(_fault_config(tiny_model_dir, tmp_path), progress=False)
+    assert str(e.value) == f"permission denied while writing {tmp_path / 'metrics.jsonl'}; no checkpoint was saved yet"
+    assert json.loads((tmp_path / "summary.json").read_text())["status"] == "failed"
+
+
+def test_cli_disk_full_prints_one_line_and_exits_1(tiny_model_dir, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import zoo.cli_run  # noqa: F401  (registers `run`)
+    from zoo.cli import app
+
+    train(_fault_config(tiny_model_dir, tmp_path, steps=1), progress=False)
+    _full_disk_on_save(monkeypatch, fail_from=1)
+    r = CliRunner().invoke(app, ["run", "--resume", str(tmp_path), "--set", "budget.steps=2"])
+    path = tmp_path / "checkpoint" / "state.pt"
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert (f"error: no space left on device while writing {path}; the last good checkpoint is step 1 ({path})"
+            in r.output.splitlines())
+
+
+def test_damaged_checkpoint_names_the_file_and_resumes_from_the_previous_when_moved(tiny_model_dir, tmp_path):
+    from zoo.checkpoint import CheckpointError, read
+
+    train(_fault_config(tiny_model_dir, tmp_path, steps=2), progress=False)
+    path = tmp_path / "checkpoint" / "state.pt"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 3])  # truncated
+    longer = _fault_config(tiny_model_dir, tmp_path, steps=3)
+    with pytest.raises(CheckpointError) as e:
+        train(longer, progress=False)
+    assert str(e.value).startswith(f"{path}: damaged checkpoint, cannot be read")
+    assert f"(step 1) is intact: move state.pt away (mv {path} {path}.bad)" in str(e.value) and "--fresh" in str(e.value)
+    path.rename(path.with_name("state.pt.bad"))
+    ran = []
+    assert train(longer, progress=False, on_step=lambda step, m: ran.append(step))["status"] == "finished"
+    assert ran == [2, 3]  # step 1's checkpoint, then the steps after it
+    assert read(path)["step"] == 3
+    assert [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl") if "reward/total" in r] == [1, 2, 3]
+
+
+def test_fresh_start_over_a_damaged_checkpoint_keeps_nothing_of_it(tiny_model_dir, tmp_path):
+    from zoo.checkpoint import read
+
+    train(_fault_config(tiny_model_dir, tmp_path, steps=2), progress=False)
+    (tmp_path / "checkpoint" / "state.pt").write_text("not a checkpoint")
+    train(_fault_config(tiny_model_dir, tmp_path, steps=1), resume=False, progress=False)
+    assert sorted(p.name for p in (tmp_path / "checkpoint").iterdir()) == ["state.pt"]  # the old ones did not rotate in
+    assert read(tmp_path / "checkpoint" / "state.pt")["step"] == 1
+
+
+def test_resume_refuses_a_checkpoint_whose_pickle_runs_code(tiny_model_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    import zoo.cli_run  # noqa: F401
+    from zoo.cli import app
+
+    train(_fault_config(tiny_model_dir, tmp_path, steps=1), progress=False)
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return (exec, (f"open({str(marker)!r}, 'w').write('ran')",))
+
+    state = saved_state(tmp_path)
+    state["tracker_id"] = Payload()
+    torch.save(state, tmp_path / "checkpoint" / "state.pt")
+    r = CliRunner().invoke(app, ["run", "--resume", str(tmp_path), "--set", "budget.steps=2"])
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    line = next(x for x in r.output.splitlines() if x.startswith("error:"))
+    assert line.startswith(f"error: {tmp_path / 'checkpoint' / 'state.pt'}: refused: it holds objects other than "
+                           "tensors and plain values (exec)")
+    assert not marker.exists()
+
+
+def test_cli_read_only_output_folder_is_one_line(tiny_model_dir, tmp_path, monkeypatch):
+    """chmod makes the folder read-only; root ignores that, so the write is also patched to raise."""
+    import os
+    import pathlib
+
+    import yaml
+    from typer.testing import CliRunner
+
+    import zoo.cli_run  # noqa: F401
+    from zoo.cli import app
+
+    out = tmp_path / "ro"
+    out.mkdir()
+    run_file = tmp_path / "run.yaml"
+    run_file.write_text(yaml.safe_dump(_fault_config(tiny_model_dir, out, steps=1).model_dump(mode="json")))
+    out.chmod(0o555)
+    if os.geteuid() == 0:
+        real = pathlib.Path.write_text
+
+        def read_only(self, *a, **kw):
+            if self.parent == out:
+                raise PermissionError(errno.EACCES, "Permission denied", str(self))
+            return real(self, *a, **kw)
+
+        monkeypatch.setattr(pathlib.Path, "write_text", read_only)
+    try:
+        r = CliRunner().invoke(app, ["run", str(run_file)])
+    finally:
+        out.chmod(0o755)
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert f"error: permission denied while writing {out / 'config.yaml'}" in r.output.splitlines()

@@ -31,7 +31,7 @@ err = Console(stderr=True)
 
 
 def _fail(msg: str, code: int = 1) -> None:
-    err.print(f"[bold red]error:[/] {escape(str(msg))}", highlight=False)
+    err.print(f"[bold red]error:[/] {escape(str(msg))}", highlight=False, soft_wrap=True)  # a path stays copyable
     raise typer.Exit(code)
 
 
@@ -238,8 +238,9 @@ def validate(
 
 
 def main() -> None:
-    """Console-script entry point. Configuration and input errors are printed as `error: ...` with
-    exit status 1 (set ZOO_DEBUG=1 for the traceback)."""
+    """Console-script entry point. Configuration and input errors, and file-system errors (disk full,
+    permissions), are printed as one line `error: ...` with exit status 1 (set ZOO_DEBUG=1 for the
+    traceback)."""
     import os
 
     from zoo import cli_bench, cli_run  # noqa: F401  (register run/ablate/report/export and bench)
@@ -251,6 +252,13 @@ def main() -> None:
         if os.environ.get("ZOO_DEBUG"):
             raise
         err.print(f"[bold red]error:[/] {escape(str(e) or type(e).__name__)}", highlight=False)
+        raise SystemExit(1) from None
+    except OSError as e:  # disk full, read-only folder, permissions: zoo.faults names the file
+        if os.environ.get("ZOO_DEBUG"):
+            raise
+        from zoo.faults import os_error_message
+
+        err.print(f"[bold red]error:[/] {escape(os_error_message(e))}", highlight=False, soft_wrap=True)
         raise SystemExit(1) from None
 
 

@@ -73,12 +73,16 @@ def run(
             cfg = load_run_config(config, parse_sets(set_))
     except VariantError as e:
         _fail(str(e))
+    from zoo.checkpoint import CheckpointError
+    from zoo.faults import os_error_message
     from zoo.trainer import train
 
     try:
         summary = train(cfg, resume=not fresh)
-    except VariantError as e:
+    except (VariantError, CheckpointError) as e:
         _fail(str(e))
+    except OSError as e:  # disk full, read-only folder: one line naming the file (zoo.faults)
+        _fail(os_error_message(e))
     except KeyboardInterrupt:
         _fail(f"interrupted; resume with: zoo run --resume {cfg.out_dir()}", 130)
     console.print(f"[green]finished[/] {cfg.out_dir()}  reward/total {summary.get('reward/total', float('nan')):.4f}  "
@@ -123,6 +127,10 @@ def ablate(
         code = experiment.run_study(st, dry_run=dry_run, shard=sh, console=console, fresh=tuple(fresh))
     except VariantError as e:
         _fail(str(e))
+    except OSError as e:  # disk full, read-only folder: one line naming the file (zoo.faults)
+        from zoo.faults import os_error_message
+
+        _fail(os_error_message(e))
     except KeyboardInterrupt:
         import shlex
 

@@ -7,6 +7,10 @@ so far, cumulative), "time/step", "time/elapsed" (seconds since the start), "per
 records with "eval/greedy_acc"), `summary.json` ("status", "error", "eval/before", "eval/after",
 "config") and `config.yaml`; `study.json` (optional) gives the arm order.
 
+Damaged files never stop a report: unreadable metrics lines (cut by a crash, not UTF-8) are skipped and
+counted, and each problem is a warning naming the file (terminal and report.md). A finished run's
+final numbers come from its summary.json (written once at the end), not from the last metrics line.
+
 Runs whose labels differ only by the `-s<seed>` suffix form one arm: numbers are mean +- sample std
 (n-1) over its seeds that did not fail, curves are the mean over seeds (band: +- std).
 Output: `report.md`, `plots/*.png` (linked from report.md) and the table printed with rich.
@@ -23,7 +27,7 @@ from typing import Any, Callable, Iterable
 
 import yaml
 
-from zoo.tracking import read_json, read_jsonl
+from zoo.tracking import read_json, read_jsonl_counted
 
 _SEED_SUFFIX = re.compile(r"-s(-?\d+)$")
 DIAGNOSTICS = [("accuracy", "train accuracy"), ("eval/greedy_acc", "eval greedy accuracy"), ("kl/ref", "KL to reference"),
@@ -47,6 +51,7 @@ class RunData:
     seed: int | None = None
     status: str = "pending"
     error: str | None = None
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def group(self) -> str:
@@ -79,20 +84,29 @@ class ArmGroup:
 
 
 def load_run(d: Path) -> RunData:
-    """Read one arm folder (missing files give empty records / dicts)."""
+    """Read one arm folder (missing files give empty records / dicts; damaged ones add a warning
+    naming the file to `RunData.warnings`)."""
     summ = read_json(d / "summary.json")
     cfg = _read_yaml(d / "config.yaml")
-    recs = read_jsonl(d / "metrics.jsonl")
+    recs, skipped = read_jsonl_counted(d / "metrics.jsonl")
+    warnings = [f"{d / f}: unreadable, ignored" for f, data in (("summary.json", summ), ("config.yaml", cfg))
+                if (d / f).is_file() and not data]
+    if skipped:
+        warnings.append(f"{d / 'metrics.jsonl'}: skipped {skipped} unreadable line(s) (cut by a crash, or not UTF-8 JSON)")
     status = summ.get("status") if summ.get("status") in ("finished", "failed") else ("unfinished" if recs else "pending")
+    steps = [int(r["step"]) for r in recs if isinstance(r.get("step"), (int, float)) and "reward/total" in r]
+    if status == "finished" and isinstance(summ.get("steps"), int) and max(steps, default=0) < summ["steps"]:
+        warnings.append(f"{d / 'metrics.jsonl'}: ends at step {max(steps, default=0)} but summary.json records "
+                        f"{summ['steps']} steps (file cut?); final numbers are summary.json's, curves stop early")
     m = _SEED_SUFFIX.search(d.name)
     seed = cfg.get("seed", int(m.group(1)) if m else None)
-    return RunData(d.name, d, recs, summ, cfg, seed, status, summ.get("error"))
+    return RunData(d.name, d, recs, summ, cfg, seed, status, summ.get("error"), warnings)
 
 
 def _read_yaml(p: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(p.read_text())
-    except (OSError, yaml.YAMLError):
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError):  # ValueError: not UTF-8
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -145,11 +159,14 @@ def fmt_ms(values: Iterable[float], digits: int = 3) -> str:
 
 
 def _last(run: RunData, key: str) -> float | None:
-    s = run.series(key)
-    if s:
-        return list(s.values())[-1]
+    """The final value of `key`: a finished run's summary.json value when it has one (the metrics
+    file may be cut short), else the last step's in metrics.jsonl, else the summary's."""
     v = run.summary.get(key)
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    summ = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+    if run.status == "finished" and summ is not None:
+        return summ
+    s = run.series(key)
+    return list(s.values())[-1] if s else summ
 
 
 def _best(run: RunData, key: str) -> float | None:
@@ -411,6 +428,9 @@ def markdown(name: str, header: list[str], rows: list[list[str]], plots: list[tu
     lines += ["| " + " | ".join(map(_md_cell, row)) + " |" for row in rows]
     for title, p in plots:
         lines += ["", f"## {title}", "", f"![{title}]({p.relative_to(base).as_posix()})"]
+    warned = [w for r in runs for w in r.warnings]
+    if warned:
+        lines += ["", "## Warnings", ""] + [f"- {_md_cell(w)}" for w in warned]
     failed = [r for r in runs if r.status == "failed"]
     if failed:
         lines += ["", "## Failed runs", ""]
@@ -484,4 +504,10 @@ def write_report(study_dir: Path | str, console: Any = None) -> Path:
     out = study_dir / "report.md"
     out.write_text(markdown(name, header, rows, plots, runs, study_dir), encoding="utf-8")
     print_table(name, header, rows, console)
+    if any(r.warnings for r in runs):
+        from rich.console import Console
+        from rich.markup import escape
+
+        for w in (w for r in runs for w in r.warnings):
+            (console or Console(stderr=True)).print(f"[yellow]warning:[/] {escape(w)}", highlight=False, soft_wrap=True)
     return out

@@ -31,6 +31,7 @@ from typing import Any, Iterable, Mapping
 from urllib.parse import urlparse
 
 from zoo.config import RunConfig, WandbOpts
+from zoo.faults import write_guard
 from zoo.provenance import git_commit
 
 log = logging.getLogger(__name__)
@@ -88,32 +89,49 @@ def _plain(v: Any) -> Any:
 
 
 def append_jsonl(path: Path, records: Iterable[Mapping[str, Any]]) -> None:
-    """Append one JSON object per line (non-JSON values via str). OSError propagates."""
+    """Append one JSON object per line (non-JSON values via str). Raises WriteError (zoo.faults:
+    disk full, read-only file) naming the file."""
     lines = "".join(json.dumps(_plain(r), default=str) + "\n" for r in records)
-    with open(path, "a", encoding="utf-8") as f:
+    with write_guard(path), open(path, "a", encoding="utf-8") as f:
         f.write(lines)
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Records of a JSONL file ([] if missing); an unreadable line (e.g. cut by a crash) is skipped."""
-    if not Path(path).is_file():
-        return []
-    out = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
+def read_jsonl_counted(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """(records, skipped) of a JSONL file (([], 0) if missing or unreadable as a file): a line that is
+    not UTF-8, not JSON (e.g. cut by a crash or a full disk) or not an object is skipped and counted."""
+    try:
+        data = Path(path).read_bytes() if Path(path).is_file() else b""
+    except OSError:
+        return [], 0
+    out, skipped = [], 0
+    for line in data.splitlines():
+        if not line.strip():
             continue
+        try:
+            rec = json.loads(line.decode("utf-8"))
+        except ValueError:  # UnicodeDecodeError and JSONDecodeError
+            rec = None
         if isinstance(rec, dict):
             out.append(rec)
+        else:
+            skipped += 1
+    return out, skipped
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Records of a JSONL file ([] if missing); unreadable lines are skipped (`read_jsonl_counted`),
+    with one warning naming the file and how many."""
+    out, skipped = read_jsonl_counted(path)
+    if skipped:
+        log.warning("%s: skipped %d unreadable line(s) (not UTF-8 JSON objects; cut by a crash?)", path, skipped)
     return out
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    """A JSON object file as a dict ({} if missing, unreadable or not an object): summary.json, study.json."""
+    """A JSON object file as a dict ({} if missing, unreadable, not UTF-8 or not an object): summary.json, study.json."""
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError):
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # ValueError: JSONDecodeError, UnicodeDecodeError
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -121,15 +139,21 @@ def read_json(path: Path) -> dict[str, Any]:
 def truncate_jsonl(path: Path, step: int) -> int:
     """Keep the records with `step <= step` (and those without a step); returns how many were dropped.
 
-    The file is rewritten atomically; a missing file is left missing."""
+    The file is rewritten atomically, only when a record or an unreadable line goes; a missing file
+    is left missing. Raises WriteError."""
     path = Path(path)
     if not path.is_file():
         return 0
-    recs = read_jsonl(path)
+    recs, skipped = read_jsonl_counted(path)
     keep = [r for r in recs if not isinstance(r.get("step"), (int, float)) or r["step"] <= step]
+    if len(keep) == len(recs) and not skipped:
+        return 0  # nothing to drop: no rewrite (nor a second copy of the file on a full disk)
+    if skipped:
+        log.warning("%s: dropping %d unreadable line(s) (not UTF-8 JSON objects; cut by a crash?)", path, skipped)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in keep), encoding="utf-8")
-    tmp.replace(path)
+    with write_guard(path, tmp=tmp):
+        tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in keep), encoding="utf-8")
+        tmp.replace(path)
     return len(recs) - len(keep)
 
 
@@ -187,7 +211,8 @@ class Tracker:
 
     run_dir: the run's folder (created); config: the resolved run config (W&B run config);
     wandb_opts: None disables W&B; name/group/job_type/tags: the W&B run's; resume_id: a W&B run id
-    to continue (`resume="allow"`). Never raises because of W&B; JSONL write errors (OSError) do.
+    to continue (`resume="allow"`). Never raises because of W&B; JSONL write errors do (WriteError,
+    an OSError naming the file).
     """
 
     def __init__(self, run_dir: Path | str, *, config: Mapping[str, Any], wandb_opts: WandbOpts | None,

@@ -24,6 +24,7 @@ from zoo import checkpoint as ckpt
 from zoo import dist
 from zoo.config import RunConfig, WandbOpts
 from zoo.evaluate import evaluate
+from zoo.faults import WriteError, say_unrecorded, with_last_checkpoint, write_guard
 from zoo.provenance import provenance, reset_peak_memory
 from zoo.registry import load_plugins
 from zoo.rewards.compute import resolve_rewards
@@ -221,7 +222,10 @@ def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
     (zoo.fingerprint.check_reuse: StaleRunError naming the changed keys, ending with `fresh_hint`);
     `resume=False` (`--fresh`) deletes its checkpoint and summary first. A failure after setup writes
     summary.json with status "failed" and re-raises; the last checkpoint stays, and calling `train`
-    again resumes from it. Set `ZOO_FAIL_AT_STEP=k` to simulate a crash after step k (tests)."""
+    again resumes from it. Set `ZOO_FAIL_AT_STEP=k` to simulate a crash after step k (tests). A failed
+    write (disk full, read-only) is re-raised as one WriteError naming the file and the last good
+    checkpoint's step; a damaged or unsafe checkpoint raises CheckpointError before any step
+    (zoo.checkpoint.load)."""
     from zoo import lock
 
     if dist.rank() != 0:
@@ -251,12 +255,17 @@ def _train(cfg: RunConfig, resume: bool, *, progress: bool, on_step: Callable[[i
     main = dist.rank() == 0
     state = ckpt.load(out / "checkpoint") if resume else None
     if state is not None:
-        restore_checkpoint(st, state)
+        with ckpt.restoring(out / "checkpoint" / ckpt.FILE):
+            restore_checkpoint(st, state)
         log.info("resumed %s at step %d", out, st.step)
+    elif main:
+        ckpt.clear(out / "checkpoint")  # a fresh start: an older run's checkpoint must not become state.prev.pt
+    saved_step = st.step if state is not None else None  # the last good checkpoint (for a write error's message)
     rcfg = resolved_config(st)
     rcfg["fingerprint"] = fp.write_record(out, cfg) if main else dict(zip(("digest", "fields"), fp.fingerprint(cfg)))
     if main:
-        (out / "config.yaml").write_text(yaml.safe_dump(rcfg, sort_keys=False))
+        with write_guard(out / "config.yaml"):
+            (out / "config.yaml").write_text(yaml.safe_dump(rcfg, sort_keys=False))
     tracker = Tracker.for_run(cfg, config=rcfg, resolved_slots=rcfg["resolved_variant"]["slots"],
                               resume_id=state.get("tracker_id") if state else None) if main else _NullTracker()
     if main:  # records past the checkpoint (or all of them on a fresh start) belong to a lost run
@@ -284,6 +293,7 @@ def _train(cfg: RunConfig, resume: bool, *, progress: bool, on_step: Callable[[i
                     tracker.log(evaluate_run(), step=st.step)
                 if st.step % cfg.checkpoint.every == 0 or st.step == cfg.budget.steps:
                     save_checkpoint(st, out, tracker.run_id)
+                    saved_step = st.step
                 last = m
                 bar(st.step, m)
                 if on_step:
@@ -303,10 +313,18 @@ def _train(cfg: RunConfig, resume: bool, *, progress: bool, on_step: Callable[[i
     except BaseException as e:  # noqa: BLE001 - record, keep the checkpoint, re-raise
         # Ctrl-C / SIGTERM is not a failure: the run is unfinished and a re-run resumes it
         status = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
+        tb, raised = traceback.format_exc()[-4000:], e
+        if isinstance(e, WriteError):  # disk full / read-only: say which checkpoint survives
+            e = with_last_checkpoint(e, saved_step, out / "checkpoint" / ckpt.FILE)
         summary.update({"status": status, "error": f"{type(e).__name__}: {e}", "steps": st.step,
-                        "traceback": traceback.format_exc()[-4000:], "config": rcfg})
-        _write_summary(out, summary)
+                        "traceback": tb, "config": rcfg})
+        try:
+            _write_summary(out, summary)
+        except OSError as w:  # e.g. the same full disk: the status must still be said somewhere
+            say_unrecorded(status, out / "summary.json", w)
         tracker.finish(1)
+        if e is not raised:
+            raise e from None  # one clear error, not the chain of the original OSError
         raise
 
 
@@ -369,8 +387,9 @@ def _write_summary(out: Path, summary: dict[str, Any]) -> None:
     if dist.rank() != 0:
         return
     tmp = out / ".summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2, default=str))
-    os.replace(tmp, out / "summary.json")
+    with write_guard(out / "summary.json", tmp=tmp):
+        tmp.write_text(json.dumps(summary, indent=2, default=str))
+        os.replace(tmp, out / "summary.json")
 
 
 class _progress:
