@@ -526,4 +526,5 @@ def test_cli_read_only_output_folder_is_one_line(tiny_model_dir, tmp_path, monke
     finally:
         out.chmod(0o755)
     assert r.exit_code == 1 and "Traceback" not in r.output
-    assert f"error: permission denied while writing {out / 'config.yaml'}" in r.output.splitlines()
+    # the first file a run writes in its folder is its fingerprint record
+    assert f"error: permission denied while writing {out / 'fingerprint.json'}" in r.output.splitlines()

@@ -26,6 +26,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
+from zoo.faults import write_guard
 from zoo.config import RunConfig
 from zoo.variant import VariantError
 
@@ -122,8 +123,9 @@ def write_record(run_dir: Path, cfg: RunConfig) -> dict[str, Any]:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     tmp = run_dir / f".{RECORD}.tmp"
-    tmp.write_text(json.dumps(rec, indent=2, sort_keys=True))
-    tmp.replace(run_dir / RECORD)
+    with write_guard(run_dir / RECORD, tmp=tmp):  # one clear WriteError on a full disk / read-only folder
+        tmp.write_text(json.dumps(rec, indent=2, sort_keys=True))
+        tmp.replace(run_dir / RECORD)
     return rec
 
 
