@@ -68,14 +68,20 @@ class StepSettings:
     epochs: int
     minibatches: int
     entropy_coef: float
-    autocast: str  # "none" | "bf16" | "fp16"
+    autocast: str  # "none" | "bf16" | "fp16" (resolved: never "auto")
     max_grad_norm: float | None
 
 
 def autocast(setting: str, device: torch.device) -> contextlib.AbstractContextManager:
-    """bf16/fp16 autocast for forward passes, or a no-op. Log-softmax stays fp32 (rollout.token_logprobs)."""
+    """bf16/fp16 autocast for forward passes, or a no-op. Log-softmax stays fp32 (rollout.token_logprobs).
+
+    `setting` is a resolved one ("none" | "bf16" | "fp16"); raises ValueError for anything else,
+    also for "auto" (resolve it first with `zoo.precision.resolve_autocast`)."""
     if setting == "none":
         return contextlib.nullcontext()
+    if setting not in ("bf16", "fp16"):
+        hint = ": resolve it first with zoo.precision.resolve_autocast" if setting == "auto" else ""
+        raise ValueError(f"autocast {setting!r}: expected none, bf16 or fp16{hint}")
     dtype = torch.bfloat16 if setting == "bf16" else torch.float16
     return torch.autocast(device_type=device.type, dtype=dtype)
 
