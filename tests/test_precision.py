@@ -131,3 +131,32 @@ def test_engine_autocast_refuses_an_unresolved_setting():
         engine.autocast("auto", torch.device("cpu"))
     with pytest.raises(ValueError, match="expected none, bf16 or fp16"):
         engine.autocast("bf32", torch.device("cpu"))
+
+
+def test_zoo_bench_resolves_auto_prints_and_records_the_choice(cpuinfo, tiny_model_dir):
+    from typer.testing import CliRunner
+
+    import zoo.cli_bench  # noqa: F401  (registers `bench`)
+    from zoo.cli import app
+
+    cpuinfo(AVX2_ONLY)
+    task = {"name": "reasoning_gym", "dataset": "basic_arithmetic", "size": 8, "eval_size": 2, "fewshot": 0,
+            "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}}
+    r = CliRunner().invoke(app, ["bench", "grpo", "--model", str(tiny_model_dir), "--task", json.dumps(task),
+                                 "--prompts", "2", "--group-size", "2", "--max-new-tokens", "4", "--steps", "1",
+                                 "--micro-batch", "4", "--threads", "1", "--json"])  # --autocast auto: the default
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["spec"]["autocast"] == "none"  # the bench ran (and records) the resolved choice
+    assert out["precision"]["autocast"] == "none" and "lacks avx512_bf16" in out["precision"]["reason"]
+    assert "autocast none: CPU lacks avx512_bf16" in " ".join((r.stderr or "").split())
+
+
+def test_zoo_bench_rejects_an_unknown_autocast():
+    from typer.testing import CliRunner
+
+    import zoo.cli_bench  # noqa: F401
+    from zoo.cli import app
+
+    r = CliRunner().invoke(app, ["bench", "grpo", "--autocast", "bf32"])
+    assert r.exit_code == 1 and "use auto, bf16, fp16 or none" in r.output
