@@ -343,7 +343,7 @@ def test_ctrl_c_leaves_an_interrupted_not_failed_run_that_resumes(tiny_model_dir
 
 
 @pytest.mark.parametrize("flags, choice", [("fpu avx2 fma", "none"), ("fpu avx2 avx512f avx512_bf16", "bf16")])
-def test_auto_autocast_is_resolved_once_and_recorded(flags, choice, tiny_model_dir, tmp_path, monkeypatch):
+def test_auto_autocast_is_resolved_once_and_recorded(flags, choice, tiny_model_dir, tmp_path, monkeypatch, caplog):
     """`auto` becomes the CPU's choice for rollout, training and evaluation alike, and config.yaml and
     summary.json record it with the reason and torch's CPU capability."""
     import yaml
@@ -356,11 +356,14 @@ def test_auto_autocast_is_resolved_once_and_recorded(flags, choice, tiny_model_d
     seen, real = [], engine.autocast
     monkeypatch.setattr(engine, "autocast", lambda setting, device: seen.append(setting) or real(setting, device))
     cfg = tiny_run_config(tiny_model_dir, tmp_path / "run", model_opts={"autocast": "auto"}, budget={"steps": 1})
+    caplog.set_level("INFO", logger="zoo.precision")
     s = train(cfg, progress=False)
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "zoo.precision"]  # one line per run
     assert set(seen) == {choice} and len(seen) >= 3  # generate, train forward, the evaluations
     rec = s["config"]["provenance"]["precision"]
     assert rec["autocast"] == choice and rec["cpu_capability"] == precision.cpu_capability()
     assert ("avx512_bf16 in /proc/cpuinfo" in rec["reason"]) == (choice == "bf16")
+    assert line == f"autocast {choice}: {rec['reason']}"
     written = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
     assert written["provenance"]["precision"] == rec and written["model_opts"]["autocast"] == "auto"
 
