@@ -50,6 +50,7 @@ def tiny_run_config(model_dir, out_dir, variant="grpo", **over):
         "rewards": ["correctness", {"name": "length", "weight": 0.5, "scale": 10.0}],
         "budget": {"steps": 2, "prompts_per_step": 2, "group_size": 4, "max_new_tokens": 8, "micro_batch": 4},
         "optim": {"lr": 1e-3},
+        "model_opts": {"autocast": "none"},  # not `auto`: the same numbers on every machine
         "eval": {"size": 2, "samples": 2},
         "tracking": {"wandb": False},
         "output_dir": str(out_dir),

@@ -409,3 +409,28 @@ def test_cli_ablate_rerun_prints_changed_keys_and_fresh_retrains(tmp_path, monke
     assert train.calls == [("grpo-s0", True)] * 2
     rec = json.loads((tmp_path / "runs/demo/grpo-s0/fingerprint.json").read_text())
     assert rec["fields"]["optim"]["lr"] == 0.5
+
+
+def test_ctrl_c_records_the_arm_interrupted_in_study_json_and_a_rerun_resumes_it(tmp_path):
+    """Item 13: Ctrl-C during an arm (here while it loads, before the trainer writes anything) leaves
+    study.json saying `interrupted` for that arm, not `pending`; the arms after it stay pending."""
+    st = E.load_study(_write(tmp_path, STUDY, {"variants": ["grpo"], "ablations": {}, "seeds": [0, 1, 2]}))
+    root = tmp_path / "runs" / "demo"
+    done = FakeTrain()
+
+    def train(cfg, resume=True):
+        if cfg.name == "grpo-s1":
+            raise KeyboardInterrupt
+        return done(cfg, resume)
+
+    with pytest.raises(KeyboardInterrupt):
+        E.run_study(st, train_fn=train, console=_console())
+    index = json.loads((root / "study.json").read_text())
+    assert {a["label"]: a["status"] for a in index["arms"]} == {
+        "grpo-s0": "finished", "grpo-s1": "interrupted", "grpo-s2": "pending"}
+    assert E.arm_status(root / "grpo-s1") == ("interrupted", "KeyboardInterrupt: ")
+
+    again = FakeTrain()
+    assert E.run_study(st, train_fn=again, console=_console()) == 0
+    assert again.calls == [("grpo-s1", True), ("grpo-s2", True)]
+    assert {a["status"] for a in json.loads((root / "study.json").read_text())["arms"]} == {"finished"}

@@ -339,7 +339,7 @@ def test_ctrl_c_leaves_an_interrupted_not_failed_run_that_resumes(tiny_model_dir
     with pytest.raises(KeyboardInterrupt):
         train(cfg, progress=False)
     assert json.loads((tmp_path / "summary.json").read_text())["status"] == "interrupted"
-    assert arm_status(tmp_path) == ("unfinished", None)  # a study re-run resumes it, the report shows it
+    assert arm_status(tmp_path) == ("interrupted", "KeyboardInterrupt: ")  # a study re-run resumes it
     monkeypatch.setattr(T, "step", real)
     ran = []
     assert train(cfg, resume=True, progress=False, on_step=lambda step, m: ran.append(step))["status"] == "finished"
@@ -528,3 +528,64 @@ def test_cli_read_only_output_folder_is_one_line(tiny_model_dir, tmp_path, monke
     assert r.exit_code == 1 and "Traceback" not in r.output
     # the first file a run writes in its folder is its fingerprint record
     assert f"error: permission denied while writing {out / 'fingerprint.json'}" in r.output.splitlines()
+
+
+@pytest.mark.parametrize("flags, choice", [("fpu avx2 fma", "none"), ("fpu avx2 avx512f avx512_bf16", "bf16")])
+def test_auto_autocast_is_resolved_once_and_recorded(flags, choice, tiny_model_dir, tmp_path, monkeypatch, caplog):
+    """`auto` becomes the CPU's choice for rollout, training and evaluation alike, and config.yaml and
+    summary.json record it with the reason and torch's CPU capability."""
+    import yaml
+
+    from zoo import precision
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+    monkeypatch.setattr(precision, "CPUINFO", cpuinfo)
+    from zoo import trainer as T
+    from zoo.step import forwards, sample
+
+    seen, real = [], forwards.autocast
+    for mod in (forwards, sample, T):  # every place a forward or generation takes its precision from
+        monkeypatch.setattr(mod, "autocast", lambda setting, device: seen.append(setting) or real(setting, device))
+    cfg = tiny_run_config(tiny_model_dir, tmp_path / "run", model_opts={"autocast": "auto"}, budget={"steps": 1})
+    caplog.set_level("INFO", logger="zoo.precision")
+    s = train(cfg, progress=False)
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "zoo.precision"]  # one line per run
+    assert set(seen) == {choice} and len(seen) >= 3  # generate, train forward, the evaluations
+    rec = s["config"]["provenance"]["precision"]
+    assert rec["autocast"] == choice and rec["cpu_capability"] == precision.cpu_capability()
+    assert ("avx512_bf16 in /proc/cpuinfo" in rec["reason"]) == (choice == "bf16")
+    assert line == f"autocast {choice}: {rec['reason']}"
+    written = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert written["provenance"]["precision"] == rec and written["model_opts"]["autocast"] == "auto"
+
+
+def test_kill_9_then_resume_keeps_eval_before_labels_and_prints_it(tiny_model_dir, tmp_path, monkeypatch):
+    """Item 13: a run killed after step 1 (no failure summary: kill -9 gives no chance to write one)
+    and resumed with `zoo run --resume` keeps its first evaluation in summary.json, announces the
+    final evaluation as "after training" and prints both accuracies."""
+    from typer.testing import CliRunner
+
+    from zoo import cli_run  # noqa: F401  (registers `run` on the app)
+    from zoo import trainer as T
+    from zoo.cli import app
+
+    real_write = T._write_summary
+    monkeypatch.setattr(T, "_write_summary", lambda out, s: None if s.get("status") == "failed" else real_write(out, s))
+    cfg = tiny_run_config(tiny_model_dir, tmp_path, checkpoint={"every": 1})
+    monkeypatch.setenv("ZOO_FAIL_AT_STEP", "1")
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train(cfg, progress=False)
+    monkeypatch.delenv("ZOO_FAIL_AT_STEP")
+    monkeypatch.setattr(T, "_write_summary", real_write)
+    left = json.loads((tmp_path / "summary.json").read_text())
+    assert left["status"] == "running" and left["eval/before"]["eval/n"] == 2.0
+
+    r = CliRunner().invoke(app, ["run", "--resume", str(tmp_path)])
+    text = " ".join((r.stdout + (r.stderr or "")).split())
+    assert r.exit_code == 0, text
+    s = json.loads((tmp_path / "summary.json").read_text())
+    (first,) = [x for x in read_jsonl(tmp_path / "metrics.jsonl") if x.get("eval/phase") == 0.0]
+    assert s["status"] == "finished" and s["eval/before"]["eval/greedy_acc"] == first["eval/greedy_acc"]
+    assert "eval (after training)" in text and "before training" not in text
+    assert f"eval {s['eval/before']['eval/greedy_acc']:.3f} -> {s['eval/after']['eval/greedy_acc']:.3f}" in text

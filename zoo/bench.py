@@ -120,6 +120,18 @@ def parse_updates(text: str | None) -> dict[str, int] | None:
     return {"epochs": int(m.group(1)), "minibatches": int(m.group(2))}
 
 
+def resolve_bench_autocast(setting: str) -> tuple[str, str]:
+    """`zoo.precision.resolve_autocast` for the device a bench runs on (CUDA if available, else CPU):
+    (choice, reason). The spec then carries the concrete choice, so TRL's side and the recorded JSON
+    match zoo's. Raises ValueError for an unknown setting."""
+    import torch
+
+    from zoo.precision import resolve_autocast
+
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    return resolve_autocast(setting, device)
+
+
 def run_config(spec: BenchSpec, out_dir: str | os.PathLike):
     """The RunConfig a bench trains with (warm-up + measured steps; no eval, no tracking)."""
     from zoo.config import RunConfig

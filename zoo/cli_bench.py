@@ -138,7 +138,8 @@ def bench(
     checkpointing: bool = typer.Option(False, "--checkpointing", help="activation checkpointing in the train forward"),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help="every completion runs to --max-new-tokens (cost "
                                     "per token; otherwise completions stop at EOS). Not with --vs"),
-    autocast: str = typer.Option("none", "--autocast", help="bf16 | fp16 | none"),
+    autocast: str = typer.Option("auto", "--autocast", help="auto | bf16 | fp16 | none (auto: bf16 where the GPU "
+                                 "or CPU runs it natively, else none = fp32; printed)"),
     micro_batch: int = typer.Option(8, "--micro-batch", min=1, help="completions per forward/backward"),
     updates: Optional[str] = typer.Option(None, "--updates", help="EPOCHSxMINIBATCHES per rollout (default: the "
                                           "variant's; 1x1 with --memory)"),
@@ -170,8 +171,10 @@ def bench(
     from zoo.variant import VariantError
 
     _quiet_logs()
-    if autocast not in ("none", "bf16", "fp16"):
-        _fail(f"--autocast {autocast!r}: use bf16, fp16 or none")
+    if autocast not in ("auto", "none", "bf16", "fp16"):
+        _fail(f"--autocast {autocast!r}: use auto, bf16, fp16 or none")
+    autocast, why = zb.resolve_bench_autocast(autocast)
+    err.print(f"autocast {autocast}: {why}", highlight=False)
     names = list(variants or [])
     if vs is not None and vs.lower() != "trl":
         _fail(f"--vs {vs!r}: only 'trl' is supported")
@@ -237,6 +240,9 @@ def bench(
         _fail(str(e))
     except RuntimeError as e:
         _fail(str(e))
+    from zoo.precision import describe
+
+    res["precision"] = describe(autocast, why)
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(res, indent=2, default=str))

@@ -16,6 +16,7 @@ def _quiet_logs() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     for noisy in ("transformers", "datasets", "urllib3", "httpx"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
+    logging.getLogger("zoo.precision").setLevel(logging.INFO)  # the run's one line: which autocast and why
 
 
 def _sigterm_as_interrupt() -> None:
@@ -86,8 +87,14 @@ def run(
     except KeyboardInterrupt:
         _fail(f"interrupted; resume with: zoo run --resume {cfg.out_dir()}", 130)
     console.print(f"[green]finished[/] {cfg.out_dir()}  reward/total {summary.get('reward/total', float('nan')):.4f}  "
-                  f"eval {summary.get('eval/before', {}).get('eval/greedy_acc', '-')} -> "
-                  f"{summary.get('eval/after', {}).get('eval/greedy_acc', '-')}", highlight=False)
+                  f"eval {greedy_acc(summary, 'eval/before')} -> {greedy_acc(summary, 'eval/after')}", highlight=False)
+
+
+def greedy_acc(summary: dict, key: str) -> str:
+    """`summary[key]["eval/greedy_acc"]` as "0.583", or "-" where the run has none (eval disabled, no
+    correctness reward). A resumed run's summary carries eval/before from its first process."""
+    acc = (summary.get(key) or {}).get("eval/greedy_acc")
+    return f"{acc:.3f}" if isinstance(acc, (int, float)) else "-"
 
 
 @app.command()

@@ -53,7 +53,9 @@ class Lora(_Strict):
 
 class ModelOpts(_Strict):
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    autocast: Literal["none", "bf16", "fp16"] = Field("none", description="mixed precision for forward passes")
+    autocast: Literal["auto", "none", "bf16", "fp16"] = Field(
+        "auto", description="mixed precision for forward passes; auto: bf16 where the GPU or CPU runs it natively, "
+        "else none (fp32); see zoo.precision")
     lora: Lora | None = None
     gradient_checkpointing: bool = False
 

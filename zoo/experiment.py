@@ -398,10 +398,10 @@ def single_arm_config(path: str | Path, overrides: Mapping[str, Any] | None = No
 
 
 def arm_status(run_dir: Path) -> tuple[str, str | None]:
-    """(status, error) of an arm folder: finished | failed | unfinished (has metrics; also an
-    interrupted run) | pending."""
+    """(status, error) of an arm folder: finished | failed | interrupted (Ctrl-C / SIGTERM; a re-run
+    resumes it) | unfinished (has metrics: running, or killed) | pending."""
     summ = read_summary(run_dir)
-    if summ.get("status") in ("finished", "failed"):
+    if summ.get("status") in ("finished", "failed", "interrupted"):
         return summ["status"], summ.get("error")
     return ("unfinished" if (run_dir / "metrics.jsonl").exists() else "pending"), None
 
@@ -536,8 +536,11 @@ def run_study(st: Study, *, dry_run: bool = False, shard: tuple[int, int] | None
     write_index(st, all_arms)
     results = {}
     for a in arms:
-        results[a.label] = _run_arm(a, train_fn, console, fresh=a.label in fresh or a.group in fresh, study_file=st.path)
-        write_index(st, all_arms)
+        try:
+            results[a.label] = _run_arm(a, train_fn, console, fresh=a.label in fresh or a.group in fresh,
+                                        study_file=st.path)
+        finally:  # also on Ctrl-C: study.json then shows the arm interrupted, not pending
+            write_index(st, all_arms)
     _final_report(st, console)
     bad = [k + (" (in use by another process)" if s == "locked" else "") for k, s in results.items() if s != "finished"]
     console.print(f"study {st.name}: {len(arms) - len(bad)}/{len(arms)} arm(s) finished"
@@ -571,11 +574,15 @@ def _train_arm(arm: Arm, train_fn: Callable[..., Any], console: Any) -> str:
     d = arm.config.out_dir()
     status, _ = arm_status(d)
     write_arm_config(arm)
-    console.print(f"[bold]run[/] {arm.label}" + (" (resuming)" if status in ("unfinished", "failed") else ""),
+    console.print(f"[bold]run[/] {arm.label}" + (" (resuming)" if status in ("unfinished", "failed", "interrupted") else ""),
                   highlight=False)
     try:
         result = train_fn(arm.config, resume=True)
-    except Exception as e:  # noqa: BLE001 - the study goes on; KeyboardInterrupt does not
+    except KeyboardInterrupt as e:  # the study stops; the arm is recorded as interrupted (resumable)
+        if arm_status(d)[0] != "interrupted":  # interrupted before the trainer could say so (e.g. loading)
+            _record_failure(d, e, status="interrupted")
+        raise
+    except Exception as e:  # noqa: BLE001 - the study goes on
         _record_failure(d, e)
         console.print(f"[red]failed[/] {arm.label}: {type(e).__name__}: {e}", highlight=False)
         return "failed"
@@ -590,12 +597,13 @@ def _train_arm(arm: Arm, train_fn: Callable[..., Any], console: Any) -> str:
     return status
 
 
-def _record_failure(run_dir: Path, e: BaseException) -> None:
-    """Mark summary.json failed with the error and the last lines of the traceback (keeps other keys)."""
+def _record_failure(run_dir: Path, e: BaseException, status: str = "failed") -> None:
+    """Mark summary.json `status` (failed, or interrupted) with the error and the last lines of the
+    traceback (keeps other keys)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     summ = read_summary(run_dir)
     tb = traceback.format_exception(type(e), e, e.__traceback__)
-    summ.update(status="failed", error=f"{type(e).__name__}: {e}", traceback="".join(tb)[-4000:])
+    summ.update(status=status, error=f"{type(e).__name__}: {e}", traceback="".join(tb)[-4000:])
     _write_json(run_dir / "summary.json", summ)
 
 

@@ -39,9 +39,15 @@ class StaleRunError(VariantError):
 
 
 def resolved_precision(cfg: RunConfig) -> str:
-    """The mixed precision the forward passes use. For now `cfg.model_opts.autocast`; once `autocast:
-    auto` exists this returns what it resolves to on this machine (zoo.precision.resolve_autocast)."""
-    return cfg.model_opts.autocast
+    """The mixed precision the forward passes use on this machine: `cfg.model_opts.autocast` with
+    `auto` resolved (zoo.precision.resolve_autocast), so an arm trained in bf16 is not silently
+    continued in fp32 on another machine."""
+    import torch
+
+    from zoo.precision import resolve_autocast
+
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    return resolve_autocast(cfg.model_opts.autocast, device)[0]
 
 
 def fingerprint_fields(cfg: RunConfig) -> dict[str, Any]:

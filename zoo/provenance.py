@@ -37,7 +37,9 @@ def git_commit(path: Path | None = None) -> str | None:
         return None
 
 
-def provenance(cfg: Any, source: Any, params: dict[str, Any]) -> dict[str, Any]:
+def provenance(cfg: Any, source: Any, params: dict[str, Any], precision: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What config.yaml and summary.json record about the run's origin; `precision` is the resolved
+    autocast (`zoo.precision.describe`: autocast, reason, cpu_capability)."""
     return {
         "versions": package_versions(),
         "git_commit": git_commit(),
@@ -46,6 +48,7 @@ def provenance(cfg: Any, source: Any, params: dict[str, Any]) -> dict[str, Any]:
         "seed": cfg.seed,
         "device": "cuda" if torch.cuda.is_available() else "cpu",
         "torch_threads": torch.get_num_threads(),
+        **({"precision": precision} if precision is not None else {}),
     }
 
 

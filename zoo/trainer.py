@@ -25,6 +25,7 @@ from zoo import dist
 from zoo.config import RunConfig, WandbOpts
 from zoo.evaluate import evaluate
 from zoo.faults import WriteError, say_unrecorded, with_last_checkpoint, write_guard
+from zoo.precision import describe, resolve_autocast
 from zoo.provenance import provenance, reset_peak_memory
 from zoo.registry import load_plugins
 from zoo.rewards.compute import resolve_rewards
@@ -100,6 +101,8 @@ def setup(cfg: RunConfig, device: torch.device | None = None) -> RunState:
     names = [c.name for c, _ in rewards]
     if device is None:
         device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    precision, why = resolve_autocast(cfg.model_opts.autocast, device)  # once per run: settings, evaluator, provenance
+    logging.getLogger("zoo.precision").info("autocast %s: %s", precision, why)
     src = zm.resolve_model(cfg.model)
     lora = cfg.model_opts.lora.model_dump() if cfg.model_opts.lora else None
     policy, tok = zm.load_policy(src, dtype=cfg.model_opts.dtype, lora=lora,
@@ -115,13 +118,14 @@ def setup(cfg: RunConfig, device: torch.device | None = None) -> RunState:
     s = StepSettings(
         temperature=cfg.sampling.temperature, micro_batch=cfg.budget.micro_batch,
         max_new_tokens=cfg.budget.max_new_tokens, epochs=v.updates.epochs, minibatches=v.updates.minibatches,
-        autocast=cfg.model_opts.autocast, max_grad_norm=cfg.optim.max_grad_norm,
+        autocast=precision, max_grad_norm=cfg.optim.max_grad_norm,
     )
     total = cfg.budget.steps * v.updates.epochs * v.updates.minibatches
     opt = _adamw([p for p in policy.parameters() if p.requires_grad], cfg.optim.lr, cfg)
     copt = _adamw([p for p in critic.parameters() if p.requires_grad], cfg.optim.critic_lr or cfg.optim.lr, cfg) if critic else None
     prov = provenance(cfg, src, {"policy": zm.count_parameters(policy),
-                                 "critic": zm.count_parameters(critic) if critic else None})
+                                 "critic": zm.count_parameters(critic) if critic else None},
+                      precision=describe(precision, why))
     return RunState(
         cfg=cfg, variant=v, slots=slots, models=models, settings=s, optimizer=opt,
         scheduler=_scheduler(opt, cfg, total), critic_optimizer=copt,
@@ -280,6 +284,8 @@ def _train(cfg: RunConfig, resume: bool, *, progress: bool, on_step: Callable[[i
             summary["eval/before"] = evaluate_run()
             if summary["eval/before"]:
                 tracker.log({**summary["eval/before"], "eval/phase": 0.0}, step=0)
+            # persisted now: a run killed (kill -9) before it writes its final summary keeps it for the resume
+            _write_summary(out, {**summary, "status": "running", "steps": 0})
         last: dict[str, Any] = {}
         with _progress(progress and main, cfg.budget.steps, st.step) as bar:
             while st.step < cfg.budget.steps:
@@ -354,17 +360,17 @@ def _evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, f
     if not cfg.eval.enabled or cfg.eval.size == 0 or correctness is None or not st.task.eval:
         return lambda: {}
     rows = st.task.eval[: cfg.eval.size]
-    calls = [0]
 
     def run() -> dict[str, float]:
         if announce:
             from rich.console import Console
 
             console = Console(stderr=True)
-            when = "before training" if calls[0] == 0 else "during/after training"
+            # from the run's step, not a count of calls: a resumed process's first call is not "before"
+            when = ("before training" if st.step == 0 else "after training" if st.step >= cfg.budget.steps
+                    else f"at step {st.step}")
             console.print(f"eval ({when}): {len(rows)} held-out prompts ...", highlight=False, end=" ")
-        calls[0] += 1
-        with autocast(cfg.model_opts.autocast, st.device):
+        with autocast(st.settings.autocast, st.device):
             res = evaluate(st.models.policy, st.models.tokenizer, rows, correctness,
                            max_new_tokens=cfg.budget.max_new_tokens, samples=cfg.eval.samples,
                            temperature=cfg.eval.temperature, seed=cfg.eval.seed,

@@ -16,9 +16,14 @@ from zoo.step.types import Models, Slots, StepSettings
 
 def autocast(setting: str, device: torch.device) -> contextlib.AbstractContextManager:
     """bf16/fp16 autocast for forward passes, or a no-op for "none". Log-softmax stays fp32
-    (rollout.token_logprobs). `setting` is already resolved (never "auto")."""
+    (rollout.token_logprobs). `setting` is a resolved one ("none" | "bf16" | "fp16"); raises
+    ValueError for anything else, also for "auto" (resolve it first with
+    `zoo.precision.resolve_autocast`)."""
     if setting == "none":
         return contextlib.nullcontext()
+    if setting not in ("bf16", "fp16"):
+        hint = ": resolve it first with zoo.precision.resolve_autocast" if setting == "auto" else ""
+        raise ValueError(f"autocast {setting!r}: expected none, bf16 or fp16{hint}")
     dtype = torch.bfloat16 if setting == "bf16" else torch.float16
     return torch.autocast(device_type=device.type, dtype=dtype)
 
