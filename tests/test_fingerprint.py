@@ -5,6 +5,7 @@ import hashlib
 import json
 
 import pytest
+import torch
 import yaml
 from typer.testing import CliRunner
 
@@ -26,7 +27,12 @@ def test_digest_is_sha256_of_canonical_json():
     digest, fields = fp.fingerprint(_cfg())
     text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
     assert digest == hashlib.sha256(text.encode()).hexdigest()
-    assert fields["generator"] == "hf" and fields["precision"] == "none"
+    from zoo.precision import resolve_autocast
+
+    # `auto` (the default) is hashed as what it resolves to on this machine, never as "auto"
+    assert fields["generator"] == "hf" and fields["precision"] == resolve_autocast("auto", torch.device("cpu"))[0]
+    assert fields["precision"] in ("none", "bf16")
+    assert fp.fingerprint(_cfg(model_opts={"autocast": "none"}))[1]["precision"] == "none"
     assert fields["variant"]["name"] == "grpo" and fields["variant"]["slots"]["clip"]["name"] == "ppo"
 
 

@@ -399,7 +399,8 @@ def test_disk_full_also_for_the_summary_says_the_status_on_stderr(tiny_model_dir
         return real(self, data, *a, **kw)
 
     monkeypatch.setattr(pathlib.Path, "write_text", write_text)
-    with pytest.raises(WriteError, match=r"state\.pt; no checkpoint was saved yet$"):
+    # the first write to fail is the "running" summary written after the first evaluation (item 13)
+    with pytest.raises(WriteError, match=r"summary\.json; no checkpoint was saved yet$"):
         train(_fault_config(tiny_model_dir, tmp_path), progress=False)
     summary = tmp_path / "summary.json"
     assert (f"error: could not record status 'failed' in {summary}: no space left on device while writing {summary}"
