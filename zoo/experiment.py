@@ -314,7 +314,7 @@ def run_checks(cfg: RunConfig, v: V.Variant) -> list[str]:
 
     errors = []
     try:
-        resolve_rewards(cfg.rewards)
+        resolve_rewards(cfg.rewards, cfg.plugins)
     except ValueError as e:
         errors.append(f"rewards: {e}")
     g = cfg.budget.group_size or v.group_size

@@ -135,7 +135,7 @@ def setup(cfg: RunConfig, device: torch.device | None = None) -> RunState:
     # extra rounds of dynamic sampling draw from their own stream, so step k's first-round prompts are
     # the same in every arm of a study (paired comparison), whatever the filters dropped before
     resample_stream = PromptStream(task.train, seed=derive_seed(cfg.seed, "resample"))
-    rewards = resolve_rewards(cfg.rewards)
+    rewards = resolve_rewards(cfg.rewards, cfg.plugins)
     names = [c.name for c, _ in rewards]
     if device is None:
         device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
