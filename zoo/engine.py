@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 import torch
 from torch import Tensor
 
-from zoo import dist, registry
+from zoo import dist, guards, registry
 from zoo.batch import Batch
 from zoo.components import AdvantageInputs, StepCounts
 from zoo.components.kl import kl_reward as kl_reward_fn
@@ -297,9 +297,14 @@ def update(
 
     Each optimizer step accumulates micro-batches; every aggregation divides by the step's totals
     (`step_counts`), and gradients are summed (not averaged) over ranks, so the result equals one
-    pass over the whole step on one process (cases C2, C3). Returns averaged metrics.
+    pass over the whole step on one process (cases C2, C3). An optimizer step whose loss
+    (loss/policy, loss/kl, loss/value) or gradient norm (optim/grad_norm, critic/grad_norm) is not
+    finite on any rank is skipped on every rank: weights and optimizer state unchanged, gradients
+    zeroed, the LR schedule still advanced. Returns averaged metrics, with `optim/updates` (applied)
+    and `optim/skipped` (skipped) optimizer steps.
     """
     acc: dict[str, list[float]] = {}
+    applied = skipped = 0  # optimizer steps applied / skipped for a non-finite loss or gradient norm
     tok_stats = torch.zeros(8, dtype=torch.float64)  # sums over real tokens, see below
     n = batch.size
     for _ in range(s.epochs):
@@ -349,16 +354,27 @@ def update(
             # each rank summed its share of the step's losses: the step's value is the sum over ranks
             pol_loss, kl_loss, v_loss = dist.all_reduce_sum(torch.tensor([pol_loss, kl_loss, v_loss],
                                                                          dtype=torch.float64)).tolist()
-            gn = _optimizer_step(models.policy, optimizer, s.max_grad_norm)
-            if scheduler is not None:
-                scheduler.step()
-            acc.setdefault("optim/grad_norm", []).append(gn)
-            acc.setdefault("loss/policy", []).append(pol_loss)
-            acc.setdefault("loss/kl", []).append(kl_loss)
-            if critic_optimizer is not None and models.critic is not None:
-                acc.setdefault("critic/grad_norm", []).append(_optimizer_step(models.critic, critic_optimizer, s.max_grad_norm))
-                acc.setdefault("loss/value", []).append(v_loss)
-    out = {k: sum(v) / len(v) for k, v in acc.items()}
+            step_m = {"loss/policy": pol_loss, "loss/kl": kl_loss, "optim/grad_norm": _summed_grad_norm(models.policy)}
+            with_critic = critic_optimizer is not None and models.critic is not None
+            if with_critic:
+                step_m.update({"loss/value": v_loss, "critic/grad_norm": _summed_grad_norm(models.critic)})
+            if guards.any_rank_nonfinite(step_m.values()):  # skip on every rank: weights, optimizer state kept
+                skipped += 1
+                models.policy.zero_grad(set_to_none=True)
+                if with_critic:
+                    models.critic.zero_grad(set_to_none=True)
+            else:
+                applied += 1
+                _optimizer_step(models.policy, optimizer, s.max_grad_norm, step_m["optim/grad_norm"])
+                if with_critic:
+                    _optimizer_step(models.critic, critic_optimizer, s.max_grad_norm, step_m["critic/grad_norm"])
+            if scheduler is not None:  # a skipped step still uses its slot of the schedule (as with AMP)
+                guards.quiet_scheduler_step(scheduler)
+            for k, v in step_m.items():
+                acc.setdefault(k, []).append(v)
+    out = {k: sum(v) / len(v) for k, v in acc.items()}  # includes skipped steps: a non-finite value shows
+    out["optim/updates"] = float(applied)
+    out["optim/skipped"] = float(skipped)
     tot = tok_stats.clone()
     tot[:7] = dist.all_reduce_sum(tok_stats[:7])
     tot[7] = max(dist.all_gather_object(float(tok_stats[7])))  # ratio/max over every rank's tokens
@@ -377,16 +393,22 @@ def update(
     return out
 
 
-def _optimizer_step(model: torch.nn.Module, opt: torch.optim.Optimizer, max_norm: float | None) -> float:
+def _summed_grad_norm(model: torch.nn.Module) -> float:
+    """Sum the trainable parameters' gradients over ranks (in place), then their total L2 norm
+    (the same on every rank; NaN/inf when a gradient is not finite; 0 without gradients)."""
     params = [p for p in model.parameters() if p.requires_grad]
     dist.sum_gradients(params)
-    if max_norm is not None:
-        gn = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-    else:
-        gn = float(torch.norm(torch.stack([p.grad.norm() for p in params if p.grad is not None])))
+    grads = [p.grad for p in params if p.grad is not None]
+    return float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
+
+
+def _optimizer_step(model: torch.nn.Module, opt: torch.optim.Optimizer, max_norm: float | None, norm: float) -> None:
+    """Clip the (summed) gradients to `max_norm` given their total `norm`, step, free the gradients."""
+    params = [p for p in model.parameters() if p.requires_grad and p.grad is not None]
+    if max_norm is not None and params:
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, torch.tensor(norm))
     opt.step()
     opt.zero_grad(set_to_none=True)  # free the gradients now: generation and forwards run without them
-    return gn
 
 
 def per_row_metrics(objectives: Tensor, names: list[str], scores: Tensor) -> dict[str, Tensor]:

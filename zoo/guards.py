@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import torch
+
+from zoo import dist
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +63,21 @@ class GuardState:
         self.unscored_steps, self.skipped_steps = int(d["unscored_steps"]), int(d["skipped_steps"])
         self.updates = None if d["updates"] is None else int(d["updates"])
         self.no_update = {str(k): int(v) for k, v in d["no_update"].items()}
+
+
+def any_rank_nonfinite(values: Iterable[float]) -> bool:
+    """Whether any of `values` (an optimizer step's losses and gradient norms) is NaN/inf on any rank:
+    a collective under data parallelism (the flag is summed over ranks), so every rank skips alike."""
+    bad = float(any(not math.isfinite(float(v)) for v in values))
+    return float(dist.all_reduce_sum(torch.tensor([bad], dtype=torch.float64))[0]) > 0
+
+
+def quiet_scheduler_step(scheduler: Any) -> None:
+    """`scheduler.step()` without PyTorch's "lr_scheduler.step() before optimizer.step()" warning,
+    which a skipped first optimizer step would trigger."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*lr_scheduler.step.*optimizer.step", category=UserWarning)
+        scheduler.step()
 
 
 def first_nonfinite(m: Mapping[str, Any]) -> list[str]:
