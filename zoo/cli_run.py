@@ -73,12 +73,15 @@ def run(
             cfg = load_run_config(config, parse_sets(set_))
     except VariantError as e:
         _fail(str(e))
+    from zoo.guards import RunFailed
     from zoo.trainer import train
 
     try:
         summary = train(cfg, resume=not fresh)
     except VariantError as e:
         _fail(str(e))
+    except RunFailed as e:  # a run that cannot learn (zoo/guards.py): summary.json says failed
+        _fail(f"run failed: {e} ({cfg.out_dir()}/summary.json: status failed)")
     except KeyboardInterrupt:
         _fail(f"interrupted; resume with: zoo run --resume {cfg.out_dir()}", 130)
     console.print(f"[green]finished[/] {cfg.out_dir()}  reward/total {summary.get('reward/total', float('nan')):.4f}  "

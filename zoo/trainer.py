@@ -24,8 +24,9 @@ import torch
 import yaml
 
 from zoo import checkpoint as ckpt
-from zoo import dist, engine
+from zoo import dist, engine, guards
 from zoo.batch import Batch, concat
+from zoo.components.filter import check_filter_metrics
 from zoo.components.kl import adaptive_beta
 from zoo.config import RunConfig, WandbOpts
 from zoo.evaluate import evaluate
@@ -69,6 +70,7 @@ class RunState:
     beta: float
     step: int = 0
     totals: dict[str, float] = field(default_factory=lambda: {"completions": 0.0, "tokens": 0.0, "elapsed": 0.0})
+    guard: guards.GuardState = field(default_factory=guards.GuardState)
     provenance: dict[str, Any] = field(default_factory=dict)
 
 
@@ -87,14 +89,27 @@ def effective_variant(cfg: RunConfig) -> Variant:
 
 
 def validate_run(cfg: RunConfig) -> tuple[Variant, list[str]]:
-    """Check the variant against the run before any model loads. Raises VariantError; returns warnings."""
+    """Check the variant against the run before any model loads: the variant, minibatches against
+    completions per step, the rewards (registered, or in a plugin module) and the metric each
+    sampling filter names (it must be a metric the rewards produce; a continuous one warns).
+    Raises VariantError; returns warnings."""
     load_plugins(cfg.plugins)
     v = effective_variant(cfg)
-    rep = check_variant(v, {"max_new_tokens": cfg.budget.max_new_tokens})
+    ctx = {"max_new_tokens": cfg.budget.max_new_tokens}
+    rep = check_variant(v, ctx)
     n = cfg.budget.prompts_per_step * v.group_size
     if v.updates.minibatches > n:
         rep.errors.append(f"updates.minibatches {v.updates.minibatches} > {n} completions per step "
                           f"(budget.prompts_per_step x group_size)")
+    try:
+        rewards = [c for c, _ in resolve_rewards(cfg.rewards, cfg.plugins)]
+    except ValueError as e:
+        rep.errors.append(f"rewards: {e}")
+    else:
+        if not rep.errors:  # the filters build (check_variant passed)
+            errors, warnings = check_filter_metrics(v.slots.filter, rewards, ctx)
+            rep.errors += errors
+            rep.warnings += warnings
     if rep.errors:
         raise VariantError("\n".join(rep.errors))
     return v, rep.warnings
@@ -223,6 +238,7 @@ def collect_batch(st: RunState) -> tuple[Batch, dict[str, float]]:
         t_score += time.perf_counter() - t1
         if rnd == 0:
             first_metrics = m
+            first_metrics["reward/unscored_frac"] = max(n_failed, default=0) / max(b.size, 1)  # the worst reward's
             first_metrics["accuracy"] = float(per_row["accuracy"].mean()) if "accuracy" in per_row else float("nan")
             first_metrics["completion/len_mean"] = float(b.lengths.float().mean())
             first_metrics["completion/len_max"] = float(b.lengths.max())
@@ -270,8 +286,7 @@ def train_step(st: RunState) -> dict[str, Any]:
     t0 = time.perf_counter()
     batch, m = collect_batch(st)
     if batch.size == 0:
-        m["train/skipped"] = 1.0
-        log.warning("step %d: every group was filtered out; no update this step", st.step + 1)
+        m["train/skipped"] = 1.0  # the guards (trainer.train) log the step without an update
     t1 = time.perf_counter()
     am: dict[str, float] = {}
     if batch.size:
@@ -331,7 +346,7 @@ def save_checkpoint(st: RunState, out: Path, tracker_id: str | None) -> None:
         "critic_scheduler": st.critic_scheduler.state_dict() if st.critic_scheduler else None,
         "stream": st.stream.state_dict(),
         "resample_stream": st.resample_stream.state_dict(), "rng": ckpt.rng_state(), "rng_ranks": rng_ranks, "tracker_id": tracker_id,
-        "reference": _reference_state(st),
+        "reference": _reference_state(st), "guards": st.guard.state_dict(),
     }
     ckpt.save(out / "checkpoint", state)
 
@@ -371,6 +386,7 @@ def restore_checkpoint(st: RunState, state: dict[str, Any]) -> None:
         else:
             st.reference.model.load_state_dict(ref["full"])
         st.reference.resets = int(ref["resets"])
+    st.guard.load_state_dict(state.get("guards"))
     ranks = state.get("rng_ranks") or []
     ckpt.set_rng_state(ranks[dist.rank()] if len(ranks) == dist.world_size() else state["rng"])
 
@@ -394,8 +410,11 @@ def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
     """Run (or resume) one arm to the end. Returns the summary also written to summary.json.
 
     A failure after setup writes summary.json with status "failed" and re-raises; the last
-    checkpoint stays, and calling `train` again resumes from it. Set `ZOO_FAIL_AT_STEP=k` to
-    simulate a crash after step k (tests)."""
+    checkpoint stays, and calling `train` again resumes from it. The guards (zoo/guards.py,
+    `cfg.guards`) raise `guards.RunFailed` for a run that cannot learn: rewards that cannot score
+    most rows, every optimizer step skipped for non-finite values, non-finite weights (never
+    checkpointed), or no optimizer step in the whole run. Set `ZOO_FAIL_AT_STEP=k` to simulate a
+    crash after step k (tests)."""
     from zoo.tracking import Tracker
 
     out = cfg.out_dir()
@@ -428,11 +447,14 @@ def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
             if summary["eval/before"]:
                 tracker.log({**summary["eval/before"], "eval/phase": 0.0}, step=0)
         last: dict[str, Any] = {}
+        saved = st.step if state is not None else None  # the step of the last checkpoint written
         with _progress(progress and main, cfg.budget.steps, st.step) as bar:
             while st.step < cfg.budget.steps:
                 m = train_step(st)
                 samples = m.pop("_samples", [])
                 tracker.log(m, step=st.step)
+                guards.after_step(st.guard, cfg.guards, st.step, m)  # metrics reduced over ranks: all agree
+                guards.check_finite_weights(st.models, st.step, saved)
                 every = (cfg.tracking.wandb_opts() or WandbOpts()).table_every
                 if samples and (st.step % every == 0 or st.step == 1):
                     tracker.log_samples(st.step, samples[:16])
@@ -440,12 +462,14 @@ def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
                     tracker.log(evaluate_run(), step=st.step)
                 if st.step % cfg.checkpoint.every == 0 or st.step == cfg.budget.steps:
                     save_checkpoint(st, out, tracker.run_id)
+                    saved = st.step
                 last = m
                 bar(st.step, m)
                 if on_step:
                     on_step(st.step, m)
                 if fail_at and st.step == fail_at:
                     raise RuntimeError(f"ZOO_FAIL_AT_STEP={fail_at}: simulated crash")
+        guards.at_end(st.guard, st.step)
         summary["eval/after"] = evaluate_run()
         if summary["eval/after"]:
             tracker.log({**summary["eval/after"], "eval/phase": 1.0}, step=st.step)
