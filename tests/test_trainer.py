@@ -124,8 +124,14 @@ def test_dapo_dynamic_sampling_drops_every_group_of_a_random_model(tiny_model_di
 def test_dapo_overlong_filter_masks_exactly_the_truncated_rows(tiny_model_dir, tmp_path):
     cfg = tiny_run_config(tiny_model_dir, tmp_path, variant="dapo", budget={**small_updates("dapo"), "steps": 1},
                           set={"filter": []})
-    train(cfg, progress=False)
+    failed = False
+    try:
+        train(cfg, progress=False)
+    except RunFailed as e:  # a run with no optimizer step fails (guards); here: every row truncated and masked
+        failed = "no completion token was left to train on (every row's loss mask was cleared) (1 of 1 steps)" in str(e)
+        assert failed, e
     (r,) = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "groups/kept_frac" in r]
+    assert failed == (r["loss/masked_rows_frac"] == 1.0) == (r["optim/updates"] == 0.0)
     assert r["groups/kept_frac"] == 1.0
     assert r["completion/truncated_frac"] > 0
     assert r["loss/masked_rows_frac"] == pytest.approx(r["completion/truncated_frac"])
