@@ -476,3 +476,20 @@ def test_zoo_validate_reports_the_filter_metric_and_untrusted_rewards(tiny_model
     f.write_text(yaml.safe_dump({**base, "set": {"filter": [{"name": "dynamic_sampling", "metric": "length"}]}}))
     rep = check_study_file(f)
     assert rep.ok and any("metric 'length' is continuous" in w for w in rep.warnings), (rep.errors, rep.warnings)
+
+
+def test_zoo_run_reports_a_failed_run_in_one_line(tiny_model_dir, tmp_path):
+    import yaml
+    from typer.testing import CliRunner
+
+    import zoo.cli_run  # noqa: F401  (registers `run`)
+    from zoo.cli import app
+
+    cfg = tiny_run_config(tiny_model_dir, tmp_path / "out", model_opts={"dtype": "float16"}, budget={"steps": 2})
+    f = tmp_path / "run.yaml"
+    f.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    res = CliRunner().invoke(app, ["run", str(f)])
+    assert res.exit_code == 1, res.output
+    assert "Traceback" not in res.output
+    err = " ".join(res.output.split("error:")[-1].split())  # rich wraps the line at the terminal width
+    assert "run failed: step 1: policy parameter" in err and "summary.json: status failed" in err
