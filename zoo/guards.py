@@ -152,5 +152,5 @@ def check_finite_weights(models: Any, step: int, last_saved: int | None) -> None
                 kept = f"the last checkpoint (step {last_saved}) is kept" if last_saved else "no checkpoint was written"
                 raise RunFailed(
                     f"step {step}: {role} parameter {name!r} is not finite after the optimizer step; refusing "
-                    f"to checkpoint non-finite weights ({kept}). With float16 weights AdamW's eps underflows: "
-                    "use model_opts.dtype float32 or bfloat16, or a lower optim.lr")
+                    f"to checkpoint non-finite weights ({kept}); a common cause is float16 weights, where AdamW's "
+                    "eps (1e-8) underflows to 0: use model_opts.dtype float32 or bfloat16, or a lower optim.lr")
