@@ -41,6 +41,7 @@ def _name(fn: Callable[..., Any]) -> str:
 
 
 CONTRACT = "a reward returns one finite float per completion, or None where it cannot score one"
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)  # the objectives are float32
 
 
 def _as_float(fn: Callable[..., Any], row: int, v: Any) -> float:
@@ -53,8 +54,10 @@ def _as_float(fn: Callable[..., Any], row: int, v: Any) -> float:
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
         raise RewardError(f"reward {_name(fn)!r} returned a {type(v).__name__} ({v!r:.40}) for row {row}; {CONTRACT}")
     f = float(v)
-    if not math.isfinite(f):
-        raise RewardError(f"reward {_name(fn)!r} returned {f} for row {row}; {CONTRACT} (return None, not NaN)")
+    if math.isnan(f):
+        raise RewardError(f"reward {_name(fn)!r} returned nan for row {row}; {CONTRACT} (return None, not NaN)")
+    if not abs(f) <= FLOAT32_MAX:  # inf, or a value the float32 objectives would turn into inf
+        raise RewardError(f"reward {_name(fn)!r} returned {f:g} for row {row}; {CONTRACT} (finite in float32)")
     return f
 
 
