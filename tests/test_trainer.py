@@ -491,5 +491,5 @@ def test_zoo_run_reports_a_failed_run_in_one_line(tiny_model_dir, tmp_path):
     res = CliRunner().invoke(app, ["run", str(f)])
     assert res.exit_code == 1, res.output
     assert "Traceback" not in res.output
-    err = " ".join(res.output.split("error:")[-1].split())  # rich wraps the line at the terminal width
-    assert "run failed: step 1: policy parameter" in err and "summary.json: status failed" in err
+    err = "".join(res.output.split("error:")[-1].split())  # rich wraps the line at the terminal width
+    assert "runfailed:step1:policyparameter" in err and "summary.json:statusfailed" in err

@@ -51,6 +51,7 @@ class GuardState:
     no_update: dict[str, int] = field(default_factory=dict)
 
     def state_dict(self) -> dict[str, Any]:
+        """Plain ints, None and strings (loadable with torch.load(weights_only=True))."""
         return {"unscored_steps": self.unscored_steps, "skipped_steps": self.skipped_steps,
                 "updates": self.updates, "no_update": dict(self.no_update)}
 
