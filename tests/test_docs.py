@@ -139,7 +139,7 @@ def test_run_file_names_the_plugin(project):
     from zoo.config import load_run_config, reward_specs
 
     cfg = load_run_config(tmp / "run_tanh.yaml")
-    assert cfg.plugins == ["mylab.components"] and cfg.variant == "grpo_tanh"
+    assert cfg.plugins == ["mylab.components", "mylab.rewards"] and cfg.variant == "grpo_tanh"
     assert reward_specs(cfg)[1] == (REWARD, {"bonus": 1.0}, 0.3)
     registry.load_plugins(cfg.plugins)
     assert CLIP in registry.available("clip")
@@ -150,7 +150,7 @@ def test_reward_by_dotted_path(project):
     from zoo.rewards import compute_rewards, resolve_rewards
 
     cfg = yaml.safe_load((tmp / "run_tanh.yaml").read_text())
-    ((comp, weight),) = resolve_rewards([cfg["rewards"][1]])
+    ((comp, weight),) = resolve_rewards([cfg["rewards"][1]], cfg["plugins"])
     assert comp.name == REWARD and weight == 0.3 and comp.resolved() == {"bonus": 1.0}
     scores = compute_rewards([comp], ["Please, 4", "4", "  "], [{}, {}, {}])
     assert scores.objectives[:2, 0].tolist() == [1.0, 0.0] and math.isnan(scores.objectives[2, 0])

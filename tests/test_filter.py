@@ -1,11 +1,13 @@
-"""Dynamic sampling (DAPO §3.2): whole groups kept iff 0 < mean accuracy < 1; row-order invariant."""
+"""Dynamic sampling (DAPO §3.2): whole groups kept iff their metric values are not all equal (for
+accuracy: 0 < mean < 1); row-order invariant; the metric it names is checked against the rewards."""
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zoo.components.filter import dynamic_sampling
+from zoo.components.filter import check_filter_metrics, dynamic_sampling, step_metric_kinds
 from zoo.registry import ComponentError, build
+from zoo.rewards import resolve_rewards
 
 
 def test_keeps_mixed_groups_only():
@@ -44,3 +46,50 @@ def test_row_order_invariant_and_whole_groups(data):
         assert keep[rows].all() or not keep[rows].any()
         correct = int(acc[rows].sum())
         assert bool(keep[rows][0]) == (0 < correct < int(rows.sum()))
+
+
+def test_a_continuous_metric_drops_only_the_groups_whose_values_tie():
+    # lengths / scale: group 0 differs (kept), group 1 ties (zero variance: dropped), group 2 has
+    # values above 1 (the old 0 < mean < 1 rule dropped it although it has a real advantage)
+    length = torch.tensor([0.3, 0.7, 0.5, 0.5, 2.0, 3.5])
+    gid = torch.tensor([0, 0, 1, 1, 2, 2])
+    keep = build("filter", {"name": "dynamic_sampling", "metric": "length"})({"length": length}, gid)
+    assert keep.tolist() == [True, True, False, False, True, True]
+
+
+def test_partial_credit_that_ties_is_dropped_and_nan_is_left_out():
+    c = torch.tensor([0.5, 0.5, 0.5, 1.0, float("nan"), 0.0, float("nan"), float("nan")])
+    gid = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3])
+    keep = dynamic_sampling({"correctness": c}, gid, metric="correctness")
+    # group 0 all 0.5 (zero variance), group 3 no valid value: dropped; 1 mixed; 2 one valid value: dropped
+    assert keep.tolist() == [False, False, True, True, False, False, False, False]
+
+
+def rewards(*specs):
+    return [comp for comp, _ in resolve_rewards(list(specs))]
+
+
+def test_step_metric_kinds_from_the_rewards():
+    assert step_metric_kinds(rewards("correctness", "format")) == {
+        "correctness": True, "format": True, "accuracy": True, "reward": True}
+    assert step_metric_kinds(rewards("format", {"name": "length", "scale": 10.0})) == {
+        "format": True, "length": False, "reward": False}
+
+
+@pytest.mark.parametrize(
+    "metric, specs, error, warning",
+    [
+        ("accuracy", ["correctness"], None, None),
+        ("accuracy", ["format"], "metric 'accuracy' will not exist (it needs a `correctness` reward); "
+                                 "the step's metrics are format, reward", None),
+        ("acuracy", ["correctness"], "metric 'acuracy' will not exist (no reward produces it)", None),
+        ("format", ["correctness", "format"], None, None),
+        ("length", ["correctness", "length"], None, "metric 'length' is continuous"),
+        ("reward", ["correctness", "length"], None, "metric 'reward' is continuous"),
+    ],
+)
+def test_check_filter_metrics(metric, specs, error, warning):
+    errors, warnings = check_filter_metrics([{"name": "dynamic_sampling", "metric": metric}], rewards(*specs))
+    assert (len(errors) == 1 and errors[0].startswith(f"filter dynamic_sampling: {error}")) if error else errors == []
+    assert (len(warnings) == 1 and warning in warnings[0] and "keeps nearly every group" in warnings[0]) if warning \
+        else warnings == []

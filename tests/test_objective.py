@@ -56,19 +56,33 @@ def test_group_zscore_constant_and_singleton_columns_are_zero_never_nan():
     assert torch.equal(z, torch.zeros(4, 2))
 
 
-def test_group_zscore_nan_row_left_out_of_every_column():
-    obj = torch.tensor([[1.0, 1.0], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0], [NAN, 100.0]])
-    gids = torch.zeros(5, dtype=torch.long)
+def test_b19_a_nan_objective_keeps_the_rows_other_objectives_under_group_zscore():
+    # correctness, format; row 4 could not be scored for correctness, row 5 for nothing
+    obj = torch.tensor([[1.0, 1.0], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0], [NAN, 1.0], [NAN, NAN]])
+    gids = torch.zeros(6, dtype=torch.long)
     z = build("objective_norm", "group_zscore")(obj, gids)
-    torch.testing.assert_close(z[:4], build("objective_norm", "group_zscore")(obj[:4], gids[:4]))
-    assert math.isnan(z[4, 0])
+    # column 0 over its 4 valid values [1, 0, 1, 0]: mean 0.5, unbiased std sqrt(1/3) -> +-0.866025;
+    # column 1 over its 5 valid values [1, 1, 1, 0, 1]: mean 0.8, std sqrt(0.2) -> 0.447214 / -1.788854
+    a, hi, lo = 0.5 / math.sqrt(1 / 3), 0.2 / math.sqrt(0.2), -0.8 / math.sqrt(0.2)
+    expect = torch.tensor([[a, hi], [-a, hi], [a, hi], [-a, lo], [0.0, hi], [NAN, NAN]])
+    torch.testing.assert_close(z, expect, atol=1e-5, rtol=0, equal_nan=True)
     scores = combine_objectives(z)
-    assert torch.isnan(scores[4]) and torch.isfinite(scores[:4]).all()
-    # and through group_mean the NaN row stays NaN without touching the others
-    assert torch.isnan(pipeline(obj, gids, "group_zscore", "none")[4])
-    torch.testing.assert_close(
-        pipeline(obj, gids, "group_zscore", "none")[:4], pipeline(obj[:4], gids[:4], "group_zscore", "none")
-    )
+    assert scores[4] == pytest.approx(hi, abs=1e-5)  # keeps its format z-score; correctness neutral (0)
+    assert torch.isnan(scores[5]) and torch.isfinite(scores[:5]).all()
+    # neither NaN row changes another row: without them, rows 0-3 get the same column-0 z-scores
+    torch.testing.assert_close(z[:4, 0], build("objective_norm", "group_zscore")(obj[:4], gids[:4])[:, 0])
+    # through group_mean: the unscored row stays NaN (advantage 0 later), row 4 gets a real advantage
+    adv = pipeline(obj, gids, "group_zscore", "none")
+    assert torch.isnan(adv[5]) and torch.isfinite(adv[:5]).all() and adv[4] != 0
+
+
+def test_b19_raw_objectives_have_no_neutral_value_so_the_row_is_left_out():
+    obj = torch.tensor([[1.0, 1.0], [0.0, 1.0], [NAN, 1.0]])
+    gids = torch.zeros(3, dtype=torch.long)
+    scores = combine_objectives(build("objective_norm", "none")(obj, gids))
+    assert scores[:2].tolist() == [2.0, 1.0] and torch.isnan(scores[2])
+    adv = pipeline(obj, gids, "none", "none")
+    assert adv[:2].tolist() == [0.5, -0.5] and torch.isnan(adv[2])  # the group mean is over rows 0-1
 
 
 def test_identity():

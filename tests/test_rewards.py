@@ -8,6 +8,7 @@ import textwrap
 import pytest
 import torch
 
+from zoo.guards import RewardError
 from zoo.registry import ComponentError, available
 from zoo.rewards import (
     accuracy,
@@ -114,7 +115,7 @@ def test_compute_rewards_matrix(rg_rows):
     assert resolve_rewards([{"name": "format", "weight": 0.5}])[0][1] == 0.5
 
 
-def test_raising_and_none_rewards_become_nan_without_crashing(caplog):
+def test_raising_and_none_rows_are_unscored_and_counted(caplog):
     def picky(completions, rows):
         out = []
         for c in completions:
@@ -126,23 +127,72 @@ def test_raising_and_none_rewards_become_nan_without_crashing(caplog):
     def broken(completions, rows):
         raise KeyError("always")
 
-    def short(completions, rows):
-        return [1.0]
-
     comps = ["ok", "bad", "none", "ok"]
     with caplog.at_level(logging.WARNING):
-        objectives, n_failed = compute_rewards([picky, broken, short], comps, [{}] * 4)
+        objectives, n_failed = compute_rewards([picky, broken], comps, [{}] * 4)
     assert torch.isnan(objectives[:, 0]).tolist() == [False, True, True, False]
     assert objectives[0, 0] == 1.0 and objectives[3, 0] == 1.0
     assert torch.isnan(objectives[:, 1]).all()
-    assert n_failed == [2, 4, 0]  # `short` answers one row at a time correctly on the retry
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 3 and "cannot score this" in warnings[0].getMessage()
+    assert n_failed == [2, 4]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2 and "cannot score this" in warnings[0]
+    # the warning counts every unscored row (the raising one and the None one), as n_failed does
+    assert "(2 of 4 rows unscored" in warnings[0] and "(4 of 4 rows unscored" in warnings[1]
 
 
-def test_non_finite_and_non_numeric_values_are_nan():
-    objectives, n_failed = compute_rewards([lambda c, r: [float("inf"), "x", 2]], ["a", "b", "c"], [{}] * 3)
-    assert torch.isnan(objectives[:2, 0]).all() and objectives[2, 0] == 2.0 and n_failed == [2]
+def _named(fn_name, body):
+    def fn(completions, rows):
+        return body(completions)
+    fn.__qualname__ = fn_name
+    return fn
+
+
+@pytest.mark.parametrize(
+    "ret, words",
+    [
+        (lambda c: [1.0, float("nan"), 0.0], ["row 1", "nan", "return None, not NaN"]),
+        (lambda c: [1.0, 0.0, float("inf")], ["row 2", "inf"]),
+        (lambda c: [1e300, 0.0, 1.0], ["row 0", "1e+300", "finite in float32"]),
+        (lambda c: [1.0, "0.5", 0.0], ["a str", "row 1"]),
+        (lambda c: [True, False, True], ["a bool", "row 0"]),
+        (lambda c: torch.ones(3, 1), ["2-D Tensor", "(3, 1)"]),
+        (lambda c: {"a": 1.0, "b": 0.0, "c": 1.0}, ["a dict"]),
+        (lambda c: None, ["a NoneType"]),
+        (lambda c: [1.0], ["returned 1 values for 3 completions"]),
+        (lambda c: 1.0, ["a float"]),
+    ],
+)
+def test_a_return_value_that_breaks_the_contract_stops_with_a_clear_error(ret, words):
+    with pytest.raises(RewardError) as e:
+        compute_rewards([_named("my_reward", ret)], ["a", "b", "c"], [{}] * 3)
+    msg = str(e.value)
+    assert "reward 'my_reward'" in msg and "one finite float per completion, or None" in msg
+    for w in words:
+        assert w in msg, (w, msg)
+    assert "\n" not in msg  # one line
+
+
+def test_a_wrong_value_in_the_row_by_row_retry_names_its_row():
+    def fn(completions, rows):
+        if len(completions) > 1:
+            raise RuntimeError("batch refused")
+        return ["x"] if completions[0] == "c" else [1.0]
+
+    fn.__qualname__ = "retry"
+    with pytest.raises(RewardError, match="reward 'retry' returned a str .* for row 2"):
+        compute_rewards([fn], ["a", "b", "c"], [{}] * 3)
+
+
+def test_numbers_of_any_kind_are_accepted():
+    import numpy as np
+
+    objectives, n_failed = compute_rewards(
+        [lambda c, r: [1, np.float32(0.5), torch.tensor(0.25)], lambda c, r: torch.tensor([2.0, 3.0, 4.0]),
+         lambda c, r: np.array([0.0, None, 1.0], dtype=object)],
+        ["a", "b", "c"], [{}] * 3)
+    torch.testing.assert_close(objectives[:, :2], torch.tensor([[1.0, 2.0], [0.5, 3.0], [0.25, 4.0]]))
+    assert objectives[[0, 2], 2].tolist() == [0.0, 1.0] and math.isnan(objectives[1, 2])
+    assert n_failed == [0, 0, 1]
 
 
 def test_accuracy_counts_exact_scores_only():
@@ -166,6 +216,12 @@ def user_module(tmp_path, monkeypatch):
 
         def wrong_arity():
             return []
+
+        def three_positional(completions, rows, extra):
+            return [0.0] * len(completions)
+
+        def needs_target(completions, rows, *, target):
+            return [float(c == target) for c in completions]
     """))
     monkeypatch.syspath_prepend(str(tmp_path))
     yield "my_user_rewards"
@@ -173,14 +229,46 @@ def user_module(tmp_path, monkeypatch):
 
 
 def test_user_reward_by_dotted_path(user_module):
-    fn = resolve_reward({"name": f"{user_module}:shouty", "bonus": 2.0})
+    plugins = [user_module]
+    fn = resolve_reward({"name": f"{user_module}:shouty", "bonus": 2.0}, plugins)
     assert fn(["HI", "hi"], [{}, {}]) == [2.0, 0.0]
-    assert resolve_reward(f"{user_module}.shouty")(["HI"], [{}]) == [1.0]
-    assert resolve_reward(f"{user_module}:Holder.const")(["a"], [{}]) == [0.25]
+    assert resolve_reward(f"{user_module}.shouty", plugins)(["HI"], [{}]) == [1.0]
+    assert resolve_reward(f"{user_module}:Holder.const", plugins)(["a"], [{}]) == [0.25]
     objectives, _ = compute_rewards([fn], ["OK"], [{}])
     assert objectives.tolist() == [[2.0]]
     with pytest.raises(ComponentError, match="unknown parameter"):
-        resolve_reward({"name": f"{user_module}:shouty", "bonsu": 2.0})
+        resolve_reward({"name": f"{user_module}:shouty", "bonsu": 2.0}, plugins)
+
+
+def test_a_required_keyword_only_parameter_is_accepted_when_given(user_module):
+    fn = resolve_reward({"name": f"{user_module}:needs_target", "target": "7"}, [user_module])
+    assert fn(["7", "8"], [{}, {}]) == [1.0, 0.0]
+    with pytest.raises(ComponentError, match="missing required parameter 'target'"):
+        resolve_reward(f"{user_module}:needs_target", [user_module])
+
+
+@pytest.mark.parametrize("path", ["subprocess:call", "os:system", "my_user_rewards:shouty"])
+def test_a_dotted_path_outside_the_plugins_is_refused_before_it_is_imported(path, user_module):
+    sys.modules.pop("my_user_rewards", None)
+    with pytest.raises(ComponentError) as e:
+        resolve_reward(path)
+    msg = str(e.value)
+    mod = path.split(":")[0]
+    assert f"module {mod!r} is not among this run's plugins (none)" in msg
+    assert f"add `plugins: [{mod}]`" in msg and "known: correctness, format, length" in msg
+    assert "my_user_rewards" not in sys.modules  # refused before importing (importing runs code)
+    # a plugin package trusts its submodules; another module stays refused
+    with pytest.raises(ComponentError, match="not among this run's plugins \\(mylab\\)"):
+        resolve_reward(path, ["mylab"])
+
+
+def test_a_path_registered_by_one_run_is_still_checked_for_the_next(user_module):
+    resolve_reward(f"{user_module}:Holder.const", [user_module])
+    with pytest.raises(ComponentError, match="not among this run's plugins"):
+        resolve_reward(f"{user_module}:Holder.const")
+    with pytest.raises(ComponentError, match="not among this run's plugins"):
+        resolve_rewards([{"name": f"{user_module}:Holder.const", "weight": 0.5}])
+    assert resolve_rewards([f"{user_module}:Holder.const"], plugins=[f"{user_module}"])[0][1] == 1.0
 
 
 @pytest.mark.parametrize(
@@ -190,11 +278,12 @@ def test_user_reward_by_dotted_path(user_module):
         ("my_user_rewards:nope", ["no attribute"]),
         ("my_user_rewards:NOT_CALLABLE", ["not callable"]),
         ("my_user_rewards:wrong_arity", ["(completions, rows)"]),
+        ("my_user_rewards:three_positional", ["(completions, rows)", "'extra' positionally"]),
     ],
 )
 def test_bad_dotted_paths(user_module, path, words):
     with pytest.raises(ComponentError) as e:
-        resolve_reward(path)
+        resolve_reward(path, plugins=["my_user_rewards", "no_such_module_xyz"])
     for w in words:
         assert w in str(e.value)
 

@@ -76,6 +76,7 @@ def run(
         _fail(str(e))
     from zoo.checkpoint import CheckpointError
     from zoo.faults import os_error_message
+    from zoo.guards import RunFailed
     from zoo.trainer import train
 
     try:
@@ -84,6 +85,8 @@ def run(
         _fail(str(e))
     except OSError as e:  # disk full, read-only folder: one line naming the file (zoo.faults)
         _fail(os_error_message(e))
+    except RunFailed as e:  # a run that cannot learn (zoo/guards.py): summary.json says failed
+        _fail(f"run failed: {e} ({cfg.out_dir()}/summary.json: status failed)")
     except KeyboardInterrupt:
         _fail(f"interrupted; resume with: zoo run --resume {cfg.out_dir()}", 130)
     console.print(f"[green]finished[/] {cfg.out_dir()}  reward/total {summary.get('reward/total', float('nan')):.4f}  "

@@ -78,6 +78,16 @@ class Eval(_Strict):
     enabled: bool = True
 
 
+class Guards(_Strict):
+    """When a run that cannot learn stops as `failed` (zoo/guards.py, docs/configuration.md "Guards")."""
+
+    max_unscored_frac: float = Field(0.5, ge=0, le=1, description="a step is unscored-heavy when some reward "
+                                     "could not score more than this fraction of its rows (1: never)")
+    unscored_steps: int = Field(3, ge=1, description="stop after this many consecutive unscored-heavy steps")
+    max_skipped_steps: int = Field(3, ge=1, description="stop after this many consecutive steps in which every "
+                                   "optimizer step was skipped for a non-finite loss or gradient norm")
+
+
 class Checkpoint(_Strict):
     every: int = Field(1, ge=1, description="save every N steps (and always at the end)")
 
@@ -114,6 +124,7 @@ class RunConfig(_Strict):
     sampling: Sampling = Field(default_factory=Sampling)
     eval: Eval = Field(default_factory=Eval)
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
+    guards: Guards = Field(default_factory=Guards)
     seed: int = 0
     ref_reset_every: int | None = Field(None, ge=1, description="DeepSeekMath Alg. 1: reference <- policy every M steps")
     plugins: list[str] = Field(default_factory=list)

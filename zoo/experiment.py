@@ -296,7 +296,23 @@ def check_arms(arms: list[Arm], plugins: list[str] | tuple[str, ...] = ()) -> Re
         rep.warnings += [f"{who}: {m}" for m in sub.warnings]
         rep.notes += [f"{who}: {m}" for m in sub.notes]
         rep.errors += [f"{who}: {m}" for m in run_checks(arm.config, v)]
+        errors, warnings = _filter_checks(arm.config, v)
+        rep.errors += [f"{who}: {m}" for m in errors]
+        rep.warnings += [f"{who}: {m}" for m in warnings]
     return rep
+
+
+def _filter_checks(cfg: RunConfig, v: V.Variant) -> tuple[list[str], list[str]]:
+    """The metric each sampling filter names against the arm's rewards (zoo.components.filter);
+    nothing when the rewards do not resolve (run_checks reports that)."""
+    from zoo.components.filter import check_filter_metrics
+    from zoo.rewards.compute import resolve_rewards
+
+    try:
+        rewards = [c for c, _ in resolve_rewards(cfg.rewards, cfg.plugins)]
+        return check_filter_metrics(v.slots.filter, rewards, {"max_new_tokens": cfg.budget.max_new_tokens})
+    except ValueError:  # run_checks / check_variant report it
+        return [], []
 
 
 def _override_origin(msg: str, arm: Arm) -> str:
@@ -317,7 +333,7 @@ def run_checks(cfg: RunConfig, v: V.Variant) -> list[str]:
 
     errors = []
     try:
-        resolve_rewards(cfg.rewards)
+        resolve_rewards(cfg.rewards, cfg.plugins)
     except ValueError as e:
         errors.append(f"rewards: {e}")
     g = cfg.budget.group_size or v.group_size

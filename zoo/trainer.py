@@ -21,7 +21,8 @@ import torch
 import yaml
 
 from zoo import checkpoint as ckpt
-from zoo import dist
+from zoo import dist, guards
+from zoo.components.filter import check_filter_metrics
 from zoo.config import RunConfig, WandbOpts
 from zoo.evaluate import evaluate
 from zoo.faults import WriteError, say_unrecorded, with_last_checkpoint, write_guard
@@ -53,14 +54,27 @@ def effective_variant(cfg: RunConfig) -> Variant:
 
 
 def validate_run(cfg: RunConfig) -> tuple[Variant, list[str]]:
-    """Check the variant against the run before any model loads. Raises VariantError; returns warnings."""
+    """Check the variant against the run before any model loads: the variant, minibatches against
+    completions per step, the rewards (registered, or in a plugin module) and the metric each
+    sampling filter names (it must be a metric the rewards produce; a continuous one warns).
+    Raises VariantError; returns warnings."""
     load_plugins(cfg.plugins)
     v = effective_variant(cfg)
-    rep = check_variant(v, {"max_new_tokens": cfg.budget.max_new_tokens})
+    ctx = {"max_new_tokens": cfg.budget.max_new_tokens}
+    rep = check_variant(v, ctx)
     n = cfg.budget.prompts_per_step * v.group_size
     if v.updates.minibatches > n:
         rep.errors.append(f"updates.minibatches {v.updates.minibatches} > {n} completions per step "
                           f"(budget.prompts_per_step x group_size)")
+    try:
+        rewards = [c for c, _ in resolve_rewards(cfg.rewards, cfg.plugins)]
+    except ValueError as e:
+        rep.errors.append(f"rewards: {e}")
+    else:
+        if not rep.errors:  # the filters build (check_variant passed)
+            errors, warnings = check_filter_metrics(v.slots.filter, rewards, ctx)
+            rep.errors += errors
+            rep.warnings += warnings
     if rep.errors:
         raise VariantError("\n".join(rep.errors))
     return v, rep.warnings
@@ -97,7 +111,7 @@ def setup(cfg: RunConfig, device: torch.device | None = None) -> RunState:
     # extra rounds of dynamic sampling draw from their own stream, so step k's first-round prompts are
     # the same in every arm of a study (paired comparison), whatever the filters dropped before
     resample_stream = PromptStream(task.train, seed=derive_seed(cfg.seed, "resample"))
-    rewards = resolve_rewards(cfg.rewards)
+    rewards = resolve_rewards(cfg.rewards, cfg.plugins)
     names = [c.name for c, _ in rewards]
     if device is None:
         device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
@@ -157,7 +171,7 @@ def save_checkpoint(st: RunState, out: Path, tracker_id: str | None) -> None:
         "critic_scheduler": st.critic_scheduler.state_dict() if st.critic_scheduler else None,
         "stream": st.stream.state_dict(),
         "resample_stream": st.resample_stream.state_dict(), "rng": ckpt.rng_state(), "rng_ranks": rng_ranks, "tracker_id": tracker_id,
-        "reference": _reference_state(st),
+        "reference": _reference_state(st), "guards": st.guard.state_dict(),
     }
     ckpt.save(out / "checkpoint", state)
 
@@ -199,6 +213,7 @@ def restore_checkpoint(st: RunState, state: dict[str, Any]) -> None:
         else:
             st.reference.model.load_state_dict(ref["full"])
         st.reference.resets = int(ref["resets"])
+    st.guard.load_state_dict(state.get("guards"))
     ranks = state.get("rng_ranks") or []
     ckpt.set_rng_state(ranks[dist.rank()] if len(ranks) == dist.world_size() else state["rng"])
 
@@ -229,7 +244,9 @@ def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
     again resumes from it. Set `ZOO_FAIL_AT_STEP=k` to simulate a crash after step k (tests). A failed
     write (disk full, read-only) is re-raised as one WriteError naming the file and the last good
     checkpoint's step; a damaged or unsafe checkpoint raises CheckpointError before any step
-    (zoo.checkpoint.load)."""
+    (zoo.checkpoint.load). The guards (zoo/guards.py, `cfg.guards`) raise `guards.RunFailed` for a
+    run that cannot learn: rewards that cannot score most rows, every optimizer step skipped for
+    non-finite values, non-finite weights (never checkpointed), or no optimizer step in the run."""
     from zoo import lock
 
     if dist.rank() != 0:
@@ -292,6 +309,8 @@ def _train(cfg: RunConfig, resume: bool, *, progress: bool, on_step: Callable[[i
                 m = pipeline.step(st)
                 samples = m.pop("_samples", [])
                 tracker.log(m, step=st.step)
+                guards.after_step(st.guard, cfg.guards, st.step, m)  # metrics reduced over ranks: all agree
+                guards.check_finite_weights(st.models, st.step, saved_step)
                 every = (cfg.tracking.wandb_opts() or WandbOpts()).table_every
                 if samples and (st.step % every == 0 or st.step == 1):
                     tracker.log_samples(st.step, samples[:16])
@@ -306,6 +325,7 @@ def _train(cfg: RunConfig, resume: bool, *, progress: bool, on_step: Callable[[i
                     on_step(st.step, m)
                 if fail_at and st.step == fail_at:
                     raise RuntimeError(f"ZOO_FAIL_AT_STEP={fail_at}: simulated crash")
+        guards.at_end(st.guard, st.step)
         summary["eval/after"] = evaluate_run()
         if summary["eval/after"]:
             tracker.log({**summary["eval/after"], "eval/phase": 1.0}, step=st.step)

@@ -2,15 +2,19 @@
 
 Whole groups (all completions of one prompt) are kept or dropped together; the result does not
 depend on row order. Source: DAPO arXiv 2503.14476 §3.2 (dynamic sampling).
+
+The per-row metrics a filter may name (`engine.per_row_metrics`): `accuracy` (with a `correctness`
+reward), `reward` (the combined score) and each reward's name. `check_filter_metrics` checks a
+variant's filters against the run's rewards before anything runs (`zoo validate`, `zoo run`).
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from torch import Tensor
 
-from zoo.components.stats import group_stats
-from zoo.registry import register
+from zoo.components.stats import group_constant
+from zoo.registry import Component, build, register
 
 
 def _check_metric(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
@@ -18,13 +22,15 @@ def _check_metric(params: Mapping[str, Any], context: Mapping[str, Any]) -> None
         raise ValueError(f"metric must be a non-empty metric name, got {params['metric']!r}")
 
 
-@register("filter", "dynamic_sampling", check=_check_metric, needs_groups=True)
+@register("filter", "dynamic_sampling", check=_check_metric, needs_groups=True, reads_metric=True)
 def dynamic_sampling(metrics: Mapping[str, Tensor], group_ids: Tensor, *, metric: str = "accuracy") -> Tensor:
-    """Keep the groups whose mean `metric` is strictly between 0 and 1 (DAPO: 0 < #correct < G);
+    """Keep the groups whose valid `metric` values are not all equal (DAPO: 0 < #correct < G);
     groups that all succeeded or all failed have zero advantage and are dropped.
 
-    metrics: name -> [N] per-completion values in [0, 1] (NaN = not computed, left out of the mean;
-    a group with no valid value has mean 0 and is dropped); group_ids: [N] ints, any order and values.
+    metrics: name -> [N] per-completion values (NaN = not computed, left out; a group with fewer
+    than 2 valid values is dropped); group_ids: [N] ints, any order and values. For a 0/1 metric
+    such as `accuracy` this is DAPO's 0 < mean < 1; for any other metric it drops exactly the groups
+    whose values tie (zero variance: zero advantage), as verl's filter_groups (std > 0) does.
     Returns keep [N] bool, constant within each group.
     Raises ValueError naming the available metrics when `metric` is not in `metrics`, or when the
     metric and group_ids are not both [N].
@@ -32,6 +38,42 @@ def dynamic_sampling(metrics: Mapping[str, Tensor], group_ids: Tensor, *, metric
     if metric not in metrics:
         raise ValueError(f"filter dynamic_sampling: metric {metric!r} not among the step's metrics; "
                          f"available: {', '.join(sorted(metrics)) or '(none)'}")
-    values = metrics[metric]
-    mean, _, _ = group_stats(values.to(group_ids.device).double(), group_ids)  # [N], each row's group mean
-    return (mean > 0) & (mean < 1)
+    values = metrics[metric].to(group_ids.device).double()  # [N]
+    return ~group_constant(values, group_ids)  # [N]
+
+
+def step_metric_kinds(rewards: Sequence[Component]) -> dict[str, bool | None]:
+    """The per-row metrics a step will have (`engine.per_row_metrics`) -> whether each is discrete
+    (True: few distinct values, ties are common; False: continuous; None: not declared).
+    rewards: the run's built reward components; a reward declares `discrete=` in its registration."""
+    kinds: dict[str, bool | None] = {c.name: c.meta.get("discrete") for c in rewards}
+    if "correctness" in kinds:
+        kinds["accuracy"] = True
+    declared = list(kinds.values())
+    kinds["reward"] = True if all(k is True for k in declared) else (False if False in declared else None)
+    return kinds
+
+
+def check_filter_metrics(filters: Sequence[Any], rewards: Sequence[Component],
+                         context: Mapping[str, Any] | None = None) -> tuple[list[str], list[str]]:
+    """(errors, warnings) for a variant's `filter` specs that name a `metric` (meta `reads_metric`),
+    against the metrics the run's built reward components give each step (`step_metric_kinds`): an
+    error when the metric will not exist (`accuracy` without a `correctness` reward, a name no
+    reward produces), a warning when it is continuous (an equality filter then keeps nearly every
+    group). Raises ComponentError for a filter spec that does not build (check_variant reports it)."""
+    kinds = step_metric_kinds(rewards)
+    filters = [build("filter", f, context) for f in filters]
+    errors, warnings = [], []
+    for f in filters:
+        if not f.meta.get("reads_metric"):
+            continue
+        metric = f.resolved()["metric"]
+        if metric not in kinds:
+            why = "it needs a `correctness` reward" if metric == "accuracy" else "no reward produces it"
+            errors.append(f"filter {f.name}: metric {metric!r} will not exist ({why}); the step's metrics are "
+                          f"{', '.join(sorted(kinds))}")
+        elif kinds[metric] is False:
+            warnings.append(f"filter {f.name}: metric {metric!r} is continuous, so its values rarely tie within a "
+                            "group and the filter keeps nearly every group (it drops only groups whose values are "
+                            "all equal); DAPO filters on accuracy")
+    return errors, warnings

@@ -1,9 +1,14 @@
 """Objective normalisation (kind "objective_norm": `fn(objectives [N, K], group_ids [N]) -> [N, K]`)
 and `combine_objectives`, which turns the K normalised objectives into one score per completion.
 
-A row with any NaN objective (a reward that could not be computed) is left out of the statistics of
-every column, so it changes no other row; its NaN entries stay NaN and `combine_objectives` gives it
-a NaN score, which the advantage estimators leave out of their groups.
+A NaN objective (a reward that could not score that row) never changes another row, and it erases
+the row's other objectives only where no neutral value exists (case B19):
+- `none` (raw values): 0 would be a real score, so the NaN stays and `combine_objectives` gives the
+  row a NaN score, which the advantage estimators leave out of their groups (advantage 0);
+- `group_zscore`: each column's group statistics use that column's valid values only, and a NaN
+  entry of a row with at least one valid objective becomes 0, the group mean in z units (neither
+  rewarded nor punished on that objective), so the row keeps its other objectives. A row whose
+  every objective is NaN stays NaN.
 """
 from __future__ import annotations
 
@@ -37,24 +42,28 @@ def group_zscore(objectives: Tensor, group_ids: Tensor, *, eps: float = 1e-6) ->
     """Z-score each objective within its group: (x - mean) / (std + eps), unbiased std.
 
     objectives: [N, K]; group_ids: [N] (any order, any values). A column whose valid values are
-    equal within a group (or that group has one valid row) gives exactly 0 there, never NaN. Rows
-    with any NaN are left out of all statistics; their NaN entries stay NaN. Returns [N, K]. Case C15.
-    Source: MO-GRPO arXiv 2509.22047 (A_i = sum_k (R_k,i - mean_k) / std_k within the group).
+    equal within a group (or that group has one valid row) gives exactly 0 there, never NaN. NaN
+    entries are left out of their column's statistics only; in a row with another valid objective
+    they become 0 (the group mean: neutral), a row with no valid objective stays NaN (module
+    docstring, case B19). Returns [N, K]. Case C15.
+    Source: MO-GRPO arXiv 2509.22047 (A_i = sum_k (R_k,i - mean_k) / std_k within the group). (TRL's
+    GRPOTrainer sums even raw rewards with nansum, a missing reward counting as 0; we do that only
+    where 0 is neutral, as here.)
     Raises ValueError on bad shapes.
     """
     _validate(objectives, group_ids)
     if not objectives.is_floating_point():
         objectives = objectives.float()
-    valid = ~torch.isnan(objectives).any(dim=1)  # [N]
-    nan = torch.full_like(objectives[:, 0], float("nan"))  # [N]
+    missing = torch.isnan(objectives)  # [N, K]
+    scored = ~missing.all(dim=1)  # [N]: rows with at least one valid objective
     cols = []
     for k in range(objectives.shape[1]):
-        x = objectives[:, k]  # [N]
-        xv = torch.where(valid, x, nan)  # [N], invalid rows out of the statistics
-        mean, std, _ = group_stats(xv, group_ids)  # [N] each
+        x = objectives[:, k]  # [N], NaN entries are left out of the statistics by group_stats
+        mean, std, _ = group_stats(x, group_ids)  # [N] each
         z = (x - mean) / (std + eps)  # [N]
-        flat = group_constant(xv, group_ids) & ~torch.isnan(x)  # [N]
-        cols.append(torch.where(flat, torch.zeros_like(z), z))
+        flat = group_constant(x, group_ids) & ~missing[:, k]  # [N]
+        z = torch.where(flat, torch.zeros_like(z), z)
+        cols.append(torch.where(missing[:, k] & scored, torch.zeros_like(z), z))  # neutral, not erased
     return torch.stack(cols, dim=1) if cols else objectives.clone()  # [N, K]
 
 
@@ -62,7 +71,8 @@ def combine_objectives(objectives: Tensor, weights: Tensor | Sequence[float] | N
     """Weighted sum of the (normalised) objectives: one score per completion.
 
     objectives: [N, K]; weights: [K] (None = all 1). Returns scores [N]; a row with any NaN
-    objective gives NaN, even where its weight is 0. Source: MO-GRPO arXiv 2509.22047 (sum of
+    objective gives NaN, even where its weight is 0 (a normalizer that has a neutral value has
+    already replaced the NaN entries it can, module docstring). Source: MO-GRPO arXiv 2509.22047 (sum of
     per-objective z-scores); weighted sum as in TRL `reward_weights`.
     Raises ValueError when objectives is not [N, K] or weights is not [K].
     """

@@ -1,8 +1,10 @@
 """Reward functions (registry kind `reward`) and the code that turns them into objectives.
 
 A reward function: `fn(completions: list[str], rows: list[dict], *, hyperparams) -> list[float | None]`
-(rows are task rows, see `zoo.tasks`). Register one with `@register("reward", "name")`, or name a
-user function by dotted path ("mylab.rewards:fn") in a spec; `resolve_reward` handles both.
+(rows are task rows, see `zoo.tasks`): one finite float, or None (unscored), per completion;
+anything else raises `RewardError`. Register one with `@register("reward", "name")`, or name a user
+function by dotted path ("mylab.rewards:fn") whose module is one of the run's `plugins`;
+`resolve_reward` handles both.
 
 Built in (zoo.rewards.builtin): `correctness` (reasoning_gym's own scorer, or math-verify),
 `format` (regex, default a non-empty \\boxed{}), `length` (characters).

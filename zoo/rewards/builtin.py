@@ -2,7 +2,9 @@
 
 A reward function takes `(completions: list[str], rows: list[dict])` (the completion texts and their
 task rows, same length N) and keyword-only hyperparameters, and returns N floats (None where the
-reward cannot be computed; `compute_rewards` turns None and exceptions into NaN).
+reward cannot be computed; `compute_rewards` turns None and exceptions into NaN). Each declares
+`discrete=` (whether its values tie often), which `zoo validate` uses to warn about an equality
+filter (`dynamic_sampling`) on a continuous metric.
 """
 from __future__ import annotations
 
@@ -62,7 +64,7 @@ def _math_score(completion: str, row: Mapping[str, Any], fallback: str, timeout:
     return 1.0 if pred and verify(gold, pred, timeout_seconds=timeout) else 0.0
 
 
-@register("reward", "correctness", check=_check_correctness)
+@register("reward", "correctness", check=_check_correctness, discrete=True)
 def correctness(
     completions: list[str], rows: list[dict], *, fallback: str = "last_number", timeout: int | None = 5
 ) -> list[float | None]:
@@ -97,7 +99,7 @@ def _check_format(params: Mapping[str, Any], context: Mapping[str, Any]) -> None
             raise ValueError(f"pattern {params['pattern']!r} is not a valid regex: {e}") from e
 
 
-@register("reward", "format", check=_check_format)
+@register("reward", "format", check=_check_format, discrete=True)
 def format_reward(completions: list[str], rows: list[dict], *, pattern: str | None = None) -> list[float]:
     """1.0 where the completion contains a match of `pattern` (re.search, DOTALL), else 0.0.
     Default pattern `\\\\boxed\\{.+?\\}`: a non-empty \\boxed{...}."""
@@ -112,7 +114,7 @@ def _check_length(params: Mapping[str, Any], context: Mapping[str, Any]) -> None
         raise ValueError(f"scale must be > 0, got {params['scale']}")
 
 
-@register("reward", "length", check=_check_length)
+@register("reward", "length", check=_check_length, discrete=False)
 def length(
     completions: list[str], rows: list[dict], *, target: int | None = None, scale: float = 100.0
 ) -> list[float]:

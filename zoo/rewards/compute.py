@@ -1,12 +1,14 @@
 """Resolving reward specs and scoring completions into the objective matrix [N, K].
 
     fns = [resolve_reward("correctness"), resolve_reward({"name": "format"}),
-           resolve_reward("mylab.rewards:politeness")]
+           resolve_reward("mylab.rewards:politeness", plugins=["mylab.rewards"])]
     scores = compute_rewards(fns, completions, rows)   # scores.objectives [N, K], scores.n_failed [K]
     acc = accuracy(scores.objectives[:, 0])
 
-A reward that raises or returns None for a row is NaN there (docs/algorithms.md, "Our
-conventions"); the run never stops for it.
+A reward that raises or returns None for a row leaves that row unscored (NaN, docs/algorithms.md,
+"Our conventions"); a return value that breaks the contract (not one finite float or None per
+completion) raises RewardError. A dotted-path reward must live in a module the run names in
+`plugins` (docs/configuration.md, "Rewards and plugins").
 """
 from __future__ import annotations
 
@@ -14,17 +16,21 @@ import importlib
 import inspect
 import logging
 import math
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+import numbers
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
+import numpy as np
 import torch
 
-from zoo.registry import Component, ComponentError, build, get, parse_spec, register
+from zoo.guards import RewardError
+from zoo.registry import Component, ComponentError, available, build, get, parse_spec, register
 
 log = logging.getLogger(__name__)
 
 
 class RewardScores(NamedTuple):
-    """objectives: float32 [N, K], NaN where a reward failed. n_failed: K ints, NaN count per column."""
+    """objectives: float32 [N, K], NaN where a row could not be scored. n_failed: K ints, the
+    unscored rows per column."""
 
     objectives: torch.Tensor
     n_failed: list[int]
@@ -34,40 +40,66 @@ def _name(fn: Callable[..., Any]) -> str:
     return getattr(fn, "name", None) or getattr(fn, "__qualname__", None) or repr(fn)
 
 
-def _as_float(v: Any) -> float:
-    """A finite float, or NaN for None, a non-number, NaN or +-inf."""
-    if v is None or isinstance(v, (str, bytes)):
+CONTRACT = "a reward returns one finite float per completion, or None where it cannot score one"
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)  # the objectives are float32
+
+
+def _as_float(fn: Callable[..., Any], row: int, v: Any) -> float:
+    """One returned value as a float: None -> NaN (unscored); a finite real number (Python, numpy or
+    a one-element tensor) -> float. Raises RewardError for anything else (NaN/inf, bool, str, ...)."""
+    if v is None:
         return math.nan
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return math.nan
-    return f if math.isfinite(f) else math.nan
+    if isinstance(v, torch.Tensor) and v.numel() == 1 and v.dim() <= 1:
+        v = v.item()
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+        raise RewardError(f"reward {_name(fn)!r} returned a {type(v).__name__} ({v!r:.40}) for row {row}; {CONTRACT}")
+    f = float(v)
+    if math.isnan(f):
+        raise RewardError(f"reward {_name(fn)!r} returned nan for row {row}; {CONTRACT} (return None, not NaN)")
+    if not abs(f) <= FLOAT32_MAX:  # inf, or a value the float32 objectives would turn into inf
+        raise RewardError(f"reward {_name(fn)!r} returned {f:g} for row {row}; {CONTRACT} (finite in float32)")
+    return f
+
+
+def _values(fn: Callable[..., Any], values: Any, n: int, first_row: int = 0) -> list[float]:
+    """Check one call's return value: a list/tuple/1-D tensor or array of `n` values. Raises
+    RewardError naming the function for None, a string, a mapping, a 2-D tensor or a wrong length."""
+    if isinstance(values, (torch.Tensor, np.ndarray)):
+        if values.ndim != 1:
+            raise RewardError(f"reward {_name(fn)!r} returned a {values.ndim}-D {type(values).__name__} of shape "
+                              f"{tuple(values.shape)} for {n} completions; {CONTRACT} (a list or 1-D tensor of {n})")
+        values = values.tolist()
+    if values is None or isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
+        raise RewardError(f"reward {_name(fn)!r} returned a {type(values).__name__} for {n} completions; "
+                          f"{CONTRACT} (a list of {n})")
+    values = list(values)
+    if len(values) != n:
+        raise RewardError(f"reward {_name(fn)!r} returned {len(values)} values for {n} completions; {CONTRACT}")
+    return [_as_float(fn, first_row + i, v) for i, v in enumerate(values)]
 
 
 def _column(fn: Callable[..., Any], completions: list[str], rows: list[dict]) -> list[float]:
-    """One reward's N values. A raising batch call is retried row by row, so only the rows that
-    raise become NaN; the first exception is logged once (logging.warning) per call."""
+    """One reward's N values (NaN = unscored). A call that raises is retried row by row, so only the
+    rows that raise are unscored; one warning per call says how many rows are unscored. A return
+    value that breaks the contract raises RewardError (a bug in the reward, not a row's problem)."""
     n = len(completions)
     try:
-        values = list(fn(completions, rows))
-        if len(values) != n:
-            raise ValueError(f"returned {len(values)} values for {n} completions")
-        return [_as_float(v) for v in values]
+        values = fn(completions, rows)
     except Exception as batch_error:
-        out, failures = [], 0
-        for c, r in zip(completions, rows):
+        out = []
+        for i, (c, r) in enumerate(zip(completions, rows)):
             try:
-                vals = list(fn([c], [r]))
-                out.append(_as_float(vals[0]) if len(vals) == 1 else math.nan)
+                one = fn([c], [r])
             except Exception:
                 out.append(math.nan)
-                failures += 1
+                continue
+            out += _values(fn, one, 1, first_row=i)
         log.warning(
-            "reward %s raised %s: %s (%d of %d rows NaN after a row-by-row retry)",
-            _name(fn), type(batch_error).__name__, batch_error, failures, n,
+            "reward %s raised %s: %s (%d of %d rows unscored after a row-by-row retry)",
+            _name(fn), type(batch_error).__name__, batch_error, sum(math.isnan(v) for v in out), n,
         )
         return out
+    return _values(fn, values, n)
 
 
 def compute_rewards(
@@ -77,9 +109,12 @@ def compute_rewards(
     n_failed [K])` (unpacks as a tuple).
 
     fns: K callables `fn(completions, rows) -> N values` (built `Component`s or plain functions).
-    An entry that is None, not a number, NaN/inf, or from a call that raised, is NaN and counted;
-    a function that raises for the whole batch gives an all-NaN column. Never raises for a reward's
-    failure. Raises ValueError when completions and rows differ in length.
+    Unscored (NaN, counted in n_failed): a row whose value is None, or whose call raised (a call
+    that raises is retried row by row; a function that raises for every row gives an all-NaN
+    column). An error that stops the run (RewardError, naming the function, the row and the
+    value's type): a return value that is not N values (None, a dict, a string, a 2-D tensor, a
+    wrong length) or a value that is not a finite real number (NaN, inf, a bool, a string).
+    Raises ValueError when completions and rows differ in length. Rules: docs/extending.md §4.
     """
     completions, rows = list(completions), list(rows)
     if len(completions) != len(rows):
@@ -117,14 +152,40 @@ def accuracy_metrics(objectives: torch.Tensor, names: Sequence[str]) -> dict[str
     return {"accuracy": accuracy(col), "accuracy/unscored": float(torch.isnan(col.float()).sum())}
 
 
-def _import_callable(path: str) -> Callable[..., Any]:
-    """`pkg.mod:attr.sub` or `pkg.mod.attr` -> the object. Raises ComponentError naming the path."""
+#: rewards registered here under their dotted path (not by a plugin's @register): each use is
+#: checked against the caller's plugins again
+_BY_PATH: set[str] = set()
+
+
+def _split_path(path: str) -> tuple[str, str]:
+    """`pkg.mod:attr.sub` -> ("pkg.mod", "attr.sub"); `pkg.mod.attr` -> ("pkg.mod", "attr")."""
     if ":" in path:
         mod_name, attr = path.split(":", 1)
     else:
         mod_name, _, attr = path.rpartition(".")
     if not mod_name or not attr:
         raise ComponentError(f"reward {path!r}: a dotted path needs a module and a function ('pkg.mod:fn')")
+    return mod_name, attr
+
+
+def _check_trusted(path: str, mod_name: str, plugins: Sequence[str]) -> None:
+    """A dotted-path reward runs code from `mod_name`: allowed only when that module (or a package
+    above it) is one of the run's `plugins`. Raises ComponentError saying how to allow it."""
+    if any(mod_name == p or mod_name.startswith(p + ".") for p in plugins):
+        return
+    raise ComponentError(
+        f"reward {path!r}: module {mod_name!r} is not among this run's plugins "
+        f"({', '.join(plugins) or 'none'}); a reward must be registered (known: "
+        f"{', '.join(n for n in available('reward') if n not in _BY_PATH)}) or defined in a module the run or "
+        f"study file lists under `plugins:` (add `plugins: [{mod_name}]` if you trust its code; "
+        "docs/configuration.md, 'Rewards and plugins')")
+
+
+def _import_callable(path: str, params: Mapping[str, Any]) -> Callable[..., Any]:
+    """`pkg.mod:attr.sub` or `pkg.mod.attr` -> the object, checked to take (completions, rows)
+    positionally (keyword-only parameters are its hyperparameters: `params` may give required ones).
+    Raises ComponentError naming the path."""
+    mod_name, attr = _split_path(path)
     try:
         obj: Any = importlib.import_module(mod_name)
     except ImportError as e:
@@ -137,33 +198,51 @@ def _import_callable(path: str) -> Callable[..., Any]:
     if not callable(obj):
         raise ComponentError(f"reward {path!r} is not callable (got {type(obj).__name__})")
     try:
-        inspect.signature(obj).bind(["text"], [{}])
+        sig = inspect.signature(obj)
+    except ValueError:
+        return obj  # no signature available (some builtins): trust it
+    try:
+        bound = sig.bind_partial(["text"], [{}])
     except TypeError as e:
         raise ComponentError(f"reward {path!r} must accept (completions, rows): {e}") from e
-    except ValueError:
-        pass  # no signature available (some builtins): trust it
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    left = [n for n, q in sig.parameters.items()
+            if n not in bound.arguments and q.kind in positional and q.default is inspect.Parameter.empty]
+    if left:
+        raise ComponentError(f"reward {path!r} must accept (completions, rows): it also requires "
+                             f"{', '.join(map(repr, left))} positionally (hyperparameters are keyword-only: "
+                             f"def fn(completions, rows, *, {left[0]}): ...)")
     return obj
 
 
-def resolve_reward(spec: str | Mapping[str, Any]) -> Component:
+def resolve_reward(spec: str | Mapping[str, Any], plugins: Sequence[str] = ()) -> Component:
     """A reward `Component` from a registry name ("correctness"), a mapping ({name: format, pattern:
     ...}) or a user function by dotted path ("mylab.rewards:fn" or "mylab.rewards.fn", with its
-    keyword-only parameters in the mapping form). A dotted-path function is registered under its
-    path. Raises ComponentError for an unknown name (with close matches), a bad parameter, or a path
-    that cannot be imported or is not callable with (completions, rows)."""
+    keyword-only parameters in the mapping form). A dotted path is accepted only when its module is
+    one of `plugins` (the run's or study's `plugins:`), or a submodule of one; it is registered under
+    its path. Raises ComponentError for an unknown name (with close matches), a module that is not a
+    plugin, a bad or missing parameter, or a path that cannot be imported or is not callable with
+    (completions, rows)."""
     name, params = parse_spec(spec)
     try:
         get("reward", name)
+        in_registry = True
     except ComponentError:
         if "." not in name and ":" not in name:
             raise
-        register("reward", name)(_import_callable(name))
+        in_registry = False
+    if not in_registry or name in _BY_PATH:
+        _check_trusted(name, _split_path(name)[0], plugins)  # before the import: importing runs the module
+    if not in_registry:
+        register("reward", name)(_import_callable(name, params))
+        _BY_PATH.add(name)
     return build("reward", {"name": name, **params})
 
 
-def resolve_rewards(specs: Sequence[str | Mapping[str, Any]]) -> list[tuple[Component, float]]:
-    """Each spec resolved with its weight: a mapping's `weight` key (default 1.0) is taken out
-    before resolving. Returns [(component, weight)]. Raises ValueError for an empty list, a weight
+def resolve_rewards(specs: Sequence[str | Mapping[str, Any]], plugins: Sequence[str] = ()) -> list[tuple[Component, float]]:
+    """Each spec resolved with its weight (`resolve_reward(spec, plugins)`): a mapping's `weight` key
+    (default 1.0) is taken out before resolving. Returns [(component, weight)]. Raises
+    ComponentError (a ValueError) as `resolve_reward` does, and ValueError for an empty list, a weight
     that is not a finite number, or two rewards with the same name (their `reward/<name>` metrics
     would collide and `reward/total` would be wrong)."""
     if len(specs) == 0:
@@ -179,7 +258,7 @@ def resolve_rewards(specs: Sequence[str | Mapping[str, Any]]) -> list[tuple[Comp
                 raise ValueError(f"rewards: weight must be a number, got {spec!r}") from None
             if not math.isfinite(weight):
                 raise ValueError(f"rewards: weight must be finite, got {weight}")
-        out.append((resolve_reward(spec), weight))
+        out.append((resolve_reward(spec, plugins), weight))
     names = [c.name for c, _ in out]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:

@@ -13,7 +13,6 @@ The trainer (`zoo.trainer`) sets up, loops, checkpoints and evaluates around `st
 """
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
@@ -25,9 +24,6 @@ from zoo.step.sample import sample
 from zoo.step.types import RunState
 from zoo.step.update import update
 
-log = logging.getLogger(__name__)
-
-
 def step(st: RunState) -> dict[str, Any]:
     """One rollout step of the run `st` (advances st.step). Returns its metrics (means over ranks),
     with the first round's sample completions under "_samples"."""
@@ -36,8 +32,7 @@ def step(st: RunState) -> dict[str, Any]:
     beta = coefs.get("kl", {}).get("beta", st.slots.kl.beta)
     batch, m = sample(st)                                                   # generate .. filter
     if batch.size == 0:
-        m["train/skipped"] = 1.0
-        log.warning("step %d: every group was filtered out; no update this step", st.step + 1)
+        m["train/skipped"] = 1.0  # the guards (trainer.train) log the step without an update
     t1 = time.perf_counter()
     if batch.size:
         batch = rollout_forwards(batch, st.models, st.slots, st.settings)   # forwards

@@ -69,7 +69,7 @@ def sample(st: RunState) -> tuple[Batch, dict[str, Any]]:
         t0 = time.perf_counter()
         b = generate(st, rows, n_groups)                                                      # generate
         t1 = time.perf_counter()
-        objectives, _ = compute_rewards([c for c, _ in st.rewards], b.texts, b.rows)          # reward
+        objectives, n_failed = compute_rewards([c for c, _ in st.rewards], b.texts, b.rows)   # reward
         b, obj, names, w, m = length_shaping(b, objectives, st.reward_names, weights, st.slots,
                                              s.max_new_tokens)                                # length
         b, sm = objective_scores(b, obj, names, w, st.slots)                                  # objectives
@@ -78,6 +78,7 @@ def sample(st: RunState) -> tuple[Batch, dict[str, Any]]:
         t_score += time.perf_counter() - t1
         if rnd == 0:
             first = {**sm, **m, **accuracy_metrics(objectives, st.reward_names), **_completion_metrics(b)}
+            first["reward/unscored_frac"] = max(n_failed, default=0) / max(b.size, 1)  # the worst reward's
             first["_samples"] = [
                 {"prompt": r.get("question", ""), "completion": t,
                  **{n: float(objectives[i, k]) for k, n in enumerate(st.reward_names)}}

@@ -8,7 +8,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from zoo import registry
+from zoo import guards, registry
 from zoo.desugar import kl_parts
 from zoo.variant import KLSpec, Variant, build_components
 
@@ -105,4 +105,5 @@ class RunState:
     controllers: list[Any] = field(default_factory=list)  # built controllers (zoo/components/controllers.py)
     step: int = 0
     totals: dict[str, float] = field(default_factory=lambda: {"completions": 0.0, "tokens": 0.0, "elapsed": 0.0})
+    guard: guards.GuardState = field(default_factory=guards.GuardState)  # streaks of the run guards
     provenance: dict[str, Any] = field(default_factory=dict)

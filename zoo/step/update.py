@@ -12,7 +12,7 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor
 
-from zoo import dist, registry
+from zoo import dist, guards, registry
 from zoo.batch import Batch
 from zoo.components import StepCounts, TermInputs
 from zoo.components.stats import masked_sum, sanitize
@@ -105,10 +105,17 @@ def update(
     over the whole optimizer step. coefs: {term name: {hyperparameter: value}} from the controllers
     (e.g. {"kl": {"beta": 0.05}}), passed to the terms of that name. Returns the metrics averaged
     over optimizer steps (loss/policy: the step's loss; loss/<term>: each term's part; optim/grad_norm;
-    critic/*) and token means over all of them (clip/*, ratio/*, entropy, the terms' token stats)."""
+    critic/*) and token means over all of them (clip/*, ratio/*, entropy, the terms' token stats).
+
+    An optimizer step whose loss (loss/policy, loss/<term>, loss/value) or gradient norm
+    (optim/grad_norm, critic/grad_norm) is not finite on any rank is skipped on every rank: weights
+    and optimizer state unchanged, gradients zeroed, the LR schedule still advanced. `optim/updates`
+    and `optim/skipped` count applied and skipped optimizer steps."""
     per_step: dict[str, list[float]] = {}
+    applied = skipped = 0  # optimizer steps applied / skipped for a non-finite loss or gradient norm
     tally = TokenTally.of(slots)
     n = batch.size
+    with_critic = critic_optimizer is not None and models.critic is not None
     for _ in range(s.epochs):
         perm = torch.randperm(n, generator=generator) if s.minibatches > 1 else torch.arange(n)
         for mb_rows in perm.tensor_split(s.minibatches):
@@ -119,22 +126,32 @@ def update(
             if counts.tokens == 0:  # nothing to learn from on any rank (e.g. every group filtered out)
                 continue
             losses = _accumulate(sub, models, slots, s, counts, coefs or {}, tally, optimizer, critic_optimizer)
+            if not with_critic:
+                losses.pop("loss/value")
             # each rank summed its share of the step's losses: the step's value is the sum over ranks
             names = sorted(losses)
             summed = dist.all_reduce_sum(torch.tensor([losses[k] for k in names], dtype=torch.float64)).tolist()
-            step_losses = dict(zip(names, summed))
-            gn = optimizer_step(models.policy, optimizer, s.max_grad_norm)
-            if scheduler is not None:
-                scheduler.step()
-            per_step.setdefault("optim/grad_norm", []).append(gn)
-            for k in names:
-                if k != "loss/value":
-                    per_step.setdefault(k, []).append(step_losses[k])
-            if critic_optimizer is not None and models.critic is not None:
-                per_step.setdefault("critic/grad_norm", []).append(
-                    optimizer_step(models.critic, critic_optimizer, s.max_grad_norm))
-                per_step.setdefault("loss/value", []).append(step_losses["loss/value"])
-    out = {k: sum(v) / len(v) for k, v in per_step.items()}
+            step_m = dict(zip(names, summed))
+            step_m["optim/grad_norm"] = summed_grad_norm(models.policy)
+            if with_critic:
+                step_m["critic/grad_norm"] = summed_grad_norm(models.critic)
+            if guards.any_rank_nonfinite(step_m.values()):  # skip on every rank: weights, optimizer state kept
+                skipped += 1
+                models.policy.zero_grad(set_to_none=True)
+                if with_critic:
+                    models.critic.zero_grad(set_to_none=True)
+            else:
+                applied += 1
+                optimizer_step(models.policy, optimizer, s.max_grad_norm, step_m["optim/grad_norm"])
+                if with_critic:
+                    optimizer_step(models.critic, critic_optimizer, s.max_grad_norm, step_m["critic/grad_norm"])
+            if scheduler is not None:  # a skipped step still uses its slot of the schedule (as with AMP)
+                guards.quiet_scheduler_step(scheduler)
+            for k, v in step_m.items():
+                per_step.setdefault(k, []).append(v)
+    out = {k: sum(v) / len(v) for k, v in per_step.items()}  # includes skipped steps: a non-finite value shows
+    out["optim/updates"] = float(applied)
+    out["optim/skipped"] = float(skipped)
     out.update(tally.metrics())
     out["optim/steps"] = float(s.epochs * s.minibatches)
     return out
@@ -192,15 +209,20 @@ def _accumulate(sub: Batch, models: Models, slots: Slots, s: StepSettings, count
     return losses
 
 
-def optimizer_step(model: torch.nn.Module, opt: torch.optim.Optimizer, max_norm: float | None) -> float:
-    """Sum gradients over ranks, clip to `max_norm` (None: no clipping), step, free the gradients.
-    Returns the gradient norm before clipping."""
+def summed_grad_norm(model: torch.nn.Module) -> float:
+    """Sum the trainable parameters' gradients over ranks (in place), then their total L2 norm
+    (the same on every rank; NaN/inf when a gradient is not finite; 0 without gradients)."""
     params = [p for p in model.parameters() if p.requires_grad]
     dist.sum_gradients(params)
-    if max_norm is not None:
-        gn = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-    else:
-        gn = float(torch.norm(torch.stack([p.grad.norm() for p in params if p.grad is not None])))
+    grads = [p.grad for p in params if p.grad is not None]
+    return float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
+
+
+def optimizer_step(model: torch.nn.Module, opt: torch.optim.Optimizer, max_norm: float | None, norm: float) -> None:
+    """Clip the (summed) gradients to `max_norm` (None: no clipping) given their total `norm`, step,
+    free the gradients."""
+    params = [p for p in model.parameters() if p.requires_grad and p.grad is not None]
+    if max_norm is not None and params:
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, torch.tensor(norm))
     opt.step()
     opt.zero_grad(set_to_none=True)  # free the gradients now: generation and forwards run without them
-    return gn
