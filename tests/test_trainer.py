@@ -440,135 +440,6 @@ def test_a_read_only_metrics_file_is_one_error_and_the_run_is_failed(tiny_model_
 
 
 def test_cli_disk_full_prints_one_line_and_exits_1(tiny_model_dir, tmp_path, monkeypatch):
-
-
-# ---------------------------------------------------------------- guards: runs that cannot learn fail
-@pytest.fixture
-def bad_plugin(tmp_path, monkeypatch):
-    """A plugin module with rewards that break the contract or cannot score, and a NaN clip rule."""
-    (tmp_path / "bad_plugin.py").write_text(textwrap.dedent("""
-        from dataclasses import replace
-
-        from zoo.components.clip import ppo
-        from zoo.registry import register
-
-        def nan_reward(completions, rows):
-            return [float("nan")] * len(completions)
-
-        def dict_reward(completions, rows):
-            return {c: 1.0 for c in completions}
-
-        def unscorable(completions, rows):
-            return [None] * len(completions)
-
-        @register("clip", "test_nan_clip")
-        def nan_clip(logp, logp_old, adv, mask, *, eps: float = 0.2):
-            res = ppo(logp, logp_old, adv, mask, eps=eps)
-            return replace(res, loss=res.loss * float("nan"))
-    """))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    yield "bad_plugin"
-    import sys
-
-    from zoo import registry
-    registry._REGISTRY["clip"].pop("test_nan_clip", None)
-    sys.modules.pop("bad_plugin", None)
-
-
-@pytest.mark.parametrize("fn, words", [("nan_reward", "returned nan for row 0"), ("dict_reward", "returned a dict")])
-def test_a_reward_that_breaks_the_contract_fails_the_run_at_step_1(fn, words, bad_plugin, tiny_model_dir, tmp_path):
-    cfg = tiny_run_config(tiny_model_dir, tmp_path, plugins=[bad_plugin], rewards=[f"{bad_plugin}:{fn}"])
-    with pytest.raises(RewardError, match=f"reward '{bad_plugin}:{fn}' {words}"):
-        train(cfg, progress=False)
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["status"] == "failed" and summary["steps"] == 0 and words in summary["error"]
-
-
-def test_mostly_unscored_rows_for_three_steps_fail_the_run(bad_plugin, tiny_model_dir, tmp_path):
-    cfg = tiny_run_config(tiny_model_dir, tmp_path, plugins=[bad_plugin], budget={"steps": 5},
-                          rewards=["correctness", f"{bad_plugin}:unscorable"])
-    with pytest.raises(RunFailed, match="step 3: rewards could not score 100% of the rows .* for 3 consecutive steps"):
-        train(cfg, progress=False)
-    recs = _step_records(tmp_path)
-    assert [r["reward/unscored_frac"] for r in recs] == [1.0, 1.0, 1.0]
-    assert [r["reward/failed"] for r in recs] == [8.0, 8.0, 8.0]  # the same count as the reward's unscored rows
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["status"] == "failed" and summary["steps"] == 3
-    assert saved_state(tmp_path)["step"] == 2  # the failing step is not checkpointed
-    # with the guard loosened the same run finishes
-    cfg = tiny_run_config(tiny_model_dir, tmp_path / "loose", plugins=[bad_plugin], budget={"steps": 3},
-                          rewards=["correctness", f"{bad_plugin}:unscorable"], guards={"max_unscored_frac": 1.0})
-    assert train(cfg, progress=False)["status"] == "finished"
-
-
-def test_every_update_skipped_for_a_nan_loss_fails_without_changing_or_saving_nan_weights(bad_plugin, tiny_model_dir,
-                                                                                           tmp_path):
-    cfg = tiny_run_config(tiny_model_dir, tmp_path, plugins=[bad_plugin], set={"clip": "test_nan_clip"},
-                          budget={"steps": 4}, guards={"max_skipped_steps": 2})
-    with pytest.raises(RunFailed, match="step 2: every optimizer step was skipped for 2 consecutive steps .* because "
-                                        "loss/policy = nan"):
-        train(cfg, progress=False)
-    recs = _step_records(tmp_path)
-    assert [(r["optim/skipped"], r["optim/updates"]) for r in recs] == [(1.0, 0.0), (1.0, 0.0)]
-    state = saved_state(tmp_path)
-    assert state["step"] == 1 and state["guards"]["skipped_steps"] == 1
-    assert max_change(initial_weights(tiny_model_dir), state["policy"]) == 0.0  # weights unchanged, all finite
-
-
-def test_float16_weights_are_never_checkpointed_once_they_turn_nan(tiny_model_dir, tmp_path):
-    """Pure fp16 weights on CPU: AdamW's eps (1e-8) underflows to 0 in fp16, so parameters whose
-    gradient is 0 become 0/0 = NaN after the first optimizer step (finite loss and gradient norm)."""
-    cfg = tiny_run_config(tiny_model_dir, tmp_path, model_opts={"dtype": "float16"}, budget={"steps": 3})
-    with pytest.raises(RunFailed, match="step 1: policy parameter .* is not finite after the optimizer step; refusing "
-                                        "to checkpoint non-finite weights \\(no checkpoint was written\\)"):
-        train(cfg, progress=False)
-    assert not (tmp_path / "checkpoint" / "state.pt").exists()
-    assert json.loads((tmp_path / "summary.json").read_text())["status"] == "failed"
-
-
-def test_validate_run_checks_the_filter_metric_and_the_reward_trust(tiny_model_dir, tmp_path):
-    from zoo.trainer import validate_run
-    from zoo.variant import VariantError
-
-    def cfg(**over):
-        return tiny_run_config(tiny_model_dir, tmp_path, variant="dapo", budget=small_updates("dapo"), **over)
-
-    with pytest.raises(VariantError, match="filter dynamic_sampling: metric 'accuracy' will not exist \\(it needs a "
-                                           "`correctness` reward\\)"):
-        validate_run(cfg(rewards=["format"]))
-    with pytest.raises(VariantError, match="metric 'lenght' will not exist \\(no reward produces it\\); the step's "
-                                           "metrics are accuracy, correctness, length, reward"):
-        validate_run(cfg(set={"filter": [{"name": "dynamic_sampling", "metric": "lenght"}]}))
-    _, warnings = validate_run(cfg(set={"filter": [{"name": "dynamic_sampling", "metric": "length"}]}))
-    assert any("metric 'length' is continuous" in w for w in warnings)
-    _, warnings = validate_run(cfg())
-    assert not any("dynamic_sampling" in w for w in warnings)
-    with pytest.raises(VariantError, match="rewards: reward 'subprocess:call': module 'subprocess' is not among this "
-                                           "run's plugins"):
-        validate_run(cfg(rewards=["subprocess:call"]))
-
-
-def test_zoo_validate_reports_the_filter_metric_and_untrusted_rewards(tiny_model_dir, tmp_path):
-    import yaml
-
-    from zoo.experiment import check_study_file
-
-    base = tiny_run_config(tiny_model_dir, tmp_path / "out", variant="dapo",
-                           budget=small_updates("dapo")).model_dump(mode="json")
-    f = tmp_path / "run.yaml"
-    f.write_text(yaml.safe_dump({**base, "rewards": ["format", "subprocess:call"]}))
-    rep = check_study_file(f)
-    assert any("module 'subprocess' is not among this run's plugins" in e for e in rep.errors), rep.errors
-    f.write_text(yaml.safe_dump({**base, "rewards": ["format"]}))
-    rep = check_study_file(f)
-    assert any("metric 'accuracy' will not exist" in e for e in rep.errors), rep.errors
-    f.write_text(yaml.safe_dump({**base, "set": {"filter": [{"name": "dynamic_sampling", "metric": "length"}]}}))
-    rep = check_study_file(f)
-    assert rep.ok and any("metric 'length' is continuous" in w for w in rep.warnings), (rep.errors, rep.warnings)
-
-
-def test_zoo_run_reports_a_failed_run_in_one_line(tiny_model_dir, tmp_path):
-    import yaml
     from typer.testing import CliRunner
 
     import zoo.cli_run  # noqa: F401  (registers `run`)
@@ -731,6 +602,138 @@ def test_kill_9_then_resume_keeps_eval_before_labels_and_prints_it(tiny_model_di
     assert "eval (after training)" in text and "before training" not in text
     assert f"eval {s['eval/before']['eval/greedy_acc']:.3f} -> {s['eval/after']['eval/greedy_acc']:.3f}" in text
 
+
+# ---------------------------------------------------------------- guards: runs that cannot learn fail
+@pytest.fixture
+def bad_plugin(tmp_path, monkeypatch):
+    """A plugin module with rewards that break the contract or cannot score, and a NaN clip rule."""
+    (tmp_path / "bad_plugin.py").write_text(textwrap.dedent("""
+        from dataclasses import replace
+
+        from zoo.components.clip import ppo
+        from zoo.registry import register
+
+        def nan_reward(completions, rows):
+            return [float("nan")] * len(completions)
+
+        def dict_reward(completions, rows):
+            return {c: 1.0 for c in completions}
+
+        def unscorable(completions, rows):
+            return [None] * len(completions)
+
+        @register("clip", "test_nan_clip")
+        def nan_clip(logp, logp_old, adv, mask, *, eps: float = 0.2):
+            res = ppo(logp, logp_old, adv, mask, eps=eps)
+            return replace(res, loss=res.loss * float("nan"))
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "bad_plugin"
+    import sys
+
+    from zoo import registry
+    registry._REGISTRY["clip"].pop("test_nan_clip", None)
+    sys.modules.pop("bad_plugin", None)
+
+
+@pytest.mark.parametrize("fn, words", [("nan_reward", "returned nan for row 0"), ("dict_reward", "returned a dict")])
+def test_a_reward_that_breaks_the_contract_fails_the_run_at_step_1(fn, words, bad_plugin, tiny_model_dir, tmp_path):
+    cfg = tiny_run_config(tiny_model_dir, tmp_path, plugins=[bad_plugin], rewards=[f"{bad_plugin}:{fn}"])
+    with pytest.raises(RewardError, match=f"reward '{bad_plugin}:{fn}' {words}"):
+        train(cfg, progress=False)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["steps"] == 0 and words in summary["error"]
+
+
+def test_mostly_unscored_rows_for_three_steps_fail_the_run(bad_plugin, tiny_model_dir, tmp_path):
+    cfg = tiny_run_config(tiny_model_dir, tmp_path, plugins=[bad_plugin], budget={"steps": 5},
+                          rewards=["correctness", f"{bad_plugin}:unscorable"])
+    with pytest.raises(RunFailed, match="step 3: rewards could not score 100% of the rows .* for 3 consecutive steps"):
+        train(cfg, progress=False)
+    recs = _step_records(tmp_path)
+    assert [r["reward/unscored_frac"] for r in recs] == [1.0, 1.0, 1.0]
+    assert [r["reward/failed"] for r in recs] == [8.0, 8.0, 8.0]  # the same count as the reward's unscored rows
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["steps"] == 3
+    assert saved_state(tmp_path)["step"] == 2  # the failing step is not checkpointed
+    # with the guard loosened the same run finishes
+    cfg = tiny_run_config(tiny_model_dir, tmp_path / "loose", plugins=[bad_plugin], budget={"steps": 3},
+                          rewards=["correctness", f"{bad_plugin}:unscorable"], guards={"max_unscored_frac": 1.0})
+    assert train(cfg, progress=False)["status"] == "finished"
+
+
+def test_every_update_skipped_for_a_nan_loss_fails_without_changing_or_saving_nan_weights(bad_plugin, tiny_model_dir,
+                                                                                           tmp_path):
+    cfg = tiny_run_config(tiny_model_dir, tmp_path, plugins=[bad_plugin], set={"clip": "test_nan_clip"},
+                          budget={"steps": 4}, guards={"max_skipped_steps": 2})
+    with pytest.raises(RunFailed, match="step 2: every optimizer step was skipped for 2 consecutive steps .* because "
+                                        "loss/policy = nan"):
+        train(cfg, progress=False)
+    recs = _step_records(tmp_path)
+    assert [(r["optim/skipped"], r["optim/updates"]) for r in recs] == [(1.0, 0.0), (1.0, 0.0)]
+    state = saved_state(tmp_path)
+    assert state["step"] == 1 and state["guards"]["skipped_steps"] == 1
+    assert max_change(initial_weights(tiny_model_dir), state["policy"]) == 0.0  # weights unchanged, all finite
+
+
+def test_float16_weights_are_never_checkpointed_once_they_turn_nan(tiny_model_dir, tmp_path):
+    """Pure fp16 weights on CPU: AdamW's eps (1e-8) underflows to 0 in fp16, so parameters whose
+    gradient is 0 become 0/0 = NaN after the first optimizer step (finite loss and gradient norm)."""
+    cfg = tiny_run_config(tiny_model_dir, tmp_path, model_opts={"dtype": "float16"}, budget={"steps": 3})
+    with pytest.raises(RunFailed, match="step 1: policy parameter .* is not finite after the optimizer step; refusing "
+                                        "to checkpoint non-finite weights \\(no checkpoint was written\\)"):
+        train(cfg, progress=False)
+    assert not (tmp_path / "checkpoint" / "state.pt").exists()
+    assert json.loads((tmp_path / "summary.json").read_text())["status"] == "failed"
+
+
+def test_validate_run_checks_the_filter_metric_and_the_reward_trust(tiny_model_dir, tmp_path):
+    from zoo.trainer import validate_run
+    from zoo.variant import VariantError
+
+    def cfg(**over):
+        return tiny_run_config(tiny_model_dir, tmp_path, variant="dapo", budget=small_updates("dapo"), **over)
+
+    with pytest.raises(VariantError, match="filter dynamic_sampling: metric 'accuracy' will not exist \\(it needs a "
+                                           "`correctness` reward\\)"):
+        validate_run(cfg(rewards=["format"]))
+    with pytest.raises(VariantError, match="metric 'lenght' will not exist \\(no reward produces it\\); the step's "
+                                           "metrics are accuracy, correctness, length, reward"):
+        validate_run(cfg(set={"filter": [{"name": "dynamic_sampling", "metric": "lenght"}]}))
+    _, warnings = validate_run(cfg(set={"filter": [{"name": "dynamic_sampling", "metric": "length"}]}))
+    assert any("metric 'length' is continuous" in w for w in warnings)
+    _, warnings = validate_run(cfg())
+    assert not any("dynamic_sampling" in w for w in warnings)
+    with pytest.raises(VariantError, match="rewards: reward 'subprocess:call': module 'subprocess' is not among this "
+                                           "run's plugins"):
+        validate_run(cfg(rewards=["subprocess:call"]))
+
+
+def test_zoo_validate_reports_the_filter_metric_and_untrusted_rewards(tiny_model_dir, tmp_path):
+    import yaml
+
+    from zoo.experiment import check_study_file
+
+    base = tiny_run_config(tiny_model_dir, tmp_path / "out", variant="dapo",
+                           budget=small_updates("dapo")).model_dump(mode="json")
+    f = tmp_path / "run.yaml"
+    f.write_text(yaml.safe_dump({**base, "rewards": ["format", "subprocess:call"]}))
+    rep = check_study_file(f)
+    assert any("module 'subprocess' is not among this run's plugins" in e for e in rep.errors), rep.errors
+    f.write_text(yaml.safe_dump({**base, "rewards": ["format"]}))
+    rep = check_study_file(f)
+    assert any("metric 'accuracy' will not exist" in e for e in rep.errors), rep.errors
+    f.write_text(yaml.safe_dump({**base, "set": {"filter": [{"name": "dynamic_sampling", "metric": "length"}]}}))
+    rep = check_study_file(f)
+    assert rep.ok and any("metric 'length' is continuous" in w for w in rep.warnings), (rep.errors, rep.warnings)
+
+
+def test_zoo_run_reports_a_failed_run_in_one_line(tiny_model_dir, tmp_path):
+    import yaml
+    from typer.testing import CliRunner
+
+    import zoo.cli_run  # noqa: F401  (registers `run`)
+    from zoo.cli import app
 
     cfg = tiny_run_config(tiny_model_dir, tmp_path / "out", model_opts={"dtype": "float16"}, budget={"steps": 2})
     f = tmp_path / "run.yaml"
