@@ -33,21 +33,22 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from zoo import variant as V
 from zoo.config import RunConfig, parse_run_config, set_dotted
-from zoo.variant import Report, VariantError, _format_validation, _read_yaml
+from zoo.schema import Strict
+from zoo.schema_errors import format_validation
+from zoo.variant import Report, VariantError, _read_yaml
 
 STUDY_KEYS = ("variants", "ablations", "seeds", "sweep")
 _SAFE = re.compile(r"[^A-Za-z0-9._=+,-]+")
 _SEED_SUFFIX = re.compile(r"-s(-?\d+)$")
 
 
-class Ablation(BaseModel):
+class Ablation(Strict):
     """One named ablation arm: a variant with dotted overrides (`{clip: ppo, clip.eps_high: 0.3}`)."""
 
-    model_config = ConfigDict(extra="forbid")
     variant: str
     set: dict[str, Any] = Field(default_factory=dict)
 
@@ -103,7 +104,7 @@ def parse_study(data: Mapping[str, Any], where: str, default_name: str = "study"
     try:
         st = Study.model_validate(dict(data))
     except ValidationError as e:
-        raise VariantError(_format_validation(e, where, Study)) from None
+        raise VariantError(format_validation(e, where, Study, data)) from None
     st.path = where
     if not st.name:
         st.name = default_name

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any, Literal, Mapping, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 
 from zoo import registry
+from zoo.schema import Spec, Strict
+from zoo.schema_errors import format_validation
 
-Spec = Union[str, dict[str, Any]]
 SLOT_KINDS = {
     "advantage": "advantage",
     "normalizer": "normalizer",
@@ -37,18 +38,14 @@ class VariantError(ValueError):
     """A variant file or override that cannot be resolved; the message names file and key."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class AdaptiveKLSpec(_Strict):
+class AdaptiveKLSpec(Strict):
     """Ziegler et al. (arXiv:1909.08593 §2.2) adaptive KL controller."""
 
     target: float = Field(gt=0, description="target KL per sequence (nats)")
     horizon: int = Field(10_000, gt=0, description="horizon in episodes (completions)")
 
 
-class KLSpec(_Strict):
+class KLSpec(Strict):
     """Where the KL to the reference goes, with which estimator and coefficient beta."""
 
     placement: Literal["reward", "loss", "none"] = "none"
@@ -63,14 +60,14 @@ class KLSpec(_Strict):
         return v
 
 
-class Updates(_Strict):
+class Updates(Strict):
     """How a rollout batch is reused: `epochs` passes, each split into `minibatches` optimizer steps."""
 
     epochs: int = Field(1, ge=1)
     minibatches: int = Field(1, ge=1)
 
 
-class Slots(_Strict):
+class Slots(Strict):
     advantage: Spec = "group_mean"
     normalizer: Spec = "group_std"
     objective_norm: Spec = "none"
@@ -85,7 +82,7 @@ class Slots(_Strict):
         return KLSpec() if self.kl == "none" else self.kl  # type: ignore[return-value]
 
 
-class Variant(_Strict):
+class Variant(Strict):
     """One named combination of components (a file in registry/)."""
 
     name: str
@@ -225,41 +222,11 @@ def parse_variant(data: dict[str, Any], where: str) -> Variant:
     try:
         v = Variant.model_validate(data)
     except ValidationError as e:
-        raise VariantError(_format_validation(e, where, Variant)) from None
+        raise VariantError(format_validation(e, where, Variant, data)) from None
     except registry.ComponentError as e:
         raise VariantError(f"{where}: {e}") from None
     v.path = where
     return v
-
-
-def _format_validation(e: ValidationError, where: str, model: type[BaseModel]) -> str:
-    lines = []
-    for err in e.errors():
-        loc = ".".join(str(x) for x in err["loc"] if not str(x).startswith(("function-", "union")))
-        loc = loc.replace(".literal['none']", "").replace(".KLSpec", "").replace(".str", "").replace(".dict[str,any]", "")
-        if err["type"] == "extra_forbidden":
-            parent = _model_at(model, [x for x in err["loc"][:-1] if isinstance(x, str)])
-            allowed = ", ".join(parent.model_fields) if parent else "?"
-            close = difflib.get_close_matches(str(err["loc"][-1]), list(parent.model_fields) if parent else [], n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            lines.append(f"{where}: key {loc!r} is not allowed{hint}; allowed: {allowed}")
-        else:
-            lines.append(f"{where}: key {loc!r}: {err['msg']}")
-    return "\n".join(dict.fromkeys(lines))
-
-
-def _model_at(model: type[BaseModel], path: list[str]) -> type[BaseModel] | None:
-    cur: Any = model
-    for key in path:
-        f = getattr(cur, "model_fields", {}).get(key)
-        if f is None:
-            return None
-        ann = f.annotation
-        cands = [a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)]
-        if not cands:
-            return None
-        cur = cands[0]
-    return cur
 
 
 def load_variant(name_or_path: str | Path, overrides: Mapping[str, Any] | None = None) -> Variant:
