@@ -9,12 +9,11 @@ import difflib
 from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping, Union
 
-import yaml
 from pydantic import Field, ValidationError, field_validator
 
 from zoo.schema import Spec, Strict, finite_number
 from zoo.schema_errors import format_validation
-from zoo.variant import Updates, VariantError
+from zoo.variant import Updates, VariantError, read_yaml_file
 
 
 
@@ -172,14 +171,10 @@ OUTPUT_KEYS = ("resolved_variant", "provenance")
 def load_run_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> RunConfig:
     """Read a run YAML, apply dotted `--set` overrides (`budget.steps=3`), validate."""
     p = Path(path)
-    if not p.exists():
-        raise VariantError(f"{p}: file not found")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as e:
-        raise VariantError(f"{p}: not valid YAML: {e}") from None
-    if data is None:
-        raise VariantError(f"{p}: the file is empty; a run needs at least `variant`, `model` and `task` "
+    data = read_yaml_file(p)
+    if data is None or data == {}:
+        what = "the file is empty" if data is None else "the file has no keys"
+        raise VariantError(f"{p}: {what}; a run needs at least `variant`, `model` and `task` "
                            "(see examples/run_grpo.yaml)")
     if not isinstance(data, dict):
         raise VariantError(f"{p}: expected a mapping at the top level")

@@ -37,8 +37,10 @@ from pydantic import Field, ValidationError
 
 from zoo import variant as V
 from zoo.config import RunConfig, parse_run_config, set_dotted
+from zoo.config_checks import run_warnings
 from zoo.schema import Strict
 from zoo.schema_errors import format_validation
+from zoo.study_checks import duplicate_sweep_arms, foreign_arm_dir
 from zoo.variant import Report, VariantError, _read_yaml
 
 STUDY_KEYS = ("variants", "ablations", "seeds", "sweep")
@@ -176,6 +178,14 @@ def set_dotted_plain(d: dict[str, Any], key: str, value: Any) -> None:
 
 
 BUDGET_ALIASES = ("group_size", "updates")
+PER_ARM_KEYS = {  # run keys a study sets per arm: a sweep or override over them says what to use instead
+    "seed": "is given per arm by `seeds`: write `seeds: [0, 1, 2]` instead of sweeping it",
+    "variant": "is given per arm by `variants` and `ablations`: list the variants there",
+    "name": "is the study's name (each arm is named by its label); it cannot be swept",
+    "output_dir": "is the study's folder (each arm runs in <output_dir>/<label>); it cannot be swept",
+    "study": "is set by `zoo ablate` for each arm",
+    "arm": "is set by `zoo ablate` for each arm",
+}
 
 
 def normalize_key(key: str) -> str:
@@ -188,6 +198,8 @@ def route_key(key: str, where: str) -> str:
     """"set" when a dotted key addresses the variant (a slot or a variant field), "run" when it
     addresses the run config. Raises VariantError (with close matches) for anything else."""
     head = key.split(".")[0]
+    if head in PER_ARM_KEYS:
+        raise VariantError(f"{where}: {head!r} {PER_ARM_KEYS[head]}")
     if head in ("slots", "set", "entropy_coef", *BUDGET_ALIASES) or head in V.Slots.model_fields:
         return "set"
     if head in RunConfig.model_fields and head not in ("name", "study", "arm", "seed", "output_dir", "variant"):
@@ -239,6 +251,11 @@ def expand_arms(st: Study) -> list[Arm]:
     dup = sorted({x for x in labels if labels.count(x) > 1})
     if dup:
         raise VariantError(f"{where}: arm labels repeat: {', '.join(dup)}")
+    same = duplicate_sweep_arms(arms)
+    if same:
+        pairs = "; ".join(f"{a} = {b}" for a, b in same)
+        raise VariantError(f"{where}: key 'sweep': points that give the same arm twice ({pairs}): values equal once "
+                           "read as numbers (1e-3 and 1.0e-3 are both 0.001); list each value once")
     return arms
 
 
@@ -294,6 +311,7 @@ def check_arms(arms: list[Arm], plugins: list[str] | tuple[str, ...] = ()) -> Re
         rep.warnings += [f"{who}: {m}" for m in sub.warnings]
         rep.notes += [f"{who}: {m}" for m in sub.notes]
         rep.errors += [f"{who}: {m}" for m in run_checks(arm.config, v)]
+        rep.warnings += [f"{who}: {m}" for m in run_warnings(arm.config, v)]
     return rep
 
 
@@ -511,6 +529,10 @@ def run_study(st: Study, *, dry_run: bool = False, shard: tuple[int, int] | None
     for w in rep.warnings:
         console.print(f"[yellow]warning:[/] {w}", highlight=False)
     arms = select_shard(all_arms, shard)
+    foreign = [why for a in arms if (why := foreign_arm_dir(st.study_dir(), a.config.out_dir(), str(st.name)))]
+    if foreign:
+        raise VariantError("\n".join(f"{why}: not this study's arm; move it away or give the study another "
+                                      "output_dir" for why in foreign))
     print_plan(st, arms, console, len(all_arms))
     if dry_run:
         for a in arms:

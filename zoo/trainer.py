@@ -28,6 +28,7 @@ from zoo import dist, engine
 from zoo.batch import Batch, concat
 from zoo.components.kl import adaptive_beta
 from zoo.config import RunConfig, WandbOpts
+from zoo.config_checks import run_warnings
 from zoo.evaluate import evaluate
 from zoo.provenance import peak_memory_mb, provenance, reset_peak_memory
 from zoo.registry import load_plugins
@@ -95,6 +96,7 @@ def validate_run(cfg: RunConfig) -> tuple[Variant, list[str]]:
     if v.updates.minibatches > n:
         rep.errors.append(f"updates.minibatches {v.updates.minibatches} > {n} completions per step "
                           f"(budget.prompts_per_step x group_size)")
+    rep.warnings += run_warnings(cfg, v)
     if rep.errors:
         raise VariantError("\n".join(rep.errors))
     return v, rep.warnings

@@ -146,11 +146,27 @@ def available_variants() -> list[str]:
     return sorted(variant_files())
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def read_yaml_file(path: str | Path) -> Any:
+    """The parsed YAML of a file (None when empty). Raises VariantError naming the file when it is
+    missing, a directory, not UTF-8, or not valid YAML."""
+    p = Path(path)
+    if p.is_dir():
+        hint = (f"; to resume the run in it: zoo run --resume {p}; to check it: zoo validate {p / 'config.yaml'}"
+                if (p / "config.yaml").is_file() else "")
+        raise VariantError(f"{p}: is a directory, not a YAML file{hint}")
+    if not p.exists():
+        raise VariantError(f"{p}: file not found")
     try:
-        data = yaml.safe_load(path.read_text())
+        with open(p, encoding="utf-8") as fh:  # a file object: the YAML error names the file
+            return yaml.safe_load(fh)
+    except UnicodeDecodeError as e:
+        raise VariantError(f"{p}: not UTF-8 text (byte {e.object[e.start:e.start + 1]!r} at offset {e.start})") from None
     except yaml.YAMLError as e:
-        raise VariantError(f"{path}: not valid YAML: {e}") from e
+        raise VariantError(f"{p}: not valid YAML: {' '.join(str(e).split())}") from None
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    data = read_yaml_file(path)
     if not isinstance(data, dict):
         raise VariantError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return data
