@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,8 @@ SLOT_KINDS = {
     "critic": "critic",
 }
 LIST_SLOTS = ("length", "filter")
+log = logging.getLogger(__name__)
+_WARNED_DIRS: set[str] = set()  # ZOO_REGISTRY_PATH entries already warned about
 
 
 class VariantError(ValueError):
@@ -123,9 +126,14 @@ def builtin_dir() -> Path:
 
 
 def search_dirs() -> list[Path]:
-    """User directories from ZOO_REGISTRY_PATH first, then the built-in registry."""
+    """User directories from ZOO_REGISTRY_PATH first, then the built-in registry. An entry that is
+    not a directory is left out with a warning (once per entry) naming it."""
     dirs = [Path(p) for p in os.environ.get("ZOO_REGISTRY_PATH", "").split(os.pathsep) if p]
-    return dirs + [builtin_dir()]
+    for d in dirs:
+        if not d.is_dir() and str(d) not in _WARNED_DIRS:
+            _WARNED_DIRS.add(str(d))
+            log.warning("ZOO_REGISTRY_PATH: %s is not a directory; its variants are not loaded", d)
+    return [d for d in dirs if d.is_dir()] + [builtin_dir()]
 
 
 def variant_files() -> dict[str, Path]:
