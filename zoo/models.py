@@ -348,13 +348,17 @@ def load_policy(
     device: move the model there (default: stay on CPU / where from_pretrained put it).
 
     Returns (model in train mode, tokenizer with padding_side='left' and a pad token).
-    Raises what `resolve_model` / `lora_config` raise; OSError from transformers for unreadable dirs.
+    Raises what `resolve_model` / `lora_config` raise; ValueError (`load_error`) when transformers
+    cannot load it (a Hub id while offline, a directory without model files).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     src = source_or_name if isinstance(source_or_name, ModelSource) else resolve_model(source_or_name)
-    tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(src.path))
-    model = AutoModelForCausalLM.from_pretrained(src.path, dtype=_as_dtype(dtype))
+    try:
+        tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(src.path))
+        model = AutoModelForCausalLM.from_pretrained(src.path, dtype=_as_dtype(dtype))
+    except OSError as e:  # transformers: not on the Hub / offline / not a model directory
+        raise load_error(src, e) from None
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
     if device is not None:
@@ -366,6 +370,19 @@ def load_policy(
         model = apply_lora(model, lora)
     model.train()
     return model, tokenizer
+
+
+def load_error(src: ModelSource, e: OSError) -> ValueError:
+    """One-line error for a model transformers could not load, saying what to do instead."""
+    first = str(e).strip().splitlines()[0].rstrip(".") if str(e).strip() else type(e).__name__
+    if src.kind == "hub":
+        offline = "HF_HUB_OFFLINE is set, so only the local HF cache is read" if os.environ.get("HF_HUB_OFFLINE") \
+            else "the Hub could not be reached or has no such model"
+        return ValueError(f"model {src.name!r}: could not load it from the Hugging Face Hub ({offline}): {first}. "
+                          f"Use a local model directory (model: /path/to/model), the embedded model "
+                          f"(model: {EMBEDDED_MODEL}), or go online (unset HF_HUB_OFFLINE) to download it")
+    return ValueError(f"model {src.name!r} ({src.path}): transformers could not load it: {first}. A model directory "
+                      "needs config.json, the weights and the tokenizer files (as save_pretrained writes them)")
 
 
 def _enable_checkpointing(model: nn.Module) -> None:

@@ -33,6 +33,7 @@ from zoo.evaluate import evaluate
 from zoo.provenance import peak_memory_mb, provenance, reset_peak_memory
 from zoo.registry import load_plugins
 from zoo.rewards.compute import compute_rewards, resolve_rewards
+from zoo.rollout_preflight import check_before_rollout
 from zoo.rollout import generate_rollout
 from zoo.tracking import read_json
 from zoo.variant import Variant, VariantError, check_variant, load_variant
@@ -145,6 +146,9 @@ def setup(cfg: RunConfig, device: torch.device | None = None) -> RunState:
     lora = cfg.model_opts.lora.model_dump() if cfg.model_opts.lora else None
     policy, tok = zm.load_policy(src, dtype=cfg.model_opts.dtype, lora=lora,
                                  gradient_checkpointing=cfg.model_opts.gradient_checkpointing, device=device)
+    check_before_rollout(cfg, v.group_size, max(cfg.budget.micro_batch, v.group_size, GENERATE_BATCH), policy, tok,
+                         task.train + task.eval, 2 if cfg.model_opts.autocast in ("bf16", "fp16") else
+                         next(policy.parameters()).element_size(), device)
     dist.broadcast_parameters(policy)  # ranks are seeded apart: LoRA's random init must still agree
     reference = zm.make_reference(policy) if slots.kl.placement != "none" else None
     critic = None
