@@ -354,10 +354,11 @@ def load_policy(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     src = source_or_name if isinstance(source_or_name, ModelSource) else resolve_model(source_or_name)
+    torch_dtype = _as_dtype(dtype)
     try:
         tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(src.path))
-        model = AutoModelForCausalLM.from_pretrained(src.path, dtype=_as_dtype(dtype))
-    except OSError as e:  # transformers: not on the Hub / offline / not a model directory
+        model = AutoModelForCausalLM.from_pretrained(src.path, dtype=torch_dtype)
+    except (OSError, ValueError) as e:  # transformers: not on the Hub / offline / not a model directory
         raise load_error(src, e) from None
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
@@ -372,9 +373,10 @@ def load_policy(
     return model, tokenizer
 
 
-def load_error(src: ModelSource, e: OSError) -> ValueError:
-    """One-line error for a model transformers could not load, saying what to do instead."""
-    first = str(e).strip().splitlines()[0].rstrip(".") if str(e).strip() else type(e).__name__
+def load_error(src: ModelSource, e: Exception) -> ValueError:
+    """One-line error for a model transformers could not load (its OSError / ValueError `e`),
+    saying what to do instead: a local directory, the embedded model, or going online."""
+    first = str(e).strip().splitlines()[0].rstrip(".:") if str(e).strip() else type(e).__name__
     if src.kind == "hub":
         offline = "HF_HUB_OFFLINE is set, so only the local HF cache is read" if os.environ.get("HF_HUB_OFFLINE") \
             else "the Hub could not be reached or has no such model"
