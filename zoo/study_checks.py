@@ -35,9 +35,9 @@ def duplicate_sweep_arms(arms: Sequence[Any]) -> list[tuple[str, str]]:
     return out
 
 
-def foreign_arm_dir(study_dir: Path, arm_dir: Path, study_name: str) -> str | None:
-    """Why `arm_dir` is not this study's own arm folder (a symlink to a folder elsewhere, or a
-    config.yaml written by another study), else None."""
+def foreign_arm_dir(study_dir: Path, arm_dir: Path, study_name: str | None) -> str | None:
+    """Why `arm_dir` is not this study's own arm folder (a symlink to a folder outside `study_dir`,
+    or a config.yaml written by a study other than `study_name`; None: not checked), else None."""
     from zoo.variant import VariantError, read_yaml_file
 
     arm_dir = Path(arm_dir)
@@ -47,7 +47,7 @@ def foreign_arm_dir(study_dir: Path, arm_dir: Path, study_name: str) -> str | No
     if real.parent != Path(study_dir).resolve():
         return f"{arm_dir} links to {real}, outside this study's folder {study_dir}"
     cfg_file = arm_dir / "config.yaml"
-    if cfg_file.is_file():
+    if study_name is not None and cfg_file.is_file():
         try:
             data = read_yaml_file(cfg_file)
         except VariantError:
