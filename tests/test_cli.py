@@ -194,7 +194,7 @@ def test_dry_run_commands_are_shell_quoted():
 # --------------------------------------------------------------------------- issue 11: one line, no traceback
 
 
-def _main(monkeypatch, capsys, *args):
+def run_main(monkeypatch, capsys, *args):
     """Run the console entry point as a user would; returns (exit code, stderr + stdout)."""
     import sys as _sys
 
@@ -211,10 +211,10 @@ def test_run_and_validate_a_directory(tmp_path, monkeypatch, capsys):
     d = tmp_path / "myrun"
     d.mkdir()
     (d / "config.yaml").write_text("name: myrun\n")
-    code, text = _main(monkeypatch, capsys, "run", d)
+    code, text = run_main(monkeypatch, capsys, "run", d)
     assert code == 1 and "Traceback" not in text and "IsADirectoryError" not in text
     assert f"{d}: is a directory, not a YAML file; to resume the run in it: zoo run --resume {d}" in text
-    code, text = _main(monkeypatch, capsys, "validate", d)
+    code, text = run_main(monkeypatch, capsys, "validate", d)
     assert code == 1 and f"{d}: is a directory" in text and "Traceback" not in text
 
 
@@ -294,7 +294,7 @@ def test_a_hub_id_while_offline_is_one_line(tmp_path, monkeypatch, capsys):
     f.write_text(yaml.safe_dump({"variant": "grpo", "model": "no-such-org/no-such-model", "tracking": {"wandb": False},
                                  "task": {"name": "reasoning_gym", "dataset": "basic_arithmetic", "size": 8,
                                           "eval_size": 2, "fewshot": 0}}))
-    code, text = _main(monkeypatch, capsys, "run", f)
+    code, text = run_main(monkeypatch, capsys, "run", f)
     assert code == 1 and "Traceback" not in text and "OSError" not in text
     assert "model 'no-such-org/no-such-model': could not load it from the Hugging Face Hub" in text
     assert "local model directory" in text

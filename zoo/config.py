@@ -16,7 +16,6 @@ from zoo.schema_errors import format_validation
 from zoo.variant import Updates, VariantError, read_yaml_file
 
 
-
 class Budget(Strict):
     """How much work one run does. `group_size` and `updates` override the variant's when set."""
 
@@ -162,7 +161,7 @@ def parse_run_config(data: Mapping[str, Any], where: str) -> RunConfig:
     try:
         return RunConfig.model_validate(dict(data))
     except ValidationError as e:
-        raise VariantError(format_validation(e, where, RunConfig, data)) from None
+        raise VariantError(format_validation(e, where, RunConfig)) from None
 
 
 OUTPUT_KEYS = ("resolved_variant", "provenance")

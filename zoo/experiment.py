@@ -106,7 +106,7 @@ def parse_study(data: Mapping[str, Any], where: str, default_name: str = "study"
     try:
         st = Study.model_validate(dict(data))
     except ValidationError as e:
-        raise VariantError(format_validation(e, where, Study, data)) from None
+        raise VariantError(format_validation(e, where, Study)) from None
     st.path = where
     if not st.name:
         st.name = default_name

@@ -50,6 +50,8 @@ def walk(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[list[str], type[
     ann: Any = model
     other_branch = False
     for x in loc:
+        if str(x).startswith("function-"):  # a validator's wrapper, not a key
+            continue
         alts = _alternatives(ann)
         if len(alts) > 1:
             tags = {_tag_of(m): m for m in alts}
@@ -80,10 +82,9 @@ def walk(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[list[str], type[
     return path, owner, other_branch
 
 
-def format_validation(e: ValidationError, where: str, model: type[BaseModel], data: Any = None) -> str:
-    """One line per problem, `where: key 'a.b': message`; an unknown key lists the allowed keys of
-    the model it was written under, with a close match. `data` is accepted for symmetry with the
-    callers' validated input and not needed."""
+def format_validation(e: ValidationError, where: str, model: type[BaseModel]) -> str:
+    """`e` (raised by `model.model_validate`) as one line per problem, `where: key 'a.b': message`;
+    an unknown key lists the allowed keys of the model it was written under, with a close match."""
     walked = [(err, *walk(model, tuple(err["loc"]))) for err in e.errors()]
     # key paths where a model branch of a union reported something: the input had the model's shape
     model_paths = {tuple(p[:-1]) if err["type"] == "extra_forbidden" else tuple(p)

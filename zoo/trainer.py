@@ -33,8 +33,8 @@ from zoo.evaluate import evaluate
 from zoo.provenance import peak_memory_mb, provenance, reset_peak_memory
 from zoo.registry import load_plugins
 from zoo.rewards.compute import compute_rewards, resolve_rewards
-from zoo.rollout_preflight import check_before_rollout
 from zoo.rollout import generate_rollout
+from zoo.rollout_preflight import check_before_rollout
 from zoo.tracking import read_json
 from zoo.variant import Variant, VariantError, check_variant, load_variant
 

@@ -246,7 +246,7 @@ def parse_variant(data: dict[str, Any], where: str) -> Variant:
     try:
         v = Variant.model_validate(data)
     except ValidationError as e:
-        raise VariantError(format_validation(e, where, Variant, data)) from None
+        raise VariantError(format_validation(e, where, Variant)) from None
     except registry.ComponentError as e:
         raise VariantError(f"{where}: {e}") from None
     v.path = where
