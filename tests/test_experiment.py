@@ -315,7 +315,7 @@ def test_ref_reset_every_with_kl_none_warns(tmp_path):
     assert any("ref_reset_every = 2 has no effect: variant 'dapo' has kl: none" in w for w in rep.warnings)
 
 
-def test_a_symlinked_arm_of_another_study_is_refused_and_left_out_of_the_report(tmp_path):
+def test_a_symlinked_arm_of_another_study_is_refused_and_left_out_of_the_report(tmp_path, caplog):
     from zoo import report
 
     other = E.load_study(_write(tmp_path, STUDY, {"variants": ["grpo"], "ablations": {}, "seeds": [0],
@@ -331,7 +331,9 @@ def test_a_symlinked_arm_of_another_study_is_refused_and_left_out_of_the_report(
     assert train.calls == []  # not skipped as "finished", not run
     (root / "dapo-s0").mkdir()
     (root / "dapo-s0" / "metrics.jsonl").write_text("")
-    assert [r.label for r in report.discover(root)] == ["dapo-s0"]
+    with caplog.at_level("WARNING", logger="zoo.report"):
+        assert [r.label for r in report.discover(root)] == ["dapo-s0"]
+    assert "left out" in caplog.text and "grpo-s0 links to" in caplog.text
 
 
 def test_an_arm_folder_written_by_another_study_is_refused(tmp_path):
