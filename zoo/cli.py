@@ -239,10 +239,12 @@ def main() -> None:
     exit status 1 (set ZOO_DEBUG=1 for the traceback)."""
     import os
 
-    from zoo import cli_bench, cli_run  # noqa: F401  (register run/ablate/report/export and bench)
+    # register run/ablate/report/export and bench on zoo.cli.app (under `python -m zoo.cli` this
+    # file runs as __main__, a module of its own: the commands are on the imported zoo.cli's app)
+    from zoo import cli, cli_bench, cli_run  # noqa: F401
 
     try:
-        app()
+        cli.app()
     except (ValueError, KeyError, FileNotFoundError, FileExistsError, NotADirectoryError, ModuleNotFoundError,
             RecursionError) as e:  # VariantError, ComponentError, TaskError, ReportError are ValueErrors
         if os.environ.get("ZOO_DEBUG"):
