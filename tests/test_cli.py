@@ -201,3 +201,112 @@ def test_dry_run_commands_are_shell_quoted():
     from zoo.experiment import run_command
 
     assert run_command(Path("runs/a b/x$(y)/config.yaml")) == "zoo run 'runs/a b/x$(y)/config.yaml'"
+
+
+# --------------------------------------------------------------------------- issue 11: one line, no traceback
+
+
+def run_main(monkeypatch, capsys, *args):
+    """Run the console entry point as a user would; returns (exit code, stderr + stdout)."""
+    import sys as _sys
+
+    from zoo.cli import main
+
+    monkeypatch.setattr(_sys, "argv", ["zoo", *map(str, args)])
+    with pytest.raises(SystemExit) as e:
+        main()
+    out = capsys.readouterr()
+    return e.value.code, " ".join((out.err + out.out).split())
+
+
+def test_run_and_validate_a_directory(tmp_path, monkeypatch, capsys):
+    d = tmp_path / "myrun"
+    d.mkdir()
+    (d / "config.yaml").write_text("name: myrun\n")
+    code, text = run_main(monkeypatch, capsys, "run", d)
+    assert code == 1 and "Traceback" not in text and "IsADirectoryError" not in text
+    assert f"{d}: is a directory, not a YAML file; to resume the run in it: zoo run --resume {d}" in text
+    code, text = run_main(monkeypatch, capsys, "validate", d)
+    assert code == 1 and f"{d}: is a directory" in text and "Traceback" not in text
+
+
+def test_an_empty_mapping_is_an_empty_run_file_not_a_variant(tmp_path):
+    f = tmp_path / "run.yaml"
+    f.write_text("{}\n")
+    r = runner.invoke(app, ["run", str(f)])
+    assert r.exit_code == 1 and "the file has no keys; a run needs at least `variant`" in " ".join(r.output.split())
+    r = runner.invoke(app, ["validate", str(f), "--json"])
+    err = json.loads(r.stdout)[0]["errors"]
+    assert r.exit_code == 1 and len(err) == 1 and "the file has no keys" in err[0] and "'name'" not in err[0]
+
+
+@pytest.mark.parametrize("cmd", ["run", "ablate"])
+def test_yaml_errors_under_run_and_ablate_name_the_file(tmp_path, cmd):
+    f = tmp_path / "study.yaml"
+    f.write_text("variants: [grpo]\nbudget: {steps: 2\n")
+    r = runner.invoke(app, [cmd, str(f)])
+    text = " ".join(r.output.split())
+    assert r.exit_code == 1 and f"{f}: not valid YAML:" in text and "<unicode string>" not in text
+
+
+def test_a_non_utf8_run_file_names_the_file(tmp_path):
+    f = tmp_path / "run.yaml"
+    f.write_bytes(b"variant: grpo\nname: \"\xff\"\n")
+    r = runner.invoke(app, ["run", str(f)])
+    assert r.exit_code == 1 and f"{f}: not UTF-8 text (byte b'\\xff' at offset 21)" in " ".join(r.output.split())
+
+
+@pytest.mark.parametrize("name,why", [("x" * 300, "at most 200 characters, got 300"),
+                                      ("a\nb", "no newlines or other control characters")])
+def test_run_names_that_cannot_be_folders_fail_before_any_folder(tmp_path, monkeypatch, name, why):
+    monkeypatch.chdir(tmp_path)
+    f = tmp_path / "run.yaml"
+    f.write_text(yaml.safe_dump({"name": name, "variant": "grpo"}))
+    r = runner.invoke(app, ["run", str(f)])
+    assert r.exit_code == 1 and why in " ".join(r.output.split()) and not (tmp_path / "runs").exists()
+
+
+def test_validate_rejects_the_issues_silent_values(tmp_path):
+    f = tmp_path / "run.yaml"
+    f.write_text("variant: grpo\nbudget: {steps: true}\noptim: {betas: [2, 3]}\n")
+    r = runner.invoke(app, ["validate", str(f), "--json"])
+    errs = " ".join(json.loads(r.stdout)[0]["errors"])
+    assert r.exit_code == 1
+    assert "key 'budget.steps': expected a number, got the boolean true" in errs
+    assert "key 'optim.betas.0': Input should be less than 1" in errs
+
+
+def test_validate_rejects_nan_and_inf_hyperparameters(tmp_path):
+    for line, key in (("entropy_coef: .nan", "entropy_coef"), ("kl.beta: .inf", "slots.kl.beta")):
+        f = tmp_path / "run.yaml"
+        f.write_text(f"variant: grpo\nset: {{{line}}}\n")
+        r = runner.invoke(app, ["validate", str(f), "--json"])
+        errs = " ".join(json.loads(r.stdout)[0]["errors"])
+        assert r.exit_code == 1 and f"key '{key}': Input should be a finite number" in errs
+
+
+def test_a_missing_registry_path_entry_warns_naming_it(tmp_path, monkeypatch, caplog):
+    import os
+
+    from zoo import variant
+
+    missing = tmp_path / "no-such-dir"
+    monkeypatch.setenv("ZOO_REGISTRY_PATH", os.pathsep.join([str(missing), str(ROOT / "registry")]))
+    monkeypatch.setattr(variant, "_WARNED_DIRS", set())
+    with caplog.at_level("WARNING", logger="zoo.variant"):
+        dirs = variant.search_dirs()
+    assert missing not in dirs and ROOT / "registry" in dirs
+    assert f"ZOO_REGISTRY_PATH: {missing} is not a directory" in caplog.text
+
+
+def test_a_hub_id_while_offline_is_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    f = tmp_path / "run.yaml"
+    f.write_text(yaml.safe_dump({"variant": "grpo", "model": "no-such-org/no-such-model", "tracking": {"wandb": False},
+                                 "task": {"name": "reasoning_gym", "dataset": "basic_arithmetic", "size": 8,
+                                          "eval_size": 2, "fewshot": 0}}))
+    code, text = run_main(monkeypatch, capsys, "run", f)
+    assert code == 1 and "Traceback" not in text and "OSError" not in text
+    assert "model 'no-such-org/no-such-model': could not load it from the Hugging Face Hub" in text
+    assert "local model directory" in text

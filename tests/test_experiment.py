@@ -434,3 +434,76 @@ def test_ctrl_c_records_the_arm_interrupted_in_study_json_and_a_rerun_resumes_it
     assert E.run_study(st, train_fn=again, console=_console()) == 0
     assert again.calls == [("grpo-s1", True), ("grpo-s2", True)]
     assert {a["status"] for a in json.loads((root / "study.json").read_text())["arms"]} == {"finished"}
+
+
+# --------------------------------------------------------------------------- issue 11: silent acceptance, unclear errors
+
+
+def test_sweep_points_equal_once_read_as_numbers_are_rejected(tmp_path):
+    # PyYAML reads 1e-3 as a string and 1.0e-3 as a float; both are 0.001 to the schema
+    p = tmp_path / "s.yaml"
+    p.write_text("variants: [grpo]\nsweep: {optim.lr: [1e-3, 1.0e-3]}\n")
+    assert yaml.safe_load(p.read_text())["sweep"]["optim.lr"] == ["1e-3", 0.001]
+    with pytest.raises(VariantError) as e:
+        E.expand_arms(E.load_study(p))
+    assert "key 'sweep': points that give the same arm twice (grpo-optim.lr=1e-3-s0 = grpo-optim.lr=0.001-s0)" \
+        in str(e.value)
+    p.write_text("variants: [grpo]\nsweep: {clip.eps_high: [2e-1, 0.2]}\n")  # a variant override: the same
+    with pytest.raises(VariantError, match="same arm twice"):
+        E.expand_arms(E.load_study(p))
+    p.write_text("variants: [grpo]\nsweep: {optim.lr: [1e-3, 2.0e-3]}\n")
+    assert [a.config.optim.lr for a in E.expand_arms(E.load_study(p))] == [0.001, 0.002]
+
+
+def test_sweep_over_seed_says_use_seeds(tmp_path):
+    p = tmp_path / "s.yaml"
+    p.write_text("variants: [grpo]\nsweep: {seed: [0, 1]}\n")
+    with pytest.raises(VariantError) as e:
+        E.load_study(p)
+    msg = str(e.value)
+    assert "key 'sweep.seed': 'seed' is given per arm by `seeds`: write `seeds: [0, 1, 2]`" in msg
+    assert "did you mean" not in msg
+
+
+def test_ablation_group_size_under_a_budget_group_size_warns(tmp_path):
+    st = E.load_study(_write(tmp_path, STUDY, {"ablations": {"small": {"variant": "grpo", "set": {"group_size": 3}}}}))
+    rep = E.check_arms(E.expand_arms(st))
+    warned = [w for w in rep.warnings if "is ignored" in w]
+    assert warned and all(w.startswith("arm small") for w in warned)
+    assert "set.group_size = 3 is ignored: budget.group_size = 4 wins over the variant" in warned[0]
+
+
+def test_ref_reset_every_with_kl_none_warns(tmp_path):
+    st = E.load_study(_write(tmp_path, STUDY, {"variants": ["dapo"], "ablations": {}, "ref_reset_every": 2}))
+    rep = E.check_arms(E.expand_arms(st))
+    assert any("ref_reset_every = 2 has no effect: variant 'dapo' has kl: none" in w for w in rep.warnings)
+
+
+def test_a_symlinked_arm_of_another_study_is_refused_and_left_out_of_the_report(tmp_path, caplog):
+    from zoo import report
+
+    other = E.load_study(_write(tmp_path, STUDY, {"variants": ["grpo"], "ablations": {}, "seeds": [0],
+                                                  "name": "other", "output_dir": str(tmp_path / "runs/other")}))
+    assert E.run_study(other, train_fn=FakeTrain(), console=_console()) == 0
+    st = E.load_study(_write(tmp_path, STUDY, {"variants": ["grpo", "dapo"], "ablations": {}, "seeds": [0]}))
+    root = tmp_path / "runs" / "demo"
+    root.mkdir(parents=True)
+    (root / "grpo-s0").symlink_to(tmp_path / "runs/other/grpo-s0")
+    train = FakeTrain()
+    with pytest.raises(VariantError, match="grpo-s0 links to .*runs/other/grpo-s0, outside this study's folder"):
+        E.run_study(st, train_fn=train, console=_console())
+    assert train.calls == []  # not skipped as "finished", not run
+    (root / "dapo-s0").mkdir()
+    (root / "dapo-s0" / "metrics.jsonl").write_text("")
+    with caplog.at_level("WARNING", logger="zoo.report"):
+        assert [r.label for r in report.discover(root)] == ["dapo-s0"]
+    assert "left out" in caplog.text and "grpo-s0 links to" in caplog.text
+
+
+def test_an_arm_folder_written_by_another_study_is_refused(tmp_path):
+    st = E.load_study(_write(tmp_path, STUDY, {"variants": ["grpo"], "ablations": {}, "seeds": [0]}))
+    d = tmp_path / "runs" / "demo" / "grpo-s0"
+    d.mkdir(parents=True)
+    (d / "config.yaml").write_text("study: someone-else\n")
+    with pytest.raises(VariantError, match="written by study 'someone-else', not 'demo'"):
+        E.run_study(st, train_fn=FakeTrain(), console=_console())

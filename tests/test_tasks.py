@@ -181,3 +181,29 @@ def test_fewshot_answer_template_shows_worked_steps_from_metadata():
     a, b = (int(x) for x in ex["expression"].split("+"))
     worked = task.train[0]["prompt"][1]["content"]
     assert worked == f"{ex['expression']} = {a + b}. The answer is \\boxed{{{a + b}}}."
+
+
+def test_an_empty_jsonl_names_the_file_without_an_offline_hint(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    path = tmp_path / "d.jsonl"
+    path.write_text("")
+    with pytest.raises(TaskError) as e:
+        load_task({"name": "jsonl", "path": str(path)})
+    msg = str(e.value)
+    assert msg.startswith(f"data file {str(path)!r} is empty")
+    assert "StopIteration" not in msg and "HF_HUB_OFFLINE" not in msg
+
+
+def test_a_non_utf8_jsonl_names_the_file_line_and_byte(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b'{"question": "1+1", "answer": "2"}\n{"question": "\xff", "answer": "3"}\n')  # 0xff: 35 + 14 bytes in
+    with pytest.raises(TaskError) as e:
+        load_task({"name": "jsonl", "path": str(path)})
+    assert str(e.value) == (f"data file {str(path)!r} is not UTF-8 text: byte b'\\xff' at offset 49 (line 2); "
+                            "re-save it as UTF-8")
+
+
+def test_a_list_valued_answer_column_is_an_error_not_its_str(tmp_path):
+    path = write_jsonl(tmp_path / "d.jsonl", [{"question": f"q{i}", "answer": [str(i), "x"]} for i in range(4)])
+    with pytest.raises(TaskError, match=r"column 'answer' \(answer_column\) holds a list in row 0 \(\['0', 'x'\]\)"):
+        load_task({"name": "jsonl", "path": path, "eval_size": 1})

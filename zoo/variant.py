@@ -10,39 +10,39 @@ from __future__ import annotations
 
 import copy
 import difflib
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping, Optional, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
+from pydantic import BaseModel, Field, ValidationError, create_model, field_validator
 
 from zoo import kinds, overrides, registry
 from zoo.desugar import hand_written, kl_parts
 from zoo.fields import unproduced_reads
+from zoo.schema import Spec, Strict
+from zoo.schema_errors import format_validation
 
-Spec = Union[str, dict[str, Any]]
 SLOT_KINDS = kinds.slot_kinds()  # slot -> registry kind, for the slots filled by components
 LIST_SLOTS = kinds.list_slots()
+log = logging.getLogger(__name__)
+_WARNED_DIRS: set[str] = set()  # ZOO_REGISTRY_PATH entries already warned about
 
 
 class VariantError(ValueError):
     """A variant file or override that cannot be resolved; the message names file and key."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class AdaptiveKLSpec(_Strict):
+class AdaptiveKLSpec(Strict):
     """Ziegler et al. (arXiv:1909.08593 §2.2) adaptive KL controller."""
 
     target: float = Field(gt=0, description="target KL per sequence (nats)")
     horizon: int = Field(10_000, gt=0, description="horizon in episodes (completions)")
 
 
-class KLSpec(_Strict):
+class KLSpec(Strict):
     """Where the KL to the reference goes, with which estimator and coefficient beta."""
 
     placement: Literal["reward", "loss", "none"] = "none"
@@ -57,14 +57,14 @@ class KLSpec(_Strict):
         return v
 
 
-class Updates(_Strict):
+class Updates(Strict):
     """How a rollout batch is reused: `epochs` passes, each split into `minibatches` optimizer steps."""
 
     epochs: int = Field(1, ge=1)
     minibatches: int = Field(1, ge=1)
 
 
-class _SlotsBase(_Strict):
+class _SlotsBase(Strict):
     def kl_spec(self) -> KLSpec:
         """The `kl` slot as a KLSpec (`kl: none` -> placement "none")."""
         return KLSpec() if self.kl == "none" else self.kl  # type: ignore[attr-defined,return-value]
@@ -89,7 +89,7 @@ Slots = create_model(  # type: ignore[call-overload]
 )
 
 
-class Variant(_Strict):
+class Variant(Strict):
     """One named combination of components (a file in registry/)."""
 
     name: str
@@ -129,9 +129,14 @@ def builtin_dir() -> Path:
 
 
 def search_dirs() -> list[Path]:
-    """User directories from ZOO_REGISTRY_PATH first, then the built-in registry."""
+    """User directories from ZOO_REGISTRY_PATH first, then the built-in registry. An entry that is
+    not a directory is left out with a warning (once per entry) naming it."""
     dirs = [Path(p) for p in os.environ.get("ZOO_REGISTRY_PATH", "").split(os.pathsep) if p]
-    return dirs + [builtin_dir()]
+    for d in dirs:
+        if not d.is_dir() and str(d) not in _WARNED_DIRS:
+            _WARNED_DIRS.add(str(d))
+            log.warning("ZOO_REGISTRY_PATH: %s is not a directory; its variants are not loaded", d)
+    return [d for d in dirs if d.is_dir()] + [builtin_dir()]
 
 
 def variant_files() -> dict[str, Path]:
@@ -152,11 +157,27 @@ def available_variants() -> list[str]:
     return sorted(variant_files())
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def read_yaml_file(path: str | Path) -> Any:
+    """The parsed YAML of a file (None when empty). Raises VariantError naming the file when it is
+    missing, a directory, not UTF-8, or not valid YAML."""
+    p = Path(path)
+    if p.is_dir():
+        hint = (f"; to resume the run in it: zoo run --resume {p}; to check it: zoo validate {p / 'config.yaml'}"
+                if (p / "config.yaml").is_file() else "")
+        raise VariantError(f"{p}: is a directory, not a YAML file{hint}")
+    if not p.exists():
+        raise VariantError(f"{p}: file not found")
     try:
-        data = yaml.safe_load(path.read_text())
+        with open(p, encoding="utf-8") as fh:  # a file object: the YAML error names the file
+            return yaml.safe_load(fh)
+    except UnicodeDecodeError as e:
+        raise VariantError(f"{p}: not UTF-8 text (byte {e.object[e.start:e.start + 1]!r} at offset {e.start})") from None
     except yaml.YAMLError as e:
-        raise VariantError(f"{path}: not valid YAML: {e}") from e
+        raise VariantError(f"{p}: not valid YAML: {' '.join(str(e).split())}") from None
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    data = read_yaml_file(path)
     if not isinstance(data, dict):
         raise VariantError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return data
@@ -233,7 +254,7 @@ def parse_variant(data: dict[str, Any], where: str) -> Variant:
     try:
         v = Variant.model_validate(data)
     except ValidationError as e:
-        raise VariantError(_format_validation(e, where, Variant)) from None
+        raise VariantError(format_validation(e, where, Variant)) from None
     except registry.ComponentError as e:
         raise VariantError(f"{where}: {e}") from None
     v.path = where
@@ -256,36 +277,6 @@ def missing_keys(data: Mapping[str, Any], where: str) -> None:
         keys = ", ".join(repr(k) for k in missing)
         raise VariantError(f"{where}: missing {'key' if len(missing) == 1 else 'keys'} {keys}: a variant states every "
                            "slot, group_size and updates, or inherits them with `base:` (e.g. base: grpo)")
-
-
-def _format_validation(e: ValidationError, where: str, model: type[BaseModel]) -> str:
-    lines = []
-    for err in e.errors():
-        loc = ".".join(str(x) for x in err["loc"] if not str(x).startswith(("function-", "union")))
-        loc = loc.replace(".literal['none']", "").replace(".KLSpec", "").replace(".str", "").replace(".dict[str,any]", "")
-        if err["type"] == "extra_forbidden":
-            parent = _model_at(model, [x for x in err["loc"][:-1] if isinstance(x, str)])
-            allowed = ", ".join(parent.model_fields) if parent else "?"
-            close = difflib.get_close_matches(str(err["loc"][-1]), list(parent.model_fields) if parent else [], n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            lines.append(f"{where}: key {loc!r} is not allowed{hint}; allowed: {allowed}")
-        else:
-            lines.append(f"{where}: key {loc!r}: {err['msg']}")
-    return "\n".join(dict.fromkeys(lines))
-
-
-def _model_at(model: type[BaseModel], path: list[str]) -> type[BaseModel] | None:
-    cur: Any = model
-    for key in path:
-        f = getattr(cur, "model_fields", {}).get(key)
-        if f is None:
-            return None
-        ann = f.annotation
-        cands = [a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)]
-        if not cands:
-            return None
-        cur = cands[0]
-    return cur
 
 
 def load_variant(name_or_path: str | Path, overrides: Mapping[str, Any] | None = None) -> Variant:

@@ -252,6 +252,9 @@ def resolve_rewards(specs: Sequence[str | Mapping[str, Any]], plugins: Sequence[
         weight = 1.0
         if isinstance(spec, Mapping) and "weight" in spec:
             spec = dict(spec)
+            if isinstance(spec["weight"], bool):  # float(True) would be 1.0
+                raise ValueError(f"rewards: weight must be a number, got the boolean {str(spec['weight']).lower()} "
+                                 f"in {spec!r}")
             try:
                 weight = float(spec.pop("weight"))
             except (TypeError, ValueError):

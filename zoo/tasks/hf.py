@@ -23,6 +23,7 @@ from typing import Any, Iterator, Mapping
 
 from zoo.tasks.base import Task, TaskError, check_int, check_keys, derive_seed, draw, keys_of
 from zoo.tasks.fewshot import DEFAULT_FEWSHOT_ANSWER, DEFAULT_INSTRUCTION, check_fewshot, finish_rows, given_fewshot
+from zoo.tasks.files import check_data_file
 
 DEFAULTS: dict[str, Any] = {
     "name": "hf",
@@ -57,12 +58,15 @@ def _load_split(path: str, subset: str | None, split: str, local_only: bool) -> 
         if is_file:
             if ext not in FILE_BUILDERS:
                 raise TaskError(f"file {path!r}: unknown format {ext!r}; known: {', '.join(FILE_BUILDERS)}")
+            check_data_file(path)
             # a local file has one split, "train"
             return datasets.load_dataset(FILE_BUILDERS[ext], data_files=path, split="train")
         return datasets.load_dataset(path, subset, split=split)
     except TaskError:
         raise
     except Exception as e:  # datasets raises many types (ConnectionError, FileNotFoundError, ValueError ...)
+        if is_file:
+            raise TaskError(f"could not read data file {path!r}: {type(e).__name__}: {e}") from e
         offline = " (HF_HUB_OFFLINE is set: only cached datasets load)" if os.environ.get("HF_HUB_OFFLINE") else ""
         raise TaskError(f"could not load dataset {path!r} split {split!r}{offline}: {type(e).__name__}: {e}") from e
 
@@ -74,9 +78,14 @@ def _rows(ds: Any, s: Mapping[str, Any], source: str) -> list[dict[str, Any]]:
             raise TaskError(f"dataset {s['path']!r} has no column {s[key]!r} ({key}); columns: {', '.join(cols)}")
     pattern = re.compile(s["answer_pattern"], re.MULTILINE) if s["answer_pattern"] else None
     out = []
-    for q, a in zip(ds[s["prompt_column"]], ds[s["answer_column"]]):
+    for i, (q, a) in enumerate(zip(ds[s["prompt_column"]], ds[s["answer_column"]])):
         if q is None or a is None:
             continue
+        for key, value in (("prompt_column", q), ("answer_column", a)):
+            if isinstance(value, (list, dict)):  # str() would make "['1', '2']" the gold answer
+                raise TaskError(f"dataset {s['path']!r}: column {s[key]!r} ({key}) holds a {type(value).__name__} "
+                                f"in row {i} ({str(value)[:60]}); one string or number per row is needed (pick one "
+                                "element into a column of its own)")
         a = str(a)
         if pattern is not None:
             m = pattern.search(a)

@@ -1,0 +1,58 @@
+"""Run-config checks that need the variant but no model: settings that would be silently ignored.
+
+Used by `zoo validate` / `zoo ablate` (experiment.check_arms) and by `zoo run` (trainer.validate_run);
+each returns warnings (the run still starts), one line each, naming the keys.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from zoo.config import RunConfig
+from zoo.variant import Variant
+
+BUDGET_WINS = ("group_size", "updates")  # variant fields the run's budget replaces when set
+
+
+def shadowed_overrides(cfg: RunConfig) -> list[str]:
+    """Variant overrides (`set: {group_size: 3}`, `set: {updates.minibatches: 2}`) that the budget
+    replaces (`budget.group_size`, `budget.updates` win over the variant), one warning each."""
+    out = []
+    for key, value in cfg.set.items():
+        head = str(key).split(".")[0]
+        if head not in BUDGET_WINS:
+            continue
+        budget = getattr(cfg.budget, head)
+        if budget is None:
+            continue
+        shown = budget.model_dump() if hasattr(budget, "model_dump") else budget
+        out.append(f"set.{key} = {value} is ignored: budget.{head} = {shown} wins over the variant; "
+                   f"set budget.{key} instead (or remove budget.{head})")
+    return out
+
+
+def ref_reset_unused(cfg: RunConfig, v: Variant) -> list[str]:
+    """`ref_reset_every` with a variant that has no KL to the reference (`kl: none`): nothing to reset."""
+    if cfg.ref_reset_every and v.slots.kl_spec().placement == "none":
+        return [f"ref_reset_every = {cfg.ref_reset_every} has no effect: variant {v.name!r} has kl: none, so no "
+                "reference model is kept (set slots.kl to use one, or remove ref_reset_every)"]
+    return []
+
+
+def run_warnings(cfg: RunConfig, v: Variant) -> list[str]:
+    """Every warning of this module for one run config and its (overridden) variant."""
+    return shadowed_overrides(cfg) + ref_reset_unused(cfg, v)
+
+
+def coerce_numeric(value: Any) -> Any:
+    """A numeric string as the float YAML 1.2 would read (`"1e-3"` -> 0.001), recursively in lists and
+    dicts; anything else unchanged (bools stay bools)."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    if isinstance(value, list):
+        return [coerce_numeric(x) for x in value]
+    if isinstance(value, dict):
+        return {k: coerce_numeric(x) for k, x in value.items()}
+    return value
