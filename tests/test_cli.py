@@ -277,12 +277,15 @@ def test_validate_rejects_the_issues_silent_values(tmp_path):
 
 
 def test_validate_rejects_nan_and_inf_hyperparameters(tmp_path):
-    for line, key in (("entropy_coef: .nan", "entropy_coef"), ("kl.beta: .inf", "slots.kl.beta")):
+    for line, msg in (("kl.beta: .inf", "key 'slots.kl.beta': Input should be a finite number"),
+                      ("loss.entropy_bonus.coef: .nan", "key 'slots.loss': loss 'entropy_bonus': parameter 'coef' "
+                                                        "must be a finite number, got nan"),
+                      ("clip.eps: .inf", "key 'slots.clip': clip 'ppo': parameter 'eps' must be a finite number")):
         f = tmp_path / "run.yaml"
         f.write_text(f"variant: grpo\nset: {{{line}}}\n")
         r = runner.invoke(app, ["validate", str(f), "--json"])
         errs = " ".join(json.loads(r.stdout)[0]["errors"])
-        assert r.exit_code == 1 and f"key '{key}': Input should be a finite number" in errs
+        assert r.exit_code == 1 and msg in errs, errs
 
 
 def test_a_missing_registry_path_entry_warns_naming_it(tmp_path, monkeypatch, caplog):

@@ -45,12 +45,13 @@ def test_check_rollout_fits_names_the_largest_knob(tiny_model_dir, tmp_path):
 
 def test_group_size_of_a_million_stops_before_the_rollout(tiny_model_dir, tmp_path, monkeypatch):
     from zoo import rollout, trainer
+    from zoo.step import sample
 
     def no_rollout(*a, **kw):
         raise AssertionError("the rollout must not start")
 
     monkeypatch.setattr(rollout, "generate_rollout", no_rollout)
-    monkeypatch.setattr(trainer, "generate_rollout", no_rollout)
+    monkeypatch.setattr(sample, "generate_rollout", no_rollout)
     # the tiny model's rollout needs ~10 GB at this size (SmolLM2's: terabytes); say the machine has 8
     monkeypatch.setattr("zoo.rollout_preflight.available_memory", lambda device: 8 * 10**9)
     cfg = tiny_run_config(tiny_model_dir, tmp_path, budget={"group_size": 1_000_000, "prompts_per_step": 8})

@@ -5,7 +5,7 @@ import pytest
 from zoo import schema
 from zoo.config import RunConfig, parse_run_config
 from zoo.experiment import parse_study
-from zoo.variant import VariantError, parse_variant
+from zoo.variant import load_variant, VariantError, parse_variant
 
 
 def run_error(data):
@@ -22,14 +22,15 @@ def test_config_and_variant_models_share_one_base_class():
     assert config.Spec is variant.Spec is schema.Spec
 
 
-@pytest.mark.parametrize("data,key", [
-    ({"entropy_coef": float("nan")}, "entropy_coef"),
-    ({"slots": {"kl": {"placement": "loss", "beta": float("inf")}}}, "slots.kl.beta"),
+@pytest.mark.parametrize("sets,key", [
+    ({"kl.adaptive": {"target": float("nan")}}, "slots.kl.adaptive.target"),
+    ({"kl.beta": float("inf")}, "slots.kl.beta"),
 ])
-def test_non_finite_variant_floats_are_rejected(data, key):
+def test_non_finite_variant_floats_are_rejected(sets, key):
     with pytest.raises(VariantError) as e:
-        parse_variant({"name": "v", **data}, "v.yaml")
-    assert f"v.yaml: key {key!r}: Input should be a finite number" in str(e.value)
+        load_variant("grpo", sets)  # every slot stated (no hidden defaults): a shipped variant + overrides
+    assert str(e.value).endswith(f"grpo.yaml: key {key!r}: Input should be a finite number")  # and nothing else
+    assert "Input should be 'none'" not in str(e.value)  # not the other branch of `kl: none | {...}`
 
 
 @pytest.mark.parametrize("section,key", [("optim", "lr"), ("sampling", "temperature"), ("optim", "max_grad_norm")])
@@ -102,7 +103,9 @@ def test_unknown_key_through_optional_and_union_slots():
     assert "key 'model_opts.lora.rr' is not allowed (did you mean 'r'?); allowed: r, alpha, target_modules" in \
         run_error({"model_opts": {"lora": {"rr": 4}}})
     with pytest.raises(VariantError) as e:
-        parse_variant({"name": "v", "slots": {"kl": {"placement": "loss", "betta": 0.1}}}, "v.yaml")
+        parse_variant({"name": "v", "base": "grpo", **load_variant("grpo").model_dump(exclude={"slots"}),
+                       "slots": {**load_variant("grpo").slots.model_dump(), "kl": {"placement": "loss", "betta": 0.1}}},
+                      "v.yaml")
     assert str(e.value) == ("v.yaml: key 'slots.kl.betta' is not allowed (did you mean 'beta'?); "
                             "allowed: placement, estimator, beta, adaptive")
 

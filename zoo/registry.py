@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+import math
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, Callable, Mapping
@@ -201,8 +202,8 @@ def build(kind: str, spec: str | Mapping[str, Any], context: Mapping[str, Any] |
     """Resolve a spec to a callable `Component` with its hyperparameters bound.
 
     Raises ComponentError when the name is unknown (listing close matches), a parameter is not one
-    of the component's keyword-only parameters, a required one is missing, or its `check` rejects
-    the values. No model or data is touched.
+    of the component's keyword-only parameters, a required one is missing, a float one is NaN or
+    infinite, or its `check` rejects the values. No model or data is touched.
     """
     name, params = parse_spec(spec)
     entry = get(kind, name)
@@ -219,6 +220,10 @@ def build(kind: str, spec: str | Mapping[str, Any], context: Mapping[str, Any] |
     if missing:
         raise ComponentError(f"{kind} {name!r}: missing required parameter {', '.join(map(repr, missing))}")
     params = {k: _number(v, hp[k]) for k, v in params.items()}
+    bad = [k for k, v in params.items() if isinstance(v, float) and not math.isfinite(v)]
+    if bad:
+        raise ComponentError(f"{kind} {name!r}: parameter {', '.join(map(repr, bad))} must be a finite number, "
+                             f"got {', '.join(repr(params[k]) for k in bad)}")
     comp = Component(entry, dict(params))
     if entry.check is not None:
         try:

@@ -92,8 +92,8 @@ def format_validation(e: ValidationError, where: str, model: type[BaseModel]) ->
     lines = []
     for err, path, owner, other in walked:
         key = ".".join(path)
-        if other and isinstance(err.get("input"), dict) and tuple(path) in model_paths:
-            continue  # `wandb: {projct: x}` is a misspelt mapping, not "not a valid boolean"
+        if other and isinstance(err.get("input"), dict) and any(mp[: len(path)] == tuple(path) for mp in model_paths):
+            continue  # `wandb: {projct: x}` is a misspelt mapping, not "not a valid boolean"; kl: {beta: .inf} not "'none'"
         if err["type"] == "extra_forbidden" and owner is not None:
             allowed = [k for k in owner.model_fields if k != "path"]
             close = difflib.get_close_matches(path[-1], allowed, n=1)
