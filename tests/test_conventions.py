@@ -42,10 +42,12 @@ def test_linear_and_cosine_decay_unchanged_without_warmup():
 def test_train_accuracy_leaves_out_unscored_rows_and_counts_them():
     nan = float("nan")
     obj = torch.tensor([[1.0, 0.5], [nan, 1.0], [0.0, 0.0], [1.0, 1.0]])  # [N, K]: correctness, format
-    m = accuracy_metrics(obj, ["correctness", "format"])
+    from zoo import registry
+
+    m = accuracy_metrics(obj, [registry.build("reward", "correctness"), registry.build("reward", "format")])
     # before: mean over per-row flags with NaN propagating -> accuracy NaN for the whole step
     assert m == {"accuracy": pytest.approx(2 / 3), "accuracy/unscored": 1.0}
-    assert accuracy_metrics(obj, ["format", "length"]) == {}
+    assert accuracy_metrics(obj, [registry.build("reward", "format"), registry.build("reward", "length")]) == {}
 
 
 def test_eval_accuracy_leaves_out_unscored_completions():

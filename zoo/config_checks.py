@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from zoo.desugar import kl_parts
 from zoo.config import RunConfig
 from zoo.variant import Variant
 
@@ -32,7 +33,7 @@ def shadowed_overrides(cfg: RunConfig) -> list[str]:
 
 def ref_reset_unused(cfg: RunConfig, v: Variant) -> list[str]:
     """`ref_reset_every` with a variant that has no KL to the reference (`kl: none`): nothing to reset."""
-    if cfg.ref_reset_every and v.slots.kl_spec().placement == "none":
+    if cfg.ref_reset_every and not kl_parts(v.slots.kl_spec()).enabled:
         return [f"ref_reset_every = {cfg.ref_reset_every} has no effect: variant {v.name!r} has kl: none, so no "
                 "reference model is kept (set slots.kl to use one, or remove ref_reset_every)"]
     return []

@@ -383,7 +383,7 @@ def _evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, f
     `announce` it says on stderr what it evaluates and what it measured (the pause before the first
     step and after the last is the evaluation)."""
     cfg = st.cfg
-    correctness = next((c for c, _ in st.rewards if c.name == "correctness"), None)
+    correctness = next((c for c, _ in st.rewards if c.meta.get("accuracy")), None)  # the reward that judges it
     if not cfg.eval.enabled or cfg.eval.size == 0 or correctness is None or not st.task.eval:
         return lambda: {}
     rows = st.task.eval[: cfg.eval.size]

@@ -47,7 +47,7 @@ def step_metric_kinds(rewards: Sequence[Component]) -> dict[str, bool | None]:
     (True: few distinct values, ties are common; False: continuous; None: not declared).
     rewards: the run's built reward components; a reward declares `discrete=` in its registration."""
     kinds: dict[str, bool | None] = {c.name: c.meta.get("discrete") for c in rewards}
-    if "correctness" in kinds:
+    if any(c.meta.get("accuracy") for c in rewards):  # a reward that judges correctness (e.g. correctness)
         kinds["accuracy"] = True
     declared = list(kinds.values())
     kinds["reward"] = True if all(k is True for k in declared) else (False if False in declared else None)

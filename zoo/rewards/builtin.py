@@ -64,7 +64,7 @@ def _math_score(completion: str, row: Mapping[str, Any], fallback: str, timeout:
     return 1.0 if pred and verify(gold, pred, timeout_seconds=timeout) else 0.0
 
 
-@register("reward", "correctness", check=_check_correctness, discrete=True)
+@register("reward", "correctness", check=_check_correctness, discrete=True, accuracy=True)
 def correctness(
     completions: list[str], rows: list[dict], *, fallback: str = "last_number", timeout: int | None = 5
 ) -> list[float | None]:

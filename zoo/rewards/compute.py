@@ -141,14 +141,21 @@ def accuracy(scores: torch.Tensor | Sequence[float]) -> float:
     return float((s[ok] == 1.0).float().mean()) if ok.any() else math.nan
 
 
-def accuracy_metrics(objectives: torch.Tensor, names: Sequence[str]) -> dict[str, float]:
+def accuracy_index(rewards: Sequence[Any]) -> int | None:
+    """The column of the reward that judges correctness (registered with `accuracy=True`, e.g.
+    `correctness`: score 1.0 means correct), or None. rewards: built reward components in column order."""
+    return next((k for k, c in enumerate(rewards) if getattr(c, "meta", {}).get("accuracy")), None)
+
+
+def accuracy_metrics(objectives: torch.Tensor, rewards: Sequence[Any]) -> dict[str, float]:
     """The step's training accuracy, one definition with `accuracy` and the evaluation:
-    {"accuracy": fraction of scored `correctness` values == 1.0 (NaN rows left out, NaN when none is
-    scored), "accuracy/unscored": how many rows were left out}. objectives: [N, K] in the order of
-    `names`; {} without a `correctness` column."""
-    if "correctness" not in names:
+    {"accuracy": fraction of the scored values of the correctness-judging reward (`accuracy_index`)
+    that are 1.0 (NaN rows left out, NaN when none is scored), "accuracy/unscored": how many rows
+    were left out}. objectives: [N, K] in the order of `rewards`; {} without such a reward."""
+    k = accuracy_index(rewards)
+    if k is None:
         return {}
-    col = objectives[:, list(names).index("correctness")]  # [N]
+    col = objectives[:, k]  # [N]
     return {"accuracy": accuracy(col), "accuracy/unscored": float(torch.isnan(col.float()).sum())}
 
 

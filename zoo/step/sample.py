@@ -15,7 +15,7 @@ import torch
 
 from zoo import dist
 from zoo.batch import Batch, concat
-from zoo.rewards.compute import accuracy_metrics, compute_rewards
+from zoo.rewards.compute import accuracy_index, accuracy_metrics, compute_rewards
 from zoo.rollout import generate_rollout
 from zoo.step.forwards import autocast
 from zoo.step.scoring import keep_rows, length_shaping, objective_scores, per_row_metrics
@@ -47,7 +47,7 @@ def sample(st: RunState) -> tuple[Batch, dict[str, Any]]:
     the filters kept over all rounds. A collective under data parallelism (ranks stop together)."""
     cfg, s = st.cfg, st.settings
     p_local = max(1, cfg.budget.prompts_per_step // dist.world_size())
-    weights = [w for _, w in st.rewards]
+    reward_fns, weights = [c for c, _ in st.rewards], [w for _, w in st.rewards]
     kept: list[Batch] = []
     n_kept = n_groups = 0
     first: dict[str, Any] = {}
@@ -69,15 +69,16 @@ def sample(st: RunState) -> tuple[Batch, dict[str, Any]]:
         t0 = time.perf_counter()
         b = generate(st, rows, n_groups)                                                      # generate
         t1 = time.perf_counter()
-        objectives, n_failed = compute_rewards([c for c, _ in st.rewards], b.texts, b.rows)   # reward
+        objectives, n_failed = compute_rewards(reward_fns, b.texts, b.rows)                   # reward
         b, obj, names, w, m = length_shaping(b, objectives, st.reward_names, weights, st.slots,
                                              s.max_new_tokens)                                # length
         b, sm = objective_scores(b, obj, names, w, st.slots)                                  # objectives
-        keep = keep_rows(per_row_metrics(objectives, st.reward_names, b.scores), b.group_ids, st.slots)  # filter
+        per_row = per_row_metrics(objectives, st.reward_names, b.scores, accuracy_index(reward_fns))
+        keep = keep_rows(per_row, b.group_ids, st.slots)                                      # filter
         t_gen += t1 - t0
         t_score += time.perf_counter() - t1
         if rnd == 0:
-            first = {**sm, **m, **accuracy_metrics(objectives, st.reward_names), **_completion_metrics(b)}
+            first = {**sm, **m, **accuracy_metrics(objectives, reward_fns), **_completion_metrics(b)}
             first["reward/unscored_frac"] = max(n_failed, default=0) / max(b.size, 1)  # the worst reward's
             first["_samples"] = [
                 {"prompt": r.get("question", ""), "completion": t,

@@ -71,11 +71,12 @@ def group_frac(flag_per_row: Tensor, group_ids: Tensor) -> float:
     return float(flag_per_row[first].float().mean()) if len(uniq) else 0.0
 
 
-def per_row_metrics(objectives: Tensor, names: list[str], scores: Tensor) -> dict[str, Tensor]:
-    """[N] tensors a sampling filter may name: `accuracy` (correctness == 1), each objective, `reward`."""
+def per_row_metrics(objectives: Tensor, names: list[str], scores: Tensor, accuracy_col: int | None) -> dict[str, Tensor]:
+    """[N] tensors a sampling filter may name: each objective by name, `reward` (the score) and
+    `accuracy` (column `accuracy_col` == 1, the reward that judges correctness; None: no accuracy)."""
     out = {n: objectives[:, k] for k, n in enumerate(names)}
-    if "correctness" in out:
-        c = out["correctness"]  # NaN (could not be scored) stays NaN: left out, not counted wrong
+    if accuracy_col is not None:
+        c = objectives[:, accuracy_col]  # NaN (could not be scored) stays NaN: left out, not counted wrong
         out["accuracy"] = torch.where(torch.isnan(c), c, (c == 1.0).float())
     out["reward"] = scores
     return out
