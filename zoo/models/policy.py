@@ -128,6 +128,7 @@ def apply_lora(model: nn.Module, lora: dict, *, task_type: str | None = "CAUSAL_
 
 
 def is_peft(model: nn.Module) -> bool:
+    """Whether `model` is a peft model (False when peft is not installed)."""
     try:
         from peft import PeftModel
     except ImportError:  # pragma: no cover
