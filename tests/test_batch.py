@@ -3,7 +3,7 @@
 import torch
 
 from zoo.batch import Batch, concat
-from zoo.rollout import token_logprobs
+from zoo.step.logprobs import token_logprobs
 from zoo.testing import tiny_model_and_tokenizer
 
 

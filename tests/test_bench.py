@@ -181,7 +181,7 @@ def test_shared_prefill_generates_the_same_completions(micro_batch):
 def test_shared_prompt_logprobs_and_gradients_match_the_plain_forward(temperature):
     import torch
 
-    from zoo.rollout import token_logprobs
+    from zoo.step.logprobs import token_logprobs
 
     model, ro = _group_rollout(False)
     ids = ro.input_ids()

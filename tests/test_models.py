@@ -1,4 +1,4 @@
-"""zoo.models and zoo.testing: tiny factory, model sources, policy/LoRA, reference, critic, checkpoints."""
+"""zoo.models (the package) and zoo.testing: tiny factory, model sources, policy/LoRA, reference, critic, checkpoints."""
 import importlib.metadata
 import importlib.util
 import time
@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from zoo import models as M
+from zoo.models import sources
 from zoo.models import (
     EMBEDDED_MODEL,
     ModelSource,
@@ -20,7 +21,8 @@ from zoo.models import (
     resolve_model,
     save_hf_checkpoint,
 )
-from zoo.rollout import encode_prompts, generate_rollout, token_logprobs
+from zoo.rollout import encode_prompts, generate_rollout
+from zoo.step.logprobs import token_logprobs
 from zoo.testing import tiny_model_and_tokenizer
 
 LORA = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
@@ -117,7 +119,7 @@ def test_embedded_conversion_is_atomic_and_cached(tmp_path, monkeypatch):
     conversion leaves nothing that looks finished."""
     fake_gguf = tmp_path / "fake.gguf"
     fake_gguf.write_bytes(b"gguf")
-    monkeypatch.setattr(M, "find_embedded_gguf", lambda: fake_gguf)
+    monkeypatch.setattr(sources, "find_embedded_gguf", lambda: fake_gguf)
     calls = []
 
     def fake_convert(gguf, out):
@@ -131,7 +133,7 @@ def test_embedded_conversion_is_atomic_and_cached(tmp_path, monkeypatch):
         raise RuntimeError("killed")
 
     cache = tmp_path / "c"
-    monkeypatch.setattr(M, "_convert_gguf", failing_convert)
+    monkeypatch.setattr(sources, "_convert_gguf", failing_convert)
     with pytest.raises(RuntimeError):
         resolve_model(EMBEDDED_MODEL, cache_dir=cache)
     models_dir = cache / "models"
@@ -139,7 +141,7 @@ def test_embedded_conversion_is_atomic_and_cached(tmp_path, monkeypatch):
     assert not [p for p in models_dir.iterdir() if ".tmp-" in p.name]
 
     (models_dir / EMBEDDED_MODEL).mkdir()  # stale directory without the marker is replaced
-    monkeypatch.setattr(M, "_convert_gguf", fake_convert)
+    monkeypatch.setattr(sources, "_convert_gguf", fake_convert)
     a = resolve_model(EMBEDDED_MODEL, cache_dir=cache)
     b = resolve_model("smollm2-135m-instruct", cache_dir=cache)
     assert len(calls) == 1 and a == b and a.kind == "embedded"
@@ -320,7 +322,7 @@ def test_embedded_smollm2_converts_loads_and_generates(tmp_path, monkeypatch):
     import os
 
     # reuse the user's conversion cache if they have one; otherwise convert into tmp (~40 s)
-    monkeypatch.setenv("ZOO_CACHE", os.environ.get("ZOO_TEST_CACHE", str(M.Path.home() / ".cache" / "variant-zoo")))
+    monkeypatch.setenv("ZOO_CACHE", os.environ.get("ZOO_TEST_CACHE", str(sources.Path.home() / ".cache" / "variant-zoo")))
     src = resolve_model(EMBEDDED_MODEL)
     assert src.kind == "embedded" and src.content_hash.startswith("sha256:")
     assert resolve_model("smollm2-135m-instruct") == src  # alias, cached: no reconversion

@@ -1,15 +1,11 @@
-"""zoo.rollout: masks (C6), position ids (C10), generation, log-probs."""
+"""zoo.rollout (masks C6, generation), zoo.models.forward (position ids C10), zoo.step.logprobs (log-probs)."""
 import pytest
 import torch
 from torch import nn
 
-from zoo.rollout import (
-    completion_mask,
-    encode_prompts,
-    generate_rollout,
-    position_ids_from_mask,
-    token_logprobs,
-)
+from zoo.models.forward import position_ids_from_mask
+from zoo.rollout import completion_mask, encode_prompts, generate_rollout
+from zoo.step.logprobs import token_logprobs
 from zoo.batch import Batch
 from zoo.testing import tiny_model_and_tokenizer
 
@@ -251,7 +247,7 @@ def _group_rollout(seed=0, G=3, max_new=6):
 
 
 def test_shared_prompt_logprobs_equal_the_plain_forward_values_and_gradients(monkeypatch):
-    import zoo.rollout as R
+    import zoo.step.logprobs as R
 
     used = []
     real = R._shared_prompt_logprobs

@@ -10,7 +10,8 @@ import torch
 from torch import Tensor
 
 from zoo.batch import Batch
-from zoo.rollout import position_ids_from_mask, token_logprobs
+from zoo.models.forward import position_ids_from_mask
+from zoo.step.logprobs import token_logprobs
 from zoo.step.types import Models, Slots, StepSettings
 
 

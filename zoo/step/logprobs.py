@@ -1,0 +1,153 @@
+"""Per-token log-probs of completion tokens under a model: the training forward (policy, old and
+reference log-probs), with a group's prompt run once and continued from its KV cache.
+
+Shapes: N rows, L = P + T tokens (prompt left-padded, completion right-padded), T completion
+tokens, V vocabulary size. Log-probs come from logits / temperature with log-softmax in fp32, even
+under bf16 autocast (docs/algorithms.md "Our conventions"); position ids follow the mask (C10).
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from zoo.models.forward import (
+    accepts_logits_to_keep,
+    cache_arg,
+    expandable_cache,
+    inner_lm,
+    one_row_each,
+    position_ids_from_mask,
+)
+from zoo.models.policy import is_checkpointing
+
+
+def _can_share_prompts(model: nn.Module) -> bool:
+    lm = inner_lm(model)
+    if cache_arg(model) is None:
+        return False
+    return not (is_checkpointing(lm) and lm.training)  # checkpointing turns the cache off in training mode
+
+
+def _shared_prompt_logprobs(model: nn.Module, ids: Tensor, att: Tensor, pos: Tensor, T: int, keep: bool,
+                            temperature: float, with_entropy: bool, entropy_grad: bool):
+    """`token_logprobs` for rows [n, L] whose prompts (the first P = L - T columns, ids and mask)
+    repeat: each distinct prompt runs once (U rows), its KV cache is expanded to the n rows, and the
+    completions continue from it. The logits predicting completion token 0 come from the prompt's
+    last position, those predicting tokens 1..T-1 from the continuation over tokens 0..T-2. Prompt
+    positions are computed U instead of n times (G x fewer for whole groups). Returns None when
+    every prompt is distinct (or the model returned no cache): the caller runs the plain forward."""
+    n, L = ids.shape
+    P = L - T
+    key = torch.cat([ids[:, :P], att[:, :P].to(ids.dtype)], dim=1)  # [n, 2P]
+    uniq, inverse = torch.unique(key, dim=0, return_inverse=True)  # [U, 2P], [n]
+    U = uniq.shape[0]
+    if U == n:
+        return None
+    first = one_row_each(inverse, U)  # [U] a row of each distinct prompt
+    kwargs = dict(input_ids=ids[first, :P], attention_mask=att[first, :P], position_ids=pos[first, :P], use_cache=True)
+    if keep:
+        kwargs["logits_to_keep"] = 1
+    out = model(**kwargs)
+    cache = expandable_cache(out)
+    if cache is None:
+        return None
+    first_logits = out.logits[:, -1:]  # [U, 1, V] predicts completion token 0
+    del out
+    lp0, ent0 = _chosen_logprobs(first_logits[inverse], ids[:, P : P + 1], temperature, with_entropy, entropy_grad)
+    del first_logits
+    if T == 1:
+        return lp0, ent0
+    cache.batch_select_indices(inverse)  # [U, ...] -> [n, ...] per layer; gradients flow back to the prompt
+    logits = model(input_ids=ids[:, P : L - 1], attention_mask=att[:, : L - 1], position_ids=pos[:, P : L - 1],
+                   use_cache=True, **{cache_arg(model): cache}).logits  # [n, T-1, V] predicts tokens 1..T-1
+    del cache
+    lp, ent = _chosen_logprobs(logits, ids[:, P + 1 :], temperature, with_entropy, entropy_grad)
+    del logits
+    return torch.cat([lp0, lp], dim=1), (torch.cat([ent0, ent], dim=1) if with_entropy else None)
+
+
+def _chosen_logprobs(logits: Tensor, tokens: Tensor, temperature: float, with_entropy: bool, entropy_grad: bool = False):
+    """logits [n, T, V] (any dtype), tokens [n, T] -> (logp [n, T] fp32, entropy [n, T] fp32 or None).
+    The entropy carries a gradient only with `entropy_grad` (an entropy bonus); otherwise its
+    full-vocabulary softmax is not kept for backward."""
+    with torch.autocast(device_type=logits.device.type, enabled=False):
+        z = logits.float()  # [n, T, V] fp32 (the same tensor when the logits already are)
+        if temperature != 1.0:
+            z = z / temperature  # no [n, T, V] copy at temperature 1
+        lse = torch.logsumexp(z, dim=-1)  # [n, T]
+        logp = z.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - lse  # [n, T]
+        entropy = None
+        if with_entropy and entropy_grad and torch.is_grad_enabled():
+            p = torch.softmax(z, dim=-1)  # [n, T, V]
+            entropy = lse - (p * z).sum(-1)  # [n, T]  H = lse - E_p[z]
+        elif with_entropy:  # no gradient: one row at a time, so no [n, T, V] temporaries pile up
+            with torch.no_grad():
+                entropy = torch.cat([lr - (torch.softmax(zr, dim=-1) * zr).sum(-1)
+                                     for zr, lr in zip(z.split(1), lse.split(1))])  # [n, T]
+    return logp, entropy
+
+
+def token_logprobs(
+    model: nn.Module,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    n_completion: int,
+    *,
+    temperature: float = 1.0,
+    micro_batch: int | None = None,
+    with_entropy: bool = False,
+    entropy_grad: bool = False,
+    share_prompts: bool = True,
+) -> tuple[Tensor, Tensor | None]:
+    """Log-prob of each of the last T = n_completion tokens under `model` (the training forward too).
+
+    input_ids: [N, L] prompt + completion (`Batch.input_ids()`); attention_mask: [N, L].
+    Returns (logp [N, T] float32, entropy [N, T] float32 full-vocabulary entropy, or None).
+    logp[i, t] = log softmax(logits[i, L-T-1+t] / temperature)[input_ids[i, L-T+t]], computed in
+    fp32 even under bf16 autocast; position ids from the mask (C10). Only T+1 positions of logits are
+    materialised (`logits_to_keep`, when the model supports it) and full-vocabulary tensors live
+    one micro-batch (`micro_batch` rows, default all) at a time. Gradients flow when grad is
+    enabled. Values at masked completion slots are finite but meaningless: mask them.
+    entropy_grad: let the entropy carry a gradient (for an entropy bonus); by default it is computed
+    without one, so its [n, T, V] softmax is freed at once.
+    share_prompts: rows of a micro-batch with the same prompt (the G completions of a group) run the
+    prompt through the model once and continue from its KV cache (`_shared_prompt_logprobs`); the
+    values equal the plain forward's up to float rounding, gradients flow through the shared prompt.
+    Used only when some prompt repeats and the model supports a KV cache (not with activation
+    checkpointing in training mode, which disables the cache).
+    Raises ValueError for shape mismatches, n_completion outside [1, L-1] or temperature <= 0.
+    """
+    if input_ids.dim() != 2 or input_ids.shape != attention_mask.shape:
+        raise ValueError(f"input_ids {tuple(input_ids.shape)} and attention_mask "
+                         f"{tuple(attention_mask.shape)} must both be [N, L]")
+    N, L = input_ids.shape
+    T = int(n_completion)
+    if not 1 <= T < L:
+        raise ValueError(f"n_completion={T} must be in [1, {L - 1}]")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    keep = accepts_logits_to_keep(model)
+    position_ids = position_ids_from_mask(attention_mask)  # [N, L]
+    share = share_prompts and _can_share_prompts(model)
+    mb = micro_batch or N
+    logps, ents = [], []
+    for s in range(0, N, mb):
+        ids, att, pos = input_ids[s : s + mb], attention_mask[s : s + mb], position_ids[s : s + mb]
+        shared = _shared_prompt_logprobs(model, ids, att, pos, T, keep, temperature, with_entropy, entropy_grad) \
+            if share else None
+        if shared is not None:
+            logps.append(shared[0])
+            ents.append(shared[1])
+            continue
+        kwargs = dict(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=False)
+        if keep:
+            kwargs["logits_to_keep"] = T + 1
+        logits = model(**kwargs).logits  # [mb, T+1, V] (or [mb, L, V] without logits_to_keep)
+        logits = logits[:, -T - 1 : -1]  # [mb, T, V]: position j predicts token j+1
+        lp, ent = _chosen_logprobs(logits, ids[:, L - T :], temperature, with_entropy, entropy_grad)
+        del logits
+        logps.append(lp)
+        ents.append(ent)
+    logp = torch.cat(logps, dim=0)  # [N, T]
+    entropy = torch.cat(ents, dim=0) if with_entropy else None  # [N, T]
+    return logp, entropy
