@@ -17,7 +17,7 @@ from zoo.step.types import Models, Slots, StepSettings
 
 def autocast(setting: str, device: torch.device) -> contextlib.AbstractContextManager:
     """bf16/fp16 autocast for forward passes, or a no-op for "none". Log-softmax stays fp32
-    (rollout.token_logprobs). `setting` is a resolved one ("none" | "bf16" | "fp16"); raises
+    (zoo.step.logprobs.token_logprobs). `setting` is a resolved one ("none" | "bf16" | "fp16"); raises
     ValueError for anything else, also for "auto" (resolve it first with
     `zoo.precision.resolve_autocast`)."""
     if setting == "none":

@@ -120,7 +120,7 @@ def update(
         perm = torch.randperm(n, generator=generator) if s.minibatches > 1 else torch.arange(n)
         for mb_rows in perm.tensor_split(s.minibatches):
             # in row order: a group's completions sit side by side, so micro-batches share their prompt
-            # forward (rollout.token_logprobs); the order within an optimizer step changes no sum
+            # forward (zoo.step.logprobs.token_logprobs); the order within an optimizer step changes no sum
             sub = batch.select(mb_rows.sort().values)
             counts = step_counts(sub.loss_mask, s.max_new_tokens)
             if counts.tokens == 0:  # nothing to learn from on any rank (e.g. every group filtered out)
