@@ -149,7 +149,7 @@ def test_validate_catches_what_run_would_reject(tmp_path):
 
 
 def test_ablate_interrupted_says_how_to_resume(tmp_path, monkeypatch):
-    from zoo import experiment
+    from zoo.study import experiment
 
     def interrupted(*a, **kw):
         raise KeyboardInterrupt
@@ -198,7 +198,7 @@ def test_fresh_user_mistakes_get_one_clear_line(tmp_path):
 
 
 def test_dry_run_commands_are_shell_quoted():
-    from zoo.experiment import run_command
+    from zoo.study.experiment import run_command
 
     assert run_command(Path("runs/a b/x$(y)/config.yaml")) == "zoo run 'runs/a b/x$(y)/config.yaml'"
 

@@ -1,4 +1,4 @@
-"""zoo.experiment: study files -> arms; validate, dry run, shard, run/skip/resume, failures recorded."""
+"""zoo.study.experiment: study files -> arms; validate, dry run, shard, run/skip/resume, failures recorded."""
 from __future__ import annotations
 
 import io
@@ -9,9 +9,9 @@ import pytest
 import yaml
 from rich.console import Console
 
-from zoo import experiment as E
+from zoo.study import experiment as E
 from zoo.config import RunConfig, load_run_config
-from zoo.tracking import Tracker
+from zoo.study.tracking import Tracker
 from zoo.variant import VariantError
 
 STUDY = """
@@ -279,7 +279,7 @@ ONE = {"variants": ["grpo"], "ablations": {}, "seeds": [0]}
 
 
 def _records(d: Path) -> list[int]:
-    from zoo.tracking import read_jsonl
+    from zoo.study.tracking import read_jsonl
 
     return [r["step"] for r in read_jsonl(d / "metrics.jsonl") if "reward/total" in r]
 
@@ -319,7 +319,7 @@ def test_grown_steps_continue_only_with_a_constant_schedule(tmp_path):
 
 
 def test_added_seed_with_more_steps_does_not_mix_arms_of_different_lengths(tmp_path):
-    from zoo import fingerprint, report
+    from zoo.study import fingerprint, report
 
     path = _write(tmp_path, STUDY, ONE)
     E.run_study(E.load_study(path), train_fn=FakeTrain(), console=_console())
@@ -360,7 +360,7 @@ def test_two_concurrent_studies_train_each_arm_once(tmp_path, monkeypatch):
     import threading
     import time
 
-    from zoo import report
+    from zoo.study import report
 
     monkeypatch.setattr(report, "write_report", lambda d, console=None: d / "report.md")  # matplotlib: one thread
     path = _write(tmp_path, STUDY, {"ablations": {}})
@@ -480,7 +480,7 @@ def test_ref_reset_every_with_kl_none_warns(tmp_path):
 
 
 def test_a_symlinked_arm_of_another_study_is_refused_and_left_out_of_the_report(tmp_path, caplog):
-    from zoo import report
+    from zoo.study import report
 
     other = E.load_study(_write(tmp_path, STUDY, {"variants": ["grpo"], "ablations": {}, "seeds": [0],
                                                   "name": "other", "output_dir": str(tmp_path / "runs/other")}))
@@ -495,7 +495,7 @@ def test_a_symlinked_arm_of_another_study_is_refused_and_left_out_of_the_report(
     assert train.calls == []  # not skipped as "finished", not run
     (root / "dapo-s0").mkdir()
     (root / "dapo-s0" / "metrics.jsonl").write_text("")
-    with caplog.at_level("WARNING", logger="zoo.report"):
+    with caplog.at_level("WARNING", logger="zoo.study.report"):
         assert [r.label for r in report.discover(root)] == ["dapo-s0"]
     assert "left out" in caplog.text and "grpo-s0 links to" in caplog.text
 

@@ -1,4 +1,4 @@
-"""zoo.report: a fake study (2 arms x 2 seeds + a failed arm) -> report.md numbers, PNGs, terminal table."""
+"""zoo.study.report: a fake study (2 arms x 2 seeds + a failed arm) -> report.md numbers, PNGs, terminal table."""
 from __future__ import annotations
 
 import io
@@ -10,7 +10,7 @@ import pytest
 import yaml
 from rich.console import Console
 
-from zoo import report
+from zoo.study import report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

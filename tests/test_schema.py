@@ -4,7 +4,7 @@ import pytest
 
 from zoo import schema
 from zoo.config import RunConfig, parse_run_config
-from zoo.experiment import parse_study
+from zoo.study.experiment import parse_study
 from zoo.variant import load_variant, VariantError, parse_variant
 
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from rich.console import Console
 
-from zoo import experiment
+from zoo.study import experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -117,7 +117,7 @@ def ablate(
     """
     import torch
 
-    from zoo import experiment
+    from zoo.study import experiment
     from zoo.variant import VariantError
 
     _quiet_logs()
@@ -153,7 +153,7 @@ def ablate(
 @app.command()
 def report(study_dir: Path = typer.Argument(..., help="runs/<study>")) -> None:
     """Write runs/<study>/report.md and PNG plots from the arms' metrics, and print the table."""
-    from zoo.report import write_report
+    from zoo.study.report import write_report
 
     if not study_dir.is_dir():
         _fail(f"{study_dir}: not a directory")

@@ -198,7 +198,7 @@ def load_run_config(path: str | Path, overrides: Mapping[str, Any] | None = None
         data.pop(k, None)
     for k in ("variants", "ablations", "seeds", "sweep"):
         if k in data:
-            from zoo.experiment import single_arm_config  # a study with one arm also runs
+            from zoo.study.experiment import single_arm_config  # a study with one arm also runs
 
             return single_arm_config(p, overrides)
     data = set_dotted(data, overrides or {}, str(p))

@@ -36,7 +36,7 @@ from zoo.step.forwards import autocast
 from zoo.step.sample import GENERATE_BATCH
 from zoo.step.types import Models, RunState, Slots, StepSettings
 from zoo.rollout_preflight import check_before_rollout
-from zoo.tracking import read_json
+from zoo.study.tracking import read_json
 from zoo.variant import Variant, VariantError, check_variant, load_variant
 
 log = logging.getLogger(__name__)
@@ -254,7 +254,7 @@ def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
     (zoo.checkpoint.load). The guards (zoo/guards.py, `cfg.guards`) raise `guards.RunFailed` for a
     run that cannot learn: rewards that cannot score most rows, every optimizer step skipped for
     non-finite values, non-finite weights (never checkpointed), or no optimizer step in the run."""
-    from zoo import lock
+    from zoo.study import lock
 
     if dist.rank() != 0:
         return _train(cfg, resume, progress=progress, on_step=on_step, fresh_hint=fresh_hint)
@@ -264,9 +264,9 @@ def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
 
 def _train(cfg: RunConfig, resume: bool, *, progress: bool, on_step: Callable[[int, dict[str, Any]], None] | None,
            fresh_hint: str | None) -> dict[str, Any]:
-    from zoo.tracking import Tracker
+    from zoo.study.tracking import Tracker
 
-    from zoo import fingerprint as fp
+    from zoo.study import fingerprint as fp
 
     out = cfg.out_dir()
     reuse = fp.check_reuse(out, cfg, fresh_hint=fresh_hint or "add --fresh to retrain it with this config (its results "

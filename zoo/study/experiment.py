@@ -40,7 +40,7 @@ from zoo.overrides import OverrideError, apply_dotted, did_you_mean
 from zoo.config_checks import run_warnings
 from zoo.schema import Strict
 from zoo.schema_errors import format_validation
-from zoo.study_checks import PER_ARM_KEYS, duplicate_sweep_arms, foreign_arm_dir
+from zoo.study.study_checks import PER_ARM_KEYS, duplicate_sweep_arms, foreign_arm_dir
 from zoo.variant import Report, VariantError, _read_yaml
 
 STUDY_KEYS = ("variants", "ablations", "seeds", "sweep")
@@ -435,7 +435,7 @@ def arm_status(run_dir: Path) -> tuple[str, str | None]:
 
 def read_summary(run_dir: Path) -> dict[str, Any]:
     """summary.json of an arm ({} if missing or unreadable)."""
-    from zoo.tracking import read_json
+    from zoo.study.tracking import read_json
 
     return read_json(Path(run_dir) / "summary.json")
 
@@ -469,7 +469,7 @@ def write_index(st: Study, arms: list[Arm]) -> Path:
                      "summary": str(d / "summary.json")})
     path = st.study_dir() / "study.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    from zoo import lock
+    from zoo.study import lock
 
     with lock.locked(st.study_dir() / ".study.lock", what=f"study index {path}", wait=30.0):
         _write_json(path, {"name": st.name, "file": st.path, "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -529,13 +529,13 @@ def run_study(st: Study, *, dry_run: bool = False, shard: tuple[int, int] | None
 
     Every arm's variant is checked before anything runs (VariantError lists all problems). Each
     arm's config.yaml is written first. An arm folder holding results of another config (see
-    zoo.fingerprint) is an error naming the changed keys, raised before anything runs, unless the
+    zoo.study.fingerprint) is an error naming the changed keys, raised before anything runs, unless the
     arm's label or group is in `fresh` (its results are then deleted and it is retrained). Finished
     arms with the same fingerprint are skipped, arms whose lease another process holds
-    (zoo.lock) are skipped and said so, others run with `train_fn(cfg, resume=True)` (default
+    (zoo.study.lock) are skipped and said so, others run with `train_fn(cfg, resume=True)` (default
     `zoo.trainer.train`). An arm that raises is recorded in its summary.json (status failed, error,
     traceback tail) and the study goes on. Writes study.json (under the study's lease), then
-    report.md (`zoo.report.write_report`). Returns 0 iff every selected arm finished (dry run: 0 when
+    report.md (`zoo.study.report.write_report`). Returns 0 iff every selected arm finished (dry run: 0 when
     the plan is valid)."""
     from rich.console import Console
 
@@ -551,7 +551,7 @@ def run_study(st: Study, *, dry_run: bool = False, shard: tuple[int, int] | None
     if foreign:
         raise VariantError("\n".join(f"{why}: not this study's arm; move it away or give the study another "
                                       "output_dir" for why in foreign))
-    from zoo.arm_claim import plan_conflicts
+    from zoo.study.arm_claim import plan_conflicts
 
     conflicts = plan_conflicts(all_arms, arms, st.path or str(st.name), fresh)
     print_plan(st, arms, console, len(all_arms))
@@ -587,9 +587,9 @@ def _default_train() -> Callable[..., Any]:
 
 def _run_arm(arm: Arm, train_fn: Callable[..., Any], console: Any, fresh: bool = False,
              study_file: str | None = None) -> str:
-    """Run one arm unless zoo.arm_claim skips it (finished with the same fingerprint, or "locked" by
+    """Run one arm unless zoo.study.arm_claim skips it (finished with the same fingerprint, or "locked" by
     another process); returns its final status. Exceptions become status failed."""
-    from zoo.arm_claim import claim
+    from zoo.study.arm_claim import claim
 
     lease, action = claim(arm.label, arm.config, console, fresh, study_file)
     if lease is None:
@@ -640,7 +640,7 @@ def _record_failure(run_dir: Path, e: BaseException, status: str = "failed") -> 
 
 def _final_report(st: Study, console: Any) -> None:
     """report.md for the study; a report problem is printed, never fatal for the study."""
-    from zoo import report
+    from zoo.study import report
 
     try:
         path = report.write_report(st.study_dir(), console=console)

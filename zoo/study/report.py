@@ -28,8 +28,8 @@ from typing import Any, Callable, Iterable
 
 import yaml
 
-from zoo.study_checks import foreign_arm_dir
-from zoo.tracking import read_json, read_jsonl, read_jsonl_counted
+from zoo.study.study_checks import foreign_arm_dir
+from zoo.study.tracking import read_json, read_jsonl, read_jsonl_counted
 
 _SEED_SUFFIX = re.compile(r"-s(-?\d+)$")
 DIAGNOSTICS = [("accuracy", "train accuracy"), ("eval/greedy_acc", "eval greedy accuracy"), ("kl/ref", "KL to reference"),
@@ -484,8 +484,8 @@ def print_table(name: str, header: list[str], rows: list[list[str]], console: An
 def check_same_config(groups: list[ArmGroup]) -> None:
     """Refuse to average seeds of an arm trained with different configs (other than the seed).
 
-    Raises ReportError naming the arm, its runs and the differing keys (zoo.fingerprint)."""
-    from zoo.fingerprint import mixed_keys, read_record
+    Raises ReportError naming the arm, its runs and the differing keys (zoo.study.fingerprint)."""
+    from zoo.study.fingerprint import mixed_keys, read_record
 
     for g in groups:
         fields = {r.label: read_record(r.dir) for r in g.runs}

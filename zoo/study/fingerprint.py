@@ -113,7 +113,7 @@ def describe(old_fields: Mapping[str, Any], new_fields: Mapping[str, Any], keys:
 
 def read_record(run_dir: Path) -> dict[str, Any] | None:
     """The recorded fields of a run folder (fingerprint.json, else summary.json's), or None."""
-    from zoo.tracking import read_json
+    from zoo.study.tracking import read_json
 
     rec = read_json(Path(run_dir) / RECORD)
     if isinstance(rec.get("fields"), dict):
