@@ -334,7 +334,7 @@ def test_ignore_eos_makes_every_completion_full_length(tiny_model_dir, tmp_path)
 
 
 def test_ctrl_c_leaves_an_interrupted_not_failed_run_that_resumes(tiny_model_dir, tmp_path, monkeypatch):
-    from zoo.study.experiment import arm_status
+    from zoo.study.runner import arm_status
     from zoo.step import pipeline as T
 
     real, calls = T.step, []
@@ -712,7 +712,7 @@ def test_validate_run_checks_the_filter_metric_and_the_reward_trust(tiny_model_d
 def test_zoo_validate_reports_the_filter_metric_and_untrusted_rewards(tiny_model_dir, tmp_path):
     import yaml
 
-    from zoo.study.experiment import check_study_file
+    from zoo.study.validate import check_study_file
 
     base = tiny_run_config(tiny_model_dir, tmp_path / "out", variant="dapo",
                            budget=small_updates("dapo")).model_dump(mode="json")

@@ -23,7 +23,7 @@ import yaml
 from zoo import checkpoint as ckpt
 from zoo import dist, guards
 from zoo.components.filter import check_filter_metrics
-from zoo.config import RunConfig, WandbOpts
+from zoo.config import RunConfig, WandbOpts, effective_variant
 from zoo.config_checks import run_warnings
 from zoo.evaluate import evaluate
 from zoo.faults import WriteError, say_unrecorded, with_last_checkpoint, write_guard
@@ -37,23 +37,12 @@ from zoo.step.sample import GENERATE_BATCH
 from zoo.step.types import Models, RunState, Slots, StepSettings
 from zoo.rollout_preflight import check_before_rollout
 from zoo.study.tracking import read_json
-from zoo.variant import Variant, VariantError, check_variant, load_variant
+from zoo.variant import Variant, VariantError, check_variant
 
 log = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------- setup
-
-
-def effective_variant(cfg: RunConfig) -> Variant:
-    """The variant with the run's overrides (`set`) and the budget's group_size/updates applied."""
-    v = load_variant(cfg.variant, cfg.set)
-    upd: dict[str, Any] = {}
-    if cfg.budget.group_size is not None:
-        upd["group_size"] = cfg.budget.group_size
-    if cfg.budget.updates is not None:
-        upd["updates"] = cfg.budget.updates
-    return v.model_copy(update=upd)
 
 
 def validate_run(cfg: RunConfig) -> tuple[Variant, list[str]]:
