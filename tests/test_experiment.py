@@ -499,7 +499,7 @@ def test_a_symlinked_arm_of_another_study_is_refused_and_left_out_of_the_report(
     assert train.calls == []  # not skipped as "finished", not run
     (root / "dapo-s0").mkdir()
     (root / "dapo-s0" / "metrics.jsonl").write_text("")
-    with caplog.at_level("WARNING", logger="zoo.study.report"):
+    with caplog.at_level("WARNING", logger="zoo.study.runs"):
         assert [r.label for r in report.discover(root)] == ["dapo-s0"]
     assert "left out" in caplog.text and "grpo-s0 links to" in caplog.text
 
