@@ -149,13 +149,13 @@ def test_validate_catches_what_run_would_reject(tmp_path):
 
 
 def test_ablate_interrupted_says_how_to_resume(tmp_path, monkeypatch):
-    from zoo import experiment
+    from zoo.study import runner as study_runner
 
     def interrupted(*a, **kw):
         raise KeyboardInterrupt
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(experiment, "run_study", interrupted)
+    monkeypatch.setattr(study_runner, "run_study", interrupted)
     study = str(ROOT / "experiments/quickstart.yaml")
     r = runner.invoke(app, ["ablate", study, "--set", "budget.steps=2"])
     assert r.exit_code == 130
@@ -198,7 +198,7 @@ def test_fresh_user_mistakes_get_one_clear_line(tmp_path):
 
 
 def test_dry_run_commands_are_shell_quoted():
-    from zoo.experiment import run_command
+    from zoo.study.runner import run_command
 
     assert run_command(Path("runs/a b/x$(y)/config.yaml")) == "zoo run 'runs/a b/x$(y)/config.yaml'"
 

@@ -122,7 +122,7 @@ def test_batch_normalizer_uses_the_global_batch(two_ranks):
 def test_training_run_on_two_ranks(two_ranks):
     """2 GRPO steps with LoRA, 1 prompt per rank per step: disjoint prompts, one set of metrics,
     the same weights on both ranks afterwards (adapters' random init broadcast, gradients summed)."""
-    from zoo.tracking import read_jsonl
+    from zoo.study.tracking import read_jsonl
 
     reps = [r["train"] for r in _reports(two_ranks)]
     for r in reps:
@@ -145,7 +145,7 @@ def test_training_run_on_two_ranks(two_ranks):
 def test_adaptive_kl_beta_agrees_across_ranks(two_ranks):
     """The adaptive controller runs on the step's KL over both ranks' rows: every rank ends with the
     same beta, and it moved from its start (0.1) as the logged records say."""
-    from zoo.tracking import read_jsonl
+    from zoo.study.tracking import read_jsonl
 
     reps = [r["train_kl"] for r in _reports(two_ranks)]
     assert all(r["status"] == "finished" for r in reps)

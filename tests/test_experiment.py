@@ -1,4 +1,4 @@
-"""zoo.experiment: study files -> arms; validate, dry run, shard, run/skip/resume, failures recorded."""
+"""zoo.study.experiment: study files -> arms; validate, dry run, shard, run/skip/resume, failures recorded."""
 from __future__ import annotations
 
 import io
@@ -9,9 +9,11 @@ import pytest
 import yaml
 from rich.console import Console
 
-from zoo import experiment as E
+from zoo.study import experiment as E
+from zoo.study import runner as R
+from zoo.study import validate as VAL
 from zoo.config import RunConfig, load_run_config
-from zoo.tracking import Tracker
+from zoo.study.tracking import Tracker
 from zoo.variant import VariantError
 
 STUDY = """
@@ -87,7 +89,7 @@ def test_sweep_grid_routes_slot_keys_to_set_and_others_to_run_config(tmp_path):
     last = arms[-1].config
     assert last.set == {"kl.beta": 0.0, "clip.eps_high": 0.32} and last.optim.lr == 3e-5
     assert last.arm == "dapo-clip.eps_high=0.32-optim.lr=3e-05" and arms[-1].group == last.arm
-    assert E.check_arms(arms).ok
+    assert VAL.check_arms(arms).ok
 
 
 def test_sweep_over_group_size_goes_to_the_budget(tmp_path):
@@ -139,14 +141,14 @@ def test_study_without_arms_is_an_error(tmp_path):
 
 
 def test_check_study_file_reports_every_arm(tmp_path):
-    rep = E.check_study_file(_write(tmp_path, STUDY))
+    rep = VAL.check_study_file(_write(tmp_path, STUDY))
     assert rep.ok, rep.errors
     assert any("6 arm(s)" in n for n in rep.notes)
 
 
 def test_check_study_file_unknown_variant_and_bad_override(tmp_path):
     extra = {"variants": ["grpoo"], "ablations": {"bad": {"variant": "grpo", "set": {"clip.eps_hgh": 0.3}}}}
-    rep = E.check_study_file(_write(tmp_path, STUDY, extra))
+    rep = VAL.check_study_file(_write(tmp_path, STUDY, extra))
     assert not rep.ok and len(rep.errors) == 2
     assert "arm grpoo (seeds 0, 1)" in rep.errors[0] and "did you mean 'grpo'" in rep.errors[0]
     assert rep.errors[1].startswith("arm bad (seeds 0, 1):") and "eps_hgh" in rep.errors[1]
@@ -155,7 +157,7 @@ def test_check_study_file_unknown_variant_and_bad_override(tmp_path):
 
 def test_bad_override_key_names_the_ablation_not_the_registry_file(tmp_path):
     extra = {"variants": [], "ablations": {"typo": {"variant": "grpo", "set": {"clp": "ppo"}}}}
-    rep = E.check_study_file(_write(tmp_path, STUDY, extra))
+    rep = VAL.check_study_file(_write(tmp_path, STUDY, extra))
     (err,) = rep.errors
     assert err.startswith("arm typo (seeds 0, 1): ablations.typo.set: key 'clp'"), err
     assert "did you mean 'clip'" in err and "registry" not in err
@@ -164,7 +166,7 @@ def test_bad_override_key_names_the_ablation_not_the_registry_file(tmp_path):
 def test_check_study_file_uses_the_study_budget(tmp_path):
     # group_size 1 from the study budget breaks group-based GRPO; updates 1x1 makes the clip a no-op
     extra = {"variants": ["grpo"], "ablations": {}, "budget": {"group_size": 1, "updates": {"epochs": 1, "minibatches": 1}}}
-    rep = E.check_study_file(_write(tmp_path, STUDY, extra))
+    rep = VAL.check_study_file(_write(tmp_path, STUDY, extra))
     assert any("group_size 1 < 2" in m for m in rep.errors)
     assert any("can have no effect" in m for m in rep.warnings)
 
@@ -172,7 +174,7 @@ def test_check_study_file_uses_the_study_budget(tmp_path):
 def test_run_file_is_validated_as_one_arm(tmp_path):
     p = tmp_path / "run.yaml"
     p.write_text("variant: dapo\nbudget: {updates: {epochs: 1, minibatches: 2}}\n")
-    assert E.check_study_file(p).ok
+    assert VAL.check_study_file(p).ok
 
 
 # --------------------------------------------------------------------------- single arm
@@ -182,7 +184,9 @@ def test_single_arm_config_and_overrides(tmp_path):
     p = _write(tmp_path, STUDY, {"variants": ["grpo"], "ablations": {}, "seeds": [5]})
     cfg = E.single_arm_config(p, {"budget.steps": 7, "clip.eps": 0.1, "set.kl": "none"})
     assert (cfg.name, cfg.seed, cfg.budget.steps, cfg.set) == ("grpo-s5", 5, 7, {"clip.eps": 0.1, "kl": "none"})
-    assert load_run_config(p).name == "grpo-s5"  # `zoo run study.yaml` goes through the same path
+    assert E.load_run_file(p).name == "grpo-s5"  # `zoo run study.yaml` goes through the same path
+    with pytest.raises(VariantError, match="this is a study file, not a run file"):  # the run-file reader refuses it
+        load_run_config(p)
 
 
 def test_single_arm_config_lists_arms_when_several(tmp_path):
@@ -200,25 +204,25 @@ def test_single_arm_config_lists_arms_when_several(tmp_path):
 
 def test_shards_partition_sorted_labels(tmp_path):
     arms = E.expand_arms(E.load_study(_write(tmp_path, STUDY)))
-    s0 = [a.label for a in E.select_shard(arms, (0, 2))]
-    s1 = [a.label for a in E.select_shard(arms, (1, 2))]
+    s0 = [a.label for a in R.select_shard(arms, (0, 2))]
+    s1 = [a.label for a in R.select_shard(arms, (1, 2))]
     assert s0 == ["dapo-no-clip-higher-s0", "dapo-s0", "grpo-s0"]
     assert s1 == ["dapo-no-clip-higher-s1", "dapo-s1", "grpo-s1"]
-    assert E.parse_shard("1/3") == (1, 3)
+    assert R.parse_shard("1/3") == (1, 3)
     for bad in ("2/2", "1", "a/b", "0/0"):
         with pytest.raises(VariantError, match="--shard"):
-            E.parse_shard(bad)
+            R.parse_shard(bad)
 
 
 def test_dry_run_prints_runnable_commands_and_trains_nothing(tmp_path):
     st = E.load_study(_write(tmp_path, STUDY))
     con, train = _console(), FakeTrain()
-    assert E.run_study(st, dry_run=True, shard=(1, 2), train_fn=train, console=con) == 0
+    assert R.run_study(st, dry_run=True, shard=(1, 2), train_fn=train, console=con) == 0
     out = con.file.getvalue()
     assert train.calls == []
     cmds = [line for line in out.splitlines() if line.startswith("zoo run ")]
     assert len(cmds) == 3 and "dapo-no-clip-higher-s1/config.yaml" in cmds[0]
-    for line, arm in zip(cmds, E.select_shard(E.expand_arms(st), (1, 2))):
+    for line, arm in zip(cmds, R.select_shard(E.expand_arms(st), (1, 2))):
         cfg = load_run_config(line.split(" ", 2)[2])
         assert cfg == arm.config
     assert "grpo-s0" not in out.split("arm(s)")[1]  # shard 1 plans only its arms
@@ -231,7 +235,7 @@ def test_run_study_records_failure_goes_on_and_resumes(tmp_path):
     st = E.load_study(_write(tmp_path, STUDY, {"variants": ["grpo", "dapo"], "ablations": {}}))
     root = tmp_path / "runs" / "demo"
     train = FakeTrain(fail={"dapo-s1"})
-    assert E.run_study(st, train_fn=train, console=_console()) == 1
+    assert R.run_study(st, train_fn=train, console=_console()) == 1
     assert [c[0] for c in train.calls] == ["dapo-s0", "dapo-s1", "grpo-s0", "grpo-s1"]
     assert all(resume for _, resume in train.calls)
     failed = json.loads((root / "dapo-s1" / "summary.json").read_text())
@@ -247,7 +251,7 @@ def test_run_study_records_failure_goes_on_and_resumes(tmp_path):
 
     # re-run: finished arms are skipped, the failed one resumes and now finishes
     again = FakeTrain()
-    assert E.run_study(st, train_fn=again, console=_console()) == 0
+    assert R.run_study(st, train_fn=again, console=_console()) == 0
     assert again.calls == [("dapo-s1", True)]
     index = json.loads((root / "study.json").read_text())
     assert all(a["status"] == "finished" for a in index["arms"])
@@ -257,7 +261,7 @@ def test_run_study_invalid_arm_stops_before_training(tmp_path):
     st = E.load_study(_write(tmp_path, STUDY, {"variants": ["grpo"], "ablations": {"x": {"variant": "nope"}}}))
     train = FakeTrain()
     with pytest.raises(VariantError, match="arm x"):
-        E.run_study(st, train_fn=train, console=_console())
+        R.run_study(st, train_fn=train, console=_console())
     assert train.calls == []
 
 
@@ -268,7 +272,7 @@ def test_run_study_train_returning_without_summary_counts_as_finished(tmp_path):
         cfg.out_dir().mkdir(parents=True, exist_ok=True)
         return {"status": "finished", "reward/total": 1.0}
 
-    assert E.run_study(st, train_fn=train, console=_console()) == 0
+    assert R.run_study(st, train_fn=train, console=_console()) == 0
     assert json.loads((tmp_path / "runs/demo/grpo-s0/summary.json").read_text())["reward/total"] == 1.0
 
 
@@ -279,53 +283,53 @@ ONE = {"variants": ["grpo"], "ablations": {}, "seeds": [0]}
 
 
 def _records(d: Path) -> list[int]:
-    from zoo.tracking import read_jsonl
+    from zoo.study.tracking import read_jsonl
 
     return [r["step"] for r in read_jsonl(d / "metrics.jsonl") if "reward/total" in r]
 
 
 def test_rerun_with_changed_lr_is_refused_naming_the_key(tmp_path):
     path = _write(tmp_path, STUDY, ONE)
-    assert E.run_study(E.load_study(path), train_fn=FakeTrain(), console=_console()) == 0
+    assert R.run_study(E.load_study(path), train_fn=FakeTrain(), console=_console()) == 0
     train = FakeTrain()
     st = E.load_study(path, overrides={"optim.lr": 0.5, "budget.steps": 8})
     with pytest.raises(VariantError, match=r"budget.steps: 3 -> 8, optim.lr: 2e-05 -> 0.5; .*--fresh grpo-s0"):
-        E.run_study(st, train_fn=train, console=_console())
+        R.run_study(st, train_fn=train, console=_console())
     assert train.calls == []
     summ = json.loads((tmp_path / "runs/demo/grpo-s0/summary.json").read_text())
     assert summ["status"] == "finished" and summ["reward/total"] == pytest.approx(0.2)  # untouched
     con = _console()  # the dry run shows the same problem without failing the plan
-    assert E.run_study(st, dry_run=True, train_fn=train, console=con) == 0
+    assert R.run_study(st, dry_run=True, train_fn=train, console=con) == 0
     assert "would refuse: " in con.file.getvalue() and "optim.lr: 2e-05 -> 0.5" in con.file.getvalue()
 
 
 def test_grown_steps_continue_only_with_a_constant_schedule(tmp_path):
     path = _write(tmp_path, STUDY, ONE)
-    E.run_study(E.load_study(path), train_fn=FakeTrain(), console=_console())
+    R.run_study(E.load_study(path), train_fn=FakeTrain(), console=_console())
     con, train = _console(), FakeTrain()
-    assert E.run_study(E.load_study(path, overrides={"budget.steps": 5}), train_fn=train, console=con) == 0
+    assert R.run_study(E.load_study(path, overrides={"budget.steps": 5}), train_fn=train, console=con) == 0
     assert train.calls == [("grpo-s0", True)] and "continue grpo-s0 to 5 steps" in con.file.getvalue()
     rec = json.loads((tmp_path / "runs/demo/grpo-s0/fingerprint.json").read_text())
     assert rec["fields"]["budget"]["steps"] == 5
     again = FakeTrain()  # the same study again: finished with the same fingerprint -> skipped
-    assert E.run_study(E.load_study(path, overrides={"budget.steps": 5}), train_fn=again, console=_console()) == 0
+    assert R.run_study(E.load_study(path, overrides={"budget.steps": 5}), train_fn=again, console=_console()) == 0
     assert again.calls == []
 
     lin = _write(tmp_path, STUDY, {**ONE, "optim": {"lr": 2.0e-5, "schedule": "linear"},
                                    "output_dir": str(tmp_path / "runs/lin")}, name="lin.yaml")
-    E.run_study(E.load_study(lin), train_fn=FakeTrain(), console=_console())
+    R.run_study(E.load_study(lin), train_fn=FakeTrain(), console=_console())
     with pytest.raises(VariantError, match=r"budget.steps grew \(3 -> 5\) but optim.schedule is 'linear'"):
-        E.run_study(E.load_study(lin, overrides={"budget.steps": 5}), train_fn=FakeTrain(), console=_console())
+        R.run_study(E.load_study(lin, overrides={"budget.steps": 5}), train_fn=FakeTrain(), console=_console())
 
 
 def test_added_seed_with_more_steps_does_not_mix_arms_of_different_lengths(tmp_path):
-    from zoo import fingerprint, report
+    from zoo.study import fingerprint, report
 
     path = _write(tmp_path, STUDY, ONE)
-    E.run_study(E.load_study(path), train_fn=FakeTrain(), console=_console())
+    R.run_study(E.load_study(path), train_fn=FakeTrain(), console=_console())
     train = FakeTrain()
     st = E.load_study(path, overrides={"seeds": [0, 1], "budget.steps": 5})
-    assert E.run_study(st, train_fn=train, console=_console()) == 0
+    assert R.run_study(st, train_fn=train, console=_console()) == 0
     assert train.calls == [("grpo-s0", True), ("grpo-s1", True)]  # s0 continued to 5, s1 trained to 5
     root = tmp_path / "runs/demo"
     fields = {d: fingerprint.read_record(root / d) for d in ("grpo-s0", "grpo-s1")}
@@ -340,18 +344,18 @@ def test_added_seed_with_more_steps_does_not_mix_arms_of_different_lengths(tmp_p
 
 def test_fresh_arm_retrains_only_that_arm(tmp_path):
     path = _write(tmp_path, STUDY)
-    E.run_study(E.load_study(path), train_fn=FakeTrain(), console=_console())
+    R.run_study(E.load_study(path), train_fn=FakeTrain(), console=_console())
     changed = {"ablations": {"dapo-no-clip-higher": {"variant": "dapo", "set": {"clip": "ppo", "clip.eps": 0.3}}}}
     path = _write(tmp_path, STUDY, changed)
     with pytest.raises(VariantError) as e:
-        E.run_study(E.load_study(path), train_fn=FakeTrain(), console=_console())
+        R.run_study(E.load_study(path), train_fn=FakeTrain(), console=_console())
     lines = str(e.value).splitlines()
     assert len(lines) == 2 and all("variant.slots.clip.eps: 0.2 -> 0.3" in x for x in lines)
     assert "dapo-no-clip-higher-s0" in lines[0] and "dapo-no-clip-higher-s1" in lines[1]
     with pytest.raises(VariantError, match=r"--fresh nope: no such arm .*dapo-no-clip-higher-s0"):
-        E.run_study(E.load_study(path), train_fn=FakeTrain(), console=_console(), fresh=("nope",))
+        R.run_study(E.load_study(path), train_fn=FakeTrain(), console=_console(), fresh=("nope",))
     train = FakeTrain()
-    assert E.run_study(E.load_study(path), train_fn=train, console=_console(), fresh=("dapo-no-clip-higher",)) == 0
+    assert R.run_study(E.load_study(path), train_fn=train, console=_console(), fresh=("dapo-no-clip-higher",)) == 0
     assert sorted(c[0] for c in train.calls) == ["dapo-no-clip-higher-s0", "dapo-no-clip-higher-s1"]
     assert _records(tmp_path / "runs/demo/dapo-no-clip-higher-s0") == [0, 1, 2]  # old records deleted
 
@@ -360,7 +364,7 @@ def test_two_concurrent_studies_train_each_arm_once(tmp_path, monkeypatch):
     import threading
     import time
 
-    from zoo import report
+    from zoo.study import report
 
     monkeypatch.setattr(report, "write_report", lambda d, console=None: d / "report.md")  # matplotlib: one thread
     path = _write(tmp_path, STUDY, {"ablations": {}})
@@ -371,7 +375,7 @@ def test_two_concurrent_studies_train_each_arm_once(tmp_path, monkeypatch):
             return super().__call__(cfg, resume)
 
     trains, consoles = [Slow(), Slow()], [_console(), _console()]
-    threads = [threading.Thread(target=E.run_study, args=(E.load_study(path),),
+    threads = [threading.Thread(target=R.run_study, args=(E.load_study(path),),
                                 kwargs={"train_fn": t, "console": c}) for t, c in zip(trains, consoles)]
     for t in threads:
         t.start()
@@ -424,14 +428,14 @@ def test_ctrl_c_records_the_arm_interrupted_in_study_json_and_a_rerun_resumes_it
         return done(cfg, resume)
 
     with pytest.raises(KeyboardInterrupt):
-        E.run_study(st, train_fn=train, console=_console())
+        R.run_study(st, train_fn=train, console=_console())
     index = json.loads((root / "study.json").read_text())
     assert {a["label"]: a["status"] for a in index["arms"]} == {
         "grpo-s0": "finished", "grpo-s1": "interrupted", "grpo-s2": "pending"}
-    assert E.arm_status(root / "grpo-s1") == ("interrupted", "KeyboardInterrupt: ")
+    assert R.arm_status(root / "grpo-s1") == ("interrupted", "KeyboardInterrupt: ")
 
     again = FakeTrain()
-    assert E.run_study(st, train_fn=again, console=_console()) == 0
+    assert R.run_study(st, train_fn=again, console=_console()) == 0
     assert again.calls == [("grpo-s1", True), ("grpo-s2", True)]
     assert {a["status"] for a in json.loads((root / "study.json").read_text())["arms"]} == {"finished"}
 
@@ -467,7 +471,7 @@ def test_sweep_over_seed_says_use_seeds(tmp_path):
 
 def test_ablation_group_size_under_a_budget_group_size_warns(tmp_path):
     st = E.load_study(_write(tmp_path, STUDY, {"ablations": {"small": {"variant": "grpo", "set": {"group_size": 3}}}}))
-    rep = E.check_arms(E.expand_arms(st))
+    rep = VAL.check_arms(E.expand_arms(st))
     warned = [w for w in rep.warnings if "is ignored" in w]
     assert warned and all(w.startswith("arm small") for w in warned)
     assert "set.group_size = 3 is ignored: budget.group_size = 4 wins over the variant" in warned[0]
@@ -475,27 +479,27 @@ def test_ablation_group_size_under_a_budget_group_size_warns(tmp_path):
 
 def test_ref_reset_every_with_kl_none_warns(tmp_path):
     st = E.load_study(_write(tmp_path, STUDY, {"variants": ["dapo"], "ablations": {}, "ref_reset_every": 2}))
-    rep = E.check_arms(E.expand_arms(st))
+    rep = VAL.check_arms(E.expand_arms(st))
     assert any("ref_reset_every = 2 has no effect: variant 'dapo' has kl: none" in w for w in rep.warnings)
 
 
 def test_a_symlinked_arm_of_another_study_is_refused_and_left_out_of_the_report(tmp_path, caplog):
-    from zoo import report
+    from zoo.study import report
 
     other = E.load_study(_write(tmp_path, STUDY, {"variants": ["grpo"], "ablations": {}, "seeds": [0],
                                                   "name": "other", "output_dir": str(tmp_path / "runs/other")}))
-    assert E.run_study(other, train_fn=FakeTrain(), console=_console()) == 0
+    assert R.run_study(other, train_fn=FakeTrain(), console=_console()) == 0
     st = E.load_study(_write(tmp_path, STUDY, {"variants": ["grpo", "dapo"], "ablations": {}, "seeds": [0]}))
     root = tmp_path / "runs" / "demo"
     root.mkdir(parents=True)
     (root / "grpo-s0").symlink_to(tmp_path / "runs/other/grpo-s0")
     train = FakeTrain()
     with pytest.raises(VariantError, match="grpo-s0 links to .*runs/other/grpo-s0, outside this study's folder"):
-        E.run_study(st, train_fn=train, console=_console())
+        R.run_study(st, train_fn=train, console=_console())
     assert train.calls == []  # not skipped as "finished", not run
     (root / "dapo-s0").mkdir()
     (root / "dapo-s0" / "metrics.jsonl").write_text("")
-    with caplog.at_level("WARNING", logger="zoo.report"):
+    with caplog.at_level("WARNING", logger="zoo.study.runs"):
         assert [r.label for r in report.discover(root)] == ["dapo-s0"]
     assert "left out" in caplog.text and "grpo-s0 links to" in caplog.text
 
@@ -506,4 +510,4 @@ def test_an_arm_folder_written_by_another_study_is_refused(tmp_path):
     d.mkdir(parents=True)
     (d / "config.yaml").write_text("study: someone-else\n")
     with pytest.raises(VariantError, match="written by study 'someone-else', not 'demo'"):
-        E.run_study(st, train_fn=FakeTrain(), console=_console())
+        R.run_study(st, train_fn=FakeTrain(), console=_console())

@@ -1,4 +1,4 @@
-"""zoo.fingerprint and `zoo run`'s reuse rule (issue 11, items 1 and 3) on the tiny model."""
+"""zoo.study.fingerprint and `zoo run`'s reuse rule (issue 11, items 1 and 3) on the tiny model."""
 from __future__ import annotations
 
 import hashlib
@@ -10,9 +10,9 @@ import yaml
 from typer.testing import CliRunner
 
 from conftest import tiny_run_config
-from zoo import fingerprint as fp
+from zoo.study import fingerprint as fp
 from zoo.config import RunConfig
-from zoo.tracking import read_jsonl
+from zoo.study.tracking import read_jsonl
 from zoo.trainer import train
 
 
@@ -138,7 +138,7 @@ def test_run_on_a_folder_another_process_trains_names_the_holder(tiny_model_dir,
     import os
     import threading
 
-    from zoo import lock
+    from zoo.study import lock
 
     cfg = tiny_run_config(tiny_model_dir, tmp_path / "busy", budget={"steps": 1})
     held, done = threading.Event(), threading.Event()

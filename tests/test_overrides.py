@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from zoo import experiment as E
+from zoo.study import experiment as E
 from zoo.config import load_run_config, set_dotted
 from zoo.overrides import OverrideError, apply_dotted, did_you_mean, set_path
 from zoo.variant import VariantError, apply_overrides, load_variant

@@ -1,4 +1,4 @@
-"""zoo.report: a fake study (2 arms x 2 seeds + a failed arm) -> report.md numbers, PNGs, terminal table."""
+"""zoo.study.report: a fake study (2 arms x 2 seeds + a failed arm) -> report.md numbers, PNGs, terminal table."""
 from __future__ import annotations
 
 import io
@@ -10,7 +10,7 @@ import pytest
 import yaml
 from rich.console import Console
 
-from zoo import report
+from zoo.study import plots, report, stats
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -129,12 +129,12 @@ def test_report_plots_exist_are_pngs_and_are_linked(study):
 def test_curves_average_seeds_against_cumulative_completions(study):
     groups = report.group_runs(report.discover(study))
     grpo = next(g for g in groups if g.name == "grpo")
-    xs, ys, sd = report._mean_curve(grpo.ok_runs, lambda r: r.series("reward/total"),
+    xs, ys, sd = plots._mean_curve(grpo.ok_runs, lambda r: r.series("reward/total"),
                                     lambda r: r.series("count/completions"))
     assert xs == [8, 16, 24, 32]
     assert ys == pytest.approx([0.15, 0.25, 0.55, 0.55])
     assert sd[0] == pytest.approx(0.0707107, abs=1e-6)
-    xt, _, _ = report._mean_curve(grpo.ok_runs, lambda r: r.series("reward/total"), lambda r: r.series("time/elapsed"))
+    xt, _, _ = plots._mean_curve(grpo.ok_runs, lambda r: r.series("reward/total"), lambda r: r.series("time/elapsed"))
     assert xt == pytest.approx([2.5, 5.0, 7.5, 10.0])  # mean of 2,4,6,8 and 3,6,9,12
 
 
@@ -161,9 +161,9 @@ def test_report_errors_name_the_folder(tmp_path):
 
 
 def test_mean_std_and_format():
-    assert report.mean_std([1.0, 2.0, 3.0]) == (2.0, 1.0, 3)
-    assert report.mean_std([None, float("nan")]) is None
-    assert report.fmt_ms([0.5]) == "0.500" and report.fmt_ms([]) == "-"
+    assert stats.mean_std([1.0, 2.0, 3.0]) == (2.0, 1.0, 3)
+    assert stats.mean_std([None, float("nan")]) is None
+    assert stats.fmt_ms([0.5]) == "0.500" and stats.fmt_ms([]) == "-"
 
 
 def _finished_run(d: Path, totals: list[float]) -> Path:

@@ -4,7 +4,7 @@ import pytest
 
 from zoo import schema
 from zoo.config import RunConfig, parse_run_config
-from zoo.experiment import parse_study
+from zoo.study.experiment import parse_study
 from zoo.variant import load_variant, VariantError, parse_variant
 
 
@@ -15,7 +15,8 @@ def run_error(data):
 
 
 def test_config_and_variant_models_share_one_base_class():
-    from zoo import config, experiment, variant
+    from zoo import config, variant
+    from zoo.study import experiment
 
     for m in (config.Budget, config.Optim, config.RunConfig, variant.Variant, variant.KLSpec, experiment.Ablation):
         assert issubclass(m, schema.Strict)

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from rich.console import Console
 
-from zoo import experiment
+from zoo.study import experiment, runner
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,7 +42,7 @@ def _study(tmp_path, model_dir, variants, steps=2, wandb=True):
 def test_tiny_study_end_to_end(tmp_path, tiny_model_dir, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     path = _study(tmp_path, tiny_model_dir, ["grpo", "dr_grpo"])
-    code = experiment.run_study(experiment.load_study(path), console=Console(file=open(os.devnull, "w")))
+    code = runner.run_study(experiment.load_study(path), console=Console(file=open(os.devnull, "w")))
     assert code == 0
     root = tmp_path / "runs" / "tiny-study"
     index = json.loads((root / "study.json").read_text())

@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from conftest import tiny_run_config
 from zoo.guards import RewardError, RunFailed
 from zoo.step.types import Slots
-from zoo.tracking import read_jsonl
+from zoo.study.tracking import read_jsonl
 from zoo.trainer import train
 from zoo.variant import available_variants, load_variant
 
@@ -334,7 +334,7 @@ def test_ignore_eos_makes_every_completion_full_length(tiny_model_dir, tmp_path)
 
 
 def test_ctrl_c_leaves_an_interrupted_not_failed_run_that_resumes(tiny_model_dir, tmp_path, monkeypatch):
-    from zoo.experiment import arm_status
+    from zoo.study.runner import arm_status
     from zoo.step import pipeline as T
 
     real, calls = T.step, []
@@ -424,7 +424,7 @@ def test_a_read_only_metrics_file_is_one_error_and_the_run_is_failed(tiny_model_
     import builtins
     from pathlib import Path
 
-    from zoo import tracking
+    from zoo.study import tracking
     from zoo.faults import WriteError
 
     def read_only_metrics(file, mode="r", *a, **kw):
@@ -712,7 +712,7 @@ def test_validate_run_checks_the_filter_metric_and_the_reward_trust(tiny_model_d
 def test_zoo_validate_reports_the_filter_metric_and_untrusted_rewards(tiny_model_dir, tmp_path):
     import yaml
 
-    from zoo.experiment import check_study_file
+    from zoo.study.validate import check_study_file
 
     base = tiny_run_config(tiny_model_dir, tmp_path / "out", variant="dapo",
                            budget=small_updates("dapo")).model_dump(mode="json")

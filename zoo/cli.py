@@ -180,7 +180,7 @@ def _is_study(data: dict[str, Any]) -> bool:
     import difflib
 
     from zoo.config import RunConfig
-    from zoo.experiment import STUDY_KEYS
+    from zoo.study.experiment import STUDY_KEYS
     from zoo.variant import Variant
 
     if any(k in data for k in ("variants", "task", "model", "budget", "ablations", "variant")):
@@ -210,9 +210,9 @@ def validate(
                 raise variant.VariantError(f"{f}: {what}; a run file needs at least `variant`, `model` and "
                                            "`task` (see examples/run_grpo.yaml), a variant file `name` and `slots`")
             if isinstance(data, dict) and _is_study(data):
-                from zoo import experiment
+                from zoo.study.validate import check_study_file
 
-                rep = experiment.check_study_file(f)
+                rep = check_study_file(f)
             else:
                 v = variant.load_variant(f)
                 rep = variant.check_variant(v)

@@ -52,6 +52,7 @@ def run(
     import torch
 
     from zoo.config import load_run_config
+    from zoo.study.experiment import load_run_file
     from zoo.variant import VariantError
 
     _quiet_logs()
@@ -71,7 +72,7 @@ def run(
         elif config is None:
             _fail("give a run YAML (zoo run run.yaml) or --resume RUN_DIR")
         else:
-            cfg = load_run_config(config, parse_sets(set_))
+            cfg = load_run_file(config, parse_sets(set_))
     except VariantError as e:
         _fail(str(e))
     from zoo.checkpoint import CheckpointError
@@ -117,7 +118,7 @@ def ablate(
     """
     import torch
 
-    from zoo import experiment
+    from zoo.study import experiment, runner
     from zoo.variant import VariantError
 
     _quiet_logs()
@@ -134,7 +135,7 @@ def ablate(
             _fail(f"--shard {shard!r}: expected i/n with 0 <= i < n, e.g. 0/4")
     try:
         st = experiment.load_study(study, overrides=parse_sets(set_))
-        code = experiment.run_study(st, dry_run=dry_run, shard=sh, console=console, fresh=tuple(fresh))
+        code = runner.run_study(st, dry_run=dry_run, shard=sh, console=console, fresh=tuple(fresh))
     except VariantError as e:
         _fail(str(e))
     except OSError as e:  # disk full, read-only folder: one line naming the file (zoo.faults)
@@ -153,7 +154,7 @@ def ablate(
 @app.command()
 def report(study_dir: Path = typer.Argument(..., help="runs/<study>")) -> None:
     """Write runs/<study>/report.md and PNG plots from the arms' metrics, and print the table."""
-    from zoo.report import write_report
+    from zoo.study.report import write_report
 
     if not study_dir.is_dir():
         _fail(f"{study_dir}: not a directory")

@@ -13,7 +13,7 @@ from pydantic import Field, ValidationError, field_validator
 from zoo.overrides import OverrideError, apply_dotted, did_you_mean
 from zoo.schema import Spec, Strict, finite_number
 from zoo.schema_errors import format_validation
-from zoo.variant import Updates, VariantError, read_yaml_file
+from zoo.variant import Updates, Variant, VariantError, load_variant, read_yaml_file
 
 
 class Budget(Strict):
@@ -169,6 +169,17 @@ def reward_specs(cfg: RunConfig) -> list[tuple[str, dict[str, Any], float]]:
     return out
 
 
+def effective_variant(cfg: RunConfig) -> Variant:
+    """The variant with the run's overrides (`set`) and the budget's group_size/updates applied."""
+    v = load_variant(cfg.variant, cfg.set)
+    upd: dict[str, Any] = {}
+    if cfg.budget.group_size is not None:
+        upd["group_size"] = cfg.budget.group_size
+    if cfg.budget.updates is not None:
+        upd["updates"] = cfg.budget.updates
+    return v.model_copy(update=upd)
+
+
 def parse_run_config(data: Mapping[str, Any], where: str) -> RunConfig:
     """Validate a dict as a RunConfig; errors name `where` and the key (with close matches)."""
     try:
@@ -181,7 +192,8 @@ OUTPUT_KEYS = ("resolved_variant", "provenance", "fingerprint")
 
 
 def load_run_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> RunConfig:
-    """Read a run YAML, apply dotted `--set` overrides (`budget.steps=3`), validate."""
+    """Read a run YAML, apply dotted `--set` overrides (`budget.steps=3`), validate. Raises VariantError
+    naming the file and key (also for a study file: `zoo run` reads those with zoo.study.experiment)."""
     p = Path(path)
     data = read_yaml_file(p)
     if data is None or data == {}:
@@ -197,10 +209,9 @@ def load_run_config(path: str | Path, overrides: Mapping[str, Any] | None = None
     for k in OUTPUT_KEYS:  # a run directory's config.yaml carries what the run resolved; not inputs
         data.pop(k, None)
     for k in ("variants", "ablations", "seeds", "sweep"):
-        if k in data:
-            from zoo.experiment import single_arm_config  # a study with one arm also runs
-
-            return single_arm_config(p, overrides)
+        if k in data:  # `zoo run` reads a one-arm study with zoo.study.experiment.load_run_file
+            raise VariantError(f"{p}: key {k!r}: this is a study file, not a run file; run it with "
+                               f"`zoo ablate {p}` (or `zoo run {p}` when it has one arm)")
     data = set_dotted(data, overrides or {}, str(p))
     return parse_run_config(data, str(p))
 

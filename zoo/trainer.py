@@ -23,7 +23,7 @@ import yaml
 from zoo import checkpoint as ckpt
 from zoo import dist, guards
 from zoo.components.filter import check_filter_metrics
-from zoo.config import RunConfig, WandbOpts
+from zoo.config import RunConfig, WandbOpts, effective_variant
 from zoo.config_checks import run_warnings
 from zoo.evaluate import evaluate
 from zoo.faults import WriteError, say_unrecorded, with_last_checkpoint, write_guard
@@ -36,24 +36,13 @@ from zoo.step.forwards import autocast
 from zoo.step.sample import GENERATE_BATCH
 from zoo.step.types import Models, RunState, Slots, StepSettings
 from zoo.rollout_preflight import check_before_rollout
-from zoo.tracking import read_json
-from zoo.variant import Variant, VariantError, check_variant, load_variant
+from zoo.study.tracking import read_json
+from zoo.variant import Variant, VariantError, check_variant
 
 log = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------- setup
-
-
-def effective_variant(cfg: RunConfig) -> Variant:
-    """The variant with the run's overrides (`set`) and the budget's group_size/updates applied."""
-    v = load_variant(cfg.variant, cfg.set)
-    upd: dict[str, Any] = {}
-    if cfg.budget.group_size is not None:
-        upd["group_size"] = cfg.budget.group_size
-    if cfg.budget.updates is not None:
-        upd["updates"] = cfg.budget.updates
-    return v.model_copy(update=upd)
 
 
 def validate_run(cfg: RunConfig) -> tuple[Variant, list[str]]:
@@ -243,9 +232,9 @@ def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
           on_step: Callable[[int, dict[str, Any]], None] | None = None, fresh_hint: str | None = None) -> dict[str, Any]:
     """Run (or resume) one arm to the end. Returns the summary also written to summary.json.
 
-    Rank 0 holds the run folder's lease (zoo.lock) throughout: raises zoo.lock.LockedError naming the
+    Rank 0 holds the run folder's lease (zoo.study.lock) throughout: raises zoo.study.lock.LockedError naming the
     holder when another process trains it. A folder with results of another config is refused
-    (zoo.fingerprint.check_reuse: StaleRunError naming the changed keys, ending with `fresh_hint`);
+    (zoo.study.fingerprint.check_reuse: StaleRunError naming the changed keys, ending with `fresh_hint`);
     `resume=False` (`--fresh`) deletes its checkpoint and summary first. A failure after setup writes
     summary.json with status "failed" and re-raises; the last checkpoint stays, and calling `train`
     again resumes from it. Set `ZOO_FAIL_AT_STEP=k` to simulate a crash after step k (tests). A failed
@@ -254,7 +243,7 @@ def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
     (zoo.checkpoint.load). The guards (zoo/guards.py, `cfg.guards`) raise `guards.RunFailed` for a
     run that cannot learn: rewards that cannot score most rows, every optimizer step skipped for
     non-finite values, non-finite weights (never checkpointed), or no optimizer step in the run."""
-    from zoo import lock
+    from zoo.study import lock
 
     if dist.rank() != 0:
         return _train(cfg, resume, progress=progress, on_step=on_step, fresh_hint=fresh_hint)
@@ -264,9 +253,9 @@ def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
 
 def _train(cfg: RunConfig, resume: bool, *, progress: bool, on_step: Callable[[int, dict[str, Any]], None] | None,
            fresh_hint: str | None) -> dict[str, Any]:
-    from zoo.tracking import Tracker
+    from zoo.study.tracking import Tracker
 
-    from zoo import fingerprint as fp
+    from zoo.study import fingerprint as fp
 
     out = cfg.out_dir()
     reuse = fp.check_reuse(out, cfg, fresh_hint=fresh_hint or "add --fresh to retrain it with this config (its results "

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from zoo.faults import write_guard
-from zoo.config import RunConfig
+from zoo.config import RunConfig, effective_variant
 from zoo.variant import VariantError
 
 RECORD = "fingerprint.json"
@@ -54,7 +54,6 @@ def fingerprint_fields(cfg: RunConfig) -> dict[str, Any]:
     """The JSON-able fields a fingerprint hashes (see the module doc). Loads `cfg.plugins` so plugin
     components resolve. Raises VariantError when the variant does not resolve."""
     from zoo.registry import load_plugins
-    from zoo.trainer import effective_variant
 
     load_plugins(cfg.plugins)
     v = effective_variant(cfg)
@@ -113,7 +112,7 @@ def describe(old_fields: Mapping[str, Any], new_fields: Mapping[str, Any], keys:
 
 def read_record(run_dir: Path) -> dict[str, Any] | None:
     """The recorded fields of a run folder (fingerprint.json, else summary.json's), or None."""
-    from zoo.tracking import read_json
+    from zoo.study.tracking import read_json
 
     rec = read_json(Path(run_dir) / RECORD)
     if isinstance(rec.get("fields"), dict):

@@ -1,0 +1,326 @@
+"""Studies (`experiments/*.yaml`): arms = (variant or ablation) x sweep points x seeds. zoo.study.validate
+checks the arms, zoo.study.runner runs, resumes and shards them.
+
+A study file holds the RunConfig keys (model, task, rewards, budget, optim, eval, tracking, ...) as
+defaults shared by every arm, plus:
+
+    variants: [ppo, grpo, dapo]                      # registry names (or variant files)
+    ablations: {dapo-no-clip-higher: {variant: dapo, set: {clip: ppo}}}
+    seeds: [0, 1]                                    # default: [seed] (0)
+    sweep: {clip.eps_high: [0.24, 0.28], optim.lr: [1e-5, 2e-5]}   # grid, applied to every arm
+    name: my_study                                   # default: the file name
+    output_dir: runs/my_study                        # default: runs/<name>
+
+A dotted key whose first part is a variant slot (`clip.eps_high`, `loss.entropy_bonus.coef`) goes into the
+arm's `set` (variant overrides); `group_size` and `updates.*` go to `budget.*` (the budget wins over
+the variant); any other key (`optim.lr`, `budget.steps`) goes into the run config. A study-level `set` applies to every arm;
+an ablation's `set` and then the sweep point override it.
+
+Arm label: `<variant or ablation>[-<sweepkey>=<v>...]-s<seed>`; each arm runs in
+`<output_dir>/<label>/` with `name = label`, `study = name`, `arm = label without -s<seed>`.
+"""
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from pydantic import Field, ValidationError
+
+from zoo import variant as V
+from zoo.config import RunConfig, load_run_config, parse_run_config, set_dotted
+from zoo.overrides import OverrideError, apply_dotted, did_you_mean
+from zoo.schema import Strict
+from zoo.schema_errors import format_validation
+from zoo.study.study_checks import PER_ARM_KEYS, duplicate_sweep_arms
+from zoo.variant import VariantError, read_yaml_file
+
+STUDY_KEYS = ("variants", "ablations", "seeds", "sweep")
+_SAFE = re.compile(r"[^A-Za-z0-9._=+,-]+")
+_SEED_SUFFIX = re.compile(r"-s(-?\d+)$")
+
+
+class Ablation(Strict):
+    """One named ablation arm: a variant with dotted overrides (`{clip: ppo, clip.eps_high: 0.3}`)."""
+
+    variant: str
+    set: dict[str, Any] = Field(default_factory=dict)
+
+
+class Study(RunConfig):
+    """A validated study file: shared RunConfig defaults + the arms' definition."""
+
+    name: str | None = None  # type: ignore[assignment]
+    variants: list[str] = Field(default_factory=list)
+    ablations: dict[str, Ablation] = Field(default_factory=dict)
+    seeds: list[int] | None = None
+    sweep: dict[str, list[Any]] = Field(default_factory=dict)
+    path: str | None = Field(None, exclude=True)
+
+    def study_dir(self) -> Path:
+        """Where the arms, study.json and report.md go (`output_dir`, default runs/<name>)."""
+        return Path(self.output_dir or Path("runs") / str(self.name))
+
+
+@dataclass
+class Arm:
+    """One run of a study. label: the folder name; base: the variant or ablation name;
+    sweep: this arm's sweep point; config: its complete RunConfig."""
+
+    label: str
+    base: str
+    seed: int
+    sweep: dict[str, Any]
+    config: RunConfig
+    overrides: dict[str, Any] = field(default_factory=dict)
+    origin: str = "set"  # where `overrides` were written, for error messages
+
+    @property
+    def group(self) -> str:
+        """The label without the seed: arms that differ only by seed share it (the report averages them)."""
+        return _SEED_SUFFIX.sub("", self.label)
+
+
+def seed_of(label: str) -> str:
+    """The seed of an arm label (`grpo-s1` -> "1"), "?" when it has no `-s<seed>` suffix."""
+    m = _SEED_SUFFIX.search(label)
+    return m.group(1) if m else "?"
+
+
+# --------------------------------------------------------------------------- load
+
+
+def read_study_file(path: Path) -> dict[str, Any]:
+    """The top-level mapping of a study (or run) file. Raises VariantError naming the file when it is
+    missing, not YAML or not a mapping."""
+    if not path.exists():
+        raise VariantError(f"{path}: file not found")
+    data = read_yaml_file(path)
+    if not isinstance(data, dict):
+        raise VariantError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def parse_study(data: Mapping[str, Any], where: str, default_name: str = "study") -> Study:
+    """Validate a study dict. Raises VariantError naming `where` and the key."""
+    for k in ("study", "arm"):
+        if k in data:
+            raise VariantError(f"{where}: key {k!r} is set by `zoo ablate` for each arm; remove it")
+    try:
+        st = Study.model_validate(dict(data))
+    except ValidationError as e:
+        raise VariantError(format_validation(e, where, Study)) from None
+    st.path = where
+    if not st.name:
+        st.name = default_name
+    _check_structure(st, where, explicit_variant="variant" in data)
+    return st
+
+
+def _check_structure(st: Study, where: str, explicit_variant: bool) -> None:
+    """Checks no field can make alone: arms exist, names unique and usable as folder names."""
+    if not st.variants and not st.ablations:
+        if not explicit_variant:
+            raise VariantError(f"{where}: no arms: add `variants: [grpo, ...]` and/or `ablations: {{name: {{variant: ..., set: ...}}}}`")
+        st.variants = [st.variant]
+    elif explicit_variant:
+        raise VariantError(f"{where}: key 'variant': a study's arms come from `variants` and `ablations`; "
+                           f"`variant: {st.variant}` would be ignored (add it to `variants` instead)")
+    dup = sorted({v for v in st.variants if st.variants.count(v) > 1})
+    if dup:
+        raise VariantError(f"{where}: key 'variants': listed twice: {', '.join(dup)}")
+    clash = sorted(set(st.ablations) & {_base_name(v) for v in st.variants})
+    if clash:
+        raise VariantError(f"{where}: key 'ablations': {', '.join(clash)} is also a variant arm; rename the ablation")
+    for name in st.ablations:
+        if not name or _SAFE.sub("_", name) != name or name in (".", ".."):
+            raise VariantError(f"{where}: key 'ablations.{name}': not usable as a folder name (letters, digits and . _ - = + , only)")
+    if not st.name or _SAFE.sub("_", str(st.name)) != str(st.name) or str(st.name) in (".", ".."):
+        raise VariantError(f"{where}: key 'name': {st.name!r} names the study folder runs/<name>: use letters, "
+                           "digits and . _ - = + , only (not '.' or '..')")
+    if st.seeds is None:
+        st.seeds = [st.seed]
+    if not st.seeds or len(set(st.seeds)) != len(st.seeds):
+        raise VariantError(f"{where}: key 'seeds': need at least one seed and no repeats, got {st.seeds}")
+    for key, values in st.sweep.items():
+        if not values:
+            raise VariantError(f"{where}: key 'sweep.{key}': needs at least one value")
+        route_key(key, f"{where}: key 'sweep.{key}'")
+
+
+def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Study:
+    """Read and validate a study file (see the module doc), with dotted `--set` overrides applied to
+    the shared run keys (`budget.steps=2`, `optim.lr=1e-4`, `set.clip.eps_high=0.3`, `variants=[grpo]`).
+    Raises VariantError naming file and key."""
+    p = Path(path)
+    data = read_study_file(p)
+    if overrides:
+        data = _apply_study_overrides(data, overrides, str(p))
+    return parse_study(data, str(p), default_name=p.stem)
+
+
+def _apply_study_overrides(data: dict[str, Any], overrides: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The study's own keys (`variants`, `ablations.x.set.clip=ppo`, `sweep.optim.lr=[..]`) here; every
+    other key as a run-file override (`zoo.config.set_dotted`)."""
+    study_keys = {k: v for k, v in overrides.items() if k.split(".")[0] in (*STUDY_KEYS, "name")}
+    rest = {k: v for k, v in overrides.items() if k not in study_keys}
+    out = set_dotted(data, rest, f"{where} (--set)")
+    try:
+        return apply_dotted(out, study_keys, f"{where} (--set)", _study_route)
+    except OverrideError as e:
+        raise VariantError(str(e)) from None
+
+
+def _study_route(key: str) -> tuple[tuple[str, ...], list[str]]:
+    """`sweep.` and `ablations.NAME.set.` hold dotted keys themselves: the rest of the key is one key there."""
+    parts = key.split(".")
+    if parts[0] == "sweep" and len(parts) > 1:
+        return ("sweep",), [".".join(parts[1:])]
+    if parts[0] == "ablations" and len(parts) > 3 and parts[2] == "set":
+        return tuple(parts[:3]), [".".join(parts[3:])]
+    return (), parts
+
+
+# --------------------------------------------------------------------------- arms
+
+
+BUDGET_ALIASES = ("group_size", "updates")
+
+
+def normalize_key(key: str) -> str:
+    """`group_size` / `updates.minibatches` -> `budget.group_size` / `budget.updates.minibatches`:
+    the budget wins over the variant in training, so that is where a sweep or override must go."""
+    return f"budget.{key}" if key.split(".")[0] in BUDGET_ALIASES else key
+
+
+def route_key(key: str, where: str) -> str:
+    """"set" when a dotted key addresses the variant (a slot or a variant field), "run" when it
+    addresses the run config. Raises VariantError (with close matches) for anything else."""
+    head = key.split(".")[0]
+    if head in PER_ARM_KEYS:
+        raise VariantError(f"{where}: {head!r} {PER_ARM_KEYS[head]}")
+    if head in ("slots", "set", *BUDGET_ALIASES) or head in V.Slots.model_fields:
+        return "set"
+    if head in RunConfig.model_fields and head not in ("name", "study", "arm", "seed", "output_dir", "variant"):
+        return "run"
+    allowed = sorted(set(V.Slots.model_fields) | set(RunConfig.model_fields) | {"group_size", "updates"})
+    hint = did_you_mean(head, allowed)
+    raise VariantError(f"{where}: {head!r} is neither a variant slot/field nor a run-config key{hint}")
+
+
+def fmt_value(v: Any) -> str:
+    """A sweep or override value as it appears in an arm label (`1e-05`, `true`, `[1,2]`): folder-safe."""
+    s = json.dumps(v, separators=(",", ":")) if isinstance(v, (dict, list)) else str(v).lower() if isinstance(v, bool) else str(v)
+    return _SAFE.sub("_", s).strip("_") or "_"
+
+
+def _base_name(variant_name: str) -> str:
+    """The arm name of a variant entry: a registry name, or a variant file's stem."""
+    return Path(variant_name).stem if variant_name.endswith((".yaml", ".yml")) else variant_name
+
+
+def _bases(st: Study) -> list[tuple[str, str, dict[str, Any]]]:
+    """(arm base name, variant, set) for every variant and ablation, in file order."""
+    shared = dict(st.set)
+    out = [(_base_name(v), v, dict(shared)) for v in st.variants]
+    out += [(name, ab.variant, {**shared, **ab.set}) for name, ab in st.ablations.items()]
+    return out
+
+
+def sweep_points(st: Study) -> list[dict[str, Any]]:
+    """The grid over `sweep` (keys in file order); [{}] when there is no sweep."""
+    keys = list(st.sweep)
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(st.sweep[k] for k in keys))]
+
+
+def expand_arms(st: Study) -> list[Arm]:
+    """Every arm of the study: (variant or ablation) x sweep point x seed, labelled and configured.
+
+    Raises VariantError when a label repeats or an arm's run config does not validate."""
+    base_data = st.model_dump(exclude=set(STUDY_KEYS) | {"path"})
+    where = st.path or str(st.name)
+    arms: list[Arm] = []
+    for base, variant_name, sets in _bases(st):
+        for point in sweep_points(st):
+            suffix = "".join(f"-{k}={fmt_value(v)}" for k, v in point.items())
+            for seed in st.seeds or [0]:
+                label = f"{base}{suffix}-s{seed}"
+                arms.append(_make_arm(st, base_data, where, label, base, variant_name, sets, point, seed))
+    labels = [a.label for a in arms]
+    dup = sorted({x for x in labels if labels.count(x) > 1})
+    if dup:
+        raise VariantError(f"{where}: arm labels repeat: {', '.join(dup)}")
+    same = duplicate_sweep_arms(arms)
+    if same:
+        pairs = "; ".join(f"{a} = {b}" for a, b in same)
+        raise VariantError(f"{where}: key 'sweep': points that give the same arm twice ({pairs}): values equal once "
+                           "read as numbers (1e-3 and 1.0e-3 are both 0.001); list each value once")
+    return arms
+
+
+def _make_arm(st: Study, base_data: dict[str, Any], where: str, label: str, base: str, variant_name: str,
+              sets: dict[str, Any], point: dict[str, Any], seed: int) -> Arm:
+    data = copy.deepcopy(base_data)
+    norm = {normalize_key(k): v for k, v in point.items()}
+    run_keys = {k: v for k, v in norm.items() if route_key(k, where) == "run"}
+    var_keys = {k.removeprefix("set."): v for k, v in norm.items() if route_key(k, where) == "set"}
+    arm_set = {**sets, **var_keys}
+    data = set_dotted(data, run_keys, f"{where} (arm {label})")
+    group = _SEED_SUFFIX.sub("", label)
+    data.update(name=label, variant=variant_name, set=arm_set, seed=seed, study=st.name, arm=group,
+                output_dir=str(st.study_dir() / label))
+    cfg = parse_run_config(data, f"{where} (arm {label})")
+    origin = f"ablations.{base}.set" if base in st.ablations else "set (--set)"
+    if var_keys:
+        origin += " / sweep"
+    return Arm(label=label, base=base, seed=seed, sweep=dict(point), config=cfg, overrides=arm_set, origin=origin)
+
+
+def single_arm_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> RunConfig:
+    """The RunConfig of a study with exactly one arm (`zoo run study.yaml`), after dotted overrides
+    (`budget.steps=2`, `set.clip=ppo`, `clip.eps_high=0.3`, `seed=1`, `variants=[grpo]`, `sweep={}`).
+    Raises VariantError listing the arms when there are several."""
+    p = Path(path)
+    data = read_study_file(p)
+    run_over, var_over = {}, {}
+    for k, val in (overrides or {}).items():
+        k = normalize_key(str(k))
+        if k == "seed":
+            data["seeds"] = [val]
+        elif k in STUDY_KEYS:
+            data[k] = val
+        elif k.startswith("set."):
+            var_over[k.removeprefix("set.")] = val
+        elif k.split(".")[0] in RunConfig.model_fields:
+            run_over[k] = val
+        elif route_key(k, f"{p}: override {k!r}") == "set":
+            var_over[k] = val
+    data = set_dotted(data, run_over, f"{p} (overrides)") if run_over else data
+    arms = expand_arms(parse_study(data, str(p), default_name=p.stem))
+    if len(arms) != 1:
+        raise VariantError(
+            f"{p}: `zoo run` needs a study with exactly one arm, this one has {len(arms)}: "
+            f"{', '.join(a.label for a in arms)}. Run them all with `zoo ablate {p}`, or narrow it to one "
+            f"with --set, e.g. `zoo run {p} --set 'variants=[{arms[0].config.variant}]' --set 'ablations={{}}' "
+            f"--set 'sweep={{}}' --set seed={arms[0].seed}`."
+        )
+    if var_over:
+        cfg = arms[0].config
+        return parse_run_config({**cfg.model_dump(), "set": {**cfg.set, **var_over}}, f"{p} (overrides)")
+    return arms[0].config
+
+
+def load_run_file(path: str | Path, overrides: Mapping[str, Any] | None = None) -> RunConfig:
+    """`zoo run FILE`: the RunConfig of a run file (zoo.config.load_run_config), or of a study with
+    exactly one arm (`single_arm_config`: a mapping with a study key, `variants`/`ablations`/`seeds`/
+    `sweep`, that is not a variant file), after dotted overrides. Raises VariantError naming file and key."""
+    p = Path(path)
+    data = read_yaml_file(p)
+    variant_file = isinstance(data, dict) and ("slots" in data or "base" in data) and "variant" not in data
+    if isinstance(data, dict) and not variant_file and any(k in data for k in STUDY_KEYS):
+        return single_arm_config(p, overrides)
+    return load_run_config(p, overrides)

@@ -1,0 +1,116 @@
+"""The report's PNG plots: reward against step, completions generated and wall time, eval accuracy
+before / after, and the training dynamics; one line per arm (mean over seeds, band +- std)."""
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+from typing import Any, Callable
+
+from zoo.study.runs import ArmGroup, RunData
+from zoo.study.stats import eval_acc, mean_std, reward_keys
+
+DIAGNOSTICS = [("accuracy", "train accuracy"), ("eval/greedy_acc", "eval greedy accuracy"), ("kl/ref", "KL to reference"),
+               ("entropy", "entropy"), ("completion/len_mean", "completion length (tokens)"),
+               ("clip/low_frac", "clip fraction (low)"), ("clip/high_frac", "clip fraction (high)")]
+
+
+def _mean_curve(runs: list[RunData], y: Callable[[RunData], dict[int, float]],
+                x: Callable[[RunData], dict[int, float]] | None) -> tuple[list[float], list[float], list[float]]:
+    """x, mean y, std y over seeds at every step where some seed has both x and y."""
+    per_step: dict[int, tuple[list[float], list[float]]] = {}
+    for r in runs:
+        ys, xs = y(r), (x(r) if x else None)
+        for s, v in ys.items():
+            xv = float(s) if xs is None else xs.get(s)
+            if xv is not None:
+                xl, yl = per_step.setdefault(s, ([], []))
+                xl.append(xv)
+                yl.append(v)
+    steps = sorted(per_step)
+    xm = [statistics.fmean(per_step[s][0]) for s in steps]
+    ym = [statistics.fmean(per_step[s][1]) for s in steps]
+    ysd = [statistics.stdev(per_step[s][1]) if len(per_step[s][1]) > 1 else 0.0 for s in steps]
+    return xm, ym, ysd
+
+
+def _new_figure(n: int, ncols: int = 3) -> tuple[Any, list[Any]]:
+    from matplotlib.figure import Figure
+
+    ncols = max(1, min(ncols, n))
+    nrows = math.ceil(n / ncols)
+    fig = Figure(figsize=(4.6 * ncols, 3.4 * nrows), layout="constrained")
+    axes = [fig.add_subplot(nrows, ncols, i + 1) for i in range(n)]
+    return fig, axes
+
+
+def plot_curves(groups: list[ArmGroup], keys: list[tuple[str, str]], path: Path, xlabel: str,
+                x: Callable[[RunData], dict[int, float]] | None) -> Path | None:
+    """One subplot per (metric, title), one line per arm (mean over seeds, band +- std).
+    x: step -> x value per run (None: the step). Returns the PNG path, or None with nothing to plot."""
+    panels = []
+    for key, title in keys:
+        curves = [(g.name, *_mean_curve(g.ok_runs or g.runs, lambda r, k=key: r.series(k), x)) for g in groups]
+        curves = [c for c in curves if c[1]]
+        if curves:
+            panels.append((key, title, curves))
+    if not panels:
+        return None
+    fig, axes = _new_figure(len(panels))
+    colour = {g.name: f"C{i % 10}" for i, g in enumerate(groups)}  # one colour per arm in every panel
+    for ax, (key, title, curves) in zip(axes, panels):
+        for name, xs, ys, sd in curves:
+            (line,) = ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, ms=3, label=name, color=colour[name])
+            if any(sd):
+                ax.fill_between(xs, [a - b for a, b in zip(ys, sd)], [a + b for a, b in zip(ys, sd)],
+                                color=line.get_color(), alpha=0.15, linewidth=0)
+        ax.set_title(title)
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3)
+    for ax in axes:
+        ax.legend(fontsize=7)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def plot_eval(groups: list[ArmGroup], path: Path) -> Path | None:
+    """Bars of greedy eval accuracy before and after training per arm (error bars: std over seeds)."""
+    data = []
+    for g in groups:
+        b = mean_std(eval_acc(r, "before") for r in g.ok_runs)
+        a = mean_std(eval_acc(r, "after") for r in g.ok_runs)
+        if b or a:
+            data.append((g.name, b or (math.nan, 0.0, 0), a or (math.nan, 0.0, 0)))
+    if not data:
+        return None
+    fig, (ax,) = _new_figure(1)
+    fig.set_size_inches(max(5.0, 1.3 * len(data) + 2), 3.8)
+    xs = list(range(len(data)))
+    w = 0.38
+    ax.bar([x - w / 2 for x in xs], [d[1][0] for d in data], w, yerr=[d[1][1] for d in data], label="before", capsize=3)
+    ax.bar([x + w / 2 for x in xs], [d[2][0] for d in data], w, yerr=[d[2][1] for d in data], label="after", capsize=3)
+    ax.set_xticks(xs, [d[0] for d in data], rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("greedy accuracy")
+    ax.set_title("eval accuracy before / after training")
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def make_plots(groups: list[ArmGroup], out: Path) -> list[tuple[str, Path]]:
+    """Every plot with data: (title, png path)."""
+    rk = reward_keys(r for g in groups for r in g.runs)
+    rpanels = [(k, k) for k in rk]
+    made = [
+        ("Reward vs step", plot_curves(groups, rpanels, out / "reward_vs_step.png", "step", None)),
+        ("Reward vs completions generated", plot_curves(groups, rpanels, out / "reward_vs_completions.png",
+                                                        "completions generated", lambda r: r.series("count/completions"))),
+        ("Reward vs wall time", plot_curves(groups, rpanels, out / "reward_vs_time.png", "wall time (s)",
+                                            lambda r: r.series("time/elapsed"))),
+        ("Eval accuracy before / after", plot_eval(groups, out / "eval_accuracy.png")),
+        ("Training dynamics", plot_curves(groups, DIAGNOSTICS, out / "training_dynamics.png", "step", None)),
+    ]
+    return [(t, p) for t, p in made if p is not None]

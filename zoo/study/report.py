@@ -1,0 +1,131 @@
+"""`zoo report runs/<study>`: a side-by-side table (report.md + terminal) and PNG plots of a study.
+
+Input: the study folder, with one folder per arm run holding `metrics.jsonl` (one JSON object per
+step: "step", "reward/total", "reward/<objective>", "accuracy", "kl/ref", "entropy",
+"completion/len_mean", "clip/low_frac", "clip/high_frac", "count/completions" (completions generated
+so far, cumulative), "time/step", "time/elapsed" (seconds since the start), "perf/peak_mem_mb"; eval
+records with "eval/greedy_acc"), `summary.json` ("status", "error", "eval/before", "eval/after",
+"config") and `config.yaml`; `study.json` (optional) gives the arm order.
+
+Damaged files never stop a report: unreadable metrics lines (cut by a crash, not UTF-8) are skipped and
+counted, and each problem is a warning naming the file (terminal and report.md). A finished run's
+final numbers come from its summary.json (written once at the end), not from the last metrics line.
+
+Runs whose labels differ only by the `-s<seed>` suffix form one arm: numbers are mean +- sample std
+(n-1) over its seeds that did not fail, curves are the mean over seeds (band: +- std).
+Output: `report.md`, `plots/*.png` (linked from report.md) and the table printed with rich.
+Reading the folder: zoo.study.runs; the numbers: zoo.study.stats and zoo.study.table; the plots:
+zoo.study.plots.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from zoo.study.fingerprint import mixed_keys, read_record
+from zoo.study.plots import make_plots
+from zoo.study.runs import ArmGroup, ReportError, RunData, discover, group_runs
+from zoo.study.stats import reward_keys
+from zoo.study.table import one_line, table_rows
+from zoo.study.tracking import read_json
+
+
+def _md_cell(s: str) -> str:
+    return str(s).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(name: str, header: list[str], rows: list[list[str]], plots: list[tuple[str, Path]],
+             runs: list[RunData], base: Path) -> str:
+    """report.md text: the table, the plots (relative links) and the failed runs."""
+    lines = [f"# Study `{name}`", "",
+             f"{len(rows)} arm(s), {len(runs)} run(s); generated {time.strftime('%Y-%m-%d %H:%M:%S')}.", "",
+             "Numbers are mean ± sample std (n−1) over the seeds that did not fail; *final* is the last "
+             "training step, *best* the maximum over steps; *1st → 2nd half* the mean reward over the first and "
+             "the last half of the steps (learning shows as a rise); time/step is the mean step time; "
+             "group_size, updates (epochs x minibatches), lr and max_new_tokens are the values used.", "",
+             "| " + " | ".join(map(_md_cell, header)) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(map(_md_cell, row)) + " |" for row in rows]
+    for title, p in plots:
+        lines += ["", f"## {title}", "", f"![{title}]({p.relative_to(base).as_posix()})"]
+    warned = [w for r in runs for w in r.warnings]
+    if warned:
+        lines += ["", "## Warnings", ""] + [f"- {_md_cell(w)}" for w in warned]
+    failed = [r for r in runs if r.status == "failed"]
+    if failed:
+        lines += ["", "## Failed runs", ""]
+        lines += [f"- `{r.label}`: {_md_cell(one_line(r.error or 'no error recorded', 300))}" for r in failed]
+    lines += ["", "## Runs", ""]
+    lines += [f"- `{r.label}`: {r.status}, {len(r.series('reward/total'))} step(s), `{r.dir.relative_to(base).as_posix() if r.dir.is_relative_to(base) else r.dir}`"
+              for r in runs]
+    return "\n".join(lines) + "\n"
+
+
+SHORT = {"final reward": "final R", "best reward": "best R", "mean reward 1st → 2nd half": "R 1st → 2nd half", "accuracy": "acc", "time/step (s)": "s/step",
+         "peak mem (MB)": "peak MB", "eval greedy before → after": "eval before → after", "group_size": "G",
+         "updates": "upd", "max_new_tokens": "tokens"}
+
+
+def print_table(name: str, header: list[str], rows: list[list[str]], console: Any = None) -> None:
+    """The side-by-side table in the terminal (rich, short headers; errors listed below the table).
+    Without a console: a rich Console at least 200 columns wide when stdout is not a terminal."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    if console is None:
+        console = Console()
+    if not console.is_terminal:  # a log file or pipe: do not squeeze the table to 80 columns
+        console = Console(file=console.file, width=max(console.width, 200))
+    t = Table(title=f"study {name}", box=box.SIMPLE_HEAD, pad_edge=False)
+    for i, h in enumerate(header):
+        t.add_column(SHORT.get(h, h.replace("final reward/", "final ")), style="bold cyan" if i == 0 else None,
+                     no_wrap=True, min_width=max(len(r[0]) for r in rows) if i == 0 and rows else None)
+    status_col = header.index("status")
+    errors = []
+    for row in rows:
+        cells = list(row)
+        if ": " in cells[status_col]:
+            cells[status_col], err = cells[status_col].split(": ", 1)
+            errors.append(f"{row[0]}: {err}")
+        t.add_row(*cells)
+    console.print(t)
+    for e in errors:
+        console.print(f"[red]failed[/] {e}", highlight=False)
+
+
+def check_same_config(groups: list[ArmGroup]) -> None:
+    """Refuse to average seeds of an arm trained with different configs (other than the seed).
+
+    Raises ReportError naming the arm, its runs and the differing keys (zoo.study.fingerprint)."""
+    for g in groups:
+        fields = {r.label: read_record(r.dir) for r in g.runs}
+        keys = mixed_keys(fields)
+        if keys:
+            raise ReportError(f"arm {g.name}: its seeds ({', '.join(fields)}) were trained with different configs "
+                              f"({', '.join(keys)}), so they are not averaged; retrain the odd ones with "
+                              f"`zoo ablate STUDY --fresh LABEL`")
+
+
+def write_report(study_dir: Path | str, console: Any = None) -> Path:
+    """Write `<study_dir>/report.md` and `<study_dir>/plots/*.png`, print the table; returns report.md.
+
+    Raises ReportError when study_dir does not exist or holds no arm folder, or when the seeds of
+    one arm were trained with different configs (`check_same_config`)."""
+    study_dir = Path(study_dir)
+    runs = discover(study_dir)
+    groups = group_runs(runs)
+    check_same_config(groups)
+    name = read_json(study_dir / "study.json").get("name") or study_dir.name
+    header, rows = table_rows(groups, reward_keys(runs))
+    plots = make_plots(groups, study_dir / "plots")
+    out = study_dir / "report.md"
+    out.write_text(markdown(name, header, rows, plots, runs, study_dir), encoding="utf-8")
+    print_table(name, header, rows, console)
+    if any(r.warnings for r in runs):
+        from rich.console import Console
+        from rich.markup import escape
+
+        for w in (w for r in runs for w in r.warnings):
+            (console or Console(stderr=True)).print(f"[yellow]warning:[/] {escape(w)}", highlight=False, soft_wrap=True)
+    return out

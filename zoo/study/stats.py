@@ -1,0 +1,46 @@
+"""The numbers over an arm's seeds (mean +- sample std, n-1) and what they are taken from in one run:
+the reward objectives it logged and its greedy eval accuracy before and after training."""
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Iterable
+
+from zoo.study.runs import RunData
+
+
+def mean_std(values: Iterable[float]) -> tuple[float, float, int] | None:
+    """(mean, sample std (n-1; 0 for one value), n) of the finite values, or None when there are none."""
+    vals = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    if not vals:
+        return None
+    return statistics.fmean(vals), (statistics.stdev(vals) if len(vals) > 1 else 0.0), len(vals)
+
+
+def fmt_ms(values: Iterable[float], digits: int = 3) -> str:
+    """"0.450 ± 0.071" over several values, "0.450" for one, "-" for none."""
+    ms = mean_std(values)
+    if ms is None:
+        return "-"
+    m, s, n = ms
+    return f"{m:.{digits}f}" if n == 1 else f"{m:.{digits}f} ± {s:.{digits}f}"
+
+
+def eval_acc(run: RunData, when: str) -> float | None:
+    """Greedy eval accuracy 'before' or 'after' training: summary["eval/<when>"], else the first /
+    last eval record in metrics.jsonl."""
+    d = run.summary.get(f"eval/{when}")
+    if isinstance(d, dict):
+        for k in ("eval/greedy_acc", "greedy_acc"):
+            if isinstance(d.get(k), (int, float)):
+                return float(d[k])
+    s = run.series("eval/greedy_acc")
+    if not s:
+        return None
+    return list(s.values())[0 if when == "before" else -1]
+
+
+def reward_keys(runs: Iterable[RunData]) -> list[str]:
+    """Every "reward/..." objective in the runs, reward/total first (reward/failed is a count, not a reward)."""
+    keys = {k for r in runs for rec in r.records for k in rec if k.startswith("reward/") and k != "reward/failed"}
+    return sorted(keys, key=lambda k: (k != "reward/total", k))
