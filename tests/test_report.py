@@ -204,3 +204,16 @@ def test_a_non_utf8_byte_skips_one_line_not_the_report(tmp_path):
     assert f"warning: {bad / 'metrics.jsonl'}: skipped 1 unreadable line(s)" in out.getvalue()
     assert f"warning: {bad / 'summary.json'}: unreadable, ignored" in out.getvalue()
     assert not any(str(good) in line for line in out.getvalue().splitlines() if line.startswith("warning"))
+
+
+def test_scoring_counts_are_not_objectives():
+    """reward/failed (a count) and reward/unscored_frac (a fraction of rows) describe the scoring:
+    neither gets an objective column nor a reward panel; real objectives do."""
+    from zoo.study.runs import RunData
+    from zoo.study.stats import reward_keys
+
+    recs = [{"step": 1, "reward/total": 1.0, "reward/correctness": 0.5, "reward/failed": 2.0,
+             "reward/unscored_frac": 0.25}]
+    run = RunData.__new__(RunData)
+    run.records = recs
+    assert reward_keys([run]) == ["reward/total", "reward/correctness"]

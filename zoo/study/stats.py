@@ -9,6 +9,10 @@ from typing import Iterable
 from zoo.study.runs import RunData
 
 
+#: "reward/..." metrics that describe the scoring, not an objective's value
+NOT_OBJECTIVES = ("reward/failed", "reward/unscored_frac")
+
+
 def mean_std(values: Iterable[float]) -> tuple[float, float, int] | None:
     """(mean, sample std (n-1; 0 for one value), n) of the finite values, or None when there are none."""
     vals = [float(v) for v in values if v is not None and math.isfinite(float(v))]
@@ -41,6 +45,7 @@ def eval_acc(run: RunData, when: str) -> float | None:
 
 
 def reward_keys(runs: Iterable[RunData]) -> list[str]:
-    """Every "reward/..." objective in the runs, reward/total first (reward/failed is a count, not a reward)."""
-    keys = {k for r in runs for rec in r.records for k in rec if k.startswith("reward/") and k != "reward/failed"}
+    """Every "reward/..." objective in the runs, reward/total first (reward/failed is a count and
+    reward/unscored_frac a fraction of rows, not rewards: `NOT_OBJECTIVES`)."""
+    keys = {k for r in runs for rec in r.records for k in rec if k.startswith("reward/") and k not in NOT_OBJECTIVES}
     return sorted(keys, key=lambda k: (k != "reward/total", k))
