@@ -184,6 +184,9 @@ def test_resume_after_a_crash_matches_an_uninterrupted_run(case, tiny_model_dir,
     assert summary["status"] == "finished" and summary["steps"] == 4
 
     assert_same_metrics(_step_records(tmp_path / "full"), _step_records(tmp_path / "cut"))
+    if case == "ppo-adaptive-kl":  # the controller really moved beta, and the resumed run continued from its state
+        betas = [r["kl/beta"] for r in _step_records(tmp_path / "cut")]
+        assert len(set(betas)) == len(betas) and betas[0] != 0.05, betas
     a, b = saved_state(tmp_path / "full"), saved_state(tmp_path / "cut")
     assert a["step"] == b["step"] == 4
     for k in a["policy"]:
