@@ -87,8 +87,8 @@ def test_critic_is_reported_within_train(ppo_result):
 
 
 def test_cli_json_output_parses(tiny_model_dir):
-    from zoo.cli import app
-    import zoo.cli_bench  # noqa: F401  (registers the command, as main() does)
+    from zoo.cli.main import app
+    import zoo.cli.bench  # noqa: F401  (registers the command, as main() does)
 
     res = CliRunner().invoke(app, ["bench", "dapo", "--model", str(tiny_model_dir), "--task", json.dumps(TINY_TASK),
                                    "--prompts", "2", "--group-size", "2", "--max-new-tokens", "6", "--steps", "1",
@@ -101,8 +101,8 @@ def test_cli_json_output_parses(tiny_model_dir):
 
 
 def test_cli_rejects_bad_options(tiny_model_dir):
-    from zoo.cli import app
-    import zoo.cli_bench  # noqa: F401
+    from zoo.cli.main import app
+    import zoo.cli.bench  # noqa: F401
 
     r = CliRunner().invoke(app, ["bench", "grpo", "--vs", "verl"])
     assert r.exit_code == 1 and "only 'trl'" in r.output
@@ -132,7 +132,7 @@ def test_scan_in_process_and_plot(tiny_model_dir, tmp_path):
 
 def test_matched_trl_settings():
     from zoo.bench_trl import trl_spec
-    from zoo.variant import load_variant
+    from zoo.config.variant import load_variant
 
     spec = zb.BenchSpec(prompts=8, group_size=4, max_new_tokens=64, micro_batch=8)
     g = trl_spec(spec)["grpo"]

@@ -10,9 +10,10 @@ import yaml
 from rich.console import Console
 
 from zoo import experiment as E
-from zoo.config import RunConfig, load_run_config
+from zoo.config.run import RunConfig
+from zoo.run_file import load_run_config
 from zoo.tracking import Tracker
-from zoo.variant import VariantError
+from zoo.config.variant import VariantError
 
 STUDY = """
 name: demo
@@ -390,9 +391,9 @@ def test_two_concurrent_studies_train_each_arm_once(tmp_path, monkeypatch):
 def test_cli_ablate_rerun_prints_changed_keys_and_fresh_retrains(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    import zoo.cli_run  # noqa: F401  (registers `zoo ablate`)
+    import zoo.cli.run  # noqa: F401  (registers `zoo ablate`)
     from zoo import trainer
-    from zoo.cli import app
+    from zoo.cli.main import app
 
     train = FakeTrain()
     monkeypatch.setattr(trainer, "train", train)

@@ -136,8 +136,8 @@ def test_engine_autocast_refuses_an_unresolved_setting():
 def test_zoo_bench_resolves_auto_prints_and_records_the_choice(cpuinfo, tiny_model_dir):
     from typer.testing import CliRunner
 
-    import zoo.cli_bench  # noqa: F401  (registers `bench`)
-    from zoo.cli import app
+    import zoo.cli.bench  # noqa: F401  (registers `bench`)
+    from zoo.cli.main import app
 
     cpuinfo(AVX2_ONLY)
     task = {"name": "reasoning_gym", "dataset": "basic_arithmetic", "size": 8, "eval_size": 2, "fewshot": 0,
@@ -155,8 +155,8 @@ def test_zoo_bench_resolves_auto_prints_and_records_the_choice(cpuinfo, tiny_mod
 def test_zoo_bench_rejects_an_unknown_autocast():
     from typer.testing import CliRunner
 
-    import zoo.cli_bench  # noqa: F401
-    from zoo.cli import app
+    import zoo.cli.bench  # noqa: F401
+    from zoo.cli.main import app
 
     r = CliRunner().invoke(app, ["bench", "grpo", "--autocast", "bf32"])
     assert r.exit_code == 1 and "use auto, bf16, fp16 or none" in r.output

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from zoo import tracking
-from zoo.config import RunConfig, WandbOpts
+from zoo.config.run import RunConfig, WandbOpts
 from zoo.tracking import Tracker, read_jsonl, resolve_mode
 
 

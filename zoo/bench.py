@@ -134,7 +134,7 @@ def resolve_bench_autocast(setting: str) -> tuple[str, str]:
 
 def run_config(spec: BenchSpec, out_dir: str | os.PathLike):
     """The RunConfig a bench trains with (warm-up + measured steps; no eval, no tracking)."""
-    from zoo.config import RunConfig
+    from zoo.config.run import RunConfig
 
     data: dict[str, Any] = {
         "name": f"bench-{spec.variant}",

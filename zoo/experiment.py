@@ -34,14 +34,15 @@ from typing import Any, Callable, Mapping
 import yaml
 from pydantic import Field, ValidationError
 
-from zoo import variant as V
-from zoo.config import RunConfig, parse_run_config, set_dotted
-from zoo.overrides import OverrideError, apply_dotted, did_you_mean
-from zoo.config_checks import run_warnings
-from zoo.schema import Strict
-from zoo.schema_errors import format_validation
+from zoo.config import variant as V
+from zoo.config.run import RunConfig, parse_run_config, set_dotted
+from zoo.config.overrides import OverrideError, apply_dotted, did_you_mean
+from zoo.config.run_checks import run_warnings
+from zoo.config.schema import Strict
+from zoo.config.schema import format_validation
 from zoo.study_checks import PER_ARM_KEYS, duplicate_sweep_arms, foreign_arm_dir
-from zoo.variant import Report, VariantError, _read_yaml
+from zoo.config.checks import Report, check_variant
+from zoo.config.variant import VariantError, read_yaml_mapping
 
 STUDY_KEYS = ("variants", "ablations", "seeds", "sweep")
 _SAFE = re.compile(r"[^A-Za-z0-9._=+,-]+")
@@ -95,7 +96,7 @@ class Arm:
 def _read(path: Path) -> dict[str, Any]:
     if not path.exists():
         raise VariantError(f"{path}: file not found")
-    return _read_yaml(path)
+    return read_yaml_mapping(path)
 
 
 def parse_study(data: Mapping[str, Any], where: str, default_name: str = "study") -> Study:
@@ -158,7 +159,7 @@ def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None) -> 
 
 def _apply_study_overrides(data: dict[str, Any], overrides: Mapping[str, Any], where: str) -> dict[str, Any]:
     """The study's own keys (`variants`, `ablations.x.set.clip=ppo`, `sweep.optim.lr=[..]`) here; every
-    other key as a run-file override (`zoo.config.set_dotted`)."""
+    other key as a run-file override (`zoo.config.run.set_dotted`)."""
     study_keys = {k: v for k, v in overrides.items() if k.split(".")[0] in (*STUDY_KEYS, "name")}
     rest = {k: v for k, v in overrides.items() if k not in study_keys}
     out = set_dotted(data, rest, f"{where} (--set)")
@@ -298,7 +299,7 @@ def check_arms(arms: list[Arm], plugins: list[str] | tuple[str, ...] = ()) -> Re
         who = f"arm {group}" + (f" (seeds {', '.join(str(_seed_of(x)) for x in labels)})" if len(labels) > 1 else "")
         try:
             v = V.load_variant(arm.config.variant, arm.config.set)
-            sub = V.check_variant(v, variant_context(arm.config, v))
+            sub = check_variant(v, variant_context(arm.config, v))
         except VariantError as e:
             rep.errors.append(f"{who}: {_override_origin(str(e), arm)}")
             continue

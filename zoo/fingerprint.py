@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from zoo.faults import write_guard
-from zoo.config import RunConfig
-from zoo.variant import VariantError
+from zoo.config.run import RunConfig
+from zoo.config.variant import VariantError
 
 RECORD = "fingerprint.json"
 _MISSING = object()
@@ -54,7 +54,7 @@ def fingerprint_fields(cfg: RunConfig) -> dict[str, Any]:
     """The JSON-able fields a fingerprint hashes (see the module doc). Loads `cfg.plugins` so plugin
     components resolve. Raises VariantError when the variant does not resolve."""
     from zoo.registry import load_plugins
-    from zoo.trainer import effective_variant
+    from zoo.config.run import effective_variant
 
     load_plugins(cfg.plugins)
     v = effective_variant(cfg)
