@@ -38,8 +38,7 @@ from zoo.config import variant as V
 from zoo.config.run import RunConfig, parse_run_config, set_dotted
 from zoo.config.overrides import OverrideError, apply_dotted, did_you_mean
 from zoo.config.run_checks import run_warnings
-from zoo.config.schema import Strict
-from zoo.config.schema import format_validation
+from zoo.config.schema import Strict, format_validation
 from zoo.study_checks import PER_ARM_KEYS, duplicate_sweep_arms, foreign_arm_dir
 from zoo.config.checks import Report, check_variant
 from zoo.config.variant import VariantError, read_yaml_mapping
