@@ -553,11 +553,11 @@ def test_auto_autocast_is_resolved_once_and_recorded(flags, choice, tiny_model_d
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
     monkeypatch.setattr(precision, "CPUINFO", cpuinfo)
-    from zoo import trainer as T
+    from zoo import run_progress
     from zoo.step import forwards, sample
 
     seen, real = [], forwards.autocast
-    for mod in (forwards, sample, T):  # every place a forward or generation takes its precision from
+    for mod in (forwards, sample, run_progress):  # every place a forward or generation takes its precision from
         monkeypatch.setattr(mod, "autocast", lambda setting, device: seen.append(setting) or real(setting, device))
     cfg = tiny_run_config(tiny_model_dir, tmp_path / "run", model_opts={"autocast": "auto"}, budget={"steps": 1})
     caplog.set_level("INFO", logger="zoo.precision")
