@@ -87,7 +87,7 @@ def test_critic_is_reported_within_train(ppo_result):
 
 
 def test_cli_json_output_parses(tiny_model_dir):
-    from zoo.cli.main import app
+    from zoo.cli import app
     import zoo.cli.bench  # noqa: F401  (registers the command, as main() does)
 
     res = CliRunner().invoke(app, ["bench", "dapo", "--model", str(tiny_model_dir), "--task", json.dumps(TINY_TASK),
@@ -101,7 +101,7 @@ def test_cli_json_output_parses(tiny_model_dir):
 
 
 def test_cli_rejects_bad_options(tiny_model_dir):
-    from zoo.cli.main import app
+    from zoo.cli import app
     import zoo.cli.bench  # noqa: F401
 
     r = CliRunner().invoke(app, ["bench", "grpo", "--vs", "verl"])

@@ -7,8 +7,8 @@ import yaml
 from typer.testing import CliRunner
 
 from zoo import registry
-from zoo.cli.main import app
-from zoo.cli.main import main as _main  # noqa: F401  (importing main's modules registers run/ablate/...)
+from zoo.cli import app
+from zoo.cli import main as _main  # noqa: F401  (importing main's modules registers run/ablate/...)
 from zoo.config.variant import available_variants
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -128,7 +128,7 @@ def test_base_cycle_between_files_is_a_clear_error(tmp_path):
 def test_main_prints_errors_without_traceback(tmp_path, capsys, monkeypatch):
     import sys as _sys
 
-    from zoo.cli.main import main
+    from zoo.cli import main
 
     monkeypatch.setattr(_sys, "argv", ["zoo", "show", "grpo", "--set", "clip.epsilon=0.3"])
     with pytest.raises(SystemExit) as e:
@@ -210,7 +210,7 @@ def run_main(monkeypatch, capsys, *args):
     """Run the console entry point as a user would; returns (exit code, stderr + stdout)."""
     import sys as _sys
 
-    from zoo.cli.main import main
+    from zoo.cli import main
 
     monkeypatch.setattr(_sys, "argv", ["zoo", *map(str, args)])
     with pytest.raises(SystemExit) as e:

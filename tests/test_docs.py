@@ -20,7 +20,7 @@ import yaml
 from typer.testing import CliRunner
 
 from zoo import registry
-from zoo.cli.main import app
+from zoo.cli import app
 from zoo.config.variant import build_components, load_variant
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "extending.md"

@@ -393,7 +393,7 @@ def test_cli_ablate_rerun_prints_changed_keys_and_fresh_retrains(tmp_path, monke
 
     import zoo.cli.run  # noqa: F401  (registers `zoo ablate`)
     from zoo import trainer
-    from zoo.cli.main import app
+    from zoo.cli import app
 
     train = FakeTrain()
     monkeypatch.setattr(trainer, "train", train)

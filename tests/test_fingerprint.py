@@ -124,7 +124,7 @@ def test_grown_steps_continue_under_constant_schedule_only(tiny_model_dir, tmp_p
 
 def test_cli_resume_with_another_variant_is_a_clear_error(tiny_model_dir, tmp_path):
     from zoo.cli import run as cli_run  # noqa: F401  (registers `zoo run`)
-    from zoo.cli.main import app
+    from zoo.cli import app
 
     cfg = tiny_run_config(tiny_model_dir, tmp_path / "g", budget={"steps": 1})
     train(cfg, progress=False)

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from zoo import kinds, registry
 from zoo.step.types import Slots as StepSlots
-from zoo.cli.main import app
+from zoo.cli import app
 from zoo.config.variant import LIST_SLOTS, SLOT_KINDS, Slots, VariantError, load_variant
 
 runner = CliRunner()

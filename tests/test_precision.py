@@ -137,7 +137,7 @@ def test_zoo_bench_resolves_auto_prints_and_records_the_choice(cpuinfo, tiny_mod
     from typer.testing import CliRunner
 
     import zoo.cli.bench  # noqa: F401  (registers `bench`)
-    from zoo.cli.main import app
+    from zoo.cli import app
 
     cpuinfo(AVX2_ONLY)
     task = {"name": "reasoning_gym", "dataset": "basic_arithmetic", "size": 8, "eval_size": 2, "fewshot": 0,
@@ -156,7 +156,7 @@ def test_zoo_bench_rejects_an_unknown_autocast():
     from typer.testing import CliRunner
 
     import zoo.cli.bench  # noqa: F401
-    from zoo.cli.main import app
+    from zoo.cli import app
 
     r = CliRunner().invoke(app, ["bench", "grpo", "--autocast", "bf32"])
     assert r.exit_code == 1 and "use auto, bf16, fp16 or none" in r.output

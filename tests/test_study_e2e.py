@@ -64,7 +64,7 @@ def test_killed_study_resumes_without_redoing_finished_arms(tmp_path, tiny_model
     path = _study(tmp_path, tiny_model_dir, ["grpo", "dr_grpo"], steps=3, wandb=False)
     root = tmp_path / "runs" / "tiny-study"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-c", "from zoo.cli.main import main; main()", "ablate", str(path), "--threads", "1"]
+    cmd = [sys.executable, "-c", "from zoo.cli import main; main()", "ablate", str(path), "--threads", "1"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     first = root / "dr_grpo-s0" / "summary.json"  # arms run in label order: dr_grpo-s0 first
     deadline = time.time() + 120

@@ -443,7 +443,7 @@ def test_cli_disk_full_prints_one_line_and_exits_1(tiny_model_dir, tmp_path, mon
     from typer.testing import CliRunner
 
     import zoo.cli.run  # noqa: F401  (registers `run`)
-    from zoo.cli.main import app
+    from zoo.cli import app
 
     train(_fault_config(tiny_model_dir, tmp_path, steps=1), progress=False)
     _full_disk_on_save(monkeypatch, fail_from=1)
@@ -488,7 +488,7 @@ def test_resume_refuses_a_checkpoint_whose_pickle_runs_code(tiny_model_dir, tmp_
     from typer.testing import CliRunner
 
     import zoo.cli.run  # noqa: F401
-    from zoo.cli.main import app
+    from zoo.cli import app
 
     train(_fault_config(tiny_model_dir, tmp_path, steps=1), progress=False)
     marker = tmp_path / "pwned"
@@ -517,7 +517,7 @@ def test_cli_read_only_output_folder_is_one_line(tiny_model_dir, tmp_path, monke
     from typer.testing import CliRunner
 
     import zoo.cli.run  # noqa: F401
-    from zoo.cli.main import app
+    from zoo.cli import app
 
     out = tmp_path / "ro"
     out.mkdir()
@@ -580,7 +580,7 @@ def test_kill_9_then_resume_keeps_eval_before_labels_and_prints_it(tiny_model_di
 
     from zoo.cli import run as cli_run  # noqa: F401  (registers `run` on the app)
     from zoo import trainer as T
-    from zoo.cli.main import app
+    from zoo.cli import app
 
     real_write = T._write_summary
     monkeypatch.setattr(T, "_write_summary", lambda out, s: None if s.get("status") == "failed" else real_write(out, s))
@@ -733,7 +733,7 @@ def test_zoo_run_reports_a_failed_run_in_one_line(tiny_model_dir, tmp_path):
     from typer.testing import CliRunner
 
     import zoo.cli.run  # noqa: F401  (registers `run`)
-    from zoo.cli.main import app
+    from zoo.cli import app
 
     cfg = tiny_run_config(tiny_model_dir, tmp_path / "out", model_opts={"dtype": "float16"}, budget={"steps": 2})
     f = tmp_path / "run.yaml"

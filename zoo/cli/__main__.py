@@ -1,4 +1,4 @@
 """`python -m zoo.cli ...`: the `zoo` command."""
-from zoo.cli.main import main
+from zoo.cli.entry import main
 
 main()

@@ -1,4 +1,4 @@
-"""`zoo bench` (registered on `zoo.cli.app.app`): step cost per phase, TRL race, memory, scaling scans."""
+"""`zoo bench` (registered on `zoo.cli.common.app`): step cost per phase, TRL race, memory, scaling scans."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,7 @@ from typing import Any, List, Optional
 import typer
 from rich.table import Table
 
-from zoo.cli.app import app, console, err, fail, parse_sets, quiet_logs
+from zoo.cli.common import app, console, err, fail, parse_sets, quiet_logs
 from zoo.models import EMBEDDED_MODEL
 
 

@@ -1,4 +1,4 @@
-"""`zoo list | show | diff | validate` (registered on `zoo.cli.app.app`): the registry and files, no model."""
+"""`zoo list | show | diff | validate` (registered on `zoo.cli.common.app`): the registry and files, no model."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,7 +9,7 @@ import yaml
 from rich.markup import escape
 from rich.table import Table
 
-from zoo.cli.app import app, console, fail, parse_sets, print_json
+from zoo.cli.common import app, console, fail, parse_sets, print_json
 
 
 # --------------------------------------------------------------------------- list / show / diff

@@ -1,4 +1,4 @@
-"""`zoo run | ablate | report | export` (registered on `zoo.cli.app.app`)."""
+"""`zoo run | ablate | report | export` (registered on `zoo.cli.common.app`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,7 +6,7 @@ from typing import List, Optional
 
 import typer
 
-from zoo.cli.app import app, console, fail, parse_sets, quiet_logs
+from zoo.cli.common import app, console, fail, parse_sets, quiet_logs
 
 
 def _sigterm_as_interrupt() -> None:

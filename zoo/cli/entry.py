@@ -1,5 +1,5 @@
 """The `zoo` command: the app with every command registered, and the console-script entry point
-(`zoo = "zoo.cli.main:main"`; `python -m zoo.cli` runs it too)."""
+(`zoo = "zoo.cli:main"`, re-exported by `zoo/cli/__init__.py`; `python -m zoo.cli` runs it too)."""
 from __future__ import annotations
 
 import os
@@ -10,7 +10,7 @@ from rich.markup import escape
 from zoo.cli import inspect  # noqa: F401,I001
 from zoo.cli import bench  # noqa: F401,I001
 from zoo.cli import run  # noqa: F401,I001
-from zoo.cli.app import app, err
+from zoo.cli.common import app, err
 
 __all__ = ["app", "main"]
 

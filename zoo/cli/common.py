@@ -1,7 +1,7 @@
 """The `zoo` typer app and what its commands share: the consoles, one-line errors, `--set` parsing.
 
 The commands register on `app` in `zoo.cli.inspect`, `zoo.cli.run` and `zoo.cli.bench`;
-`zoo.cli.main` imports them all and is the entry point. Every command that reads files reports
+`zoo.cli.entry` imports them all and is the entry point. Every command that reads files reports
 problems as `file: key: message` and exits 1.
 """
 from __future__ import annotations
