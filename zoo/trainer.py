@@ -1,10 +1,11 @@
 """`zoo run`: train one variant on one model and task, with checkpoints a restart resumes from.
 
-    summary = train(load_run_config("run.yaml"))
+    summary = train(load_run_config("run.yaml"))  # zoo.run_file
 
 Writes `cfg.out_dir()/{config.yaml, metrics.jsonl, samples.jsonl, summary.json, checkpoint/}`.
 The step itself is `zoo.step.pipeline.step`; this module sets up models, data, optimizers and tracking, runs
-the loop, and evaluates before and after.
+the loop, and evaluates before and after. What of the run state a checkpoint holds is `zoo.run_checkpoint`;
+the evaluator and the progress bar are `zoo.run_progress`.
 """
 from __future__ import annotations
 
