@@ -39,7 +39,7 @@ def tiny_model_dir(tmp_path_factory):
 
 def tiny_run_config(model_dir, out_dir, variant="grpo", **over):
     """A RunConfig for a 2-step run of `variant` on the tiny model (seconds)."""
-    from zoo.config import RunConfig
+    from zoo.config.run import RunConfig
 
     data = {
         "name": f"tiny-{variant}",

@@ -33,7 +33,7 @@ def build_case(aggregate: str):
     from zoo.batch import Batch
     from zoo.rollout import encode_prompts
     from zoo.testing import tiny_model_and_tokenizer
-    from zoo.variant import load_variant
+    from zoo.config.variant import load_variant
 
     model, tok = tiny_model_and_tokenizer(seed=7)
     g = torch.Generator().manual_seed(11)

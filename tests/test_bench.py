@@ -88,7 +88,7 @@ def test_critic_is_reported_within_train(ppo_result):
 
 def test_cli_json_output_parses(tiny_model_dir):
     from zoo.cli import app
-    import zoo.cli_bench  # noqa: F401  (registers the command, as main() does)
+    import zoo.cli.bench  # noqa: F401  (registers the command, as main() does)
 
     res = CliRunner().invoke(app, ["bench", "dapo", "--model", str(tiny_model_dir), "--task", json.dumps(TINY_TASK),
                                    "--prompts", "2", "--group-size", "2", "--max-new-tokens", "6", "--steps", "1",
@@ -102,7 +102,7 @@ def test_cli_json_output_parses(tiny_model_dir):
 
 def test_cli_rejects_bad_options(tiny_model_dir):
     from zoo.cli import app
-    import zoo.cli_bench  # noqa: F401
+    import zoo.cli.bench  # noqa: F401
 
     r = CliRunner().invoke(app, ["bench", "grpo", "--vs", "verl"])
     assert r.exit_code == 1 and "only 'trl'" in r.output
@@ -131,8 +131,8 @@ def test_scan_in_process_and_plot(tiny_model_dir, tmp_path):
 
 
 def test_matched_trl_settings():
-    from zoo.bench_trl import trl_spec
-    from zoo.variant import load_variant
+    from zoo.bench.trl import trl_spec
+    from zoo.config.variant import load_variant
 
     spec = zb.BenchSpec(prompts=8, group_size=4, max_new_tokens=64, micro_batch=8)
     g = trl_spec(spec)["grpo"]
@@ -148,7 +148,7 @@ def test_matched_trl_settings():
 def test_vs_trl_on_the_tiny_model(tiny_model_dir):
     """TRL's GRPOTrainer on the same tiny model and task, in this process (skipped without trl)."""
     pytest.importorskip("trl")
-    from zoo.bench_trl import run_trl, trl_spec
+    from zoo.bench.trl import run_trl, trl_spec
 
     res = run_trl(trl_spec(_spec(tiny_model_dir, steps=1)))
     assert len(res["step_times"]) == 1 and _finite(res["step_times"][0]) and res["peak_mb"] > 0

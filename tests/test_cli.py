@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from zoo import registry
 from zoo.cli import app
 from zoo.cli import main as _main  # noqa: F401  (importing main's modules registers run/ablate/...)
-from zoo.variant import available_variants
+from zoo.config.variant import available_variants
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -17,8 +17,8 @@ runner = CliRunner()
 
 @pytest.fixture(autouse=True, scope="module")
 def _commands():
-    import zoo.cli_bench  # noqa: F401
-    import zoo.cli_run  # noqa: F401
+    import zoo.cli.bench  # noqa: F401
+    import zoo.cli.run  # noqa: F401
 
 
 def test_list_json_names_every_component_and_variant():
@@ -167,7 +167,7 @@ def test_sigterm_stops_like_ctrl_c():
     import os
     import signal
 
-    from zoo.cli_run import _sigterm_as_interrupt
+    from zoo.cli.run import _sigterm_as_interrupt
 
     old = signal.getsignal(signal.SIGTERM)
     try:
@@ -291,12 +291,12 @@ def test_validate_rejects_nan_and_inf_hyperparameters(tmp_path):
 def test_a_missing_registry_path_entry_warns_naming_it(tmp_path, monkeypatch, caplog):
     import os
 
-    from zoo import variant
+    from zoo.config import variant
 
     missing = tmp_path / "no-such-dir"
     monkeypatch.setenv("ZOO_REGISTRY_PATH", os.pathsep.join([str(missing), str(ROOT / "registry")]))
     monkeypatch.setattr(variant, "_WARNED_DIRS", set())
-    with caplog.at_level("WARNING", logger="zoo.variant"):
+    with caplog.at_level("WARNING", logger="zoo.config.variant"):
         dirs = variant.search_dirs()
     assert missing not in dirs and ROOT / "registry" in dirs
     assert f"ZOO_REGISTRY_PATH: {missing} is not a directory" in caplog.text

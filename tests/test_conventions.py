@@ -8,7 +8,7 @@ import torch
 
 from zoo.step.advantages import advantage, kl_reward, normalize
 from zoo.step.types import Slots
-from zoo.config import RunConfig
+from zoo.config.run import RunConfig
 from zoo.evaluate import evaluate
 from zoo.rewards.compute import accuracy_metrics
 from zoo.testing import tiny_model_and_tokenizer
@@ -67,7 +67,7 @@ def test_eval_accuracy_leaves_out_unscored_completions():
 
 def test_adv_std_metric_is_the_unbiased_masked_std():
     from zoo.batch import Batch
-    from zoo.variant import load_variant
+    from zoo.config.variant import load_variant
 
     mask = torch.tensor([[True, True], [True, False], [True, True]])  # 5 real tokens
     scores = torch.tensor([1.0, 0.0, 0.5])

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from zoo import registry
 from zoo.cli import app
-from zoo.variant import build_components, load_variant
+from zoo.config.variant import build_components, load_variant
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "extending.md"
 BLOCK = re.compile(r"<!-- test: (\w+) -->\s*\n```(\w+)\n(.*?)\n```", re.S)
@@ -136,7 +136,8 @@ def test_cli_validate_show_and_diff(project):
 def test_run_file_names_the_plugin(project):
     """`plugins:` in a run file is what lets `zoo validate` find the clip in a fresh process."""
     tmp, _ = project
-    from zoo.config import load_run_config, reward_specs
+    from zoo.config.run import reward_specs
+    from zoo.run_file import load_run_config
 
     cfg = load_run_config(tmp / "run_tanh.yaml")
     assert cfg.plugins == ["mylab.components", "mylab.rewards"] and cfg.variant == "grpo_tanh"

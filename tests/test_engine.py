@@ -12,7 +12,7 @@ from zoo.batch import Batch
 from zoo.rollout import encode_prompts
 from zoo.step.logprobs import token_logprobs
 from zoo.testing import tiny_model_and_tokenizer
-from zoo.variant import load_variant
+from zoo.config.variant import load_variant
 
 PROMPTS = ["1+1", "What is 12 + 30?", "hi", "a much longer prompt than the others", "7 * 6 ="]
 LENGTHS = [1, 6, 3, 2, 5]  # completion tokens per row (T = 6): rows of very different lengths

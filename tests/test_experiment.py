@@ -12,9 +12,10 @@ from rich.console import Console
 from zoo.study import experiment as E
 from zoo.study import runner as R
 from zoo.study import validate as VAL
-from zoo.config import RunConfig, load_run_config
+from zoo.config.run import RunConfig
+from zoo.run_file import load_run_config
 from zoo.study.tracking import Tracker
-from zoo.variant import VariantError
+from zoo.config.variant import VariantError
 
 STUDY = """
 name: demo
@@ -184,9 +185,7 @@ def test_single_arm_config_and_overrides(tmp_path):
     p = _write(tmp_path, STUDY, {"variants": ["grpo"], "ablations": {}, "seeds": [5]})
     cfg = E.single_arm_config(p, {"budget.steps": 7, "clip.eps": 0.1, "set.kl": "none"})
     assert (cfg.name, cfg.seed, cfg.budget.steps, cfg.set) == ("grpo-s5", 5, 7, {"clip.eps": 0.1, "kl": "none"})
-    assert E.load_run_file(p).name == "grpo-s5"  # `zoo run study.yaml` goes through the same path
-    with pytest.raises(VariantError, match="this is a study file, not a run file"):  # the run-file reader refuses it
-        load_run_config(p)
+    assert load_run_config(p).name == "grpo-s5"  # `zoo run study.yaml` goes through the same path (zoo.run_file)
 
 
 def test_single_arm_config_lists_arms_when_several(tmp_path):
@@ -394,7 +393,7 @@ def test_two_concurrent_studies_train_each_arm_once(tmp_path, monkeypatch):
 def test_cli_ablate_rerun_prints_changed_keys_and_fresh_retrains(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    import zoo.cli_run  # noqa: F401  (registers `zoo ablate`)
+    import zoo.cli.run  # noqa: F401  (registers `zoo ablate`)
     from zoo import trainer
     from zoo.cli import app
 

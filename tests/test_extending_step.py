@@ -16,7 +16,7 @@ from zoo.step.types import Models, Slots
 from zoo.step.update import update
 from zoo.testing import tiny_model_and_tokenizer
 from zoo.trainer import train
-from zoo.variant import load_variant
+from zoo.config.variant import load_variant
 
 from conftest import tiny_run_config
 from test_engine import make_batch, settings
@@ -90,7 +90,7 @@ def test_validate_rejects_a_read_nothing_produces():
     def _unknown(inp):
         raise AssertionError("never called")
 
-    from zoo.variant import check_variant
+    from zoo.config.checks import check_variant
 
     try:
         rep = check_variant(load_variant("grpo", {"loss": ["test_reads_values"]}))

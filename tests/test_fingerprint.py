@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from conftest import tiny_run_config
 from zoo.study import fingerprint as fp
-from zoo.config import RunConfig
+from zoo.config.run import RunConfig
 from zoo.study.tracking import read_jsonl
 from zoo.trainer import train
 
@@ -123,7 +123,7 @@ def test_grown_steps_continue_under_constant_schedule_only(tiny_model_dir, tmp_p
 
 
 def test_cli_resume_with_another_variant_is_a_clear_error(tiny_model_dir, tmp_path):
-    from zoo import cli_run  # noqa: F401  (registers `zoo run`)
+    from zoo.cli import run as cli_run  # noqa: F401  (registers `zoo run`)
     from zoo.cli import app
 
     cfg = tiny_run_config(tiny_model_dir, tmp_path / "g", budget={"steps": 1})

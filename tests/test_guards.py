@@ -11,9 +11,9 @@ import torch
 from zoo import guards
 from zoo.step.types import Models, Slots
 from zoo.step.update import update
-from zoo.config import Guards, RunConfig
+from zoo.config.run import Guards, RunConfig
 from zoo.testing import tiny_model_and_tokenizer
-from zoo.variant import load_variant
+from zoo.config.variant import load_variant
 
 from test_engine import make_batch, params, reference_loss, settings, slots_for
 

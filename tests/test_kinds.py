@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from zoo import kinds, registry
 from zoo.step.types import Slots as StepSlots
 from zoo.cli import app
-from zoo.variant import LIST_SLOTS, SLOT_KINDS, Slots, VariantError, load_variant
+from zoo.config.variant import LIST_SLOTS, SLOT_KINDS, Slots, VariantError, load_variant
 
 runner = CliRunner()
 

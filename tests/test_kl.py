@@ -99,7 +99,7 @@ def test_adaptive_beta_rejects(kw):
 
 # ---------------------------------------------------------------- placement (the variant's `kl` slot)
 def test_kl_slot_parsing():
-    from zoo.variant import KLSpec, Slots, load_variant
+    from zoo.config.variant import KLSpec, Slots, load_variant
 
     others = load_variant("grpo").slots.model_dump(exclude={"kl"})  # every slot is required
     assert Slots(**others, kl="none").kl_spec() == KLSpec() and KLSpec().placement == "none"
@@ -121,7 +121,7 @@ def test_kl_slot_parsing():
 def test_kl_slot_rejects(spec, match):
     from pydantic import ValidationError
 
-    from zoo.variant import KLSpec
+    from zoo.config.variant import KLSpec
 
     with pytest.raises(ValidationError, match=match):
         KLSpec.model_validate(spec)
@@ -130,7 +130,7 @@ def test_kl_slot_rejects(spec, match):
 def test_unknown_estimator_lists_close_matches():
     from pydantic import ValidationError
 
-    from zoo.variant import KLSpec
+    from zoo.config.variant import KLSpec
 
     with pytest.raises(ValidationError, match="did you mean 'k3'"):
         KLSpec.model_validate({"placement": "loss", "estimator": "k33", "beta": 0.1})

@@ -11,7 +11,7 @@ from zoo.components import StepCounts, TermInputs, TermResult
 from zoo.step.types import Models, Slots
 from zoo.step.update import update
 from zoo.testing import tiny_model_and_tokenizer
-from zoo.variant import VariantError, load_variant
+from zoo.config.variant import VariantError, load_variant
 
 from test_engine import make_batch, settings
 

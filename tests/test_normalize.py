@@ -9,7 +9,8 @@ from zoo.components.objective import combine_objectives
 from zoo.components.stats import group_constant
 from zoo.components.types import AdvantageInputs
 from zoo.registry import ComponentError, build
-from zoo.variant import build_components, check_variant, load_variant
+from zoo.config.checks import check_variant
+from zoo.config.variant import build_components, load_variant
 
 NAN = float("nan")
 

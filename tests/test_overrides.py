@@ -1,13 +1,14 @@
-"""zoo/overrides.py: the one dotted-override implementation, and the routing of variant, run and study files."""
+"""zoo/config/overrides.py: the one dotted-override implementation, and the routing of variant, run and study files."""
 from __future__ import annotations
 
 import pytest
 import yaml
 
 from zoo.study import experiment as E
-from zoo.config import load_run_config, set_dotted
-from zoo.overrides import OverrideError, apply_dotted, did_you_mean, set_path
-from zoo.variant import VariantError, apply_overrides, load_variant
+from zoo.run_file import load_run_config
+from zoo.config.run import set_dotted
+from zoo.config.overrides import OverrideError, apply_dotted, did_you_mean, set_path
+from zoo.config.variant import VariantError, apply_overrides, load_variant
 
 
 def test_set_path_makes_specs_and_mappings_on_the_way():

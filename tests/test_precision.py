@@ -136,7 +136,7 @@ def test_engine_autocast_refuses_an_unresolved_setting():
 def test_zoo_bench_resolves_auto_prints_and_records_the_choice(cpuinfo, tiny_model_dir):
     from typer.testing import CliRunner
 
-    import zoo.cli_bench  # noqa: F401  (registers `bench`)
+    import zoo.cli.bench  # noqa: F401  (registers `bench`)
     from zoo.cli import app
 
     cpuinfo(AVX2_ONLY)
@@ -155,7 +155,7 @@ def test_zoo_bench_resolves_auto_prints_and_records_the_choice(cpuinfo, tiny_mod
 def test_zoo_bench_rejects_an_unknown_autocast():
     from typer.testing import CliRunner
 
-    import zoo.cli_bench  # noqa: F401
+    import zoo.cli.bench  # noqa: F401
     from zoo.cli import app
 
     r = CliRunner().invoke(app, ["bench", "grpo", "--autocast", "bf32"])

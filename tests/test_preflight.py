@@ -4,7 +4,7 @@ import pytest
 from conftest import tiny_run_config
 
 from zoo import memory_estimate as me
-from zoo.variant import VariantError
+from zoo.config.variant import VariantError
 
 
 def test_rollout_memory_by_hand():

@@ -1,11 +1,11 @@
-"""The schema-wide rules of zoo.schema.Strict and the error lines of zoo.schema_errors (issue 11,
+"""The schema-wide rules of zoo.config.schema.Strict and the error lines of zoo.config.schema (issue 11,
 items 5, 6, 11, 12), with the issue's inputs."""
 import pytest
 
-from zoo import schema
-from zoo.config import RunConfig, parse_run_config
+from zoo.config import schema
+from zoo.config.run import RunConfig, parse_run_config
 from zoo.study.experiment import parse_study
-from zoo.variant import load_variant, VariantError, parse_variant
+from zoo.config.variant import load_variant, VariantError, parse_variant
 
 
 def run_error(data):

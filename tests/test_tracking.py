@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from zoo.study import tracking
-from zoo.config import RunConfig, WandbOpts
+from zoo.config.run import RunConfig, WandbOpts
 from zoo.study.tracking import Tracker, read_jsonl, resolve_mode
 
 

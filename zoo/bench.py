@@ -134,7 +134,7 @@ def resolve_bench_autocast(setting: str) -> tuple[str, str]:
 
 def run_config(spec: BenchSpec, out_dir: str | os.PathLike):
     """The RunConfig a bench trains with (warm-up + measured steps; no eval, no tracking)."""
-    from zoo.config import RunConfig
+    from zoo.config.run import RunConfig
 
     data: dict[str, Any] = {
         "name": f"bench-{spec.variant}",
@@ -659,7 +659,7 @@ def plot_scan(res: dict[str, Any], path: str | os.PathLike) -> Path:
 def vs_trl(base: BenchSpec, rounds: int = 2, log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """zoo (TRL-matched GRPO) and TRL's GRPOTrainer, alternating A B / B A over `rounds`,
     each run in its own process (own peak memory)."""
-    from zoo.bench_trl import trl_spec
+    from zoo.bench.trl import trl_spec
 
     spec = replace(base, variant=TRL_MATCHED_VARIANT, updates="1x1")
     zoo_d = asdict(spec) | {"label": "zoo"}

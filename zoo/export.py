@@ -12,7 +12,7 @@ def export_run(run_dir: Path, out_dir: Path) -> Path:
     Raises FileNotFoundError when run_dir has no config.yaml or no checkpoint, ValueError when out_dir
     is an existing file (checked before any model loads)."""
     from zoo import models as zm
-    from zoo.config import load_run_config
+    from zoo.run_file import load_run_config
 
     if Path(out_dir).exists() and not Path(out_dir).is_dir():
         raise ValueError(f"{out_dir}: exists and is a file; give a directory to write the checkpoint into")

@@ -1,6 +1,6 @@
 """The slot table, written once: every component kind, its call contract, and the variant slot it fills.
 
-The registry's kinds (`zoo.registry.KINDS`), the variant schema (`zoo.variant.Slots`,
+The registry's kinds (`zoo.registry.KINDS`), the variant schema (`zoo.config.variant.Slots`,
 `SLOT_KINDS`, `LIST_SLOTS`), `zoo list` and the slot table of docs/components.md are derived
 from `TABLE` (tests/test_kinds.py and tests/test_docs.py check that they agree).
 
@@ -10,7 +10,7 @@ of the kind has (positional data arguments; hyperparameters are keyword-only and
 `kl_estimator`, used through the `kl:` slot, and `reward`, listed in the run file's `rewards:`);
 `many` marks a list slot; `optional` a slot that may be `null`; `reads` the fields the kind's
 contract passes today (Part 4 of issue 9 adds per-component declared reads). The `kl` row is a
-setting slot, not a registry kind (`registered=False`): its schema is `zoo.variant.KLSpec`.
+setting slot, not a registry kind (`registered=False`): its schema is `zoo.config.variant.KLSpec`.
 
 Shapes: N completions, T completion tokens, K reward objectives (DESIGN.md, "The slot table").
 """

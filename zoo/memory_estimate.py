@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from zoo.variant import VariantError
+from zoo.config.variant import VariantError
 
 HEADROOM = 0.9  # refuse above this fraction of the available memory
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from zoo.memory_estimate import available_memory, check_rollout_fits
-from zoo.variant import VariantError
+from zoo.config.variant import VariantError
 
 LONGEST_SAMPLE = 64  # prompts tokenised to find the longest: the longest by characters
 

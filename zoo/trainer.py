@@ -1,10 +1,11 @@
 """`zoo run`: train one variant on one model and task, with checkpoints a restart resumes from.
 
-    summary = train(load_run_config("run.yaml"))
+    summary = train(load_run_config("run.yaml"))  # zoo.run_file
 
 Writes `cfg.out_dir()/{config.yaml, metrics.jsonl, samples.jsonl, summary.json, checkpoint/}`.
 The step itself is `zoo.step.pipeline.step`; this module sets up models, data, optimizers and tracking, runs
-the loop, and evaluates before and after.
+the loop, and evaluates before and after. What of the run state a checkpoint holds is `zoo.run_checkpoint`;
+the evaluator and the progress bar are `zoo.run_progress`.
 """
 from __future__ import annotations
 
@@ -23,21 +24,22 @@ import yaml
 from zoo import checkpoint as ckpt
 from zoo import dist, guards
 from zoo.components.filter import check_filter_metrics
-from zoo.config import RunConfig, WandbOpts, effective_variant
-from zoo.config_checks import run_warnings
-from zoo.evaluate import evaluate
+from zoo.config.checks import check_variant
+from zoo.config.run import RunConfig, WandbOpts, effective_variant
+from zoo.config.run_checks import run_warnings
+from zoo.config.variant import Variant, VariantError
 from zoo.faults import WriteError, say_unrecorded, with_last_checkpoint, write_guard
 from zoo.precision import describe, resolve_autocast
 from zoo.provenance import provenance, reset_peak_memory
 from zoo.registry import load_plugins
 from zoo.rewards.compute import resolve_rewards
 from zoo.step import pipeline
-from zoo.step.forwards import autocast
 from zoo.step.sample import GENERATE_BATCH
 from zoo.step.types import Models, RunState, Slots, StepSettings
 from zoo.rollout_preflight import check_before_rollout
+from zoo.run_checkpoint import restore_checkpoint, save_checkpoint
+from zoo.run_progress import evaluator, progress_bar
 from zoo.study.tracking import read_json
-from zoo.variant import Variant, VariantError, check_variant
 
 log = logging.getLogger(__name__)
 
@@ -151,69 +153,6 @@ def _seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-# --------------------------------------------------------------------------- checkpoints
-
-
-def save_checkpoint(st: RunState, out: Path, tracker_id: str | None) -> None:
-    rng_ranks = dist.all_gather_object(ckpt.rng_state())  # every rank samples from its own RNG stream
-    if dist.rank() != 0:
-        return
-    state = {
-        "step": st.step, "controllers": [c.state_dict() for c in st.controllers], "totals": dict(st.totals),
-        "policy": ckpt.policy_state(st.models.policy),
-        "optimizer": st.optimizer.state_dict(), "scheduler": st.scheduler.state_dict(),
-        "critic": ckpt.trainable_state(st.models.critic) if st.models.critic is not None else None,
-        "critic_optimizer": st.critic_optimizer.state_dict() if st.critic_optimizer else None,
-        "critic_scheduler": st.critic_scheduler.state_dict() if st.critic_scheduler else None,
-        "stream": st.stream.state_dict(),
-        "resample_stream": st.resample_stream.state_dict(), "rng": ckpt.rng_state(), "rng_ranks": rng_ranks, "tracker_id": tracker_id,
-        "reference": _reference_state(st), "guards": st.guard.state_dict(),
-    }
-    ckpt.save(out / "checkpoint", state)
-
-
-def _reference_state(st: RunState) -> Any:
-    ref = st.reference
-    if ref is None or ref.resets == 0:
-        return None  # the initial policy: rebuilt from the model source
-    if ref.shares_policy:
-        from peft import get_peft_model_state_dict
-
-        return {"resets": ref.resets, "adapter": get_peft_model_state_dict(ref.model, adapter_name=ref.adapter)}
-    return {"resets": ref.resets, "full": ckpt.policy_state(ref.model)}
-
-
-def restore_checkpoint(st: RunState, state: dict[str, Any]) -> None:
-    st.step, st.totals = int(state["step"]), dict(state["totals"])
-    for c, cs in zip(st.controllers, state.get("controllers") or []):
-        c.load_state_dict(cs)
-    ckpt.load_policy_state(st.models.policy, state["policy"])
-    st.optimizer.load_state_dict(state["optimizer"])
-    st.scheduler.load_state_dict(state["scheduler"])
-    if st.models.critic is not None and state.get("critic") is not None:
-        ckpt.load_trainable_state(st.models.critic, state["critic"])
-        st.critic_optimizer.load_state_dict(state["critic_optimizer"])
-        st.critic_scheduler.load_state_dict(state["critic_scheduler"])
-    st.stream.load_state_dict(state["stream"])
-    if state.get("resample_stream") is not None:
-        st.resample_stream.load_state_dict(state["resample_stream"])
-    ref = state.get("reference")
-    if ref is not None and st.reference is not None:
-        from zoo.models import reset_reference
-
-        reset_reference(st.reference, st.models.policy)  # creates the frozen copy / adapter
-        if "adapter" in ref:
-            from peft import set_peft_model_state_dict
-
-            set_peft_model_state_dict(st.reference.model, ref["adapter"], adapter_name=st.reference.adapter)
-        else:
-            st.reference.model.load_state_dict(ref["full"])
-        st.reference.resets = int(ref["resets"])
-    st.guard.load_state_dict(state.get("guards"))
-    ranks = state.get("rng_ranks") or []
-    ckpt.set_rng_state(ranks[dist.rank()] if len(ranks) == dist.world_size() else state["rng"])
-
-
 # --------------------------------------------------------------------------- the loop
 
 
@@ -292,7 +231,7 @@ def _train(cfg: RunConfig, resume: bool, *, progress: bool, on_step: Callable[[i
     summary.update(fingerprint=rcfg["fingerprint"]["digest"], fingerprint_fields=rcfg["fingerprint"]["fields"])
     fail_at = int(os.environ.get("ZOO_FAIL_AT_STEP", "0") or 0)
     try:
-        evaluate_run = _evaluator(st, announce=progress and main)
+        evaluate_run = evaluator(st, announce=progress and main)
         if st.step == 0 and "eval/before" not in summary:
             summary["eval/before"] = evaluate_run()
             if summary["eval/before"]:
@@ -300,7 +239,7 @@ def _train(cfg: RunConfig, resume: bool, *, progress: bool, on_step: Callable[[i
             # persisted now: a run killed (kill -9) before it writes its final summary keeps it for the resume
             _write_summary(out, {**summary, "status": "running", "steps": 0})
         last: dict[str, Any] = {}
-        with _progress(progress and main, cfg.budget.steps, st.step) as bar:
+        with progress_bar(progress and main, cfg.budget.steps, st.step) as bar:
             while st.step < cfg.budget.steps:
                 m = pipeline.step(st)
                 samples = m.pop("_samples", [])
@@ -367,38 +306,6 @@ class _NullTracker:
     def finish(self, *a: Any, **kw: Any) -> None: ...
 
 
-def _evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, float]]:
-    """The run's held-out evaluation ({} when disabled or without a correctness reward). With
-    `announce` it says on stderr what it evaluates and what it measured (the pause before the first
-    step and after the last is the evaluation)."""
-    cfg = st.cfg
-    correctness = next((c for c, _ in st.rewards if c.meta.get("accuracy")), None)  # the reward that judges it
-    if not cfg.eval.enabled or cfg.eval.size == 0 or correctness is None or not st.task.eval:
-        return lambda: {}
-    rows = st.task.eval[: cfg.eval.size]
-
-    def run() -> dict[str, float]:
-        if announce:
-            from rich.console import Console
-
-            console = Console(stderr=True)
-            # from the run's step, not a count of calls: a resumed process's first call is not "before"
-            when = ("before training" if st.step == 0 else "after training" if st.step >= cfg.budget.steps
-                    else f"at step {st.step}")
-            console.print(f"eval ({when}): {len(rows)} held-out prompts ...", highlight=False, end=" ")
-        with autocast(st.settings.autocast, st.device):
-            res = evaluate(st.models.policy, st.models.tokenizer, rows, correctness,
-                           max_new_tokens=cfg.budget.max_new_tokens, samples=cfg.eval.samples,
-                           temperature=cfg.eval.temperature, seed=cfg.eval.seed,
-                           micro_batch=max(cfg.budget.micro_batch, 8))
-        if announce:
-            console.print("  ".join(f"{k.removeprefix('eval/')} {res[k]:.3f}" for k in ("eval/greedy_acc", "eval/avg_at_k")
-                                    if isinstance(res.get(k), float)), highlight=False)
-        return res
-
-    return run
-
-
 def _finished_summary(out: Path, cfg: RunConfig) -> dict[str, Any] | None:
     """The summary of a run that already reached `cfg.budget.steps`, else None."""
     s = read_json(out / "summary.json")
@@ -412,37 +319,3 @@ def _write_summary(out: Path, summary: dict[str, Any]) -> None:
     with write_guard(out / "summary.json", tmp=tmp):
         tmp.write_text(json.dumps(summary, indent=2, default=str))
         os.replace(tmp, out / "summary.json")
-
-
-class _progress:
-    """A rich progress bar with step, reward and ETA, plus one metrics line per step."""
-
-    def __init__(self, enabled: bool, total: int, start: int):
-        self.enabled, self.total, self.start = enabled, total, start
-
-    def __enter__(self):
-        if not self.enabled:
-            return lambda step, m: None
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-        self.console = Console(stderr=True)
-        self.p = Progress(TextColumn("[bold]step"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[info]}"),
-                          TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=self.console)
-        self.p.__enter__()
-        self.task = self.p.add_task("train", total=self.total, completed=self.start, info="")
-
-        def update(step: int, m: dict[str, Any]) -> None:
-            info = f"reward {m.get('reward/total', float('nan')):.3f} acc {m.get('accuracy', float('nan')):.2f}"
-            self.p.update(self.task, completed=step, info=info)
-            keys = ["reward/total", "accuracy", "loss/policy", "kl/ref", "entropy", "clip/low_frac", "clip/high_frac",
-                    "completion/len_mean", "time/step", "perf/peak_mem_mb"]
-            self.p.console.print(f"step {step:>3} " + "  ".join(f"{k} {m[k]:.4g}" for k in keys if k in m), highlight=False,
-                                 soft_wrap=True)  # one line per step, also in a log file
-
-        return update
-
-    def __exit__(self, *exc):
-        if self.enabled:
-            self.p.__exit__(*exc)
-        return False

@@ -8,7 +8,7 @@ added). A term declares what it reads (`reads=`), so the step computes those fie
 term needs them, and `grad=("entropy",)` when it needs the entropy's gradient.
 
 The `kl` term is not written by hand: the `kl:` slot with `placement: loss` becomes it
-(`zoo.variant.expand_kl`). Controllers (e.g. `adaptive_kl`) set a term's coefficient per step by
+(`zoo.config.desugar.kl_parts`). Controllers (e.g. `adaptive_kl`) set a term's coefficient per step by
 name: the update calls the term with the controller's value for that hyperparameter.
 """
 from __future__ import annotations

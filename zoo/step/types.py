@@ -9,14 +9,14 @@ from typing import Any, Callable, Mapping
 import torch
 
 from zoo import guards, registry
-from zoo.desugar import kl_parts
-from zoo.variant import KLSpec, Variant, build_components
+from zoo.config.desugar import kl_parts
+from zoo.config.variant import KLSpec, Variant, build_components
 
 
 @dataclass
 class Slots:
     """A variant's built components, one field per slot of zoo/kinds.py, with the `kl:` slot
-    expanded (zoo/desugar.py): placement loss adds the `kl` loss term to `loss`, placement reward
+    expanded (zoo/config/desugar.py): placement loss adds the `kl` loss term to `loss`, placement reward
     sets `kl_reward` (the estimator of the kl_reward stage), `adaptive` adds the `adaptive_kl`
     controller to `controllers`."""
 
@@ -86,7 +86,7 @@ class StepSettings:
 class RunState:
     """Everything the loop mutates; what a checkpoint saves."""
 
-    cfg: Any  # zoo.config.RunConfig
+    cfg: Any  # zoo.config.run.RunConfig
     variant: Variant
     slots: Slots
     models: Models

@@ -8,9 +8,9 @@ from typing import Any
 import filelock
 
 from zoo.study import fingerprint, lock
-from zoo.config import RunConfig
+from zoo.config.run import RunConfig
 from zoo.study.tracking import read_json
-from zoo.variant import VariantError
+from zoo.config.variant import VariantError
 
 
 def claim(label: str, cfg: RunConfig, console: Any, fresh: bool = False,

@@ -31,13 +31,13 @@ from typing import Any, Mapping
 
 from pydantic import Field, ValidationError
 
-from zoo import variant as V
-from zoo.config import RunConfig, load_run_config, parse_run_config, set_dotted
-from zoo.overrides import OverrideError, apply_dotted, did_you_mean
-from zoo.schema import Strict
-from zoo.schema_errors import format_validation
+from zoo.config import variant as V
+from zoo.config.run import RunConfig, parse_run_config, set_dotted
+from zoo.config.overrides import OverrideError, apply_dotted, did_you_mean
+from zoo.config.schema import Strict
+from zoo.config.schema import format_validation
 from zoo.study.study_checks import PER_ARM_KEYS, duplicate_sweep_arms
-from zoo.variant import VariantError, read_yaml_file
+from zoo.config.variant import VariantError, read_yaml_file
 
 STUDY_KEYS = ("variants", "ablations", "seeds", "sweep")
 _SAFE = re.compile(r"[^A-Za-z0-9._=+,-]+")
@@ -312,15 +312,3 @@ def single_arm_config(path: str | Path, overrides: Mapping[str, Any] | None = No
         cfg = arms[0].config
         return parse_run_config({**cfg.model_dump(), "set": {**cfg.set, **var_over}}, f"{p} (overrides)")
     return arms[0].config
-
-
-def load_run_file(path: str | Path, overrides: Mapping[str, Any] | None = None) -> RunConfig:
-    """`zoo run FILE`: the RunConfig of a run file (zoo.config.load_run_config), or of a study with
-    exactly one arm (`single_arm_config`: a mapping with a study key, `variants`/`ablations`/`seeds`/
-    `sweep`, that is not a variant file), after dotted overrides. Raises VariantError naming file and key."""
-    p = Path(path)
-    data = read_yaml_file(p)
-    variant_file = isinstance(data, dict) and ("slots" in data or "base" in data) and "variant" not in data
-    if isinstance(data, dict) and not variant_file and any(k in data for k in STUDY_KEYS):
-        return single_arm_config(p, overrides)
-    return load_run_config(p, overrides)

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from zoo.faults import write_guard
-from zoo.config import RunConfig, effective_variant
-from zoo.variant import VariantError
+from zoo.config.run import RunConfig, effective_variant
+from zoo.config.variant import VariantError
 
 RECORD = "fingerprint.json"
 _MISSING = object()

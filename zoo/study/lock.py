@@ -26,7 +26,7 @@ from typing import Iterator
 
 import filelock
 
-from zoo.variant import VariantError
+from zoo.config.variant import VariantError
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from zoo.study.experiment import Arm, Study, expand_arms, fmt_value
 from zoo.study.study_checks import foreign_arm_dir
 from zoo.study.tracking import read_json
 from zoo.study.validate import check_arms
-from zoo.variant import VariantError
+from zoo.config.variant import VariantError
 
 
 def arm_status(run_dir: Path) -> tuple[str, str | None]:

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from zoo.config_checks import coerce_numeric
+from zoo.config.run_checks import coerce_numeric
 
 IDENTITY_KEYS = {"name", "output_dir", "arm"}  # differ between arms by construction
 PER_ARM_KEYS = {  # run keys a study sets per arm: a sweep or override over them says what to use instead
@@ -46,7 +46,7 @@ def duplicate_sweep_arms(arms: Sequence[Any]) -> list[tuple[str, str]]:
 def foreign_arm_dir(study_dir: Path, arm_dir: Path, study_name: str | None) -> str | None:
     """Why `arm_dir` is not this study's own arm folder (a symlink to a folder outside `study_dir`,
     or a config.yaml written by a study other than `study_name`; None: not checked), else None."""
-    from zoo.variant import VariantError, read_yaml_file
+    from zoo.config.variant import VariantError, read_yaml_file
 
     arm_dir = Path(arm_dir)
     if not arm_dir.exists():

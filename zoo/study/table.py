@@ -75,7 +75,7 @@ def used_values(run: RunData) -> dict[str, str]:
             out[key] = budget.get(key)
     if (out["group_size"] is None or out["updates"] is None) and cfg.get("variant"):
         try:
-            from zoo.variant import load_variant
+            from zoo.config.variant import load_variant
 
             v = load_variant(cfg["variant"], cfg.get("set") or {})
             out["group_size"] = out["group_size"] or v.group_size

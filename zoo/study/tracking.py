@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 from urllib.parse import urlparse
 
-from zoo.config import RunConfig, WandbOpts
+from zoo.config.run import RunConfig, WandbOpts
 from zoo.faults import write_guard
 from zoo.provenance import git_commit
 

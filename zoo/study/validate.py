@@ -6,11 +6,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-from zoo import variant as V
-from zoo.config import RunConfig, parse_run_config
-from zoo.config_checks import run_warnings
+from zoo.config import variant as V
+from zoo.config.run import RunConfig, parse_run_config
+from zoo.config.run_checks import run_warnings
 from zoo.study.experiment import STUDY_KEYS, Arm, expand_arms, load_study, read_study_file, seed_of
-from zoo.variant import Report, VariantError
+from zoo.config.checks import Report
+from zoo.config.variant import VariantError
 
 
 def variant_context(cfg: RunConfig, v: V.Variant) -> dict[str, Any]:

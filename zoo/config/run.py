@@ -10,10 +10,9 @@ from typing import Annotated, Any, Literal, Mapping, Union
 
 from pydantic import Field, ValidationError, field_validator
 
-from zoo.overrides import OverrideError, apply_dotted, did_you_mean
-from zoo.schema import Spec, Strict, finite_number
-from zoo.schema_errors import format_validation
-from zoo.variant import Updates, Variant, VariantError, load_variant, read_yaml_file
+from zoo.config.overrides import OverrideError, apply_dotted, did_you_mean
+from zoo.config.schema import Spec, Strict, finite_number, format_validation
+from zoo.config.variant import Updates, Variant, VariantError, load_variant, read_yaml_file
 
 
 class Budget(Strict):
@@ -191,9 +190,13 @@ def parse_run_config(data: Mapping[str, Any], where: str) -> RunConfig:
 OUTPUT_KEYS = ("resolved_variant", "provenance", "fingerprint")
 
 
-def load_run_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> RunConfig:
-    """Read a run YAML, apply dotted `--set` overrides (`budget.steps=3`), validate. Raises VariantError
-    naming the file and key (also for a study file: `zoo run` reads those with zoo.study.experiment)."""
+STUDY_ONLY_KEYS = ("variants", "ablations", "seeds", "sweep")  # a file with one of them is a study file
+
+
+def read_run_file(path: str | Path) -> dict[str, Any]:
+    """The top-level mapping of a run (or study) YAML, without the keys a run directory's config.yaml
+    adds (`OUTPUT_KEYS`). Raises VariantError naming the file when it is empty, not a mapping, or a
+    variant file. `zoo.run_file.load_run_config` reads a run or one-arm study file with it."""
     p = Path(path)
     data = read_yaml_file(p)
     if data is None or data == {}:
@@ -208,16 +211,16 @@ def load_run_config(path: str | Path, overrides: Mapping[str, Any] | None = None
                            f"--set variant={p}`")
     for k in OUTPUT_KEYS:  # a run directory's config.yaml carries what the run resolved; not inputs
         data.pop(k, None)
-    for k in ("variants", "ablations", "seeds", "sweep"):
-        if k in data:  # `zoo run` reads a one-arm study with zoo.study.experiment.load_run_file
-            raise VariantError(f"{p}: key {k!r}: this is a study file, not a run file; run it with "
-                               f"`zoo ablate {p}` (or `zoo run {p}` when it has one arm)")
-    data = set_dotted(data, overrides or {}, str(p))
-    return parse_run_config(data, str(p))
+    return data
+
+
+def is_study(data: Mapping[str, Any]) -> bool:
+    """Whether a run-file mapping is a study (it has `variants`, `ablations`, `seeds` or `sweep`)."""
+    return any(k in data for k in STUDY_ONLY_KEYS)
 
 
 def set_dotted(data: dict[str, Any], overrides: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """Apply `a.b.c = v` overrides to a run-file dict (new dict; `zoo.overrides` does the setting).
+    """Apply `a.b.c = v` overrides to a run-file dict (new dict; `zoo.config.overrides` does the setting).
     Keys under `set.` go to the variant's overrides as one dotted key (`set.clip.eps=0.1` ->
     `set: {clip.eps: 0.1}`). Raises VariantError for a key that is not a run-config key (with the
     close match) or a path through a list or a scalar."""

@@ -1,4 +1,4 @@
-"""`zoo bench` (registered on `zoo.cli.app`): step cost per phase, TRL race, memory, scaling scans."""
+"""`zoo bench` (registered on `zoo.cli.common.app`): step cost per phase, TRL race, memory, scaling scans."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,7 @@ from typing import Any, List, Optional
 import typer
 from rich.table import Table
 
-from zoo.cli import _fail, app, console, err, parse_sets
+from zoo.cli.common import app, console, err, fail, parse_sets, quiet_logs
 from zoo.models import EMBEDDED_MODEL
 
 
@@ -167,30 +167,29 @@ def bench(
       zoo bench grpo --scan group_size=2,4,8,16 --plot docs/img/scan_group_size.png
     """
     from zoo import bench as zb
-    from zoo.cli_run import _quiet_logs
-    from zoo.variant import VariantError
+    from zoo.config.variant import VariantError
 
-    _quiet_logs()
+    quiet_logs()
     if autocast not in ("auto", "none", "bf16", "fp16"):
-        _fail(f"--autocast {autocast!r}: use auto, bf16, fp16 or none")
+        fail(f"--autocast {autocast!r}: use auto, bf16, fp16 or none")
     autocast, why = zb.resolve_bench_autocast(autocast)
     err.print(f"autocast {autocast}: {why}", highlight=False)
     names = list(variants or [])
     if vs is not None and vs.lower() != "trl":
-        _fail(f"--vs {vs!r}: only 'trl' is supported")
+        fail(f"--vs {vs!r}: only 'trl' is supported")
     modes = sum(bool(x) for x in (vs, memory, scan_))
     if modes > 1:
-        _fail("use one of --vs, --memory, --scan at a time")
+        fail("use one of --vs, --memory, --scan at a time")
     if plot is not None and not scan_:
-        _fail("--plot draws a --scan; add e.g. --scan group_size=2,4,8")
+        fail("--plot draws a --scan; add e.g. --scan group_size=2,4,8")
     if vs and ignore_eos:
-        _fail("--ignore-eos is not matched on TRL's side; race without it")
+        fail("--ignore-eos is not matched on TRL's side; race without it")
     if not memory and len(names) > 1:
-        _fail(f"one variant at a time (got {', '.join(names)}); compare several with --memory")
+        fail(f"one variant at a time (got {', '.join(names)}); compare several with --memory")
     try:
         zb.parse_updates(updates)
     except ValueError as e:
-        _fail(str(e))
+        fail(str(e))
     task_spec = dict(zb.BENCH_TASK)
     if task is not None:
         import yaml
@@ -198,11 +197,11 @@ def bench(
         try:
             data = yaml.safe_load(Path(task).read_text() if Path(task).is_file() else task)
         except (yaml.YAMLError, OSError) as e:
-            _fail(f"--task: {e}")
+            fail(f"--task: {e}")
         if isinstance(data, dict) and isinstance(data.get("task"), dict):
             data = data["task"]  # a run/study YAML: take its task
         if not isinstance(data, dict):
-            _fail("--task: expected a mapping such as '{name: reasoning_gym, dataset: basic_arithmetic}'")
+            fail("--task: expected a mapping such as '{name: reasoning_gym, dataset: basic_arithmetic}'")
         task_spec = data
     spec = zb.BenchSpec(task=task_spec, variant=names[0] if names else "grpo", model=model, prompts=prompts, group_size=group_size,
                         max_new_tokens=max_new_tokens, steps=steps, warmup=warmup, lora=bool(lora), autocast=autocast, checkpointing=checkpointing,
@@ -211,10 +210,10 @@ def bench(
     log = (lambda msg: err.print(f"[dim]{msg}[/]", highlight=False))
     try:
         if vs:
-            from zoo.bench_trl import INSTALL_HINT, trl_available
+            from zoo.bench.trl import INSTALL_HINT, trl_available
 
             if not trl_available():
-                _fail(INSTALL_HINT)
+                fail(INSTALL_HINT)
             if names:
                 err.print("[yellow]note:[/] --vs trl always races the TRL-matched GRPO settings; the variant is ignored")
             res = zb.vs_trl(spec, rounds=rounds, log=log)
@@ -237,9 +236,9 @@ def bench(
             res = zb.run_bench(spec, on_step=lambda i, row: log(f"step {i}/{steps}: {row['step']['seconds']:.2f} s"))
             show = print_bench
     except (VariantError, ValueError) as e:
-        _fail(str(e))
+        fail(str(e))
     except RuntimeError as e:
-        _fail(str(e))
+        fail(str(e))
     from zoo.precision import describe
 
     res["precision"] = describe(autocast, why)

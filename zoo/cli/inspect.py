@@ -1,42 +1,15 @@
-"""The `zoo` command line: list, show, diff, validate, run, ablate, report, export, bench.
-
-Every command that reads files reports problems as `file: key: message` and exits 1.
-"""
+"""`zoo list | show | diff | validate` (registered on `zoo.cli.common.app`): the registry and files, no model."""
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Any, List, Optional
 
 import typer
 import yaml
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-app = typer.Typer(
-    help=(
-        "Variant Zoo: RL post-training algorithms (PPO, GRPO, DAPO, MO-GRPO, ...) as named combinations of "
-        "small components.\n\n"
-        "Start with `zoo list` (every component and variant), `zoo show grpo`, `zoo diff grpo dapo`, then\n"
-        "`zoo ablate experiments/quickstart.yaml` to run variants side by side."
-    ),
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-console = Console()
-err = Console(stderr=True)
-
-
-def _fail(msg: str, code: int = 1) -> None:
-    err.print(f"[bold red]error:[/] {escape(str(msg))}", highlight=False, soft_wrap=True)  # a path stays copyable
-    raise typer.Exit(code)
-
-
-def _print_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+from zoo.cli.common import app, console, fail, parse_sets, print_json
 
 
 # --------------------------------------------------------------------------- list / show / diff
@@ -48,7 +21,8 @@ def list_cmd(
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
 ) -> None:
     """List registered components (by kind) and named variants."""
-    from zoo import registry, variant
+    from zoo import registry
+    from zoo.config import variant
 
     try:
         comps = registry.available()
@@ -56,12 +30,12 @@ def list_cmd(
         if kind not in (None, "variants"):
             comps = {kind: registry.available(kind)}
     except (registry.ComponentError, variant.VariantError) as e:
-        _fail(str(e))
+        fail(str(e))
     if as_json:
         out: dict[str, Any] = {} if kind == "variants" else dict(comps)
         if kind in (None, "variants"):
             out["variants"] = variants
-        _print_json(out)
+        print_json(out)
         return
     from zoo import kinds
 
@@ -79,27 +53,12 @@ def list_cmd(
 
 
 def _load_variant(name: str, sets: list[str] | None = None):
-    from zoo import variant
+    from zoo.config import variant
 
     try:
         return variant.load_variant(name, parse_sets(sets or []))
     except variant.VariantError as e:
-        _fail(str(e))
-
-
-def parse_sets(sets: list[str]) -> dict[str, Any]:
-    """`["clip.eps_high=0.32", "kl=none"]` -> {"clip.eps_high": 0.32, "kl": "none"} (values parsed as YAML)."""
-    out: dict[str, Any] = {}
-    for s in sets:
-        if "=" not in s:
-            _fail(f"--set {s!r}: expected key=value, e.g. --set clip.eps_high=0.32")
-        k, v = s.split("=", 1)
-        try:
-            out[k.strip()] = yaml.safe_load(v)
-        except yaml.YAMLError as e:
-            _fail(f"--set {s!r}: the value is not valid YAML ({str(e).splitlines()[0]}); quote strings and "
-                  "write lists as [a, b]")
-    return out
+        fail(str(e))
 
 
 @app.command()
@@ -112,7 +71,7 @@ def show(
     v = _load_variant(name, set_)
     resolved = v.resolved()
     if as_json:
-        _print_json({"name": v.name, "paper": v.paper, "summary": v.summary, "file": v.path,
+        print_json({"name": v.name, "paper": v.paper, "summary": v.summary, "file": v.path,
                      "group_size": v.group_size, "updates": v.updates.model_dump(),
                      "slots": resolved, "sources": v.sources})
         return
@@ -152,12 +111,12 @@ def diff(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Print every resolved setting in which two variants differ."""
-    from zoo import variant
+    from zoo.config import checks
 
     va, vb = _load_variant(a), _load_variant(b)
-    rows = variant.diff_variants(va, vb)
+    rows = checks.diff_variants(va, vb)
     if as_json:
-        _print_json([{"key": k, a: x, b: y} for k, x, y in rows])
+        print_json([{"key": k, a: x, b: y} for k, x, y in rows])
         return
     if not rows:
         console.print(f"{a} and {b} resolve to the same settings")
@@ -179,9 +138,9 @@ def _is_study(data: dict[str, Any]) -> bool:
     `base`, a key that is not a variant field but close to a run/study key (`varient: grpo`)."""
     import difflib
 
-    from zoo.config import RunConfig
+    from zoo.config.run import RunConfig
     from zoo.study.experiment import STUDY_KEYS
-    from zoo.variant import Variant
+    from zoo.config.variant import Variant
 
     if any(k in data for k in ("variants", "task", "model", "budget", "ablations", "variant")):
         return True
@@ -198,11 +157,11 @@ def validate(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Check variant and study files without loading any model. Exit 1 if any has an error."""
-    from zoo import variant
+    from zoo.config import checks, variant
 
     results = []
     for f in files:
-        rep = variant.Report()
+        rep = checks.Report()
         try:
             data = variant.read_yaml_file(f)
             if data is None or data == {}:
@@ -215,12 +174,12 @@ def validate(
                 rep = check_study_file(f)
             else:
                 v = variant.load_variant(f)
-                rep = variant.check_variant(v)
+                rep = checks.check_variant(v)
         except (variant.VariantError, yaml.YAMLError, ValueError) as e:
             rep.errors.append(str(e))
         results.append((str(f), rep))
     if as_json:
-        _print_json([{"file": f, "ok": r.ok, "errors": r.errors, "warnings": r.warnings, "notes": r.notes}
+        print_json([{"file": f, "ok": r.ok, "errors": r.errors, "warnings": r.warnings, "notes": r.notes}
                      for f, r in results])
     else:
         for f, r in results:
@@ -234,34 +193,3 @@ def validate(
                 console.print(f"  [blue]note:[/] {escape(n)}", highlight=False)
     if not all(r.ok for _, r in results):
         raise typer.Exit(1)
-
-
-def main() -> None:
-    """Console-script entry point. Configuration and input errors, and file-system errors (disk full,
-    permissions), are printed as one line `error: ...` with exit status 1 (set ZOO_DEBUG=1 for the
-    traceback)."""
-    import os
-
-    # register run/ablate/report/export and bench on zoo.cli.app (under `python -m zoo.cli` this
-    # file runs as __main__, a module of its own: the commands are on the imported zoo.cli's app)
-    from zoo import cli, cli_bench, cli_run  # noqa: F401
-
-    try:
-        cli.app()
-    except (ValueError, KeyError, FileNotFoundError, FileExistsError, NotADirectoryError, ModuleNotFoundError,
-            RecursionError) as e:  # VariantError, ComponentError, TaskError, ReportError are ValueErrors
-        if os.environ.get("ZOO_DEBUG"):
-            raise
-        err.print(f"[bold red]error:[/] {escape(str(e) or type(e).__name__)}", highlight=False)
-        raise SystemExit(1) from None
-    except OSError as e:  # disk full, read-only folder, permissions: zoo.faults names the file
-        if os.environ.get("ZOO_DEBUG"):
-            raise
-        from zoo.faults import os_error_message
-
-        err.print(f"[bold red]error:[/] {escape(os_error_message(e))}", highlight=False, soft_wrap=True)
-        raise SystemExit(1) from None
-
-
-if __name__ == "__main__":
-    main()

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from zoo.desugar import kl_parts
-from zoo.config import RunConfig
-from zoo.variant import Variant
+from zoo.config.desugar import kl_parts
+from zoo.config.run import RunConfig
+from zoo.config.variant import Variant
 
 BUDGET_WINS = ("group_size", "updates")  # variant fields the run's budget replaces when set
 

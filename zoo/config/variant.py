@@ -1,4 +1,5 @@
-"""Named variants: load, validate and compare the YAML files in `registry/` (and user directories).
+"""Named variants: find, load and parse the YAML files in `registry/` (and user directories); their
+checks and diffs are in `zoo/config/checks.py`.
 
 A variant fills every slot of the data flow (the slot table, `zoo/kinds.py`) with a component
 spec and sets `group_size` and `updates: {epochs, minibatches}`. There are
@@ -12,18 +13,16 @@ import copy
 import difflib
 import logging
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping, Optional, Union
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, create_model, field_validator
+from pydantic import Field, ValidationError, create_model, field_validator
 
-from zoo import kinds, overrides, registry
-from zoo.desugar import hand_written, kl_parts
-from zoo.fields import unproduced_reads
-from zoo.schema import Spec, Strict
-from zoo.schema_errors import format_validation
+from zoo import kinds, registry
+from zoo.config import overrides
+from zoo.config.desugar import hand_written
+from zoo.config.schema import Spec, Strict, format_validation
 
 SLOT_KINDS = kinds.slot_kinds()  # slot -> registry kind, for the slots filled by components
 LIST_SLOTS = kinds.list_slots()
@@ -121,7 +120,7 @@ class Variant(Strict):
 
 def builtin_dir() -> Path:
     """The built-in registry/: the checkout's top-level folder, or the copy inside the wheel."""
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parent.parent  # the zoo package (this file is zoo/config/variant.py)
     for cand in (here.parent / "registry", here / "_registry"):
         if cand.is_dir() and any(cand.glob("*.yaml")):
             return cand
@@ -146,7 +145,7 @@ def variant_files() -> dict[str, Path]:
         if not d.is_dir():
             continue
         for f in sorted(d.glob("*.yaml")):
-            name = _read_yaml(f).get("name", f.stem)
+            name = read_yaml_mapping(f).get("name", f.stem)
             if name in found and found[name].resolve() != f.resolve():
                 raise VariantError(f"variant {name!r} is defined twice: {found[name]} and {f}")
             found[name] = f
@@ -176,7 +175,9 @@ def read_yaml_file(path: str | Path) -> Any:
         raise VariantError(f"{p}: not valid YAML: {' '.join(str(e).split())}") from None
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def read_yaml_mapping(path: Path) -> dict[str, Any]:
+    """The parsed YAML of a file that must hold a mapping (read_yaml_file's errors, and one naming the
+    file when the top level is not a mapping)."""
     data = read_yaml_file(path)
     if not isinstance(data, dict):
         raise VariantError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
@@ -197,7 +198,7 @@ def _raw(name_or_path: str | Path, _seen: tuple[str, ...] = ()) -> tuple[dict[st
             hint = f"did you mean {', '.join(map(repr, close))}? " if close else ""
             raise VariantError(f"variant {str(name_or_path)!r} not found; {hint}known: {', '.join(sorted(files))}")
         path = files[str(name_or_path)]
-    data = _read_yaml(path)
+    data = read_yaml_mapping(path)
     me = str(path.resolve())
     if me in _seen:
         chain = " -> ".join(Path(x).stem for x in _seen + (me,))
@@ -296,7 +297,7 @@ _TOP_KEYS = set(Variant.model_fields) - {"path"}
 
 
 def apply_overrides(data: dict[str, Any], sets: Mapping[str, Any], where: str = "overrides") -> dict[str, Any]:
-    """Apply dotted overrides to a raw variant dict (`zoo.overrides` does the setting).
+    """Apply dotted overrides to a raw variant dict (`zoo.config.overrides` does the setting).
 
     Keys address slots directly (`clip: ppo`, `clip.eps_high: 0.32`, `kl.beta: 0.0`) or top-level
     fields (`group_size: 8`, `updates.minibatches: 2`); `slots.` may be written explicitly. Setting a
@@ -351,97 +352,3 @@ def build_components(v: Variant, context: Mapping[str, Any] | None = None) -> di
         except registry.ComponentError as e:
             raise VariantError(f"{where}: key 'slots.{slot}': {e}") from None
     return out
-
-
-@dataclass
-class Report:
-    errors: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.errors
-
-
-def check_variant(v: Variant, context: Mapping[str, Any] | None = None) -> Report:
-    """Combination checks that no single component can make (before any model is loaded)."""
-    rep = Report()
-    try:
-        comps = build_components(v, context)
-    except VariantError as e:
-        rep.errors.append(str(e))
-        return rep
-    where = v.path or v.name
-    adv = comps["advantage"]
-    kl = v.slots.kl_spec()
-    g = int((context or {}).get("group_size", v.group_size))
-    upd = (context or {}).get("updates", v.updates)
-    n_updates = upd.epochs * upd.minibatches
-    named = [(slot, c) for slot, x in comps.items() for c in (x if isinstance(x, list) else [x]) if c is not None]
-    rep.errors += [f"{where}: {e}" for e in unproduced_reads(named, comps)]  # e.g. gae without a critic
-    if comps["critic"] is not None and not adv.meta.get("needs_values"):
-        rep.warnings.append(f"{where}: slots.critic is set but advantage {adv.name!r} uses no values: the critic is not trained")
-    group_based = [c.name for c in (adv, comps["normalizer"], comps["objective_norm"]) if c.meta.get("needs_groups")]
-    group_based += [c.name for c in comps["filter"] if c.meta.get("needs_groups")]
-    if g < 2 and group_based:
-        rep.errors.append(f"{where}: group_size {g} < 2 but {', '.join(group_based)} need groups of several completions")
-    parts = kl_parts(kl)
-    if parts.enabled and kl.beta == 0 and kl.adaptive is None:
-        rep.warnings.append(f"{where}: kl.placement is {kl.placement!r} with beta 0: the KL has no effect")
-    if parts.reward_estimator is not None and adv.meta.get("level") == "sequence":
-        rep.notes.append(
-            f"{where}: KL in the reward with sequence-level advantage {adv.name!r}: the per-token KL is summed "
-            "over each completion and subtracted from its score before the baseline (as RLOO does)"
-        )
-    norm = comps["normalizer"].resolved()
-    if adv.meta.get("needs_groups") and norm.get("shift_mean") is True and norm.get("level") == "token":
-        rep.warnings.append(
-            f"{where}: normalizer {comps['normalizer'].name!r} subtracts a token-level batch mean after group-baseline "
-            f"advantage {adv.name!r}: with unequal completion lengths a group whose completions all scored alike gets "
-            "a non-zero advantage (set normalizer level: sequence, one value per completion, as GDPO does)"
-        )
-    if adv.meta.get("wants_kl") == "reward" and parts.reward_estimator is None:
-        rep.warnings.append(f"{where}: advantage {adv.name!r} expects the KL in the reward (kl.placement: reward)")
-    if n_updates == 1 and comps["clip"].name != "none":
-        rep.warnings.append(
-            f"{where}: clip {comps['clip'].name!r} can have no effect: one on-policy update per rollout makes every "
-            "ratio 1 (set updates.minibatches or updates.epochs > 1 for the clip to act)"
-        )
-    return rep
-
-
-def diff_variants(a: Variant, b: Variant) -> list[tuple[str, Any, Any]]:
-    """(key, value in a, value in b) for every resolved setting that differs."""
-    fa, fb = _flatten(_comparable(a)), _flatten(_comparable(b))
-    keys = sorted(set(fa) | set(fb), key=lambda k: (k.split(".")[0] != "group_size", k))
-
-    def empty_vs_items(k: str) -> bool:  # `filter: []` against `filter.dynamic_sampling...`: the items say it
-        return any(f.get(k) == [] and any(x.startswith(k + ".") for x in g) for f, g in ((fa, fb), (fb, fa)))
-
-    return [(k, fa.get(k), fb.get(k)) for k in keys if fa.get(k) != fb.get(k) and not empty_vs_items(k)]
-
-
-def _comparable(v: Variant) -> dict[str, Any]:
-    return {
-        "group_size": v.group_size,
-        "updates": v.updates.model_dump(),
-        "slots": v.resolved(),
-    }
-
-
-def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(d, dict):
-        out: dict[str, Any] = {}
-        for k, val in d.items():
-            out.update(_flatten(val, f"{prefix}{k}."))
-        return out or {prefix.rstrip("."): {}}
-    if isinstance(d, list):
-        if all(isinstance(x, dict) and "name" in x for x in d):
-            out = {}
-            for x in d:
-                params = {k: v for k, v in x.items() if k != "name"}
-                out.update(_flatten(params, f"{prefix}{x['name']}.") if params else {f"{prefix}{x['name']}": "on"})
-            return out or {prefix.rstrip("."): []}
-        return {prefix.rstrip("."): d}
-    return {prefix.rstrip("."): d}

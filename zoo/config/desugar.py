@@ -35,7 +35,7 @@ class KLParts:
 
 
 def kl_parts(kl: Any) -> KLParts:
-    """Expand a `KLSpec` (zoo.variant) into its parts. Raises ValueError on an unknown placement."""
+    """Expand a `KLSpec` (zoo.config.variant) into its parts. Raises ValueError on an unknown placement."""
     where = {"loss": (True, False), "reward": (False, True), "none": (False, False)}
     if kl.placement not in where:
         raise ValueError(f"kl.placement {kl.placement!r}: use one of {', '.join(where)}")

@@ -1,22 +1,12 @@
-"""`zoo run | ablate | report | export` (registered on `zoo.cli.app`)."""
+"""`zoo run | ablate | report | export` (registered on `zoo.cli.common.app`)."""
 from __future__ import annotations
 
-import logging
-import os
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
-from zoo.cli import _fail, app, console, parse_sets
-
-
-def _quiet_logs() -> None:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    for noisy in ("transformers", "datasets", "urllib3", "httpx"):
-        logging.getLogger(noisy).setLevel(logging.ERROR)
-    logging.getLogger("zoo.precision").setLevel(logging.INFO)  # the run's one line: which autocast and why
+from zoo.cli.common import app, console, fail, parse_sets, quiet_logs
 
 
 def _sigterm_as_interrupt() -> None:
@@ -51,30 +41,29 @@ def run(
     """
     import torch
 
-    from zoo.config import load_run_config
-    from zoo.study.experiment import load_run_file
-    from zoo.variant import VariantError
+    from zoo.run_file import load_run_config
+    from zoo.config.variant import VariantError
 
-    _quiet_logs()
+    quiet_logs()
     _sigterm_as_interrupt()
     if threads:
         torch.set_num_threads(threads)
     try:
         if resume is not None and config is not None:
-            _fail(f"give either a run YAML ({config}) or --resume {resume}, not both: a resumed run keeps "
-                  "the configuration it started with")
+            fail(f"give either a run YAML ({config}) or --resume {resume}, not both: a resumed run keeps "
+                 "the configuration it started with")
         if resume is not None:
             cfg_file = resume / "config.yaml"
             if not cfg_file.exists():
-                _fail(f"{resume}: no config.yaml here; is this a run directory?")
+                fail(f"{resume}: no config.yaml here; is this a run directory?")
 
             cfg = load_run_config(cfg_file, {**parse_sets(set_), "output_dir": str(resume)})
         elif config is None:
-            _fail("give a run YAML (zoo run run.yaml) or --resume RUN_DIR")
+            fail("give a run YAML (zoo run run.yaml) or --resume RUN_DIR")
         else:
-            cfg = load_run_file(config, parse_sets(set_))
+            cfg = load_run_config(config, parse_sets(set_))
     except VariantError as e:
-        _fail(str(e))
+        fail(str(e))
     from zoo.checkpoint import CheckpointError
     from zoo.faults import os_error_message
     from zoo.guards import RunFailed
@@ -83,13 +72,13 @@ def run(
     try:
         summary = train(cfg, resume=not fresh)
     except (VariantError, CheckpointError) as e:
-        _fail(str(e))
+        fail(str(e))
     except OSError as e:  # disk full, read-only folder: one line naming the file (zoo.faults)
-        _fail(os_error_message(e))
+        fail(os_error_message(e))
     except RunFailed as e:  # a run that cannot learn (zoo/guards.py): summary.json says failed
-        _fail(f"run failed: {e} ({cfg.out_dir()}/summary.json: status failed)")
+        fail(f"run failed: {e} ({cfg.out_dir()}/summary.json: status failed)")
     except KeyboardInterrupt:
-        _fail(f"interrupted; resume with: zoo run --resume {cfg.out_dir()}", 130)
+        fail(f"interrupted; resume with: zoo run --resume {cfg.out_dir()}", 130)
     console.print(f"[green]finished[/] {cfg.out_dir()}  reward/total {summary.get('reward/total', float('nan')):.4f}  "
                   f"eval {greedy_acc(summary, 'eval/before')} -> {greedy_acc(summary, 'eval/after')}", highlight=False)
 
@@ -119,9 +108,9 @@ def ablate(
     import torch
 
     from zoo.study import experiment, runner
-    from zoo.variant import VariantError
+    from zoo.config.variant import VariantError
 
-    _quiet_logs()
+    quiet_logs()
     _sigterm_as_interrupt()
     if threads:
         torch.set_num_threads(threads)
@@ -132,22 +121,22 @@ def ablate(
             assert 0 <= i < n
             sh = (i, n)
         except (ValueError, AssertionError):
-            _fail(f"--shard {shard!r}: expected i/n with 0 <= i < n, e.g. 0/4")
+            fail(f"--shard {shard!r}: expected i/n with 0 <= i < n, e.g. 0/4")
     try:
         st = experiment.load_study(study, overrides=parse_sets(set_))
         code = runner.run_study(st, dry_run=dry_run, shard=sh, console=console, fresh=tuple(fresh))
     except VariantError as e:
-        _fail(str(e))
+        fail(str(e))
     except OSError as e:  # disk full, read-only folder: one line naming the file (zoo.faults)
         from zoo.faults import os_error_message
 
-        _fail(os_error_message(e))
+        fail(os_error_message(e))
     except KeyboardInterrupt:
         import shlex
 
         again = shlex.join(["zoo", "ablate", str(study), *(a for x in set_ for a in ("--set", x)),
                             *(["--shard", shard] if shard else [])])
-        _fail(f"interrupted; finished arms are kept and the interrupted one resumes from its last checkpoint: {again}", 130)
+        fail(f"interrupted; finished arms are kept and the interrupted one resumes from its last checkpoint: {again}", 130)
     raise typer.Exit(code)
 
 
@@ -157,7 +146,7 @@ def report(study_dir: Path = typer.Argument(..., help="runs/<study>")) -> None:
     from zoo.study.report import write_report
 
     if not study_dir.is_dir():
-        _fail(f"{study_dir}: not a directory")
+        fail(f"{study_dir}: not a directory")
     path = write_report(study_dir, console=console)
     console.print(f"wrote {path}")
 
@@ -174,5 +163,5 @@ def export_cmd(
     try:
         path = export_run(run_dir, out_dir)
     except (FileNotFoundError, ValueError) as e:
-        _fail(str(e))
+        fail(str(e))
     console.print(f"wrote {path}")

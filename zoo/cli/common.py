@@ -1,0 +1,67 @@
+"""The `zoo` typer app and what its commands share: the consoles, one-line errors, `--set` parsing.
+
+The commands register on `app` in `zoo.cli.inspect`, `zoo.cli.run` and `zoo.cli.bench`;
+`zoo.cli.entry` imports them all and is the entry point. Every command that reads files reports
+problems as `file: key: message` and exits 1.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from typing import Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.markup import escape
+
+app = typer.Typer(
+    help=(
+        "Variant Zoo: RL post-training algorithms (PPO, GRPO, DAPO, MO-GRPO, ...) as named combinations of "
+        "small components.\n\n"
+        "Start with `zoo list` (every component and variant), `zoo show grpo`, `zoo diff grpo dapo`, then\n"
+        "`zoo ablate experiments/quickstart.yaml` to run variants side by side."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err = Console(stderr=True)
+
+
+def fail(msg: str, code: int = 1) -> None:
+    """Print `error: msg` on stderr (one line, markup escaped) and exit with `code` (typer.Exit)."""
+    err.print(f"[bold red]error:[/] {escape(str(msg))}", highlight=False, soft_wrap=True)  # a path stays copyable
+    raise typer.Exit(code)
+
+
+def print_json(obj: Any) -> None:
+    """`obj` as indented JSON on stdout (`--json` output; anything else as its str)."""
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def parse_sets(sets: list[str]) -> dict[str, Any]:
+    """`["clip.eps_high=0.32", "kl=none"]` -> {"clip.eps_high": 0.32, "kl": "none"} (values parsed as YAML)."""
+    out: dict[str, Any] = {}
+    for s in sets:
+        if "=" not in s:
+            fail(f"--set {s!r}: expected key=value, e.g. --set clip.eps_high=0.32")
+        k, v = s.split("=", 1)
+        try:
+            out[k.strip()] = yaml.safe_load(v)
+        except yaml.YAMLError as e:
+            fail(f"--set {s!r}: the value is not valid YAML ({str(e).splitlines()[0]}); quote strings and "
+                 "write lists as [a, b]")
+    return out
+
+
+def quiet_logs() -> None:
+    """Warnings only (transformers, datasets, HTTP clients: errors only), plus zoo.precision's one line."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    for noisy in ("transformers", "datasets", "urllib3", "httpx"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+    logging.getLogger("zoo.precision").setLevel(logging.INFO)  # the run's one line: which autocast and why

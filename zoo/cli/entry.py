@@ -1,0 +1,36 @@
+"""The `zoo` command: the app with every command registered, and the console-script entry point
+(`zoo = "zoo.cli:main"`, re-exported by `zoo/cli/__init__.py`; `python -m zoo.cli` runs it too)."""
+from __future__ import annotations
+
+import os
+
+from rich.markup import escape
+
+# each registers its commands on the app; this order is the order `zoo --help` lists them in
+from zoo.cli import inspect  # noqa: F401,I001
+from zoo.cli import bench  # noqa: F401,I001
+from zoo.cli import run  # noqa: F401,I001
+from zoo.cli.common import app, err
+
+__all__ = ["app", "main"]
+
+
+def main() -> None:
+    """Console-script entry point. Configuration and input errors, and file-system errors (disk full,
+    permissions), are printed as one line `error: ...` with exit status 1 (set ZOO_DEBUG=1 for the
+    traceback)."""
+    try:
+        app()
+    except (ValueError, KeyError, FileNotFoundError, FileExistsError, NotADirectoryError, ModuleNotFoundError,
+            RecursionError) as e:  # VariantError, ComponentError, TaskError, ReportError are ValueErrors
+        if os.environ.get("ZOO_DEBUG"):
+            raise
+        err.print(f"[bold red]error:[/] {escape(str(e) or type(e).__name__)}", highlight=False)
+        raise SystemExit(1) from None
+    except OSError as e:  # disk full, read-only folder, permissions: zoo.faults names the file
+        if os.environ.get("ZOO_DEBUG"):
+            raise
+        from zoo.faults import os_error_message
+
+        err.print(f"[bold red]error:[/] {escape(os_error_message(e))}", highlight=False, soft_wrap=True)
+        raise SystemExit(1) from None

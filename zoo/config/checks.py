@@ -1,0 +1,106 @@
+"""Checks and comparisons of whole variants (no model loaded): `check_variant` finds combinations no
+single component can reject (`zoo validate`), `diff_variants` lists the resolved settings in which two
+variants differ (`zoo diff`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from zoo.config.desugar import kl_parts
+from zoo.config.variant import Variant, VariantError, build_components
+from zoo.fields import unproduced_reads
+
+
+@dataclass
+class Report:
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def check_variant(v: Variant, context: Mapping[str, Any] | None = None) -> Report:
+    """Combination checks that no single component can make (before any model is loaded)."""
+    rep = Report()
+    try:
+        comps = build_components(v, context)
+    except VariantError as e:
+        rep.errors.append(str(e))
+        return rep
+    where = v.path or v.name
+    adv = comps["advantage"]
+    kl = v.slots.kl_spec()
+    g = int((context or {}).get("group_size", v.group_size))
+    upd = (context or {}).get("updates", v.updates)
+    n_updates = upd.epochs * upd.minibatches
+    named = [(slot, c) for slot, x in comps.items() for c in (x if isinstance(x, list) else [x]) if c is not None]
+    rep.errors += [f"{where}: {e}" for e in unproduced_reads(named, comps)]  # e.g. gae without a critic
+    if comps["critic"] is not None and not adv.meta.get("needs_values"):
+        rep.warnings.append(f"{where}: slots.critic is set but advantage {adv.name!r} uses no values: the critic is not trained")
+    group_based = [c.name for c in (adv, comps["normalizer"], comps["objective_norm"]) if c.meta.get("needs_groups")]
+    group_based += [c.name for c in comps["filter"] if c.meta.get("needs_groups")]
+    if g < 2 and group_based:
+        rep.errors.append(f"{where}: group_size {g} < 2 but {', '.join(group_based)} need groups of several completions")
+    parts = kl_parts(kl)
+    if parts.enabled and kl.beta == 0 and kl.adaptive is None:
+        rep.warnings.append(f"{where}: kl.placement is {kl.placement!r} with beta 0: the KL has no effect")
+    if parts.reward_estimator is not None and adv.meta.get("level") == "sequence":
+        rep.notes.append(
+            f"{where}: KL in the reward with sequence-level advantage {adv.name!r}: the per-token KL is summed "
+            "over each completion and subtracted from its score before the baseline (as RLOO does)"
+        )
+    norm = comps["normalizer"].resolved()
+    if adv.meta.get("needs_groups") and norm.get("shift_mean") is True and norm.get("level") == "token":
+        rep.warnings.append(
+            f"{where}: normalizer {comps['normalizer'].name!r} subtracts a token-level batch mean after group-baseline "
+            f"advantage {adv.name!r}: with unequal completion lengths a group whose completions all scored alike gets "
+            "a non-zero advantage (set normalizer level: sequence, one value per completion, as GDPO does)"
+        )
+    if adv.meta.get("wants_kl") == "reward" and parts.reward_estimator is None:
+        rep.warnings.append(f"{where}: advantage {adv.name!r} expects the KL in the reward (kl.placement: reward)")
+    if n_updates == 1 and comps["clip"].name != "none":
+        rep.warnings.append(
+            f"{where}: clip {comps['clip'].name!r} can have no effect: one on-policy update per rollout makes every "
+            "ratio 1 (set updates.minibatches or updates.epochs > 1 for the clip to act)"
+        )
+    return rep
+
+
+def diff_variants(a: Variant, b: Variant) -> list[tuple[str, Any, Any]]:
+    """(key, value in a, value in b) for every resolved setting that differs."""
+    fa, fb = _flatten(_comparable(a)), _flatten(_comparable(b))
+    keys = sorted(set(fa) | set(fb), key=lambda k: (k.split(".")[0] != "group_size", k))
+
+    def empty_vs_items(k: str) -> bool:  # `filter: []` against `filter.dynamic_sampling...`: the items say it
+        return any(f.get(k) == [] and any(x.startswith(k + ".") for x in g) for f, g in ((fa, fb), (fb, fa)))
+
+    return [(k, fa.get(k), fb.get(k)) for k in keys if fa.get(k) != fb.get(k) and not empty_vs_items(k)]
+
+
+def _comparable(v: Variant) -> dict[str, Any]:
+    return {
+        "group_size": v.group_size,
+        "updates": v.updates.model_dump(),
+        "slots": v.resolved(),
+    }
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(d, dict):
+        out: dict[str, Any] = {}
+        for k, val in d.items():
+            out.update(_flatten(val, f"{prefix}{k}."))
+        return out or {prefix.rstrip("."): {}}
+    if isinstance(d, list):
+        if all(isinstance(x, dict) and "name" in x for x in d):
+            out = {}
+            for x in d:
+                params = {k: v for k, v in x.items() if k != "name"}
+                out.update(_flatten(params, f"{prefix}{x['name']}.") if params else {f"{prefix}{x['name']}": "on"})
+            return out or {prefix.rstrip("."): []}
+        return {prefix.rstrip("."): d}
+    return {prefix.rstrip("."): d}

@@ -1,0 +1,74 @@
+"""What a run shows and measures around its steps: the held-out evaluator and the progress bar."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from zoo.evaluate import evaluate
+from zoo.step.forwards import autocast
+from zoo.step.types import RunState
+
+
+def evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, float]]:
+    """The run's held-out evaluation ({} when disabled or without a correctness reward). With
+    `announce` it says on stderr what it evaluates and what it measured (the pause before the first
+    step and after the last is the evaluation)."""
+    cfg = st.cfg
+    correctness = next((c for c, _ in st.rewards if c.meta.get("accuracy")), None)  # the reward that judges it
+    if not cfg.eval.enabled or cfg.eval.size == 0 or correctness is None or not st.task.eval:
+        return lambda: {}
+    rows = st.task.eval[: cfg.eval.size]
+
+    def run() -> dict[str, float]:
+        if announce:
+            from rich.console import Console
+
+            console = Console(stderr=True)
+            # from the run's step, not a count of calls: a resumed process's first call is not "before"
+            when = ("before training" if st.step == 0 else "after training" if st.step >= cfg.budget.steps
+                    else f"at step {st.step}")
+            console.print(f"eval ({when}): {len(rows)} held-out prompts ...", highlight=False, end=" ")
+        with autocast(st.settings.autocast, st.device):
+            res = evaluate(st.models.policy, st.models.tokenizer, rows, correctness,
+                           max_new_tokens=cfg.budget.max_new_tokens, samples=cfg.eval.samples,
+                           temperature=cfg.eval.temperature, seed=cfg.eval.seed,
+                           micro_batch=max(cfg.budget.micro_batch, 8))
+        if announce:
+            console.print("  ".join(f"{k.removeprefix('eval/')} {res[k]:.3f}" for k in ("eval/greedy_acc", "eval/avg_at_k")
+                                    if isinstance(res.get(k), float)), highlight=False)
+        return res
+
+    return run
+
+
+class progress_bar:
+    """A rich progress bar with step, reward and ETA, plus one metrics line per step."""
+
+    def __init__(self, enabled: bool, total: int, start: int):
+        self.enabled, self.total, self.start = enabled, total, start
+
+    def __enter__(self):
+        if not self.enabled:
+            return lambda step, m: None
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        self.console = Console(stderr=True)
+        self.p = Progress(TextColumn("[bold]step"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[info]}"),
+                          TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=self.console)
+        self.p.__enter__()
+        self.task = self.p.add_task("train", total=self.total, completed=self.start, info="")
+
+        def update(step: int, m: dict[str, Any]) -> None:
+            info = f"reward {m.get('reward/total', float('nan')):.3f} acc {m.get('accuracy', float('nan')):.2f}"
+            self.p.update(self.task, completed=step, info=info)
+            keys = ["reward/total", "accuracy", "loss/policy", "kl/ref", "entropy", "clip/low_frac", "clip/high_frac",
+                    "completion/len_mean", "time/step", "perf/peak_mem_mb"]
+            self.p.console.print(f"step {step:>3} " + "  ".join(f"{k} {m[k]:.4g}" for k in keys if k in m), highlight=False,
+                                 soft_wrap=True)  # one line per step, also in a log file
+
+        return update
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            self.p.__exit__(*exc)
+        return False
