@@ -131,7 +131,7 @@ def test_scan_in_process_and_plot(tiny_model_dir, tmp_path):
 
 
 def test_matched_trl_settings():
-    from zoo.bench_trl import trl_spec
+    from zoo.bench.trl import trl_spec
     from zoo.variant import load_variant
 
     spec = zb.BenchSpec(prompts=8, group_size=4, max_new_tokens=64, micro_batch=8)
@@ -148,7 +148,7 @@ def test_matched_trl_settings():
 def test_vs_trl_on_the_tiny_model(tiny_model_dir):
     """TRL's GRPOTrainer on the same tiny model and task, in this process (skipped without trl)."""
     pytest.importorskip("trl")
-    from zoo.bench_trl import run_trl, trl_spec
+    from zoo.bench.trl import run_trl, trl_spec
 
     res = run_trl(trl_spec(_spec(tiny_model_dir, steps=1)))
     assert len(res["step_times"]) == 1 and _finite(res["step_times"][0]) and res["peak_mb"] > 0

@@ -211,7 +211,7 @@ def bench(
     log = (lambda msg: err.print(f"[dim]{msg}[/]", highlight=False))
     try:
         if vs:
-            from zoo.bench_trl import INSTALL_HINT, trl_available
+            from zoo.bench.trl import INSTALL_HINT, trl_available
 
             if not trl_available():
                 _fail(INSTALL_HINT)
