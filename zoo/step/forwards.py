@@ -12,6 +12,7 @@ from torch import Tensor
 from zoo.batch import Batch
 from zoo.models.forward import position_ids_from_mask
 from zoo.step.logprobs import token_logprobs
+from zoo.step.hooks import NO_HOOKS, Hooks
 from zoo.step.types import Models, Slots, StepSettings
 
 
@@ -66,23 +67,25 @@ def fill_rows(batch: Batch, parts: list[Tensor], rows: list[Tensor]) -> Tensor:
 
 
 @torch.no_grad()
-def rollout_forwards(batch: Batch, models: Models, slots: Slots, s: StepSettings) -> Batch:
+def rollout_forwards(batch: Batch, models: Models, slots: Slots, s: StepSettings, hooks: Hooks = NO_HOOKS) -> Batch:
     """Old log-probs (only when a later optimizer step or a component reads them, e.g. the KL in
     the reward: with one on-policy update they equal the training forward's, detached), reference
     log-probs (only when a component reads them) and critic values (only with a critic). Each
-    [N, T], 0 off the loss mask."""
+    [N, T], 0 off the loss mask. `hooks.forward` sees each model forward."""
     need_old = s.epochs * s.minibatches > 1 or slots.reads("logp_old")
     rows = micro_rows(batch, s.micro_batch)
     old, ref, val = [], [], []
     for r in rows:
         mb = batch.select(r).trimmed()
         if need_old:
-            old.append(forward_logp(models.policy, mb, s)[0])
+            with hooks.forward("policy", mb):
+                old.append(forward_logp(models.policy, mb, s)[0])
         if slots.reads("logp_ref") and models.reference is not None:
-            with models.reference() as ref_model:
+            with models.reference() as ref_model, hooks.forward("reference", mb):
                 ref.append(forward_logp(ref_model, mb, s)[0])
         if models.critic is not None:
-            val.append(critic_values(models.critic, mb, s))
+            with hooks.forward("critic", mb):
+                val.append(critic_values(models.critic, mb, s))
     return replace(
         batch,
         logp_old=fill_rows(batch, old, rows) if old else None,

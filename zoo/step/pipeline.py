@@ -9,7 +9,8 @@
                                  entropy bonus, aggregation over the whole optimizer step), critic
     controllers                  stateful coefficients (adaptive KL beta) move for the next step
 
-The trainer (`zoo.trainer`) sets up, loops, checkpoints and evaluates around `step`.
+The trainer (`zoo.trainer`) sets up, loops, checkpoints and evaluates around `step`; a tool that
+measures the step (`zoo bench`) passes `hooks` (zoo/step/hooks.py), which see each phase and forward.
 """
 from __future__ import annotations
 
@@ -20,33 +21,39 @@ from zoo import dist
 from zoo.provenance import peak_memory_mb
 from zoo.step.advantages import advantage, empty_rows, kl_reward, normalize, normalize_global
 from zoo.step.forwards import rollout_forwards
+from zoo.step.hooks import NO_HOOKS, Hooks
 from zoo.step.sample import sample
 from zoo.step.types import RunState
 from zoo.step.update import update
 
-def step(st: RunState) -> dict[str, Any]:
+def step(st: RunState, hooks: Hooks = NO_HOOKS) -> dict[str, Any]:
     """One rollout step of the run `st` (advances st.step). Returns its metrics (means over ranks),
-    with the first round's sample completions under "_samples"."""
+    with the first round's sample completions under "_samples". `hooks` observe the phases and
+    forwards (zoo/step/hooks.py; default: none)."""
     t0 = time.perf_counter()
     coefs = coefficients(st)  # what the controllers set for this step: {term: {hyperparameter: value}}
     beta = coefs.get("kl", {}).get("beta", st.slots.kl.beta)
-    batch, m = sample(st)                                                   # generate .. filter
+    batch, m = sample(st, hooks)                                            # generate .. filter
     if batch.size == 0:
         m["train/skipped"] = 1.0  # the guards (trainer.train) log the step without an update
     t1 = time.perf_counter()
     if batch.size:
-        batch = rollout_forwards(batch, st.models, st.slots, st.settings)   # forwards
+        with hooks.phase("forward"):
+            batch = rollout_forwards(batch, st.models, st.slots, st.settings, hooks)   # forwards
     t2 = time.perf_counter()
     if batch.size:
-        batch, km = kl_reward(batch, st.slots, beta)                        # kl_reward
-        batch = advantage(batch, st.slots)                                  # advantage
-        batch, am = normalize(batch, st.slots)                              # normalize
+        with hooks.phase("advantage") as ph:
+            ph.batch = batch
+            batch, km = kl_reward(batch, st.slots, beta)                    # kl_reward
+            batch = advantage(batch, st.slots)                              # advantage
+            batch, am = normalize(batch, st.slots)                          # normalize
         m.update({**km, **am})
     elif dist.is_distributed():
         normalize_global(st.slots.normalizer, *empty_rows(st.device))  # join the other ranks' gather
     t3 = time.perf_counter()
-    m.update(update(batch, st.models, st.slots, st.settings, st.optimizer, st.scheduler, coefs,    # update
-                    critic_optimizer=st.critic_optimizer))
+    with hooks.phase("train"):
+        m.update(update(batch, st.models, st.slots, st.settings, st.optimizer, st.scheduler, coefs,    # update
+                        critic_optimizer=st.critic_optimizer, hooks=hooks))
     if st.critic_scheduler is not None:
         for _ in range(st.settings.epochs * st.settings.minibatches):
             st.critic_scheduler.step()

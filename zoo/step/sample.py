@@ -18,6 +18,7 @@ from zoo.batch import Batch, concat
 from zoo.rewards.compute import accuracy_index, accuracy_metrics, compute_rewards
 from zoo.rollout import generate_rollout
 from zoo.step.forwards import autocast
+from zoo.step.hooks import NO_HOOKS, Hooks
 from zoo.step.scoring import keep_rows, length_shaping, objective_scores, per_row_metrics
 from zoo.step.types import RunState
 
@@ -40,11 +41,12 @@ def generate(st: RunState, rows: list[dict[str, Any]], group_offset: int) -> Bat
     return replace(b, rows=[rows[i] for i in b.group_ids.tolist()], group_ids=b.group_ids + group_offset)
 
 
-def sample(st: RunState) -> tuple[Batch, dict[str, Any]]:
+def sample(st: RunState, hooks: Hooks = NO_HOOKS) -> tuple[Batch, dict[str, Any]]:
     """Rounds of generate, reward, length, objectives, filter; returns the kept rows and metrics.
 
     Reward metrics describe every completion of round 0; `groups/kept_frac` says how many groups
-    the filters kept over all rounds. A collective under data parallelism (ranks stop together)."""
+    the filters kept over all rounds. A collective under data parallelism (ranks stop together).
+    `hooks` sees each round's "generate" and "score" (reward .. filter) phases."""
     cfg, s = st.cfg, st.settings
     p_local = max(1, cfg.budget.prompts_per_step // dist.world_size())
     reward_fns, weights = [c for c, _ in st.rewards], [w for _, w in st.rewards]
@@ -67,14 +69,17 @@ def sample(st: RunState) -> tuple[Batch, dict[str, Any]]:
         if not rows:
             continue
         t0 = time.perf_counter()
-        b = generate(st, rows, n_groups)                                                      # generate
+        with hooks.phase("generate") as ph:
+            b = ph.batch = generate(st, rows, n_groups)                                       # generate
         t1 = time.perf_counter()
-        objectives, n_failed = compute_rewards(reward_fns, b.texts, b.rows)                   # reward
-        b, obj, names, w, m = length_shaping(b, objectives, st.reward_names, weights, st.slots,
-                                             s.max_new_tokens)                                # length
-        b, sm = objective_scores(b, obj, names, w, st.slots)                                  # objectives
-        per_row = per_row_metrics(objectives, st.reward_names, b.scores, accuracy_index(reward_fns))
-        keep = keep_rows(per_row, b.group_ids, st.slots)                                      # filter
+        with hooks.phase("score") as ph:
+            objectives, n_failed = compute_rewards(reward_fns, b.texts, b.rows)               # reward
+            b, obj, names, w, m = length_shaping(b, objectives, st.reward_names, weights, st.slots,
+                                                 s.max_new_tokens)                            # length
+            b, sm = objective_scores(b, obj, names, w, st.slots)                              # objectives
+            per_row = per_row_metrics(objectives, st.reward_names, b.scores, accuracy_index(reward_fns))
+            keep = keep_rows(per_row, b.group_ids, st.slots)                                  # filter
+            ph.batch = b
         t_gen += t1 - t0
         t_score += time.perf_counter() - t1
         if rnd == 0:

@@ -18,6 +18,7 @@ from zoo.components import StepCounts, TermInputs
 from zoo.components.stats import masked_sum, sanitize
 from zoo.step import selection
 from zoo.step.forwards import critic_values, forward_logp, micro_rows
+from zoo.step.hooks import NO_HOOKS, Hooks
 from zoo.step.types import Models, Slots, StepSettings
 
 
@@ -96,6 +97,7 @@ def update(
     coefs: Mapping[str, Mapping[str, float]] | None = None,
     critic_optimizer: torch.optim.Optimizer | None = None,
     generator: torch.Generator | None = None,
+    hooks: Hooks = NO_HOOKS,
 ) -> dict[str, float]:
     """`epochs` x `minibatches` optimizer steps over one rollout batch (rows shuffled by `generator`
     into minibatches when there are several).
@@ -110,7 +112,8 @@ def update(
     An optimizer step whose loss (loss/policy, loss/<term>, loss/value) or gradient norm
     (optim/grad_norm, critic/grad_norm) is not finite on any rank is skipped on every rank: weights
     and optimizer state unchanged, gradients zeroed, the LR schedule still advanced. `optim/updates`
-    and `optim/skipped` count applied and skipped optimizer steps."""
+    and `optim/skipped` count applied and skipped optimizer steps. `hooks` sees each training
+    forward and the critic's share ("critic" phase: its forward, loss and backward)."""
     per_step: dict[str, list[float]] = {}
     applied = skipped = 0  # optimizer steps applied / skipped for a non-finite loss or gradient norm
     tally = TokenTally.of(slots)
@@ -125,7 +128,8 @@ def update(
             counts = step_counts(sub.loss_mask, s.max_new_tokens)
             if counts.tokens == 0:  # nothing to learn from on any rank (e.g. every group filtered out)
                 continue
-            losses = _accumulate(sub, models, slots, s, counts, coefs or {}, tally, optimizer, critic_optimizer)
+            losses = _accumulate(sub, models, slots, s, counts, coefs or {}, tally, optimizer, critic_optimizer,
+                                 hooks)
             if not with_critic:
                 losses.pop("loss/value")
             # each rank summed its share of the step's losses: the step's value is the sum over ranks
@@ -159,7 +163,7 @@ def update(
 
 def _accumulate(sub: Batch, models: Models, slots: Slots, s: StepSettings, counts: StepCounts,
                 coefs: Mapping[str, Mapping[str, float]], tally: TokenTally, optimizer: torch.optim.Optimizer,
-                critic_optimizer: torch.optim.Optimizer | None) -> dict[str, float]:
+                critic_optimizer: torch.optim.Optimizer | None, hooks: Hooks = NO_HOOKS) -> dict[str, float]:
     """Forward and backward of every micro-batch of one optimizer step (gradients accumulate).
     Returns this rank's parts of the step's loss: loss/policy (all of it), loss/<term> per loss term,
     loss/value (critic)."""
@@ -172,7 +176,8 @@ def _accumulate(sub: Batch, models: Models, slots: Slots, s: StepSettings, count
     for r in micro_rows(sub, s.micro_batch):
         mb = sub.select(r).trimmed()
         m = mb.loss_mask  # [n, T]
-        logp, ent = forward_logp(models.policy, mb, s, with_entropy=True, entropy_grad=slots.needs_grad("entropy"))
+        with hooks.forward("policy", mb):
+            logp, ent = forward_logp(models.policy, mb, s, with_entropy=True, entropy_grad=slots.needs_grad("entropy"))
         old = mb.logp_old if mb.logp_old is not None else logp.detach()
         res = slots.clip(logp, old, mb.advantages, m)
         inp = TermInputs(logp=logp, logp_old=old, advantages=mb.advantages, mask=m, counts=counts, entropy=ent,
@@ -203,8 +208,11 @@ def _accumulate(sub: Batch, models: Models, slots: Slots, s: StepSettings, count
         losses["loss/policy"] += float(loss.detach())
         tally.add(res, logp, old, ent, m)
         if models.critic is not None and slots.critic is not None and mb.returns is not None:
-            vl = slots.critic(critic_values(models.critic, mb, s), mb.values, mb.returns, m, counts)
-            vl.backward()
+            with hooks.phase("critic"):  # the critic's share of the update: forward, loss, backward
+                with hooks.forward("critic", mb):
+                    v = critic_values(models.critic, mb, s)
+                vl = slots.critic(v, mb.values, mb.returns, m, counts)
+                vl.backward()
             losses["loss/value"] += float(vl.detach())
     return losses
 

@@ -1,6 +1,6 @@
 """TRL's side of `zoo bench --vs trl`: GRPOTrainer on the same model, prompts, rewards and settings.
 
-Run by `zoo.bench.vs_trl` as a worker process (`python -m zoo.bench_trl SPEC.json OUT.json`), so the
+Run by `zoo.bench.vs_trl` as a worker process (`python -m zoo.bench.trl SPEC.json OUT.json`), so the
 peak memory it reports is TRL's alone. Needs the optional extra: `pip install 'variant-zoo[bench]'`
 (or `pip install trl`); `trl` is imported only here, and only inside the worker.
 
@@ -33,6 +33,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from zoo.bench.machine import cpu_seconds
+from zoo.bench.spec import BENCH_LORA
+
 INSTALL_HINT = "TRL is not installed: pip install 'variant-zoo[bench]'  (or: pip install trl)"
 
 
@@ -44,8 +47,6 @@ def trl_available() -> bool:
 
 def trl_spec(spec: Any) -> dict[str, Any]:
     """The TRL worker's input for a `zoo.bench.BenchSpec` (the GRPOConfig keys are spelled out)."""
-    from zoo.bench import BENCH_LORA
-
     n = spec.prompts * spec.group_size
     mb = spec.micro_batch if n % spec.micro_batch == 0 else n
     grpo = {
@@ -77,7 +78,6 @@ def run_trl(d: dict[str, Any]) -> dict[str, Any]:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
-    from zoo.bench import cpu_seconds
     from zoo.provenance import peak_memory_mb, reset_peak_memory
     from zoo.models import lora_config, prepare_tokenizer, resolve_model
     from zoo.rewards.compute import resolve_rewards

@@ -1,0 +1,108 @@
+"""The bench's view of a step: a `zoo.step.hooks.Hooks` that records, per phase, its seconds, the
+tokens it handled and its peak memory, without replacing any function of the step.
+
+Per phase (`pop()` returns {phase: {"seconds", "tokens", "peak_mb", "real_tokens"}} per step):
+
+    generate   tokens = completion tokens generated (to EOS): the phase's batch `lengths.sum()`
+    score      tokens = completion tokens scored: `loss_mask.sum()` after length shaping
+    advantage  tokens = the estimator's batch `loss_mask.sum()`
+    forward    tokens = positions the models ran (forward pre-hooks on policy, reference copy and
+    train      critic count `input_ids`; a group's shared prompt counts once, `zoo.rollout`)
+    critic     the critic's share of train (forward, loss and backward): its seconds and positions
+
+`real_tokens` = the non-padding prompt + completion tokens of the rows each forward ran (what a
+forward without sharing or padding would run). Peak memory is reset where a top-level phase starts
+(`zoo.provenance.reset_peak_memory`) and read where it ends; a phase inside another (critic inside
+train) is a share of it and leaves the high-water mark alone (its peak is the outer phase's).
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any, Iterator
+
+from zoo.provenance import peak_memory_mb, reset_peak_memory
+from zoo.step.hooks import Hooks, Phase
+
+#: phases whose model forwards count positions (generation's decode steps count as generated tokens)
+COUNTED = ("forward", "train", "critic")
+
+
+def phase_tokens(ph: Phase) -> float:
+    """The tokens a phase handled, from the batch the stage put on its record (0 without one):
+    generated tokens (`lengths [N]`) for generate, loss-mask tokens (`loss_mask [N, T]`) otherwise."""
+    b = ph.batch
+    if b is None:
+        return 0.0
+    return float(b.lengths.sum()) if ph.name == "generate" else float(b.loss_mask.sum())
+
+
+class Probe(Hooks):
+    """Per-phase seconds, tokens, positions and peak memory of the steps it observes on `device`.
+    `resettable` turns False where the memory high-water mark could not be reset (the peaks are
+    then the process's so far)."""
+
+    def __init__(self, device: Any):
+        self.device = device
+        self.stack: list[str] = []  # the open phases, innermost last
+        self.resettable = True
+        self.rec: dict[str, dict[str, float]] = {}
+
+    def add(self, phase: str, **kv: float) -> None:
+        """Add to the phase's record: peak_mb is a max, everything else a sum."""
+        r = self.rec.setdefault(phase, {"seconds": 0.0, "tokens": 0.0, "peak_mb": 0.0})
+        for k, v in kv.items():
+            r[k] = max(r.get(k, 0.0), v) if k == "peak_mb" else r.get(k, 0.0) + v
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[Phase]:
+        ph = Phase(name)
+        top = not self.stack
+        if top:
+            self.resettable &= reset_peak_memory(self.device)
+        self.stack.append(name)
+        t0 = time.perf_counter()
+        try:
+            yield ph
+        finally:
+            self.stack.pop()
+        rec = {"seconds": time.perf_counter() - t0, "tokens": phase_tokens(ph)}
+        if top:
+            rec["peak_mb"] = peak_memory_mb(self.device)
+        self.add(name, **rec)
+
+    @contextlib.contextmanager
+    def forward(self, role: str, mb: Any) -> Iterator[None]:
+        if self.stack:
+            self.add(self.stack[-1], real_tokens=float(mb.prompt_mask.sum() + mb.loss_mask.sum()))
+        yield
+
+    def position_hook(self, module: Any, args: tuple, kwargs: dict) -> None:
+        """Forward pre-hook (with kwargs) on policy / reference copy / critic: the positions it runs."""
+        if not self.stack or self.stack[-1] not in COUNTED:
+            return
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is not None:
+            self.add(self.stack[-1], tokens=float(ids.numel()))
+
+    def pop(self) -> dict[str, dict[str, float]]:
+        """The records since the last `pop` (one step's), and start afresh."""
+        rec, self.rec = self.rec, {}
+        return rec
+
+
+@contextlib.contextmanager
+def attach(st: Any) -> Iterator[Probe]:
+    """A `Probe` for the run `st` (a `zoo.step.types.RunState`), with its position pre-hooks on the
+    policy, the reference copy (when it is one) and the critic; the pre-hooks are removed on exit.
+    Pass it to `zoo.step.pipeline.step(st, hooks=probe)`."""
+    probe = Probe(st.device)
+    modules = [st.models.policy, st.models.critic]
+    if st.reference is not None and not st.reference.shares_policy:
+        modules.append(st.reference.model)
+    handles = [m.register_forward_pre_hook(probe.position_hook, with_kwargs=True) for m in modules if m is not None]
+    try:
+        yield probe
+    finally:
+        for h in handles:
+            h.remove()
