@@ -15,7 +15,7 @@ def run_error(data):
 
 
 def test_config_and_variant_models_share_one_base_class():
-    from zoo import config, variant
+    from zoo.config import run as config, variant
     from zoo.study import experiment
 
     for m in (config.Budget, config.Optim, config.RunConfig, variant.Variant, variant.KLSpec, experiment.Ablation):

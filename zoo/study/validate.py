@@ -10,7 +10,7 @@ from zoo.config import variant as V
 from zoo.config.run import RunConfig, parse_run_config
 from zoo.config.run_checks import run_warnings
 from zoo.study.experiment import STUDY_KEYS, Arm, expand_arms, load_study, read_study_file, seed_of
-from zoo.config.checks import Report
+from zoo.config.checks import Report, check_variant
 from zoo.config.variant import VariantError
 
 
@@ -40,7 +40,7 @@ def check_arms(arms: list[Arm], plugins: list[str] | tuple[str, ...] = ()) -> Re
         who = f"arm {group}" + (f" (seeds {', '.join(str(seed_of(x)) for x in labels)})" if len(labels) > 1 else "")
         try:
             v = V.load_variant(arm.config.variant, arm.config.set)
-            sub = V.check_variant(v, variant_context(arm.config, v))
+            sub = check_variant(v, variant_context(arm.config, v))
         except VariantError as e:
             rep.errors.append(f"{who}: {_override_origin(str(e), arm)}")
             continue
