@@ -31,7 +31,7 @@ def build_case(aggregate: str):
     from zoo.step.types import Models, Slots, StepSettings
     from zoo.step.update import step_counts, update
     from zoo.batch import Batch
-    from zoo.rollout import encode_prompts
+    from zoo.backends.generate.hf import encode_prompts
     from zoo.testing import tiny_model_and_tokenizer
     from zoo.config.variant import load_variant
 

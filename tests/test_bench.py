@@ -161,7 +161,7 @@ def test_vs_trl_on_the_tiny_model(tiny_model_dir):
 def _group_rollout(share: bool, **kw):
     import torch
 
-    from zoo.rollout import generate_rollout
+    from zoo.backends.generate.hf import generate_rollout
     from zoo.testing import tiny_model_and_tokenizer
 
     model, tok = tiny_model_and_tokenizer(seed=0)

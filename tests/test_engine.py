@@ -9,7 +9,7 @@ from zoo.step.forwards import rollout_forwards
 from zoo.step.types import Models, Slots, StepSettings
 from zoo.step.update import step_counts, update
 from zoo.batch import Batch
-from zoo.rollout import encode_prompts
+from zoo.backends.generate.hf import encode_prompts
 from zoo.step.logprobs import token_logprobs
 from zoo.testing import tiny_model_and_tokenizer
 from zoo.config.variant import load_variant

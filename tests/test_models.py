@@ -21,7 +21,7 @@ from zoo.models import (
     resolve_model,
     save_hf_checkpoint,
 )
-from zoo.rollout import encode_prompts, generate_rollout
+from zoo.backends.generate.hf import encode_prompts, generate_rollout
 from zoo.step.logprobs import token_logprobs
 from zoo.testing import tiny_model_and_tokenizer
 

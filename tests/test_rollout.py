@@ -1,10 +1,10 @@
-"""zoo.rollout (masks C6, generation), zoo.models.forward (position ids C10), zoo.step.logprobs (log-probs)."""
+"""zoo.backends.generate.hf (masks C6, generation), zoo.models.forward (position ids C10), zoo.step.logprobs (log-probs)."""
 import pytest
 import torch
 from torch import nn
 
 from zoo.models.forward import position_ids_from_mask
-from zoo.rollout import completion_mask, encode_prompts, generate_rollout
+from zoo.backends.generate.hf import completion_mask, encode_prompts, generate_rollout
 from zoo.step.logprobs import token_logprobs
 from zoo.batch import Batch
 from zoo.testing import tiny_model_and_tokenizer

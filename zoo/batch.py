@@ -17,7 +17,7 @@ class Batch:
     """One rollout batch and everything computed from it: the one record between the stages of a step
     (DESIGN.md "One record"). The generator fills the first block, the step the second.
 
-    Filled by the generator (`zoo.rollout.generate_rollout`):
+    Filled by the generator (`zoo.backends.generate.hf.generate_rollout`):
       prompt_ids:      [N, P] long, left-padded prompt tokens (pad id where prompt_mask is 0)
       prompt_mask:     [N, P] bool, real prompt tokens
       completion_ids:  [N, T] long, right-padded completion tokens (pad id after the first EOS)

@@ -11,7 +11,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from zoo.rewards.compute import accuracy
-from zoo.rollout import generate_rollout
+from zoo.backends.generate.hf import generate_rollout
 
 
 def evaluate(

@@ -15,7 +15,7 @@ def longest_prompt_tokens(tokenizer: Any, rows: Sequence[dict[str, Any]], sample
     """Tokens of the longest prompt among `rows` (each with a `prompt`: chat messages or a string),
     rendered as the rollout renders it (`rollout.encode_prompts`); the `sample` longest rows by
     characters are tokenised. 0 for no rows."""
-    from zoo.rollout import encode_prompts
+    from zoo.backends.generate.hf import encode_prompts
 
     prompts = sorted((r["prompt"] for r in rows), key=lambda p: -len(str(p)))[:sample]
     if not prompts:

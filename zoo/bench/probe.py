@@ -7,7 +7,7 @@ Per phase (`pop()` returns {phase: {"seconds", "tokens", "peak_mb", "real_tokens
     score      tokens = completion tokens scored: `loss_mask.sum()` after length shaping
     advantage  tokens = the estimator's batch `loss_mask.sum()`
     forward    tokens = positions the models ran (forward pre-hooks on policy, reference copy and
-    train      critic count `input_ids`; a group's shared prompt counts once, `zoo.rollout`)
+    train      critic count `input_ids`; a group's shared prompt counts once, `zoo.backends.generate.hf`)
     critic     the critic's share of train (forward, loss and backward): its seconds and positions
 
 `real_tokens` = the non-padding prompt + completion tokens of the rows each forward ran (what a

@@ -1,4 +1,4 @@
-"""How zoo calls a causal LM, shared by generation (zoo.rollout), the training forward
+"""How zoo calls a causal LM, shared by generation (zoo.backends.generate.hf), the training forward
 (zoo.step.logprobs) and the critic: position ids from the attention mask (C10), which arguments the
 forward takes (`logits_to_keep`, the KV-cache argument), and a prompt's KV cache expanded to the rows
 that share it. Shapes: B rows, L tokens, n rows sharing U distinct prompts."""

@@ -26,6 +26,7 @@ from zoo.step.sample import sample
 from zoo.step.types import RunState
 from zoo.step.update import update
 
+
 def step(st: RunState, hooks: Hooks = NO_HOOKS) -> dict[str, Any]:
     """One rollout step of the run `st` (advances st.step). Returns its metrics (means over ranks),
     with the first round's sample completions under "_samples". `hooks` observe the phases and

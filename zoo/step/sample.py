@@ -16,7 +16,7 @@ import torch
 from zoo import dist
 from zoo.batch import Batch, concat
 from zoo.rewards.compute import accuracy_index, accuracy_metrics, compute_rewards
-from zoo.rollout import generate_rollout
+from zoo.backends.generate.hf import generate_rollout
 from zoo.step.forwards import autocast
 from zoo.step.hooks import NO_HOOKS, Hooks
 from zoo.step.scoring import keep_rows, length_shaping, objective_scores, per_row_metrics
