@@ -1,6 +1,6 @@
 """`zoo run FILE`: a run file, or a study file with exactly one arm, as one RunConfig.
 
-The run file's schema and reading are `zoo.config.run`; a study's arms are `zoo.experiment`'s. This
+The run file's schema and reading are `zoo.config.run`; a study's arms are `zoo.study.experiment`'s. This
 module sits above both, so neither imports the other.
 """
 from __future__ import annotations

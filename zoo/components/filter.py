@@ -3,7 +3,7 @@
 Whole groups (all completions of one prompt) are kept or dropped together; the result does not
 depend on row order. Source: DAPO arXiv 2503.14476 §3.2 (dynamic sampling).
 
-The per-row metrics a filter may name (`engine.per_row_metrics`): `accuracy` (with a `correctness`
+The per-row metrics a filter may name (`zoo.step.scoring.per_row_metrics`): `accuracy` (with a correctness-judging reward, e.g. `correctness`
 reward), `reward` (the combined score) and each reward's name. `check_filter_metrics` checks a
 variant's filters against the run's rewards before anything runs (`zoo validate`, `zoo run`).
 """
@@ -43,7 +43,7 @@ def dynamic_sampling(metrics: Mapping[str, Tensor], group_ids: Tensor, *, metric
 
 
 def step_metric_kinds(rewards: Sequence[Component]) -> dict[str, bool | None]:
-    """The per-row metrics a step will have (`engine.per_row_metrics`) -> whether each is discrete
+    """The per-row metrics a step will have (`zoo.step.scoring.per_row_metrics`) -> whether each is discrete
     (True: few distinct values, ties are common; False: continuous; None: not declared).
     rewards: the run's built reward components; a reward declares `discrete=` in its registration."""
     kinds: dict[str, bool | None] = {c.name: c.meta.get("discrete") for c in rewards}
