@@ -3,8 +3,9 @@
 Whole groups (all completions of one prompt) are kept or dropped together; the result does not
 depend on row order. Source: DAPO arXiv 2503.14476 §3.2 (dynamic sampling).
 
-The per-row metrics a filter may name (`zoo.step.scoring.per_row_metrics`): `accuracy` (with a correctness-judging reward, e.g. `correctness`
-reward), `reward` (the combined score) and each reward's name. `check_filter_metrics` checks a
+The per-row metrics a filter may name (`zoo.step.scoring.per_row_metrics`): `accuracy` (with a
+reward that judges correctness, e.g. `correctness`), `reward` (the combined score) and each reward's
+name. `check_filter_metrics` checks a
 variant's filters against the run's rewards before anything runs (`zoo validate`, `zoo run`).
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@
 `--set clip.eps_high=0.32`, a run file's `set:`, a study's `sweep:` keys: each key `a.b.c` sets
 `tree["a"]["b"]["c"] = value` in a nested dict. Where the key goes first (the variant's `slots`,
 the run file's `set`, a study's `sweep`) is the caller's routing (`zoo.config.variant.apply_overrides`,
-`zoo.config.set_dotted`, `zoo.study.experiment`); this module does the rest the same way for all three:
+`zoo.config.run.set_dotted`, `zoo.study.experiment`); this module does the rest the same way for all three:
 
 - a node given by name alone becomes a spec: `clip: ppo` + `clip.eps=0.1` -> `clip: {name: ppo, eps: 0.1}`
   (`spec_of` can map a name otherwise, as the variant does for `kl: none`);
