@@ -195,6 +195,14 @@ def test_fresh_user_mistakes_get_one_clear_line(tmp_path):
     (tmp_path / "file.yaml").write_text("x")
     r = runner.invoke(app, ["export", str(tmp_path / "run"), str(tmp_path / "file.yaml")])
     assert r.exit_code == 1 and "exists and is a file" in " ".join(r.output.split())
+    # nothing is overwritten: not the run folder itself, not a folder that holds files
+    r = runner.invoke(app, ["export", str(tmp_path / "run"), str(tmp_path / "run")])
+    assert r.exit_code == 1 and "inside the run directory" in " ".join(r.output.split())
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "model.safetensors").write_text("an older export")
+    r = runner.invoke(app, ["export", str(tmp_path / "run"), str(tmp_path / "full")])
+    assert r.exit_code == 1 and "exists and is not empty" in " ".join(r.output.split())
+    assert (tmp_path / "full" / "model.safetensors").read_text() == "an older export"
 
 
 def test_dry_run_commands_are_shell_quoted():
@@ -313,3 +321,19 @@ def test_a_hub_id_while_offline_is_one_line(tmp_path, monkeypatch, capsys):
     assert code == 1 and "Traceback" not in text and "OSError" not in text
     assert "model 'no-such-org/no-such-model': could not load it from the Hugging Face Hub" in text
     assert "local model directory" in text
+
+
+def test_ctrl_c_before_the_run_saved_anything_does_not_offer_a_resume(tmp_path, monkeypatch):
+    from zoo import trainer
+
+    def interrupted_setup(*a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trainer, "setup", interrupted_setup)
+    run_file = tmp_path / "run.yaml"
+    run_file.write_text(f"name: early\nvariant: grpo\nmodel: {tmp_path}\noutput_dir: {tmp_path / 'out'}\n"
+                        "tracking: {wandb: false}\n")
+    r = runner.invoke(app, ["run", str(run_file)])
+    text = " ".join(r.output.split())
+    assert r.exit_code == 130 and "--resume" not in text, text
+    assert "interrupted before the run saved anything; run the same command again" in text

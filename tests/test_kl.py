@@ -102,7 +102,7 @@ def test_kl_slot_parsing():
     from zoo.config.variant import KLSpec, Slots, load_variant
 
     others = load_variant("grpo").slots.model_dump(exclude={"kl"})  # every slot is required
-    assert Slots(**others, kl="none").kl_spec() == KLSpec() and KLSpec().placement == "none"
+    assert Slots(**others, kl="none").kl_spec() == KLSpec(placement="none")
     grpo = Slots(**others, kl={"placement": "loss", "estimator": "k3", "beta": 0.04}).kl_spec()
     assert (grpo.placement, grpo.estimator, grpo.beta, grpo.adaptive) == ("loss", "k3", 0.04, None)
     ppo = Slots(**others, kl={"placement": "reward", "estimator": "k1", "beta": 0.05, "adaptive": {"target": 6}}).kl_spec()

@@ -111,3 +111,17 @@ def test_adaptive_kl_controller_moves_beta_and_keeps_its_state():
     assert again.coefficients() == ctrl.coefficients()
     ctrl.update({"kl/ref": math.nan}, 6.0, 2.0)  # no KL measured: unchanged
     assert again.beta == ctrl.beta
+
+
+def test_kl_settings_on_a_variant_without_kl_are_an_error_not_a_no_op(tmp_path):
+    from zoo.config.checks import check_variant
+
+    rep = check_variant(load_variant("dapo", {"kl.beta": 0.1, "kl.adaptive": {"target": 6.0}}))  # dapo: kl none
+    assert any("kl.placement is 'none', so kl.beta / kl.adaptive have no effect" in e for e in rep.errors), rep.errors
+    assert check_variant(load_variant("dapo")).ok
+    # a child that writes `kl:` replaces the base's whole slot: without a placement that is an error,
+    # not a silent "none" that drops grpo's KL
+    p = tmp_path / "grpo_akl.yaml"
+    p.write_text("name: grpo_akl\nbase: grpo\nslots:\n  kl: {adaptive: {target: 6}}\n")
+    with pytest.raises(VariantError, match=r"grpo_akl.yaml: key 'slots.kl.placement': Field required"):
+        load_variant(p)

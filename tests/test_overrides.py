@@ -104,3 +104,12 @@ def test_study_overrides_keep_dotted_keys_whole_under_sweep_and_set(tmp_path):
                           "ablations.tight.set.clip.eps": 0.1, "optim.lr": 2e-4})
     assert st.sweep == {"clip.eps_high": [0.3], "optim.lr": [1e-4]}
     assert st.ablations["tight"].set == {"clip.eps": 0.1} and st.optim.lr == 2e-4
+
+
+def test_a_variant_key_on_the_command_line_points_to_set(tmp_path):
+    p = tmp_path / "run.yaml"
+    p.write_text("variant: grpo\n")
+    with pytest.raises(VariantError, match=r"override 'loss.entropy_bonus.coef': 'loss' is a variant slot, not a "
+                                           r"run-config key; write set.loss.entropy_bonus.coef"):
+        load_run_config(p, {"loss.entropy_bonus.coef": 0.01})
+    assert load_run_config(p, {"set.loss.entropy_bonus.coef": 0.01}).set == {"loss.entropy_bonus.coef": 0.01}

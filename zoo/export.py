@@ -10,12 +10,18 @@ def export_run(run_dir: Path, out_dir: Path) -> Path:
     """Rebuild the run's policy from its model source, load the last checkpoint, merge LoRA, save.
 
     Raises FileNotFoundError when run_dir has no config.yaml or no checkpoint, ValueError when out_dir
-    is an existing file (checked before any model loads)."""
+    is an existing file, a non-empty directory, or inside the run directory (checked before any model
+    loads: nothing is overwritten)."""
     from zoo import models as zm
     from zoo.run_file import load_run_config
 
     if Path(out_dir).exists() and not Path(out_dir).is_dir():
         raise ValueError(f"{out_dir}: exists and is a file; give a directory to write the checkpoint into")
+    out, run = Path(out_dir).resolve(), Path(run_dir).resolve()
+    if out == run or run in out.parents:
+        raise ValueError(f"{out_dir}: inside the run directory {run_dir}; export to a folder of its own")
+    if out.is_dir() and any(out.iterdir()):
+        raise ValueError(f"{out_dir}: exists and is not empty; export into a new or empty folder (nothing is overwritten)")
 
     cfg_file = Path(run_dir) / "config.yaml"
     if not cfg_file.exists():

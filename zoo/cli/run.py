@@ -78,7 +78,9 @@ def run(
     except RunFailed as e:  # a run that cannot learn (zoo/guards.py): summary.json says failed
         fail(f"run failed: {e} ({cfg.out_dir()}/summary.json: status failed)")
     except KeyboardInterrupt:
-        fail(f"interrupted; resume with: zoo run --resume {cfg.out_dir()}", 130)
+        if (cfg.out_dir() / "config.yaml").exists():
+            fail(f"interrupted; resume with: zoo run --resume {cfg.out_dir()}", 130)
+        fail("interrupted before the run saved anything; run the same command again to start it", 130)
     console.print(f"[green]finished[/] {cfg.out_dir()}  reward/total {summary.get('reward/total', float('nan')):.4f}  "
                   f"eval {greedy_acc(summary, 'eval/before')} -> {greedy_acc(summary, 'eval/after')}", highlight=False)
 

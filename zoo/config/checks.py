@@ -46,6 +46,9 @@ def check_variant(v: Variant, context: Mapping[str, Any] | None = None) -> Repor
     if g < 2 and group_based:
         rep.errors.append(f"{where}: group_size {g} < 2 but {', '.join(group_based)} need groups of several completions")
     parts = kl_parts(kl)
+    if not parts.enabled and (kl.beta != 0 or kl.adaptive is not None):
+        rep.errors.append(f"{where}: kl.placement is 'none', so kl.beta / kl.adaptive have no effect: set "
+                          "kl.placement to loss or reward to use a KL term, or leave them out")
     if parts.enabled and kl.beta == 0 and kl.adaptive is None:
         rep.warnings.append(f"{where}: kl.placement is {kl.placement!r} with beta 0: the KL has no effect")
     if parts.reward_estimator is not None and adv.meta.get("level") == "sequence":

@@ -12,7 +12,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from zoo.config.overrides import OverrideError, apply_dotted, did_you_mean
 from zoo.config.schema import Spec, Strict, finite_number, format_validation
-from zoo.config.variant import Updates, Variant, VariantError, load_variant, read_yaml_file
+from zoo.config.variant import Slots, Updates, Variant, VariantError, load_variant, read_yaml_file
 
 
 class Budget(Strict):
@@ -229,6 +229,9 @@ def set_dotted(data: dict[str, Any], overrides: Mapping[str, Any], where: str) -
         if parts[0] == "set" and len(parts) > 1:
             return ("set",), [".".join(parts[1:])]
         if parts[0] not in RunConfig.model_fields:
+            if parts[0] in Slots.model_fields or parts[0] == "entropy_coef":  # a variant key, not a run key
+                raise VariantError(f"{where}: override {key!r}: {parts[0]!r} is a variant slot, not a run-config key; "
+                                   f"write set.{key} (the variant's overrides)")
             hint = did_you_mean(parts[0], RunConfig.model_fields)
             raise VariantError(f"{where}: override {key!r}: unknown key {parts[0]!r}{hint}")
         return (), parts

@@ -44,7 +44,7 @@ class AdaptiveKLSpec(Strict):
 class KLSpec(Strict):
     """Where the KL to the reference goes, with which estimator and coefficient beta."""
 
-    placement: Literal["reward", "loss", "none"] = "none"
+    placement: Literal["reward", "loss", "none"]  # required: `kl: {adaptive: ...}` alone is an error, not "none"
     estimator: str = "k3"
     beta: float = Field(0.0, ge=0)
     adaptive: AdaptiveKLSpec | None = None
@@ -66,7 +66,7 @@ class Updates(Strict):
 class _SlotsBase(Strict):
     def kl_spec(self) -> KLSpec:
         """The `kl` slot as a KLSpec (`kl: none` -> placement "none")."""
-        return KLSpec() if self.kl == "none" else self.kl  # type: ignore[attr-defined,return-value]
+        return KLSpec(placement="none") if self.kl == "none" else self.kl  # type: ignore[attr-defined,return-value]
 
 
 SETTING_TYPES: dict[str, Any] = {"kl": Union[Literal["none"], KLSpec]}  # the slots that hold a setting
