@@ -171,6 +171,8 @@ def _accumulate(sub: Batch, models: Models, slots: Slots, s: StepSettings, count
     if critic_optimizer is not None:
         critic_optimizer.zero_grad(set_to_none=True)
     losses = {"loss/policy": 0.0, "loss/value": 0.0, **{f"loss/{t.name}": 0.0 for t in slots.loss}}
+    # loss terms that declare their own aggregation (`aggregate=` in register), built once per step
+    own_rule = {t.name: registry.build("aggregate", t.meta["aggregate"]) for t in slots.loss if t.meta.get("aggregate")}
     fields = selection.step_fields(sub, models, slots, s)  # the step's detached view, for selections
     offset = selection.rank_offset(sub.size) if fields is not None else 0
     for r in micro_rows(sub, s.micro_batch):
@@ -194,10 +196,10 @@ def _accumulate(sub: Batch, models: Models, slots: Slots, s: StepSettings, count
         own = []  # terms aggregated with their own rule
         for term in slots.loss:
             tr = term(inputs(term), **coefs.get(term.name, {}))
-            agg = registry.build("aggregate", term.meta["aggregate"]) if term.meta.get("aggregate") else slots.aggregate
+            agg = own_rule.get(term.name, slots.aggregate)
             losses[f"loss/{term.name}"] += float(agg(tr.loss.detach(), m, counts))
             tally.add_stats(term.name, tr.token_stats, m)
-            if term.meta.get("aggregate"):
+            if term.name in own_rule:
                 own.append(agg(tr.loss, m, counts))
             else:
                 per_token = per_token + tr.loss
