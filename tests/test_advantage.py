@@ -11,7 +11,7 @@ from zoo.components.types import AdvantageInputs
 from zoo.registry import ComponentError, available, build
 
 NAN = float("nan")
-ESTIMATORS = ["gae", "group_mean", "rloo", "reinforce", "reinforce_pp"]
+ESTIMATORS = ["gae", "group_mean", "rloo", "reinforce", "reinforce_pp", "pass_at_k", "pass_at_k_analytic"]
 
 
 def inputs(scores, mask, group_ids=None, kl=None, values=None):
