@@ -11,7 +11,7 @@ from zoo.config.desugar import kl_parts
 from zoo.config.run import RunConfig
 from zoo.config.variant import Variant
 
-BUDGET_WINS = ("group_size", "updates")  # variant fields the run's budget replaces when set
+BUDGET_WINS = ("group_size", "updates", "critic_warmup")  # variant fields the run's budget replaces when set
 
 
 def shadowed_overrides(cfg: RunConfig) -> list[str]:
