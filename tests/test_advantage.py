@@ -322,3 +322,16 @@ def test_gae_length_adaptive_lambda_hand_worked():
 def test_gae_bad_decoupled_or_adaptive_parameters(spec):
     with pytest.raises(ComponentError):
         build("advantage", {"name": "gae", **spec})
+
+
+@pytest.mark.parametrize("pad", [NAN, math.inf, 1e30])
+def test_gae_decoupled_and_length_adaptive_ignore_padding(pad):
+    for seed in range(3):
+        x = random_inputs(seed)
+        dirty = AdvantageInputs(x.scores, x.mask, x.group_ids,
+                                torch.where(x.mask, x.kl_reward, torch.full_like(x.kl_reward, pad)),
+                                torch.where(x.mask, x.values, torch.full_like(x.values, pad)))
+        params = dict(gamma=1.0, lam=0.95, critic_lam=1.0, length_alpha=0.5)  # l in 1..6: lambda 0 .. 2/3
+        a, b = run("gae", x, **params), run("gae", dirty, **params)
+        assert torch.isfinite(b.advantages).all() and torch.isfinite(b.returns).all()
+        assert torch.equal(a.advantages, b.advantages) and torch.equal(a.returns, b.returns)

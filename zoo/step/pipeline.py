@@ -56,7 +56,8 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> dict[str, Any]:
     with hooks.phase("train"):
         m.update(update(batch, st.models, st.slots, st.settings, st.optimizer, st.scheduler, coefs,    # update
                         critic_optimizer=st.critic_optimizer, hooks=hooks, train_policy=not warmup))
-    m["critic/warmup"] = float(warmup)
+    if st.variant.critic_warmup:
+        m["critic/warmup"] = float(warmup)  # 1 while only the critic trains
     if st.critic_scheduler is not None:
         for _ in range(st.settings.epochs * st.settings.minibatches):
             st.critic_scheduler.step()
