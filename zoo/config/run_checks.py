@@ -39,9 +39,17 @@ def ref_reset_unused(cfg: RunConfig, v: Variant) -> list[str]:
     return []
 
 
+def warmup_covers_run(cfg: RunConfig, v: Variant) -> list[str]:
+    """A value-pretraining warm-up (`critic_warmup`) as long as the run: the policy never moves."""
+    if v.critic_warmup and v.critic_warmup >= cfg.budget.steps:
+        return [f"critic_warmup = {v.critic_warmup} >= budget.steps = {cfg.budget.steps}: only the critic trains, the "
+                "policy never moves (set budget.critic_warmup lower, or budget.steps higher)"]
+    return []
+
+
 def run_warnings(cfg: RunConfig, v: Variant) -> list[str]:
     """Every warning of this module for one run config and its (overridden) variant."""
-    return shadowed_overrides(cfg) + ref_reset_unused(cfg, v)
+    return shadowed_overrides(cfg) + ref_reset_unused(cfg, v) + warmup_covers_run(cfg, v)
 
 
 def coerce_numeric(value: Any) -> Any:
