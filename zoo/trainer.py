@@ -144,6 +144,7 @@ def setup(cfg: RunConfig, device: torch.device | None = None) -> RunState:
         critic_scheduler=_scheduler(copt, cfg, total) if copt else None, stream=stream, resample_stream=resample_stream, task=task,
         rewards=rewards, reward_names=names, reference=reference, device=device,
         controllers=[c() for c in slots.controllers], provenance=prov,
+        gold=[c for c, _ in resolve_rewards(cfg.gold, cfg.plugins)] if cfg.gold else [],
     )
 
 
