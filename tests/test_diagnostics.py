@@ -9,7 +9,7 @@ from zoo.batch import Batch
 from zoo.step.diagnostics import gold_metrics, group_centred, pearson, step_diagnostics
 
 
-def _batch() -> Batch:
+def two_group_batch() -> Batch:
     """Two groups of two. Rows (group, token advantages on real tokens, R1 = correctness, R2, length):
     r0 (0, [1, 1], 1, 0, 2); r1 (0, [-1], 0, 2, 1); r2 (1, [.5, .5, .5], 1, 10, 3); r3 (1, [-.5, -.5], 0, 20, 2).
     A third column is constant (1.0 everywhere). Padding tokens carry 99 (must not count)."""
@@ -33,7 +33,7 @@ def test_adv_corr_uses_group_centred_objectives_two_groups():
     #   sum(a*c) = -1 - 1 - 2.5 - 2.5 = -7; |c|^2 = 52 -> -7 / sqrt(130) = -0.613941
     #   (pooled raw R2 [-8, -6, 2, 12] around its mean 8 would give -7 / sqrt(2.5 * 248) = -0.2811)
     # the constant column has no variance: NaN
-    m = step_diagnostics(_batch(), ["correctness", "r2", "const"], [1.0, 0.1, 1.0], n_rewards=2, accuracy_col=0)
+    m = step_diagnostics(two_group_batch(), ["correctness", "r2", "const"], [1.0, 0.1, 1.0], n_rewards=2, accuracy_col=0)
     assert m["adv/corr/correctness"] == pytest.approx(1.5 / math.sqrt(2.5))
     assert m["adv/corr/r2"] == pytest.approx(-7 / math.sqrt(130))
     assert m["adv/corr/r2"] != pytest.approx(-7 / math.sqrt(2.5 * 248), abs=1e-3)
@@ -45,14 +45,14 @@ def test_len_correct_incorrect_and_len_reward_corr():
     # weighted raw reward over the 2 rewards (w = [1, 0.1]): [1, 0.2, 2, 2] -> centred [.4, -.4, 0, 0]
     # lengths centred: g0 [2, 1] -> [.5, -.5]; g1 [3, 2] -> [.5, -.5]
     #   sum = .2 + .2 = .4; |r|^2 = .32; |l|^2 = 1 -> .4 / sqrt(.32) = 0.707107
-    m = step_diagnostics(_batch(), ["correctness", "r2", "const"], [1.0, 0.1, 1.0], n_rewards=2, accuracy_col=0)
+    m = step_diagnostics(two_group_batch(), ["correctness", "r2", "const"], [1.0, 0.1, 1.0], n_rewards=2, accuracy_col=0)
     assert m["completion/len_correct"] == 2.5
     assert m["completion/len_incorrect"] == 1.5
     assert m["completion/len_reward_corr"] == pytest.approx(0.4 / math.sqrt(0.32))
 
 
 def test_no_accuracy_reward_no_length_by_correctness_and_unscored_rows_left_out():
-    b = _batch()
+    b = two_group_batch()
     m = step_diagnostics(b, ["correctness", "r2", "const"], [1.0, 0.1, 1.0], n_rewards=2, accuracy_col=None)
     assert "completion/len_correct" not in m and "completion/len_incorrect" not in m
     b.objectives[3, 0] = float("nan")  # r3 unscored: not counted as incorrect -> only r1 (len 1)
