@@ -139,7 +139,7 @@ def seed_statistics(groups: list[ArmGroup], baseline: str | None = None
     for name, fn in metrics:
         for g in groups:
             vals = values[(name, g.name)] = per_seed(g, fn)
-            if vals or g.ok_runs:
+            if vals:  # a metric the arm never logged (or only as NaN) gets no row
                 stats.append(ArmStat(name, g.name, vals, estimate(list(vals.values()))))
     base, warning = baseline_of(groups, baseline)
     comps = []
