@@ -103,3 +103,13 @@ def test_a_run_logs_the_diagnostics_and_gold_rewards_that_do_not_train(tiny_mode
             assert key in b
     assert "gold" in fp.fingerprint_fields(gold) and "gold" not in fp.fingerprint_fields(plain)
     assert fp.fingerprint(gold)[0] != fp.fingerprint(plain)[0]
+
+
+def test_an_unknown_gold_reward_is_an_error_before_any_model_loads(tiny_model_dir, tmp_path):
+    from conftest import tiny_run_config
+    from zoo.config.variant import VariantError
+    from zoo.trainer import validate_run
+
+    cfg = tiny_run_config(tiny_model_dir, tmp_path, gold=["correctnes"])
+    with pytest.raises(VariantError, match=r"gold: .*correctnes.*correctness"):
+        validate_run(cfg)

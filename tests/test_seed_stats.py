@@ -79,3 +79,19 @@ def test_different_group_sizes_are_compared_unpaired_and_say_so():
     assert ["final reward", "grpo", "2", "0.250"] == next(r for r in srows if r[:2] == ["final reward", "grpo"])[:4]
     _, _, warning = seed_statistics([a, b], baseline="nope")
     assert "baseline 'nope' is not an arm" in warning and "grpo" in warning
+
+
+def test_study_baseline_must_name_an_arm_and_defaults_to_the_first(tmp_path):
+    from zoo.config.variant import VariantError
+    from zoo.study import experiment, runner
+
+    base = {"variants": ["grpo", "dr_grpo"], "ablations": {"no-clip": {"variant": "grpo", "set": {"clip": "none"}}},
+            "output_dir": str(tmp_path / "s")}
+    with pytest.raises(VariantError, match=r"key 'baseline': 'ppo' is not an arm of this study \(known: grpo, dr_grpo, no-clip\)"):
+        experiment.parse_study({**base, "baseline": "ppo"}, "s.yaml")
+    st = experiment.parse_study({**base, "baseline": "no-clip"}, "s.yaml")
+    assert all("baseline" not in a.config.model_dump() for a in experiment.expand_arms(st))  # a study key, not an arm's
+    import json
+    assert json.loads(runner.write_index(st, experiment.expand_arms(st)).read_text())["baseline"] == "no-clip"
+    st = experiment.parse_study(base, "s.yaml")
+    assert json.loads(runner.write_index(st, experiment.expand_arms(st)).read_text())["baseline"] == "grpo"

@@ -69,6 +69,11 @@ def validate_run(cfg: RunConfig) -> tuple[Variant, list[str]]:
             errors, warnings = check_filter_metrics(v.slots.filter, rewards, ctx)
             rep.errors += errors
             rep.warnings += warnings
+    if cfg.gold:
+        try:
+            resolve_rewards(cfg.gold, cfg.plugins)
+        except ValueError as e:
+            rep.errors.append(f"gold: {e}")
     rep.warnings += run_warnings(cfg, v)
     if rep.errors:
         raise VariantError("\n".join(rep.errors))
