@@ -136,6 +136,11 @@ def make_plots(groups: list[ArmGroup], out: Path) -> list[tuple[str, Path]]:
                                             lambda r: r.series("time/elapsed"))),
         ("Eval accuracy before / after", plot_eval(groups, out / "eval_accuracy.png")),
         ("Training dynamics", plot_curves(groups, DIAGNOSTICS, out / "training_dynamics.png", "step", None)),
+        ("Training dynamics vs completions generated",
+         plot_curves(groups, DIAGNOSTICS, out / "training_dynamics_vs_completions.png", "completions generated",
+                     lambda r: r.series("count/completions"))),
+        ("Training dynamics vs wall time", plot_curves(groups, DIAGNOSTICS, out / "training_dynamics_vs_time.png",
+                                                       "wall time (s)", lambda r: r.series("time/elapsed"))),
     ]
     mech = mechanism_panels(groups)
     made += [
