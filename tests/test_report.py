@@ -116,7 +116,9 @@ def test_report_plots_exist_are_pngs_and_are_linked(study):
     md = report.write_report(study, console=Console(file=io.StringIO())).read_text()
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
     assert set(links) == {"plots/reward_vs_step.png", "plots/reward_vs_completions.png", "plots/reward_vs_time.png",
-                          "plots/eval_accuracy.png", "plots/training_dynamics.png"}
+                          "plots/eval_accuracy.png", "plots/training_dynamics.png",
+                          "plots/training_dynamics_vs_completions.png", "plots/training_dynamics_vs_time.png"}
+    # no diagnostics_*.png: these fake runs log no mechanism diagnostic (adv/corr/*, completion/len_correct, ...)
     for rel in links:
         data = (study / rel).read_bytes()
         assert data[:8] == PNG_MAGIC and len(data) > 10_000, rel
