@@ -47,6 +47,13 @@ def test_one_seed_has_no_interval():
     assert (e.n, e.iqm, e.low, e.high) == (1, 0.42, None, None)
     d = difference({0: 1.0}, {0: 0.5}, paired=True)
     assert d.delta == 0.5 and d.verdict == "1 seed: no interval"
+    # the main job's one-seed report: each arm's row and its comparison say so
+    one = [ArmGroup("grpo", [_run("grpo-s0", 0, 4, [0.1, 0.3])]), ArmGroup("dapo", [_run("dapo-s0", 0, 4, [0.2, 0.6])])]
+    stats, comps, _ = seed_statistics(one)
+    assert next(r for r in stats_rows(stats)[1] if r[:2] == ["final reward", "grpo"]) == [
+        "final reward", "grpo", "1", "0.300", "1 seed: no interval"]
+    row = next(r for r in compare_rows(comps)[1] if r[0] == "final reward")
+    assert row[1:6] == ["dapo", "grpo", "1", "0.300", "1 seed: no interval"] and row[7] == "1 seed: no interval"
 
 
 def test_estimate_interval_is_scipys_fixed_seed_bootstrap_of_the_iqm():
