@@ -100,6 +100,9 @@ def ablate(
     set_: List[str] = typer.Option([], "--set", help="dotted override applied to every arm, e.g. budget.steps=2"),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads"),
     fresh: List[str] = typer.Option([], "--fresh", help="ARM: delete this arm's results and retrain it (a label like grpo-s0, or grpo for all its seeds); repeatable"),
+    ray: Optional[str] = typer.Option(None, "--ray", is_flag=False, flag_value="local", metavar="[ADDRESS]",
+                                      help="each arm a Ray task with the study's `resources`; ADDRESS ('auto', 'ray://host:10001') "
+                                           "joins a cluster, omitted starts a local Ray; shared filesystem assumed (pip install 'variant-zoo[ray]')"),
 ) -> None:
     """Run every arm of a study (variants and ablations x seeds x sweep points) and write a report.
 
@@ -126,7 +129,16 @@ def ablate(
             fail(f"--shard {shard!r}: expected i/n with 0 <= i < n, e.g. 0/4")
     try:
         st = experiment.load_study(study, overrides=parse_sets(set_))
-        code = runner.run_study(st, dry_run=dry_run, shard=sh, console=console, fresh=tuple(fresh))
+        run_arms = None
+        if ray is not None:
+            from functools import partial
+
+            from zoo.study import ray_runner
+
+            ray_runner.import_ray()  # before any arm is planned: without Ray, say how to install it
+            run_arms = partial(ray_runner.run_arms_on_ray, address=None if ray == "local" else ray,
+                               resources=st.resources, threads=threads)
+        code = runner.run_study(st, dry_run=dry_run, shard=sh, console=console, fresh=tuple(fresh), run_arms=run_arms)
     except VariantError as e:
         fail(str(e))
     except OSError as e:  # disk full, read-only folder: one line naming the file (zoo.faults)
@@ -137,7 +149,8 @@ def ablate(
         import shlex
 
         again = shlex.join(["zoo", "ablate", str(study), *(a for x in set_ for a in ("--set", x)),
-                            *(["--shard", shard] if shard else [])])
+                            *(["--shard", shard] if shard else []), *(["--ray", ray] if ray and ray != "local" else
+                                                                        ["--ray"] if ray else [])])
         fail(f"interrupted; finished arms are kept and the interrupted one resumes from its last checkpoint: {again}", 130)
     raise typer.Exit(code)
 

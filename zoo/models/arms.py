@@ -1,6 +1,7 @@
 """A model source built in code: a tiny policy whose only sampleable tokens are a bandit's arms.
 
-    model: "arms:a,b"          # in a run or study file (docs/configuration.md, "Built-in models")
+    model: "arms:a,b"          # in a run or study file (docs/configuration.md, Run file `model`)
+    model: "arms:a,b+eos"      # the same, but a completion is a string of arms ended by a sampleable EOS
 
 `arms_model_dir(name)` builds it once into `<cache root>/models/arms-<tokens>` (no file, no network):
 
@@ -14,6 +15,9 @@
   so training never makes them sampleable;
 - `generation_config.eos_token_id` = [`<|im_end|>`, every arm]: a one-token completion that is an arm
   ends the completion (it is not marked truncated under `max_new_tokens: 1`; its text is the arm).
+  With `+eos`: the arms are not stop tokens and `<|im_end|>` has bias 0 too, so a completion is a
+  string of arms of random length (each token an arm or EOS, 1/(K+1) each at the start) that can
+  ramble up to `max_new_tokens` (experiments/length_bias.yaml).
 
 Used by `experiments/mo_grpo_bandit.yaml` (MO-GRPO arXiv:2509.22047, §5.1's bandit domain).
 """
@@ -29,15 +33,17 @@ from pathlib import Path
 import torch
 
 ARMS_PREFIX = "arms:"
+EOS_SUFFIX = "+eos"
 SPECIAL_LOGIT = -1.0e4
 _MARKER = "zoo_source.json"
 _VERSION = 1  # bump when the construction changes: the cache folder name includes it
 
 
 def parse_arms(name: str) -> list[str]:
-    """`"arms:a,b"` -> ["a", "b"]. Raises ValueError unless there are >= 2 distinct single printable
-    non-space characters (each arm is one token of the vocabulary)."""
+    """`"arms:a,b"` (or `"arms:a,b+eos"`) -> ["a", "b"]. Raises ValueError unless there are >= 2
+    distinct single printable non-space characters (each arm is one token of the vocabulary)."""
     body = name[len(ARMS_PREFIX):] if name.startswith(ARMS_PREFIX) else name
+    body = body.removesuffix(EOS_SUFFIX)
     arms = [a.strip() for a in body.split(",")]
     if len(arms) < 2 or len(set(arms)) != len(arms) or any(len(a) != 1 or not a.isprintable() or a.isspace()
                                                            or a == "," for a in arms):
@@ -63,16 +69,18 @@ def _tokenizer(arms: list[str]):
     return tok
 
 
-def build_arms_model(arms: list[str], seed: int = 0):
+def build_arms_model(arms: list[str], seed: int = 0, *, eos: bool = False):
     """(model, tokenizer) of the construction in the module docstring; deterministic given `seed`
-    (the body's random init; the head starts at zero). The global torch RNG is left untouched."""
+    (the body's random init; the head starts at zero). eos: the `+eos` form (EOS sampleable, arms do
+    not stop). The global torch RNG is left untouched."""
     from transformers import GenerationConfig, PhiConfig, PhiForCausalLM
 
     tok = _tokenizer(arms)
     arm_ids = tok.convert_tokens_to_ids(arms)
+    stops = [tok.eos_token_id] if eos else [tok.eos_token_id, *arm_ids]
     config = PhiConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                        num_attention_heads=4, max_position_embeddings=256, bos_token_id=tok.bos_token_id,
-                       eos_token_id=[tok.eos_token_id, *arm_ids], pad_token_id=tok.pad_token_id,
+                       eos_token_id=stops, pad_token_id=tok.pad_token_id,
                        tie_word_embeddings=False)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -80,24 +88,24 @@ def build_arms_model(arms: list[str], seed: int = 0):
     with torch.no_grad():
         model.lm_head.weight.zero_()
         model.lm_head.bias.fill_(SPECIAL_LOGIT)
-        model.lm_head.bias[arm_ids] = 0.0
+        model.lm_head.bias[arm_ids + ([tok.eos_token_id] if eos else [])] = 0.0
     model.generation_config = GenerationConfig(bos_token_id=tok.bos_token_id, pad_token_id=tok.pad_token_id,
-                                               eos_token_id=[tok.eos_token_id, *arm_ids])
+                                               eos_token_id=stops)
     return model, tok
 
 
 def arms_model_dir(name: str, root: Path) -> Path:
     """The local checkpoint of `name` ("arms:a,b") under `root/models/`, built on first use (written to
     a temporary sibling and renamed into place, so a reader never sees a partial one)."""
-    arms = parse_arms(name)
+    arms, eos = parse_arms(name), name.endswith(EOS_SUFFIX)
     slug = re.sub(r"[^A-Za-z0-9]", lambda m: f"x{ord(m.group()):02x}", "".join(arms))
-    out = root / "models" / f"arms-{slug}-v{_VERSION}"
+    out = root / "models" / f"arms-{slug}{'-eos' if eos else ''}-v{_VERSION}"
     if (out / _MARKER).is_file():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     try:
-        model, tok = build_arms_model(arms)
+        model, tok = build_arms_model(arms, eos=eos)
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
         (tmp / _MARKER).write_text(json.dumps({"name": name, "arms": arms, "version": _VERSION}))

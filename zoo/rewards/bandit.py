@@ -9,7 +9,10 @@ Noise: completion j of a group (the j-th row with that row's `id` in the call) u
 `numpy.random.default_rng([noise_seed, j, stream])`, stream 0 for Bernoulli (u ~ U(0,1), R1 = 1[u < p])
 and 1 for Gaussian (z ~ N(0,1), R2 = (mean + std z) / scale). The same (row, j) gets the same u and z
 whichever arm was pulled (common random numbers), so arms of a study pair by seed. A completion
-that is not one of the arms is unscored (None). Source: the MO-GRPO bandit domain, arXiv:2509.22047 §5.1.
+that pulls no arm is unscored (None; `missing:` gives it a value instead). The arm is the
+completion's first character (the whole completion under `arms:a,b`; the first token under
+`arms:a,b+eos`, whose completions ramble on). `arm_bernoulli` judges correctness (1 = correct:
+`accuracy`, `completion/len_correct|len_incorrect`). Source: the MO-GRPO bandit domain, arXiv:2509.22047 §5.1.
 """
 from __future__ import annotations
 
@@ -59,18 +62,21 @@ def _check_gaussian(params: Mapping[str, Any], context: Mapping[str, Any]) -> No
         raise ValueError(f"scale must be > 0, got {params['scale']}")
 
 
-@register("reward", "arm_bernoulli", check=_check_bernoulli, discrete=True)
-def arm_bernoulli(completions: list[str], rows: list[dict], *, p: Mapping[str, float]) -> list[float | None]:
-    """R = 1.0 if u < p[arm] else 0.0, u ~ U(0, 1) from the row (module docstring); None for a
-    completion that is not a key of `p`. completions, rows: N each. Returns N values."""
+@register("reward", "arm_bernoulli", check=_check_bernoulli, discrete=True, accuracy=True)
+def arm_bernoulli(completions: list[str], rows: list[dict], *, p: Mapping[str, float],
+                  missing: float | None = None) -> list[float | None]:
+    """R = 1.0 if u < p[arm] else 0.0, u ~ U(0, 1) from the row, arm = the completion's first
+    character (module docstring); `missing` for a completion that pulls no key of `p`.
+    completions, rows: N each. Returns N values."""
     u = _draws(rows, 0, "uniform")
-    return [None if c not in p else float(ui < p[c]) for c, ui in zip(completions, u, strict=True)]
+    return [missing if c[:1] not in p else float(ui < p[c[:1]]) for c, ui in zip(completions, u, strict=True)]
 
 
 @register("reward", "arm_gaussian", check=_check_gaussian, discrete=False)
 def arm_gaussian(completions: list[str], rows: list[dict], *, mean: Mapping[str, float], std: float = 1.0,
                  scale: float = 1.0) -> list[float | None]:
-    """R = (mean[arm] + std z) / scale, z ~ N(0, 1) from the row (module docstring); None for a
-    completion that is not a key of `mean`. completions, rows: N each. Returns N values."""
+    """R = (mean[arm] + std z) / scale, z ~ N(0, 1) from the row, arm = the completion's first
+    character (module docstring); None for a completion that pulls no key of `mean`.
+    completions, rows: N each. Returns N values."""
     z = _draws(rows, 1, "normal")
-    return [None if c not in mean else (mean[c] + std * zi) / scale for c, zi in zip(completions, z, strict=True)]
+    return [None if c[:1] not in mean else (mean[c[:1]] + std * zi) / scale for c, zi in zip(completions, z, strict=True)]

@@ -10,6 +10,7 @@ defaults shared by every arm, plus:
     sweep: {clip.eps_high: [0.24, 0.28], optim.lr: [1e-5, 2e-5]}   # grid, applied to every arm
     name: my_study                                   # default: the file name
     output_dir: runs/my_study                        # default: runs/<name>
+    resources: {cpus: 2, gpus: 1}                    # per arm under `zoo ablate --ray` (zoo.study.ray_runner)
 
 A dotted key whose first part is a variant slot (`clip.eps_high`, `loss.entropy_bonus.coef`) goes into the
 arm's `set` (variant overrides); `group_size` and `updates.*` go to `budget.*` (the budget wins over
@@ -41,7 +42,7 @@ from zoo.config.schema import format_validation
 from zoo.study.study_checks import PER_ARM_KEYS, duplicate_sweep_arms
 from zoo.config.variant import VariantError, read_yaml_file
 
-STUDY_KEYS = ("variants", "ablations", "seeds", "sweep", "baseline")
+STUDY_KEYS = ("variants", "ablations", "seeds", "sweep", "baseline", "resources")
 _SAFE = re.compile(r"[^A-Za-z0-9._=+,-]+")
 _SEED_SUFFIX = re.compile(r"-s(-?\d+)$")
 
@@ -51,6 +52,14 @@ class Ablation(Strict):
 
     variant: str
     set: dict[str, Any] = Field(default_factory=dict)
+
+
+class Resources(Strict):
+    """What each arm asks a Ray cluster for under `zoo ablate --ray` (Ray's `num_cpus`, `num_gpus`)."""
+
+    cpus: float | None = Field(None, gt=0, description="CPUs per arm; its torch threads too (default: "
+                               "--threads, else 1)")
+    gpus: float | None = Field(None, ge=0, description="GPUs per arm (default: 1 where the cluster has GPUs, else 0)")
 
 
 class Study(RunConfig):
@@ -63,6 +72,7 @@ class Study(RunConfig):
     sweep: dict[str, list[Any]] = Field(default_factory=dict)
     baseline: str | None = Field(None, description="the arm the report compares the others against "
                                  "(paired by seed); default: the first variant (or ablation)")
+    resources: Resources = Field(default_factory=Resources)
     path: str | None = Field(None, exclude=True)
 
     def study_dir(self) -> Path:

@@ -1,5 +1,6 @@
 """Running a study's arms here, one after another (`zoo ablate`): plan, shard, claim, train, record,
-report. A runner that hands arms to a cluster (Ray) would sit next to this one."""
+report. `run_study(..., run_arms=...)` hands the claimed-and-train part to another executor:
+zoo.study.ray_runner runs each arm as a Ray task."""
 from __future__ import annotations
 
 import json
@@ -117,7 +118,8 @@ def run_command(config_path: Path) -> str:
 
 
 def run_study(st: Study, *, dry_run: bool = False, shard: tuple[int, int] | None = None,
-              train_fn: Callable[..., Any] | None = None, console: Any = None, fresh: tuple[str, ...] = ()) -> int:
+              train_fn: Callable[..., Any] | None = None, console: Any = None, fresh: tuple[str, ...] = (),
+              run_arms: Callable[..., Mapping[str, str]] | None = None) -> int:
     """Run (or with dry_run only plan) a study's arms; see zoo.study.experiment's module doc and issue 4.
 
     Every arm's variant is checked before anything runs (VariantError lists all problems). Each
@@ -129,7 +131,9 @@ def run_study(st: Study, *, dry_run: bool = False, shard: tuple[int, int] | None
     `zoo.trainer.train`). An arm that raises is recorded in its summary.json (status failed, error,
     traceback tail) and the study goes on. Writes study.json (under the study's lease), then
     report.md (`zoo.study.report.write_report`). Returns 0 iff every selected arm finished (dry run: 0 when
-    the plan is valid)."""
+    the plan is valid). `run_arms(arms, train_fn=, fresh=, study_file=, console=)` -> {label: status}
+    replaces the one-after-another loop (each arm through `run_arm`, e.g. as a Ray task); train_fn
+    is then passed as given (None: the executor's default, `zoo.trainer.train`)."""
     from rich.console import Console
 
     console = console or Console()
@@ -154,8 +158,15 @@ def run_study(st: Study, *, dry_run: bool = False, shard: tuple[int, int] | None
         for a in arms:
             console.print(run_command(write_arm_config(a)), highlight=False, soft_wrap=True)
         return 0
-    train_fn = train_fn or _default_train()
     write_index(st, all_arms)
+    if run_arms is not None:
+        try:
+            results = dict(run_arms(arms, train_fn=train_fn, fresh=fresh, study_file=st.path, console=console))
+        finally:
+            write_index(st, all_arms)
+        _final_report(st, console)
+        return _summarise(st, arms, results, console)
+    train_fn = train_fn or _default_train()
     results = {}
     for a in arms:
         try:
@@ -164,6 +175,11 @@ def run_study(st: Study, *, dry_run: bool = False, shard: tuple[int, int] | None
         finally:  # also on Ctrl-C: study.json then shows the arm interrupted, not pending
             write_index(st, all_arms)
     _final_report(st, console)
+    return _summarise(st, arms, results, console)
+
+
+def _summarise(st: Study, arms: list[Arm], results: Mapping[str, str], console: Any) -> int:
+    """Print how many arms finished; 0 iff all did."""
     bad = [k + (" (in use by another process)" if s == "locked" else "") for k, s in results.items() if s != "finished"]
     console.print(f"study {st.name}: {len(arms) - len(bad)}/{len(arms)} arm(s) finished"
                   + (f"; not finished: {', '.join(bad)}" if bad else ""), highlight=False)
@@ -174,6 +190,20 @@ def _default_train() -> Callable[..., Any]:
     from zoo import trainer
 
     return trainer.train
+
+
+def run_arm(arm: Arm, train_fn: Callable[..., Any] | None, console: Any, fresh: bool = False,
+            study_file: str | None = None) -> str:
+    """Claim, train and record one arm as `zoo ablate` does (zoo.study.arm_claim: skipped when finished
+    with the same fingerprint or leased by another process); returns its final status (finished,
+    failed, interrupted, locked, stale). train_fn None: `zoo.trainer.train`. An exception in training
+    is recorded in the arm's summary.json (status failed) and not raised."""
+    return _run_arm(arm, train_fn or _default_train(), console, fresh, study_file)
+
+
+def record_failure(run_dir: Path, e: BaseException) -> None:
+    """Mark the arm in `run_dir` failed in its summary.json with `e` (e.g. a cluster task that died)."""
+    _record_failure(Path(run_dir), e)
 
 
 def _run_arm(arm: Arm, train_fn: Callable[..., Any], console: Any, fresh: bool = False,
