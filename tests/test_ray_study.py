@@ -1,9 +1,11 @@
 """`zoo ablate --ray`: a tiny-model study of 4 arms through a local Ray (num_cpus=2, one thread per arm)
 gives the per-arm metrics of the sequential run (one thread too), and an arm that raises is recorded
-failed while the others finish. One module, one Ray start (seconds)."""
+failed while the others finish; a re-run skips the finished arms. One module, one Ray start: the
+fixture starts Ray as `run_arms_on_ray` would (zoo on the workers' PYTHONPATH), and the runner joins it."""
 import json
 import os
 from functools import partial
+from pathlib import Path
 
 import pytest
 import yaml
@@ -13,7 +15,16 @@ from zoo.config.variant import VariantError
 from zoo.study import experiment, ray_runner, runner
 from zoo.study.experiment import Resources
 
-pytest.importorskip("ray")
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    root = str(Path(ray_runner.__file__).resolve().parents[2])
+    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False,
+             runtime_env={"env_vars": {"PYTHONPATH": root, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}})
+    yield
+    ray.shutdown()
 
 NOISE = ("time/", "perf/")  # wall-clock and memory: differ run to run, everything else must not
 
@@ -34,10 +45,8 @@ def _study(tmp_path, model_dir, name, failing_arm):
         "tracking": {"wandb": False},
         "output_dir": str(tmp_path / name),
     }
-    if failing_arm:  # a reward that cannot score reasoning_gym rows -> every row unscored -> RunFailed at step 1
-        data["ablations"] = {"broken": {"variant": "grpo", "set": {
-            "rewards": [{"name": "arm_bernoulli", "p": {"a": 0.5}}], "guards": {"unscored_steps": 1}}}}
-        data["seeds"] = [0, 1]
+    if failing_arm:  # a bandit reward on reasoning_gym rows raises ValueError (no noise_seed) in the arm
+        data["ablations"] = {"broken": {"variant": "grpo", "set": {"rewards": [{"name": "arm_bernoulli", "p": {"a": 0.5}}]}}}
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data))
     return experiment.load_study(path)
@@ -48,14 +57,13 @@ def _metrics(d):
     return [{k: v for k, v in r.items() if not k.startswith(NOISE)} for r in recs]
 
 
-def test_ray_arms_match_the_sequential_run_and_a_failure_is_recorded(tmp_path, tiny_model_dir):
+def test_ray_arms_match_the_sequential_run_and_a_failure_is_recorded(tmp_path, tiny_model_dir, local_ray):
     quiet = Console(file=open(os.devnull, "w"))
     seq = _study(tmp_path, tiny_model_dir, "seq", failing_arm=False)
     assert runner.run_study(seq, console=quiet) == 0
 
     st = _study(tmp_path, tiny_model_dir, "onray", failing_arm=True)
-    run_arms = partial(ray_runner.run_arms_on_ray, resources=Resources(cpus=1),
-                       init_kwargs={"num_cpus": 2, "num_gpus": 0})
+    run_arms = partial(ray_runner.run_arms_on_ray, resources=Resources(cpus=1))
     code = runner.run_study(st, console=quiet, run_arms=run_arms)
     assert code == 1  # not every arm finished: the broken ones failed
 
@@ -68,12 +76,13 @@ def test_ray_arms_match_the_sequential_run_and_a_failure_is_recorded(tmp_path, t
     index = {r["label"]: r for r in json.loads((tmp_path / "onray" / "study.json").read_text())["arms"]}
     for label in ("broken-s0", "broken-s1"):
         assert index[label]["status"] == "failed"
-        assert "RunFailed" in index[label]["error"] and "unscored" in index[label]["error"]
+        assert index[label]["error"].startswith("ValueError") and "noise_seed" in index[label]["error"]
     assert (tmp_path / "onray" / "report.md").is_file()
 
-    # a re-run skips the finished arms (same fingerprint) and retries the failed ones: nothing is redone
+    # a re-run through Ray skips the finished arms (same fingerprint): nothing is redone
+    again = experiment.load_study(st.path, overrides={"ablations": {}})
     stamp = (tmp_path / "onray" / "grpo-s0" / "summary.json").stat().st_mtime_ns
-    assert runner.run_study(st, console=quiet, run_arms=run_arms) == 1
+    assert runner.run_study(again, console=quiet, run_arms=run_arms) == 0
     assert (tmp_path / "onray" / "grpo-s0" / "summary.json").stat().st_mtime_ns == stamp
 
 
