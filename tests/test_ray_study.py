@@ -108,3 +108,26 @@ def test_without_ray_the_flag_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
     with pytest.raises(VariantError, match=r"pip install 'variant-zoo\[ray\]'"):
         ray_runner.import_ray()
+
+
+@pytest.mark.parametrize("args, address", [(["--ray"], None), (["--ray", "--ray-address", "auto"], "auto"),
+                                           (["--ray-address", "ray://head:10001", "--threads", "2"], "ray://head:10001")])
+def test_cli_ray_flag_and_address(tmp_path, monkeypatch, args, address):
+    from typer.testing import CliRunner
+
+    from zoo.cli import app
+    from zoo.cli import main as _main  # noqa: F401  (registers the commands)
+
+    seen = {}
+
+    def fake_run_study(st, **kw):
+        seen.update(kw["run_arms"].keywords)
+        return 0
+
+    monkeypatch.setattr(runner, "run_study", fake_run_study)
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump({"name": "s", "variants": ["grpo"], "resources": {"cpus": 3}}))
+    res = CliRunner().invoke(app, ["ablate", str(p), *args])
+    assert res.exit_code == 0, res.output
+    assert seen["address"] == address and seen["resources"] == Resources(cpus=3)
+    assert seen["threads"] == (2 if "--threads" in args else None)

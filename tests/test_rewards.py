@@ -255,7 +255,7 @@ def test_a_dotted_path_outside_the_plugins_is_refused_before_it_is_imported(path
     msg = str(e.value)
     mod = path.split(":")[0]
     assert f"module {mod!r} is not among this run's plugins (none)" in msg
-    assert f"add `plugins: [{mod}]`" in msg and "known: correctness, format, length" in msg
+    assert f"add `plugins: [{mod}]`" in msg and "known: arm_bernoulli, arm_gaussian, correctness, format, length" in msg
     assert "my_user_rewards" not in sys.modules  # refused before importing (importing runs code)
     # a plugin package trusts its submodules; another module stays refused
     with pytest.raises(ComponentError, match="not among this run's plugins \\(mylab\\)"):

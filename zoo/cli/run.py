@@ -100,9 +100,10 @@ def ablate(
     set_: List[str] = typer.Option([], "--set", help="dotted override applied to every arm, e.g. budget.steps=2"),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads"),
     fresh: List[str] = typer.Option([], "--fresh", help="ARM: delete this arm's results and retrain it (a label like grpo-s0, or grpo for all its seeds); repeatable"),
-    ray: Optional[str] = typer.Option(None, "--ray", is_flag=False, flag_value="local", metavar="[ADDRESS]",
-                                      help="each arm a Ray task with the study's `resources`; ADDRESS ('auto', 'ray://host:10001') "
-                                           "joins a cluster, omitted starts a local Ray; shared filesystem assumed (pip install 'variant-zoo[ray]')"),
+    ray: bool = typer.Option(False, "--ray", help="each arm a Ray task with the study's `resources`, on a local Ray "
+                             "started here unless --ray-address; shared filesystem assumed (pip install 'variant-zoo[ray]')"),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", metavar="ADDRESS",
+                                              help="with --ray (implied): join this cluster, 'auto' or 'ray://head:10001'"),
 ) -> None:
     """Run every arm of a study (variants and ablations x seeds x sweep points) and write a report.
 
@@ -130,13 +131,13 @@ def ablate(
     try:
         st = experiment.load_study(study, overrides=parse_sets(set_))
         run_arms = None
-        if ray is not None:
+        if ray or ray_address:
             from functools import partial
 
             from zoo.study import ray_runner
 
             ray_runner.import_ray()  # before any arm is planned: without Ray, say how to install it
-            run_arms = partial(ray_runner.run_arms_on_ray, address=None if ray == "local" else ray,
+            run_arms = partial(ray_runner.run_arms_on_ray, address=ray_address,
                                resources=st.resources, threads=threads)
         code = runner.run_study(st, dry_run=dry_run, shard=sh, console=console, fresh=tuple(fresh), run_arms=run_arms)
     except VariantError as e:
@@ -149,8 +150,8 @@ def ablate(
         import shlex
 
         again = shlex.join(["zoo", "ablate", str(study), *(a for x in set_ for a in ("--set", x)),
-                            *(["--shard", shard] if shard else []), *(["--ray", ray] if ray and ray != "local" else
-                                                                        ["--ray"] if ray else [])])
+                            *(["--shard", shard] if shard else []), *(["--ray"] if ray or ray_address else []),
+                            *(["--ray-address", ray_address] if ray_address else [])])
         fail(f"interrupted; finished arms are kept and the interrupted one resumes from its last checkpoint: {again}", 130)
     raise typer.Exit(code)
 

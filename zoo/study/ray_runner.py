@@ -1,8 +1,8 @@
-"""A study's arms as Ray tasks: `zoo ablate STUDY --ray [ADDRESS]`.
+"""A study's arms as Ray tasks: `zoo ablate STUDY --ray [--ray-address ADDRESS]`.
 
-    zoo ablate experiments/mo_grpo_bandit.yaml --ray               # start a local Ray on this machine
-    zoo ablate experiments/mo_grpo_bandit.yaml --ray auto          # the running cluster (`ray start`)
-    zoo ablate experiments/mo_grpo_bandit.yaml --ray ray://head:10001
+    zoo ablate experiments/mo_grpo_bandit.yaml --ray                        # start a local Ray here
+    zoo ablate experiments/mo_grpo_bandit.yaml --ray-address auto           # the running cluster (`ray start`)
+    zoo ablate experiments/mo_grpo_bandit.yaml --ray-address ray://head:10001
 
 `zoo.study.runner.run_study` plans as always (variants checked, config changes refused, shard
 selected); then each selected arm is one Ray task (`max_retries=0`) asking for the study's
