@@ -80,3 +80,32 @@ def test_short_bandit_study_logs_adv_corr_as_the_construction_predicts(tmp_path,
         # the arms saw the same noise: at step 1 both policies are the same, so the same completions and rewards
         assert first["grpo"]["reward/arm_gaussian"] == first["mo_grpo"]["reward/arm_gaussian"]
         assert not math.isnan(first["grpo"]["reward/arm_bernoulli"])
+
+
+def test_the_rambling_form_ends_on_a_sampled_eos():
+    model, tok = build_arms_model(["a", "b"], eos=True)
+    torch.manual_seed(0)
+    b = generate_rollout(model, tok, [[{"role": "user", "content": "Pick an arm."}]], group_size=64, max_new_tokens=8)
+    assert all(set(t) <= {"a", "b"} for t in b.texts)  # EOS is not text; only arms are
+    # each token is a, b or EOS with p = 1/3: P(no EOS in 8) = (2/3)^8 = 0.039, so ~2.5 of 64 truncated
+    assert 0 < int(b.truncated.sum()) < 12 and len(set(b.lengths.tolist())) > 3
+    assert [len(t) for t in b.texts] == [n if tr else n - 1 for n, tr in zip(b.lengths.tolist(), b.truncated.tolist())]
+
+
+def test_bandit_study_arms_carry_their_own_rewards():
+    st = experiment.load_study(ROOT / "experiments" / "mo_grpo_bandit.yaml")
+    arms = {a.label: a for a in experiment.expand_arms(st)}
+    assert len(arms) == 20
+    r2 = {k: arms[f"{k}-s0"].config.rewards[1] for k in ("grpo", "grpo-r2x0.1", "mo_grpo-r2div10")}
+    assert "weight" not in r2["grpo"] and r2["grpo-r2x0.1"]["weight"] == 0.1 and r2["mo_grpo-r2div10"]["scale"] == 10.0
+    assert "rewards" not in arms["grpo-r2x0.1-s0"].overrides  # a run key, not a variant override
+    assert arms["mo_grpo-r2div10-s3"].config.variant == "mo_grpo" and arms["mo_grpo-r2div10-s3"].seed == 3
+
+
+def test_bandit_task_errors_name_the_key():
+    from zoo.tasks import TaskError
+
+    with pytest.raises(TaskError, match="unknown key 'sise'.*did you mean 'size'"):
+        load_task({"name": "bandit", "sise": 3})
+    with pytest.raises(TaskError, match="'prompt' must be a non-empty string"):
+        load_task({"name": "bandit", "prompt": " "})
