@@ -62,7 +62,7 @@ def merge(tensors: dict[str, dict[str, Any]], plain: dict[str, dict[str, Any]]) 
     return {k: {**tensors.get(k, {}), **plain.get(k, {})} for k in {*tensors, *plain}}
 
 
-def _folder_name(directory: Path, step: int) -> str:
+def folder_name(directory: Path, step: int) -> str:
     """`shards.stepN`, or `shards.stepN.K` when that name is taken (a crash left it, or a resume from
     state.prev.pt reaches the step again): a finished folder is never overwritten."""
     name, k = f"{PREFIX}{step}", 1
@@ -84,7 +84,7 @@ def save_sharded(directory: Path, step: int, parts: dict[str, Part]) -> tuple[st
     from torch.distributed.checkpoint import HuggingFaceStorageWriter, save
 
     tensors, plain = split(state_dicts(parts))
-    name = _broadcast(_folder_name(directory, step) if td.get_rank() == 0 else None)
+    name = _broadcast(folder_name(directory, step) if td.get_rank() == 0 else None)
     tmp = directory / f".{name}.tmp"
     if td.get_rank() == 0:
         with write_guard(tmp):
