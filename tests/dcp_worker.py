@@ -3,7 +3,7 @@
     torchrun --standalone --nproc_per_node 2 tests/dcp_worker.py OUT_DIR MODEL_DIR
 
 1. `zoo.trainer.train` on two ranks with today's data-parallel path (plain modules): per case an
-   uninterrupted 4-step run (`OUT/<case>-full`) and one that crashes after step 2 (ZOO_FAIL_AT_STEP)
+   uninterrupted 3-step run (`OUT/<case>-full`) and one that crashes after step 1 (ZOO_FAIL_AT_STEP)
    and is resumed from its sharded checkpoint (`OUT/<case>-cut`); the test compares metrics.jsonl.
 2. FSDP2: the tiny model wrapped by `fully_shard` (each decoder layer, then the root; its weights and
    AdamW states are DTensor shards), trained by a small loop of its own (LM loss on rows from a
@@ -25,7 +25,7 @@ for p in (HERE.parent, HERE):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-CASES = {  # name -> tiny_run_config overrides (4 steps, a checkpoint after every step)
+CASES = {  # name -> tiny_run_config overrides (3 steps, a checkpoint after every step)
     "grpo-full": dict(variant="grpo"),
     "ppo-lora": dict(variant="ppo", budget={"group_size": 2},
                      model_opts={"lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}}),
@@ -37,13 +37,13 @@ def run_cases(out: Path, model_dir: Path) -> None:
     from zoo import trainer
 
     for name, kw in CASES.items():
-        kw = {**kw, "budget": {"steps": 4, **kw.get("budget", {})}, "eval": {"enabled": False}}
+        kw = {**kw, "budget": {"steps": 3, **kw.get("budget", {})}, "eval": {"enabled": False}}
         trainer.train(tiny_run_config(model_dir, out / f"{name}-full", **kw), progress=False)
         cut = tiny_run_config(model_dir, out / f"{name}-cut", **kw)
-        os.environ["ZOO_FAIL_AT_STEP"] = "2"
+        os.environ["ZOO_FAIL_AT_STEP"] = "1"
         try:
             trainer.train(cut, progress=False)
-            raise AssertionError("ZOO_FAIL_AT_STEP=2 did not stop the run")
+            raise AssertionError("ZOO_FAIL_AT_STEP=1 did not stop the run")
         except RuntimeError as e:
             assert "simulated crash" in str(e), e
         del os.environ["ZOO_FAIL_AT_STEP"]

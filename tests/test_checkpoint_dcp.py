@@ -64,13 +64,13 @@ def dcp_runs(tmp_path_factory, tiny_model_dir):
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_ddp_sharded_resume_equals_the_uninterrupted_run(dcp_runs, case):
-    """Crash after step 2, resume from the shards: steps 3-4 log what the uninterrupted run logged
+    """Crash after step 1, resume from the shards: steps 2-3 log what the uninterrupted run logged
     (sampling depends on every rank's restored RNG and prompt position, the update on the restored
     weights and AdamW moments), and the final shards hold the same tensors."""
     full, cut = dcp_runs / f"{case}-full", dcp_runs / f"{case}-cut"
-    assert [r["step"] for r in _records(cut)] == [1, 2, 3, 4]
+    assert [r["step"] for r in _records(cut)] == [1, 2, 3]
     assert_same_metrics(_records(full), _records(cut))
-    a, b = _shard_tensors(full / "checkpoint" / "shards.step4"), _shard_tensors(cut / "checkpoint" / "shards.step4")
+    a, b = _shard_tensors(full / "checkpoint" / "shards.step3"), _shard_tensors(cut / "checkpoint" / "shards.step3")
     assert a.keys() == b.keys() and any(k.startswith("policy/optimizer.state.") for k in a)
     for k in a:
         for (_, x), (_, y) in zip(a[k], b[k]):
@@ -82,7 +82,7 @@ def test_ddp_shards_hold_the_trainable_parameters_only(dcp_runs):
     critic's its adapters and value head; full fine-tuning: every weight of the model."""
     from zoo.testing import tiny_model_and_tokenizer
 
-    lora = [k for k in _shard_tensors(dcp_runs / "ppo-lora-cut" / "checkpoint" / "shards.step4") if "/" not in k]
+    lora = [k for k in _shard_tensors(dcp_runs / "ppo-lora-cut" / "checkpoint" / "shards.step3") if "/" not in k]
     policy = [k for k in lora if k.startswith("policy.")]
     critic = [k for k in lora if k.startswith("critic.")]
     assert policy and all(".lora_A." in k or ".lora_B." in k for k in policy), policy
@@ -90,7 +90,7 @@ def test_ddp_shards_hold_the_trainable_parameters_only(dcp_runs):
     assert len(policy) == 8 and len([k for k in critic if ".lora_" in k]) == 8
     assert [k for k in critic if ".lora_" not in k], "the value head is missing"
 
-    full = {k for k in _shard_tensors(dcp_runs / "grpo-full-cut" / "checkpoint" / "shards.step4") if "/" not in k}
+    full = {k for k in _shard_tensors(dcp_runs / "grpo-full-cut" / "checkpoint" / "shards.step3") if "/" not in k}
     model, _ = tiny_model_and_tokenizer(seed=0)
     assert full == {f"policy.{k}" for k in model.state_dict()}
 
@@ -101,11 +101,11 @@ def test_ddp_checkpoint_is_data_only_and_rotates(dcp_runs):
     d = dcp_runs / "grpo-full-cut" / "checkpoint"
     state = torch.load(d / "state.pt", weights_only=True)
     prev = torch.load(d / "state.prev.pt", weights_only=True)
-    assert (state["step"], state["shards"], state["world_size"]) == (4, "shards.step4", 2)
-    assert (prev["step"], prev["shards"]) == (3, "shards.step3")
+    assert (state["step"], state["shards"], state["world_size"]) == (3, "shards.step3", 2)
+    assert (prev["step"], prev["shards"]) == (2, "shards.step2")
     assert "policy" not in state and "optimizer" not in state  # the weights are in the shards
-    assert sorted(p.name for p in d.iterdir()) == ["shards.step3", "shards.step4", "state.prev.pt", "state.pt"]
-    for folder in (d / "shards.step3", d / "shards.step4"):
+    assert sorted(p.name for p in d.iterdir()) == ["shards.step2", "shards.step3", "state.prev.pt", "state.pt"]
+    for folder in (d / "shards.step2", d / "shards.step3"):
         names = sorted(p.name for p in folder.iterdir())
         assert len(names) == 2 and all(n.endswith(".safetensors") for n in names), names  # one file per rank
     assert len(state["rng_ranks"]) == 2 and not torch.equal(state["rng_ranks"][0]["torch"], state["rng_ranks"][1]["torch"])
@@ -134,11 +134,11 @@ def test_resume_on_another_world_size_is_refused(dcp_runs, tiny_model_dir, tmp_p
     run = tmp_path / "run"
     shutil.copytree(dcp_runs / "grpo-full-cut", run)
     (run / "summary.json").unlink()  # not finished: the resume reaches the checkpoint
-    cfg = tiny_run_config(tiny_model_dir, run, variant="grpo", budget={"steps": 4}, eval={"enabled": False})
+    cfg = tiny_run_config(tiny_model_dir, run, variant="grpo", budget={"steps": 3}, eval={"enabled": False})
     with pytest.raises(CheckpointError, match=r"state.pt: written by a run on 2 processes, this run has 1; resume "
                                               r"it on 2 processes \(torchrun --nproc_per_node 2"):
         trainer.train(cfg, progress=False)
-    assert sorted(p.name for p in (run / "checkpoint").iterdir())[:2] == ["shards.step3", "shards.step4"]  # kept
+    assert sorted(p.name for p in (run / "checkpoint").iterdir())[:2] == ["shards.step2", "shards.step3"]  # kept
 
 
 # ---------------------------------------------------------------- one process, no launch
