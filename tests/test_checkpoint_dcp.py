@@ -188,3 +188,49 @@ def test_missing_shards_folder_is_one_error_naming_it(tmp_path):
     with pytest.raises(CheckpointError, match=r"shards.step3: cannot be loaded into this run \(FileNotFoundError: "
                                               r"the shards folder .* that state.pt names is missing\); start over"):
         restore_checkpoint(st, state, tmp_path)
+
+
+class _Opens:
+    """Unpickling this creates the file `path` (stands for code a pickle could run)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_shards_are_read_without_unpickling_anything(tmp_path):
+    """A pickled `.metadata` planted in a shards folder (what DCP's default reader unpickles) is not
+    read on load: the weights come back from the safetensors files and the pickle never runs. DCP's
+    FileSystemReader on the same folder does run it (the planted file is live)."""
+    import pickle
+
+    import torch.distributed as td
+    from torch.distributed.checkpoint import FileSystemReader
+
+    from zoo.checkpoint_dcp import load_sharded, save_sharded
+
+    td.init_process_group("gloo", store=td.HashStore(), rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        a, b = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+        opt_a, opt_b = torch.optim.AdamW(a.parameters(), lr=0.1), torch.optim.AdamW(b.parameters(), lr=0.5)
+        a(torch.ones(1, 3)).sum().backward()
+        opt_a.step()
+        name, plain = save_sharded(tmp_path, 1, {"m": (a, opt_a, False)})
+        marker = tmp_path / "pickle-ran"
+        (tmp_path / name / ".metadata").write_bytes(pickle.dumps(_Opens(str(marker))))
+        load_sharded(tmp_path / name, plain, {"m": (b, opt_b, False)})
+        assert not marker.exists()
+        for pa, pb in zip(a.parameters(), b.parameters()):
+            torch.testing.assert_close(pa, pb, atol=0, rtol=0)
+            torch.testing.assert_close(opt_a.state[pa]["exp_avg"], opt_b.state[pb]["exp_avg"], atol=0, rtol=0)
+        assert opt_b.param_groups[0]["lr"] == 0.1  # from state.pt's plain values
+        try:
+            FileSystemReader(str(tmp_path / name)).read_metadata()
+        except Exception:  # noqa: BLE001 - what it does with the unpickled object does not matter
+            pass
+        assert marker.exists()
+    finally:
+        td.destroy_process_group()
