@@ -200,37 +200,62 @@ class _Opens:
         return (open, (self.path, "w"))
 
 
-def test_shards_are_read_without_unpickling_anything(tmp_path):
+@pytest.fixture
+def one_rank_group():
+    """A 1-process gloo group (DCP's collectives need one), torn down after the test."""
+    import torch.distributed as td
+
+    td.init_process_group("gloo", store=td.HashStore(), rank=0, world_size=1)
+    yield
+    td.destroy_process_group()
+
+
+def test_a_failed_shard_write_is_one_write_error_and_leaves_nothing(one_rank_group, tmp_path, monkeypatch):
+    """Disk full while a rank writes its shard: one WriteError naming the folder and the reason (DCP's
+    CheckpointException unwrapped), the temporary folder removed, no shards folder."""
+    import errno
+
+    from torch.distributed.checkpoint import HuggingFaceStorageWriter
+
+    from zoo.checkpoint_dcp import save_sharded
+    from zoo.faults import WriteError
+
+    def full_disk(*a, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(HuggingFaceStorageWriter, "write_data", full_disk)
+    lin = torch.nn.Linear(2, 2)
+    with pytest.raises(WriteError, match=r"no space left on device while writing .*shards.step1$"):
+        save_sharded(tmp_path, 1, {"m": (lin, torch.optim.AdamW(lin.parameters()), False)})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_shards_are_read_without_unpickling_anything(one_rank_group, tmp_path):
     """A pickled `.metadata` planted in a shards folder (what DCP's default reader unpickles) is not
     read on load: the weights come back from the safetensors files and the pickle never runs. DCP's
     FileSystemReader on the same folder does run it (the planted file is live)."""
     import pickle
 
-    import torch.distributed as td
     from torch.distributed.checkpoint import FileSystemReader
 
     from zoo.checkpoint_dcp import load_sharded, save_sharded
 
-    td.init_process_group("gloo", store=td.HashStore(), rank=0, world_size=1)
+    torch.manual_seed(0)
+    a, b = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    opt_a, opt_b = torch.optim.AdamW(a.parameters(), lr=0.1), torch.optim.AdamW(b.parameters(), lr=0.5)
+    a(torch.ones(1, 3)).sum().backward()
+    opt_a.step()
+    name, plain = save_sharded(tmp_path, 1, {"m": (a, opt_a, False)})
+    marker = tmp_path / "pickle-ran"
+    (tmp_path / name / ".metadata").write_bytes(pickle.dumps(_Opens(str(marker))))
+    load_sharded(tmp_path / name, plain, {"m": (b, opt_b, False)})
+    assert not marker.exists()
+    for pa, pb in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(pa, pb, atol=0, rtol=0)
+        torch.testing.assert_close(opt_a.state[pa]["exp_avg"], opt_b.state[pb]["exp_avg"], atol=0, rtol=0)
+    assert opt_b.param_groups[0]["lr"] == 0.1  # from state.pt's plain values
     try:
-        torch.manual_seed(0)
-        a, b = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
-        opt_a, opt_b = torch.optim.AdamW(a.parameters(), lr=0.1), torch.optim.AdamW(b.parameters(), lr=0.5)
-        a(torch.ones(1, 3)).sum().backward()
-        opt_a.step()
-        name, plain = save_sharded(tmp_path, 1, {"m": (a, opt_a, False)})
-        marker = tmp_path / "pickle-ran"
-        (tmp_path / name / ".metadata").write_bytes(pickle.dumps(_Opens(str(marker))))
-        load_sharded(tmp_path / name, plain, {"m": (b, opt_b, False)})
-        assert not marker.exists()
-        for pa, pb in zip(a.parameters(), b.parameters()):
-            torch.testing.assert_close(pa, pb, atol=0, rtol=0)
-            torch.testing.assert_close(opt_a.state[pa]["exp_avg"], opt_b.state[pb]["exp_avg"], atol=0, rtol=0)
-        assert opt_b.param_groups[0]["lr"] == 0.1  # from state.pt's plain values
-        try:
-            FileSystemReader(str(tmp_path / name)).read_metadata()
-        except Exception:  # noqa: BLE001 - what it does with the unpickled object does not matter
-            pass
-        assert marker.exists()
-    finally:
-        td.destroy_process_group()
+        FileSystemReader(str(tmp_path / name)).read_metadata()
+    except Exception:  # noqa: BLE001 - what it does with the unpickled object does not matter
+        pass
+    assert marker.exists()

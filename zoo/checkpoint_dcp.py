@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.distributed as td
 
-from zoo.faults import write_guard
+from zoo.faults import WriteError, write_error, write_guard
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +80,10 @@ def _broadcast(obj: Any) -> Any:
 def save_sharded(directory: Path, step: int, parts: dict[str, Part]) -> tuple[str, dict[str, dict[str, Any]]]:
     """Every rank writes its shards of `parts` into `directory/shards.stepN/` (see the module doc).
     Collective: every rank calls it. Returns (the folder's name, the non-tensor values to keep in
-    state.pt; the same on every rank). Raises WriteError (zoo.faults) naming the folder."""
+    state.pt; the same on every rank). Raises WriteError (zoo.faults) naming the folder, on every rank
+    (DCP gathers each rank's failure); the temporary folder is removed."""
     from torch.distributed.checkpoint import HuggingFaceStorageWriter, save
+    from torch.distributed.checkpoint.api import CheckpointException
 
     tensors, plain = split(state_dicts(parts))
     name = _broadcast(folder_name(directory, step) if td.get_rank() == 0 else None)
@@ -91,14 +93,30 @@ def save_sharded(directory: Path, step: int, parts: dict[str, Part]) -> tuple[st
             shutil.rmtree(tmp, ignore_errors=True)  # a killed writer's leftovers: never a finished folder
             tmp.mkdir(parents=True)
     td.barrier()
-    with write_guard(tmp):
+    try:
         save(tensors, storage_writer=HuggingFaceStorageWriter(str(tmp), save_distributed=True))
+    except CheckpointException as e:  # a BaseException holding every rank's failure
+        if td.get_rank() == 0:
+            shutil.rmtree(tmp, ignore_errors=True)  # partial shards would keep a full disk full
+        raise _as_write_error(e, directory / name) from None
     td.barrier()  # every rank's shard is on disk
     if td.get_rank() == 0:
         with write_guard(directory / name):
             os.replace(tmp, directory / name)
     td.barrier()
     return name, plain
+
+
+def _as_write_error(e: BaseException, path: Path) -> WriteError:
+    """DCP's CheckpointException as one WriteError: the first rank's OSError (disk full, read-only)
+    with its reason, else the first failure's first line."""
+    failures = [f[0] if isinstance(f, tuple) else f for f in getattr(e, "failures", {}).values()]
+    for f in failures:
+        if isinstance(f, OSError):
+            return write_error(f, path)
+    first = failures[0] if failures else e
+    return WriteError(f"could not write {path} ({type(first).__name__}: {(str(first).strip().splitlines() or [''])[0][:200]})",
+                      filename=str(path))
 
 
 def load_sharded(folder: Path, plain: dict[str, dict[str, Any]], parts: dict[str, Part]) -> None:

@@ -8,6 +8,7 @@ rest. A checkpoint resumes only under the world size that wrote it.
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,10 @@ from torch.distributed.checkpoint.api import CheckpointException
 from zoo import checkpoint as ckpt
 from zoo import checkpoint_dcp as dcp
 from zoo import dist
+from zoo.faults import WriteError
 from zoo.step.types import RunState
+
+log = logging.getLogger(__name__)
 
 
 def model_parts(st: RunState, with_reference: bool = False) -> dict[str, dcp.Part]:
@@ -46,8 +50,18 @@ def save_checkpoint(st: RunState, out: Path, tracker_id: str | None) -> None:
     full_ref = sharded and st.reference is not None and st.reference.resets > 0 and not st.reference.shares_policy
     reference = _reference_state(st) if not full_ref else {"resets": st.reference.resets, "sharded": True}
     shards = dcp.save_sharded(directory, st.step, model_parts(st, full_ref)) if sharded else None
-    if dist.rank() != 0:
-        return
+    error = _write_state(st, directory, tracker_id, ranks, reference, shards) if dist.rank() == 0 else None
+    said = dist.all_gather_object(str(error) if error is not None else None)[0] if sharded else None
+    if error is not None:
+        raise error
+    if said is not None:  # rank 0 could not write state.pt: every rank stops (none waits in a collective)
+        raise WriteError(f"rank 0: {said}")
+
+
+def _write_state(st: RunState, directory: Path, tracker_id: str | None, ranks: list[dict[str, Any]],
+                 reference: Any, shards: tuple[str, dict[str, Any]] | None) -> OSError | None:
+    """Rank 0's part of `save_checkpoint`: write state.pt (and delete the shards folder no file names
+    any more). Returns the OSError (WriteError) that stopped it, else None."""
     state = {
         "step": st.step, "controllers": [c.state_dict() for c in st.controllers], "totals": dict(st.totals),
         "scheduler": st.scheduler.state_dict(),
@@ -65,14 +79,21 @@ def save_checkpoint(st: RunState, out: Path, tracker_id: str | None) -> None:
         })
     else:
         state.update({"shards": shards[0], "shards_plain": shards[1]})
-    if shards is None:
+    try:
+        if shards is None:
+            ckpt.save(directory, state)
+            return None
+        kept = {ckpt.shards_of(directory / ckpt.FILE), shards[0]}
+        dropped = ckpt.shards_of(directory / ckpt.PREV)  # the folder of the file this save rotates out
         ckpt.save(directory, state)
-        return
-    kept = {ckpt.shards_of(directory / ckpt.FILE), shards[0]}
-    dropped = ckpt.shards_of(directory / ckpt.PREV)  # the folder of the file this save rotates out
-    ckpt.save(directory, state)
+    except OSError as e:
+        return e
     if dropped is not None and dropped not in kept and (directory / dropped).is_dir():
-        dcp.remove(directory / dropped)
+        try:
+            dcp.remove(directory / dropped)
+        except OSError as e:  # the checkpoint is saved; an old folder left behind costs only disk
+            log.warning("could not delete the old shards folder %s: %s", directory / dropped, e)
+    return None
 
 
 def _reference_state(st: RunState) -> Any:
