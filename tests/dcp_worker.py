@@ -111,6 +111,9 @@ def run_fsdp(out: Path, rank: int) -> None:
     st = fsdp_state(7, rank)
     report["cut"] = [fsdp_step(st, rank) for _ in range(2)]
     save_checkpoint(st, out, None)
+    saved = gathered(st.models.policy)  # collective
+    if rank == 0:  # what zoo.checkpoint_dcp.read_full must put together from the two ranks' shards
+        torch.save(saved, out / "saved_params.pt")
     torch.manual_seed(12345)  # the restore must bring back each rank's RNG state
     st = fsdp_state(8, rank)  # other initial weights: the restore must overwrite every one
     report["fresh_differs"] = any(not torch.equal(v, full_params[k]) for k, v in gathered(st.models.policy).items())

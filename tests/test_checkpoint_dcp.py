@@ -125,6 +125,41 @@ def test_fsdp_sharded_resume_equals_the_uninterrupted_run(dcp_runs):
     assert sorted((off[0], t.shape[0]) for off, t in emb) == [(0, 53), (53, 52)]
 
 
+def test_fsdp_shards_read_back_whole_in_one_process(dcp_runs):
+    """read_full puts each weight back together from the two ranks' chunks, without a process group:
+    equal to what the ranks gathered (full_tensor) when they saved."""
+    from zoo.checkpoint_dcp import read_full
+
+    saved = torch.load(dcp_runs / "fsdp" / "saved_params.pt")
+    got = read_full(dcp_runs / "fsdp" / "checkpoint" / "shards.step2", "policy")
+    assert got.keys() == saved.keys()
+    for k in saved:
+        torch.testing.assert_close(got[k], saved[k], atol=0, rtol=0, msg=k)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_export_of_a_ddp_run_reads_its_shards(dcp_runs, tiny_model_dir, tmp_path, case):
+    """`zoo export` of a data-parallel run: the trained weights from the shards (full fine-tuning:
+    exactly the policy's shards; LoRA: merged, so the adapted projections differ from the base)."""
+    from safetensors.torch import load_file
+
+    from zoo.checkpoint_dcp import read_full
+    from zoo.export import export_run
+
+    export_run(dcp_runs / f"{case}-cut", tmp_path / "hf")
+    exported = load_file(tmp_path / "hf" / "model.safetensors")
+    base = load_file(tiny_model_dir / "model.safetensors")
+    if case == "grpo-full":
+        shards = read_full(dcp_runs / f"{case}-cut" / "checkpoint" / "shards.step3", "policy")
+        for k, v in exported.items():
+            torch.testing.assert_close(v, shards[k], atol=0, rtol=0, msg=k)
+    else:
+        k = "model.layers.0.self_attn.q_proj.weight"
+        assert not torch.equal(exported[k], base[k]), "the trained adapter was not merged"
+        k = "model.layers.0.mlp.up_proj.weight"  # no adapter there
+        torch.testing.assert_close(exported[k], base[k], atol=0, rtol=0)
+
+
 def test_resume_on_another_world_size_is_refused(dcp_runs, tiny_model_dir, tmp_path):
     """The 2-rank checkpoint resumed in one process stops before any step, naming both sizes."""
     from conftest import tiny_run_config

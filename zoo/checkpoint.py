@@ -13,6 +13,10 @@ damaged latest file costs one checkpoint interval, not the run). Only tensors an
 `torch.load(weights_only=True)`: a checkpoint from someone else is data, it cannot run code
 (docs/configuration.md, Trust). A damaged or refused file raises CheckpointError naming it and the
 options; `load` never falls back to the previous file by itself (the user moves the damaged one away).
+
+Under data parallelism the weights and optimizer states live in a shards folder that state.pt names
+(zoo.checkpoint_dcp); `clear` removes those folders too and `check_world_size` refuses a resume under
+another number of processes.
 """
 from __future__ import annotations
 

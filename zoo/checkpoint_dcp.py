@@ -16,6 +16,7 @@ pair (state.pt + its folder) intact. A folder is never reused: a name already ta
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -138,6 +139,35 @@ def load_sharded(folder: Path, plain: dict[str, dict[str, Any]], parts: dict[str
                                 strict=keep_frozen)
         set_state_dict(model, [optim] if optim is not None else [], model_state_dict=sd[name],
                        optim_state_dict=sd.get(name + "/optimizer", {}), options=opts)
+
+
+def read_full(folder: Path, part: str) -> dict[str, torch.Tensor]:
+    """The whole tensors of one part (e.g. "policy") of a shards folder, in one process and without a
+    process group: each rank's chunks (safetensors files, offsets from their JSON headers) put
+    together. {fqn: tensor} with the model's own parameter names (as `state_dicts` gave them).
+    Raises FileNotFoundError for a missing or empty folder."""
+    from safetensors import safe_open
+
+    files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
+    if not files:
+        raise FileNotFoundError(f"{folder}: no shards (*.safetensors) in it")
+    chunks: dict[str, list[tuple[list[int], torch.Tensor]]] = {}
+    for f in files:
+        with safe_open(str(f), framework="pt") as s:
+            info = json.loads((s.metadata() or {}).get("DCP_SHARDING_INFO", "{}"))
+            for key in s.keys():
+                if key.startswith(part + "."):
+                    t = s.get_tensor(key)
+                    offsets = info.get(key, {}).get("saved_offsets") or [0] * t.dim()
+                    chunks.setdefault(key[len(part) + 1:], []).append((offsets, t))
+    out = {}
+    for name, parts in chunks.items():
+        size = [max(o[d] + t.shape[d] for o, t in parts) for d in range(parts[0][1].dim())]
+        whole = torch.empty(size, dtype=parts[0][1].dtype)
+        for o, t in parts:
+            whole[tuple(slice(a, a + n) for a, n in zip(o, t.shape))] = t
+        out[name] = whole
+    return out
 
 
 def full(t: torch.Tensor) -> torch.Tensor:
