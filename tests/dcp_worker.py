@@ -26,7 +26,9 @@ for p in (HERE.parent, HERE):
         sys.path.insert(0, str(p))
 
 CASES = {  # name -> tiny_run_config overrides (3 steps, a checkpoint after every step)
-    "grpo-full": dict(variant="grpo"),
+    # full fine-tuning; the reference moves after every step (DeepSeekMath Alg. 1), so the checkpoint
+    # holds it as a sharded part too (a wrong one changes kl/* after the resume)
+    "grpo-full": dict(variant="grpo", ref_reset_every=1),
     "ppo-lora": dict(variant="ppo", budget={"group_size": 2},
                      model_opts={"lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}}),
 }

@@ -79,7 +79,8 @@ def test_ddp_sharded_resume_equals_the_uninterrupted_run(dcp_runs, case):
 
 def test_ddp_shards_hold_the_trainable_parameters_only(dcp_runs):
     """LoRA: the policy's shards are its adapters (the frozen base is rebuilt from the model), the
-    critic's its adapters and value head; full fine-tuning: every weight of the model."""
+    critic's its adapters and value head; full fine-tuning: every weight of the model (and of the moved
+    reference)."""
     from zoo.testing import tiny_model_and_tokenizer
 
     lora = [k for k in _shard_tensors(dcp_runs / "ppo-lora-cut" / "checkpoint" / "shards.step3") if "/" not in k]
@@ -92,7 +93,8 @@ def test_ddp_shards_hold_the_trainable_parameters_only(dcp_runs):
 
     full = {k for k in _shard_tensors(dcp_runs / "grpo-full-cut" / "checkpoint" / "shards.step3") if "/" not in k}
     model, _ = tiny_model_and_tokenizer(seed=0)
-    assert full == {f"policy.{k}" for k in model.state_dict()}
+    # and the moved reference (ref_reset_every), frozen but kept whole
+    assert full == {f"{part}.{k}" for k in model.state_dict() for part in ("policy", "reference")}
 
 
 def test_ddp_checkpoint_is_data_only_and_rotates(dcp_runs):
@@ -169,7 +171,7 @@ def test_resume_on_another_world_size_is_refused(dcp_runs, tiny_model_dir, tmp_p
     run = tmp_path / "run"
     shutil.copytree(dcp_runs / "grpo-full-cut", run)
     (run / "summary.json").unlink()  # not finished: the resume reaches the checkpoint
-    cfg = tiny_run_config(tiny_model_dir, run, variant="grpo", budget={"steps": 3}, eval={"enabled": False})
+    cfg = tiny_run_config(tiny_model_dir, run, **{**CASES["grpo-full"], "budget": {"steps": 3}, "eval": {"enabled": False}})
     with pytest.raises(CheckpointError, match=r"state.pt: written by a run on 2 processes, this run has 1; resume "
                                               r"it on 2 processes \(torchrun --nproc_per_node 2"):
         trainer.train(cfg, progress=False)
