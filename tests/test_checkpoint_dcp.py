@@ -214,6 +214,21 @@ def test_a_taken_folder_name_is_never_reused_and_clear_removes_shards(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["other"]
 
 
+def test_the_folder_a_save_drops_is_the_one_state_prev_named(tmp_path):
+    """A save rotates state.pt into state.prev.pt, so the old state.prev.pt's folder is no longer named;
+    with no state.pt (moved away as damaged, resumed from state.prev.pt) the save keeps state.prev.pt
+    and its folder."""
+    from zoo import checkpoint as ckpt
+
+    assert ckpt.shards_dropped_by_save(tmp_path) is None  # nothing saved yet
+    ckpt.save(tmp_path, {"step": 1, "shards": "shards.step1"})
+    assert ckpt.shards_dropped_by_save(tmp_path) is None  # no state.prev.pt
+    ckpt.save(tmp_path, {"step": 2, "shards": "shards.step2"})
+    assert ckpt.shards_dropped_by_save(tmp_path) == "shards.step1"
+    (tmp_path / ckpt.FILE).rename(tmp_path / "state.pt.bad")
+    assert ckpt.shards_dropped_by_save(tmp_path) is None
+
+
 def test_missing_shards_folder_is_one_error_naming_it(tmp_path):
     from zoo.checkpoint import CheckpointError
     from zoo.run_checkpoint import restore_checkpoint

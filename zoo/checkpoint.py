@@ -174,6 +174,16 @@ def shards_of(path: Path) -> str | None:
         return None
 
 
+def shards_dropped_by_save(directory: Path) -> str | None:
+    """The shards folder no checkpoint file names once the next `save` into `directory` is done: the
+    one state.prev.pt names, when a state.pt exists to take its place (and names another folder);
+    None otherwise (no state.pt: `save` leaves state.prev.pt as it is)."""
+    current, prev = shards_of(directory / FILE), shards_of(directory / PREV)
+    if not (directory / FILE).exists() or prev == current:
+        return None
+    return prev
+
+
 def world_size_of(state: dict[str, Any]) -> int:
     """How many processes wrote `state` (checkpoints from before `world_size` was stored: one RNG
     state per rank)."""

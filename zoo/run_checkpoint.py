@@ -83,12 +83,11 @@ def _write_state(st: RunState, directory: Path, tracker_id: str | None, ranks: l
         if shards is None:
             ckpt.save(directory, state)
             return None
-        kept = {ckpt.shards_of(directory / ckpt.FILE), shards[0]}
-        dropped = ckpt.shards_of(directory / ckpt.PREV)  # the folder of the file this save rotates out
+        dropped = ckpt.shards_dropped_by_save(directory)  # the folder of the file this save rotates out
         ckpt.save(directory, state)
     except OSError as e:
         return e
-    if dropped is not None and dropped not in kept and (directory / dropped).is_dir():
+    if dropped is not None and dropped != shards[0] and (directory / dropped).is_dir():
         try:
             dcp.remove(directory / dropped)
         except OSError as e:  # the checkpoint is saved; an old folder left behind costs only disk
