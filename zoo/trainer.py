@@ -219,7 +219,7 @@ def _train(cfg: RunConfig, resume: bool, *, progress: bool, on_step: Callable[[i
     state = ckpt.load(out / "checkpoint") if resume else None
     if state is not None:
         with ckpt.restoring(out / "checkpoint" / ckpt.FILE):
-            restore_checkpoint(st, state)
+            restore_checkpoint(st, state, out / "checkpoint")
         log.info("resumed %s at step %d", out, st.step)
     elif main:
         ckpt.clear(out / "checkpoint")  # a fresh start: an older run's checkpoint must not become state.prev.pt
