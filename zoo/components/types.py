@@ -131,7 +131,7 @@ class StepView:
     (what verl and TRL do).
 
     fields: name -> [M, T] detached (M rows of the view, T the step's completion columns; padding
-            0), always `mask`, `advantages`, `logp_old`, and the update-time fields the component
+            0), always `mask`, `advantages`, `completion_ids`, `logp_old`, and the update-time fields the component
             reads (`logp`, `entropy`: from a no-grad forward of the step before its micro-batches).
     rows:   [n] long, the micro-batch's rows within the view (use `local`).
     """

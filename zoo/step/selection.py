@@ -89,7 +89,8 @@ def rank_offset(n_rows: int) -> int:
 
 
 def _rollout_fields(b: Batch) -> dict[str, Tensor]:
-    out = {"mask": b.loss_mask.cpu(), "advantages": b.advantages.detach().float().cpu()}
+    out = {"mask": b.loss_mask.cpu(), "advantages": b.advantages.detach().float().cpu(),
+           "completion_ids": b.completion_ids.cpu()}
     if b.logp_old is not None:
         out["logp_old"] = b.logp_old.detach().float().cpu()
     return out
