@@ -25,7 +25,7 @@ UPDATE_TIME = ("logp", "entropy")
 
 def selectors(slots: Slots) -> list[Any]:
     """The variant's components registered with `selects=True` (the clip rule, corrections, loss terms)."""
-    return [c for c in (slots.clip, *slots.correction, *slots.loss) if c.meta.get("selects")]
+    return [c for c in (slots.clip, *slots.correction, *slots.loss) if getattr(c, "meta", {}).get("selects")]
 
 
 def scope(component: Any) -> str:
@@ -78,8 +78,9 @@ def clip_kwargs(fields: dict[str, Tensor] | None, clip: Any, mb: Batch, rows: Te
                 update_fields: dict[str, Tensor]) -> dict[str, StepView]:
     """The keyword arguments of the clip rule's call for micro-batch `mb`: {"step": its StepView}
     for a rule registered with `selects=True` (e.g. clip_cov), {} for any other (arguments as `view`)."""
-    v = view(fields, clip, mb, rows, offset, update_fields)
-    return {} if v is None else {"step": v}
+    if not getattr(clip, "meta", {}).get("selects"):  # also a plain function put in the slot by hand
+        return {}
+    return {"step": view(fields, clip, mb, rows, offset, update_fields)}
 
 
 def rank_offset(n_rows: int) -> int:
