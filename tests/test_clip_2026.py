@@ -306,3 +306,15 @@ def test_each_variant_trains_two_steps_with_two_minibatches(variant, tiny_model_
     shared = [k for k in before if k in state["policy"]]
     assert shared and all(torch.isfinite(state["policy"][k]).all() for k in shared)
     assert max(float((state["policy"][k].float() - before[k].float()).abs().max()) for k in shared) > 1e-6
+
+
+def test_validate_says_what_a_single_update_leaves_of_each_rule():
+    from zoo.config.checks import check_variant
+
+    said = {v: " ".join(check_variant(load_variant(v)).warnings) for v in ("sapo", "clip_cov", "kl_cov")}
+    assert "clip 'sapo' can have no effect: one on-policy update" in said["sapo"]
+    assert "clip 'clip_cov' has only its token selection left" in said["clip_cov"]
+    assert "clip 'kl_cov' is plain -A r (its |log r| penalty does nothing)" in said["kl_cov"]
+    v = load_variant("kl_cov")
+    two = v.model_copy(update={"updates": v.updates.model_copy(update={"minibatches": 2})})  # ratios move: no warning
+    assert not any("kl_cov" in w for w in check_variant(two).warnings)
