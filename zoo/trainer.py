@@ -161,6 +161,7 @@ def resolved_config(st: RunState) -> dict[str, Any]:
     cfg["resolved_variant"] = {
         "name": st.variant.name, "paper": st.variant.paper, "group_size": st.variant.group_size,
         "updates": st.variant.updates.model_dump(),
+        "critic_warmup": st.variant.critic_warmup,
         "slots": st.variant.resolved({"max_new_tokens": st.cfg.budget.max_new_tokens}),
     }
     cfg["provenance"] = st.provenance

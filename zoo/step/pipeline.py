@@ -52,9 +52,12 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> dict[str, Any]:
     elif dist.is_distributed():
         normalize_global(st.slots.normalizer, *empty_rows(st.device))  # join the other ranks' gather
     t3 = time.perf_counter()
+    warmup = st.step < st.variant.critic_warmup  # value pretraining: the critic alone trains (policy frozen)
     with hooks.phase("train"):
         m.update(update(batch, st.models, st.slots, st.settings, st.optimizer, st.scheduler, coefs,    # update
-                        critic_optimizer=st.critic_optimizer, hooks=hooks))
+                        critic_optimizer=st.critic_optimizer, hooks=hooks, train_policy=not warmup))
+    if st.variant.critic_warmup:
+        m["critic/warmup"] = float(warmup)  # 1 while only the critic trains
     if st.critic_scheduler is not None:
         for _ in range(st.settings.epochs * st.settings.minibatches):
             st.critic_scheduler.step()

@@ -75,7 +75,7 @@ def sample(st: RunState, hooks: Hooks = NO_HOOKS) -> tuple[Batch, dict[str, Any]
         with hooks.phase("score") as ph:
             objectives, n_failed = compute_rewards(reward_fns, b.texts, b.rows)               # reward
             b, obj, names, w, m = length_shaping(b, objectives, st.reward_names, weights, st.slots,
-                                                 s.max_new_tokens)                            # length
+                                                 s.max_new_tokens, accuracy_index(reward_fns))  # length
             b, sm = objective_scores(b, obj, names, w, st.slots)                              # objectives
             per_row = per_row_metrics(objectives, st.reward_names, b.scores, accuracy_index(reward_fns))
             keep = keep_rows(per_row, b.group_ids, st.slots)                                  # filter
