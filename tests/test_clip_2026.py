@@ -151,6 +151,7 @@ def test_clip_cov_hand_case():
         res, g = _loss_and_grad(lambda *a: clip_cov(*a, ratio=0.34, seed=seed), logp, old, adv, mask)
         torch.testing.assert_close(res.loss, _t([[-6.0, 0.0, 0.0, 0.0], [0.0, 1.6, 6.0, 0.0]]), atol=ATOL, rtol=0)
         torch.testing.assert_close(g, _t([[-6.0, 0.0, 0.0, 0.0], [0.0, 0.0, 6.0, 0.0]]), atol=ATOL, rtol=0)
+    assert res.token_stats["clip/selected_frac"].tolist() == [[0, 1, 0, 0], [0, 0, 0, 0]]  # logged share: 1/6
     # without the selection (ratio 0) token (0,1) keeps its PPO loss -2 and gradient -2
     res, g = _loss_and_grad(lambda *a: clip_cov(*a, ratio=0.0), logp, old, adv, mask)
     assert res.loss[0, 1].item() == pytest.approx(-2.0) and g[0, 1].item() == pytest.approx(-2.0)
@@ -301,6 +302,10 @@ def test_each_variant_trains_two_steps_with_two_minibatches(variant, tiny_model_
     summary = train(cfg, progress=False)
     assert summary["status"] == "finished" and summary["steps"] == 2
     assert math.isfinite(summary["loss/policy"])
+    if variant == "kl_cov":  # 2e-4 of ~30 tokens per optimizer step: max(1, 0) = 1 token per step
+        assert 0 < summary["clip/selected_frac"] < 0.2, summary["clip/selected_frac"]
+    if variant == "clip_cov":  # at most 1 per step; 0 when no unclipped token has cov in (1, 5)
+        assert 0 <= summary["clip/selected_frac"] < 0.2, summary["clip/selected_frac"]
     state = torch.load(tmp_path / variant / "checkpoint" / "state.pt", map_location="cpu", weights_only=False)
     before = load_file(str(next(tiny_model_dir.glob("*.safetensors"))))
     shared = [k for k in before if k in state["policy"]]

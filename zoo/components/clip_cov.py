@@ -16,6 +16,7 @@ micro-batch, unseeded).
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from typing import Any, Mapping
 
@@ -161,7 +162,8 @@ def _check_kl_cov(params: Mapping[str, Any], context: Mapping[str, Any]) -> None
 
 
 # ---------------------------------------------------------------- registered rules
-@register("clip", "clip_cov", check=_check_clip_cov, selects=True, reads=("logp",), single_update=_CLIP_NOTE)
+@register("clip", "clip_cov", check=_check_clip_cov, selects=True, reads=("logp",), single_update=_CLIP_NOTE,
+          stats=("clip/selected_frac",))
 def clip_cov(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps_low: float = 0.2,
              eps_high: float = 0.2, ratio: float = 2e-4, cov_lb: float = 1.0, cov_ub: float = 5.0,
              seed: int = 0, scope: str = "step", step: StepView | None = None) -> ClipResult:
@@ -171,8 +173,9 @@ def clip_cov(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps_l
     clipped whose covariance lies in (cov_lb, cov_ub), drawn at random with a seeded generator), else
     -min(r A, clip(r, 1-eps_low, 1+eps_high) A). `ratio: 0` selects nothing: plain ppo / clip_higher
     (our convention; verl asserts ratio > 0). Flags are the PPO clip's (the selected tokens are not
-    flagged). `step`: the StepView the update passes (not a hyperparameter); None selects over the
-    call's own rows. `scope: micro` makes the update pass the micro-batch's view (verl's behaviour).
+    flagged; their share is the token stat `clip/selected_frac`). `step`: the StepView the update
+    passes (not a hyperparameter); None selects over the call's own rows. `scope: micro` makes the
+    update pass the micro-batch's view (verl's behaviour).
     logp, logp_old, adv, mask: [n, T]. Returns ClipResult with [n, T] fields.
     Raises ValueError when shapes differ or a hyperparameter is out of range.
     Source: arXiv 2505.22617, Clip-Cov and its settings (r = 2e-4, omega_low 1, omega_high 5); eps 0.2:
@@ -186,17 +189,19 @@ def clip_cov(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps_l
     sel = view.local(clip_cov_selection(view.fields, eps_low=eps_low, eps_high=eps_high, ratio=ratio,
                                         cov_lb=cov_lb, cov_ub=cov_ub, seed=seed), like=m)  # [n, T]
     loss = torch.where(sel, torch.zeros_like(loss), loss)
-    return clip_result(loss, low, high, ratio_t, m)
+    return _with_selection(clip_result(loss, low, high, ratio_t, m), sel & m)
 
 
-@register("clip", "kl_cov", check=_check_kl_cov, selects=True, reads=("logp",), single_update=_KL_NOTE)
+@register("clip", "kl_cov", check=_check_kl_cov, selects=True, reads=("logp",), single_update=_KL_NOTE,
+          stats=("clip/selected_frac",))
 def kl_cov(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, ratio: float = 2e-4,
            beta: float = 1.0, scope: str = "step", step: StepView | None = None) -> ClipResult:
     """KL-Cov: no ratio clipping; the unclipped surrogate -A r on every token plus beta |log r| on
     the kl_cov_selection tokens (the max(1, floor(ratio * n)) real tokens of largest covariance).
 
     `ratio: 0` selects nothing: the `none` rule. Under a single on-policy update log r = 0 and the
-    penalty does nothing (`zoo validate` warns). Flags are all False. `step`: the StepView the update
+    penalty does nothing (`zoo validate` warns). Flags are all False; the selected tokens' share is the
+    token stat `clip/selected_frac`. `step`: the StepView the update
     passes (not a hyperparameter); None selects over the call's own rows.
     logp, logp_old, adv, mask: [n, T]. Returns ClipResult with [n, T] fields.
     Raises ValueError when shapes differ or a hyperparameter is out of range.
@@ -209,4 +214,9 @@ def kl_cov(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, ratio: 
     sel = view.local(kl_cov_selection(view.fields, ratio=ratio), like=m)  # [n, T]
     loss = -ratio_t * a + torch.where(sel, beta * log_ratio.abs(), torch.zeros_like(log_ratio))
     never = torch.zeros_like(m)
-    return clip_result(loss, never, never, ratio_t, m)
+    return _with_selection(clip_result(loss, never, never, ratio_t, m), sel & m)
+
+
+def _with_selection(res: ClipResult, sel: Tensor) -> ClipResult:
+    """res with token stat `clip/selected_frac` (the selected tokens, [n, T] float; logged as a token mean)."""
+    return dataclasses.replace(res, token_stats={"clip/selected_frac": sel.float()})
