@@ -47,7 +47,8 @@ class TokenTally:
     def of(slots: Slots) -> "TokenTally":
         """A tally with a zero for every token stat the variant's loss terms declare (`stats=`), so
         every rank reduces the same keys, also a rank without rows."""
-        return TokenTally(stats={k: 0.0 for t in slots.loss for k in t.meta.get("stats", ())})
+        comps = (*slots.loss, slots.clip)  # a clip rule may declare token stats too (clip_cov: clip/selected_frac)
+        return TokenTally(stats={k: 0.0 for t in comps for k in getattr(t, "meta", {}).get("stats", ())})
 
     def add(self, res: Any, logp: Tensor, old: Tensor, ent: Tensor, mask: Tensor) -> None:
         """One micro-batch: res = the clip rule's ClipResult; logp, old, ent, mask: [n, T]."""
@@ -59,6 +60,7 @@ class TokenTally:
         self.approx_kl += float(masked_sum(0.5 * lr_**2, mask))
         self.entropy += float(masked_sum(ent.detach().float(), mask))
         self.ratio_max = max(self.ratio_max, float(sanitize(res.ratio, mask, float("-inf")).max()) if mask.any() else 0.0)
+        self.add_stats("clip", getattr(res, "token_stats", {}), mask)  # e.g. clip_cov's clip/selected_frac
 
     def add_stats(self, term: str, token_stats: Mapping[str, Tensor], mask: Tensor) -> None:
         """A loss term's token stats [n, T] summed over real tokens. Raises ValueError for a stat the
@@ -189,7 +191,8 @@ def _accumulate(sub: Batch, models: Models, slots: Slots, s: StepSettings, count
         with hooks.forward("policy", mb):
             logp, ent = forward_logp(models.policy, mb, s, with_entropy=True, entropy_grad=slots.needs_grad("entropy"))
         old = mb.logp_old if mb.logp_old is not None else logp.detach()
-        res = slots.clip(logp, old, mb.advantages, m)
+        res = slots.clip(logp, old, mb.advantages, m,  # a selecting clip rule also gets its view of the step
+                         **selection.clip_kwargs(fields, slots.clip, mb, r, offset, {"logp": logp, "entropy": ent}))
         inp = TermInputs(logp=logp, logp_old=old, advantages=mb.advantages, mask=m, counts=counts, entropy=ent,
                          logp_ref=mb.logp_ref, scores=mb.scores, objectives=mb.objectives, values=mb.values,
                          token_rewards=mb.token_rewards)
