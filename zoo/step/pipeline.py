@@ -6,7 +6,8 @@
     advantage                    the estimator -> batch.advantages [N, T] (+ returns for a critic)
     normalize                    the normalizer, over the global batch under data parallelism
     update                       epochs x minibatches optimizer steps (clip rule, KL in the loss,
-                                 entropy bonus, aggregation over the whole optimizer step), critic
+                                 entropy bonus, aggregation over the whole optimizer step), critic;
+                                 then the generator's `sync(policy)` when an optimizer step was applied
     controllers                  stateful coefficients (adaptive KL beta) move for the next step
 
 The trainer (`zoo.trainer`) sets up, loops, checkpoints and evaluates around `step`; a tool that
@@ -55,6 +56,8 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> dict[str, Any]:
     with hooks.phase("train"):
         m.update(update(batch, st.models, st.slots, st.settings, st.optimizer, st.scheduler, coefs,    # update
                         critic_optimizer=st.critic_optimizer, hooks=hooks))
+    if st.generator is not None and m.get("optim/updates", 0) > 0:  # the weights changed: the sampler follows
+        st.generator.sync(st.models.policy)
     if st.critic_scheduler is not None:
         for _ in range(st.settings.epochs * st.settings.minibatches):
             st.critic_scheduler.step()
