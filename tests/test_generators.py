@@ -232,6 +232,14 @@ def test_an_unknown_backend_is_a_run_error_listing_the_known_ones():
     with pytest.raises(VariantError, match=r"sampling.backend: generator 'noisy': unknown parameter 'sgima' "
                                            r"\(did you mean 'sigma'\?\)"):
         validate_run(RunConfig(sampling={"backend": {"name": "noisy", "sgima": 0.1}}))
+    from zoo.config.run import effective_variant
+    from zoo.study.validate import run_checks  # what `zoo validate` reports per arm
+
+    cfg = RunConfig(sampling={"backend": "vllm"})
+    assert run_checks(cfg, effective_variant(cfg)) == ["sampling.backend: generator 'vllm' is not registered; "
+                                                       "known: hf, noisy"]
+    ok = RunConfig(sampling={"backend": {"name": "noisy", "sigma": 0.5}})
+    assert run_checks(ok, effective_variant(ok)) == []
 
 
 def test_the_fingerprint_holds_the_backend_and_its_parameters():
