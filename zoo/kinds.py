@@ -25,8 +25,8 @@ if TYPE_CHECKING:  # only for the annotations: zoo.components imports the regist
 
     from zoo.backends.generate.types import Continuation, SamplingParams
     from zoo.batch import Batch
-    from zoo.components.types import (AdvantageInputs, AdvantageResult, ClipResult, LengthResult, StepCounts,
-                                      TermInputs, TermResult)
+    from zoo.components.types import (AdvantageInputs, AdvantageResult, ClipResult, LengthResult, LengthRows,
+                                      StepCounts, TermInputs, TermResult)
 
 
 class ObjectiveNormFn(Protocol):
@@ -60,8 +60,9 @@ class KLEstimatorFn(Protocol):
 
 
 class LengthFn(Protocol):
-    def __call__(self, lengths: Tensor, truncated: Tensor, max_new_tokens: int, /) -> LengthResult:
-        """lengths [N], truncated [N] bool, the generation budget -> LengthResult(column [N] | None, keep [N] | None)."""
+    def __call__(self, lengths: Tensor, truncated: Tensor, max_new_tokens: int, rows: LengthRows, /) -> LengthResult:
+        """lengths [N], truncated [N] bool, the generation budget, rows (group ids, per-row reward
+        metrics) -> LengthResult(column [N] | None, keep [N] | None)."""
 
 
 class FilterFn(Protocol):
@@ -163,7 +164,7 @@ TABLE: tuple[Kind, ...] = (
          note="a setting: none or {placement, estimator, beta, adaptive}"),
     Kind("kl_estimator", KLEstimatorFn, None, ("logp", "logp_ref"),
          note="not a slot: kl.estimator"),
-    Kind("length", LengthFn, "length", ("lengths", "truncated", "max_new_tokens"), many=True),
+    Kind("length", LengthFn, "length", ("lengths", "truncated", "max_new_tokens", "group_ids", "metrics"), many=True),
     Kind("filter", FilterFn, "filter", ("metrics", "group_ids"), many=True),
     Kind("critic", CriticFn, "critic", ("values", "old_values", "returns", "mask", "counts"), optional=True),
     Kind("loss", LossTermFn, "loss", ("logp", "logp_old", "advantages", "mask", "counts"), many=True),

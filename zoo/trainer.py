@@ -73,6 +73,11 @@ def validate_run(cfg: RunConfig) -> tuple[Variant, list[str]]:
             errors, warnings = check_filter_metrics(v.slots.filter, rewards, ctx)
             rep.errors += errors
             rep.warnings += warnings
+    if cfg.gold:
+        try:
+            resolve_rewards(cfg.gold, cfg.plugins)
+        except ValueError as e:
+            rep.errors.append(f"gold: {e}")
     rep.warnings += run_warnings(cfg, v)
     if rep.errors:
         raise VariantError("\n".join(rep.errors))
@@ -148,6 +153,7 @@ def setup(cfg: RunConfig, device: torch.device | None = None) -> RunState:
         critic_scheduler=_scheduler(copt, cfg, total) if copt else None, stream=stream, resample_stream=resample_stream, task=task,
         rewards=rewards, reward_names=names, reference=reference, device=device,
         controllers=[c() for c in slots.controllers], provenance=prov,
+        gold=[c for c, _ in resolve_rewards(cfg.gold, cfg.plugins)] if cfg.gold else [],
         generator=build_generator(cfg.sampling.backend, policy, tok),  # once per run (sampling.backend)
     )
 
@@ -166,6 +172,7 @@ def resolved_config(st: RunState) -> dict[str, Any]:
     cfg["resolved_variant"] = {
         "name": st.variant.name, "paper": st.variant.paper, "group_size": st.variant.group_size,
         "updates": st.variant.updates.model_dump(),
+        "critic_warmup": st.variant.critic_warmup,
         "slots": st.variant.resolved({"max_new_tokens": st.cfg.budget.max_new_tokens}),
     }
     cfg["provenance"] = st.provenance

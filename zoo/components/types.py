@@ -57,6 +57,18 @@ class ClipResult:
 
 
 @dataclass(frozen=True)
+class LengthRows:
+    """What a length component knows of the rows besides their lengths (the 4th argument of the
+    length kind): group_ids [N] int (which prompt each completion answers) and metrics, name ->
+    [N], the per-row metrics of the rewards so far: each raw reward column by its reward's name and
+    `accuracy` (1.0 where the correctness-judging reward, registered with `accuracy=True`, gave
+    1.0, else 0.0; NaN where unscored), present only when such a reward is in the run."""
+
+    group_ids: Tensor
+    metrics: Mapping[str, Tensor] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class LengthResult:
     """column: [N] extra objective (e.g. DAPO's soft overlong penalty) or None.
     keep: [N] bool, completions that stay in the loss (False = masked out), or None."""

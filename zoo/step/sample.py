@@ -18,6 +18,7 @@ from zoo.batch import Batch, concat
 from zoo.rewards.compute import accuracy_index, accuracy_metrics, compute_rewards
 from zoo.backends.generate.hf_generator import HFGenerator
 from zoo.backends.generate.types import SamplingParams
+from zoo.step.diagnostics import gold_metrics
 from zoo.step.forwards import autocast
 from zoo.step.hooks import NO_HOOKS, Hooks
 from zoo.step.scoring import keep_rows, length_shaping, objective_scores, per_row_metrics
@@ -78,7 +79,7 @@ def sample(st: RunState, hooks: Hooks = NO_HOOKS) -> tuple[Batch, dict[str, Any]
         with hooks.phase("score") as ph:
             objectives, n_failed = compute_rewards(reward_fns, b.texts, b.rows)               # reward
             b, obj, names, w, m = length_shaping(b, objectives, st.reward_names, weights, st.slots,
-                                                 s.max_new_tokens)                            # length
+                                                 s.max_new_tokens, accuracy_index(reward_fns))  # length
             b, sm = objective_scores(b, obj, names, w, st.slots)                              # objectives
             per_row = per_row_metrics(objectives, st.reward_names, b.scores, accuracy_index(reward_fns))
             keep = keep_rows(per_row, b.group_ids, st.slots)                                  # filter
@@ -86,7 +87,9 @@ def sample(st: RunState, hooks: Hooks = NO_HOOKS) -> tuple[Batch, dict[str, Any]
         t_gen += t1 - t0
         t_score += time.perf_counter() - t1
         if rnd == 0:
-            first = {**sm, **m, **accuracy_metrics(objectives, reward_fns), **_completion_metrics(b)}
+            first = {**sm, **m, **accuracy_metrics(objectives, reward_fns), **_completion_metrics(b),
+                     **gold_metrics(st.gold, b.texts, b.rows)}
+            first["_objectives"] = (list(names), list(w))  # the columns the diagnostics correlate (pipeline)
             first["reward/unscored_frac"] = max(n_failed, default=0) / max(b.size, 1)  # the worst reward's
             first["_samples"] = [
                 {"prompt": r.get("question", ""), "completion": t,

@@ -98,6 +98,7 @@ def update(
     critic_optimizer: torch.optim.Optimizer | None = None,
     generator: torch.Generator | None = None,
     hooks: Hooks = NO_HOOKS,
+    train_policy: bool = True,
 ) -> dict[str, float]:
     """`epochs` x `minibatches` optimizer steps over one rollout batch (rows shuffled by `generator`
     into minibatches when there are several).
@@ -113,7 +114,11 @@ def update(
     (optim/grad_norm, critic/grad_norm) is not finite on any rank is skipped on every rank: weights
     and optimizer state unchanged, gradients zeroed, the LR schedule still advanced. `optim/updates`
     and `optim/skipped` count applied and skipped optimizer steps. `hooks` sees each training
-    forward and the critic's share ("critic" phase: its forward, loss and backward)."""
+    forward and the critic's share ("critic" phase: its forward, loss and backward).
+
+    train_policy False (value pretraining, `critic_warmup`): the policy's gradients are dropped, its
+    weights, optimizer state and LR schedule left as they are; only the critic steps. The policy's
+    losses are still computed and logged (they are the frozen policy's on-policy values)."""
     per_step: dict[str, list[float]] = {}
     applied = skipped = 0  # optimizer steps applied / skipped for a non-finite loss or gradient norm
     tally = TokenTally.of(slots)
@@ -146,10 +151,13 @@ def update(
                     models.critic.zero_grad(set_to_none=True)
             else:
                 applied += 1
-                optimizer_step(models.policy, optimizer, s.max_grad_norm, step_m["optim/grad_norm"])
+                if train_policy:
+                    optimizer_step(models.policy, optimizer, s.max_grad_norm, step_m["optim/grad_norm"])
+                else:  # value pretraining: the policy stays as it is
+                    models.policy.zero_grad(set_to_none=True)
                 if with_critic:
                     optimizer_step(models.critic, critic_optimizer, s.max_grad_norm, step_m["critic/grad_norm"])
-            if scheduler is not None:  # a skipped step still uses its slot of the schedule (as with AMP)
+            if scheduler is not None and train_policy:  # a skipped step still uses its slot (as with AMP)
                 guards.quiet_scheduler_step(scheduler)
             for k, v in step_m.items():
                 per_step.setdefault(k, []).append(v)

@@ -60,11 +60,15 @@ def fingerprint_fields(cfg: RunConfig) -> dict[str, Any]:
     v = effective_variant(cfg)
     ctx = {"max_new_tokens": cfg.budget.max_new_tokens}
     dump = cfg.model_dump(mode="json")
+    if dump["budget"].get("critic_warmup") is None:  # unset: the fingerprints of runs from before the key stay
+        dump["budget"].pop("critic_warmup", None)
+    warmup = {"critic_warmup": v.critic_warmup} if v.critic_warmup else {}  # value pretraining changes training
     fields = {
         "variant": {"name": cfg.variant, "slots": v.resolved(ctx), "group_size": v.group_size,
-                    "updates": v.updates.model_dump(mode="json")},
+                    "updates": v.updates.model_dump(mode="json"), **warmup},
         **{k: dump[k] for k in ("model", "model_opts", "task", "rewards", "budget", "optim", "sampling",
                                 "seed", "ref_reset_every")},
+        **({"gold": dump["gold"]} if cfg.gold else {}),  # only when set: older runs' digests stay valid
         "precision": resolved_precision(cfg),
         "generator": _generator(cfg),
     }
