@@ -61,6 +61,8 @@ class ModelOpts(Strict):
 
 
 class Sampling(Strict):
+    backend: Spec = Field("hf", description="the generator (registry kind `generator`): a name or "
+                          "{name, params}, e.g. hf (default) or {name: noisy, sigma: 0.1}; `zoo list` lists them")
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
     ignore_eos: bool = Field(False, description="generate every completion to max_new_tokens (EOS suppressed): "

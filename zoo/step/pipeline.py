@@ -7,7 +7,8 @@
     normalize                    the normalizer, over the global batch under data parallelism
     diagnostics                  adv/corr/<objective>, length by correctness (zoo/step/diagnostics.py)
     update                       epochs x minibatches optimizer steps (clip rule, KL in the loss,
-                                 entropy bonus, aggregation over the whole optimizer step), critic
+                                 entropy bonus, aggregation over the whole optimizer step), critic;
+                                 then the generator's `sync(policy)` when an optimizer step was applied
     controllers                  stateful coefficients (adaptive KL beta) move for the next step
 
 The trainer (`zoo.trainer`) sets up, loops, checkpoints and evaluates around `step`; a tool that
@@ -64,6 +65,8 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> dict[str, Any]:
                         critic_optimizer=st.critic_optimizer, hooks=hooks, train_policy=not warmup))
     if st.variant.critic_warmup:
         m["critic/warmup"] = float(warmup)  # 1 while only the critic trains
+    if st.generator is not None and not warmup and m.get("optim/updates", 0) > 0:  # the policy changed: sync
+        st.generator.sync(st.models.policy)
     if st.critic_scheduler is not None:
         for _ in range(st.settings.epochs * st.settings.minibatches):
             st.critic_scheduler.step()

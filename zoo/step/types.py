@@ -108,3 +108,4 @@ class RunState:
     totals: dict[str, float] = field(default_factory=lambda: {"completions": 0.0, "tokens": 0.0, "elapsed": 0.0})
     guard: guards.GuardState = field(default_factory=guards.GuardState)  # streaks of the run guards
     provenance: dict[str, Any] = field(default_factory=dict)
+    generator: Any = None  # zoo.kinds.Generator built from cfg.sampling.backend (None: the hf generator)
