@@ -59,6 +59,7 @@ class Batch:
     objectives: Tensor | None = None
     scores: Tensor | None = None
     logp_old: Tensor | None = None
+    logp_rollout: Tensor | None = None  # [N, T] the sampler's log-probs of the drawn tokens (0 off the mask)
     logp_ref: Tensor | None = None
     values: Tensor | None = None
     kl_reward: Tensor | None = None

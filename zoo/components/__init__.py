@@ -27,6 +27,7 @@ from zoo.components import (  # noqa: F401  (imports register the components)
     aggregate,
     clip,
     controllers,
+    correction,
     critic,
     filter,
     kl,
