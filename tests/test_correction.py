@@ -245,3 +245,38 @@ def test_a_correction_makes_the_step_compute_logp_old():
     slots.correction = [registry.build("correction", "mis")]
     out = rollout_forwards(batch, Models(policy=model, tokenizer=tok, reference=None), slots, settings(micro_batch=2))
     torch.testing.assert_close(out.logp_old, old, atol=1e-5, rtol=0)
+
+
+# ---------------------------------------------------------------- a whole run (needs the generator kind)
+def _needs_generators():
+    if "generator" not in registry.KINDS:
+        pytest.skip("the `generator` kind (sampling.backend, logp_rollout from the hf sampler) is not merged yet")
+
+
+def _step_record(out):
+    from zoo.study.tracking import read_jsonl
+
+    (r,) = [r for r in read_jsonl(out / "metrics.jsonl") if "loss/policy" in r]
+    return r
+
+
+def test_a_run_logs_the_mismatch_and_the_weights(tiny_model_dir, tmp_path):
+    """The hf sampler's log-probs equal the trainer's up to rounding (mismatch ~0, no weights without a
+    correction); N(0, 1) noise on the sampler's logits gives a clearly positive mismatch and tis's
+    weights (capped at C = 2)."""
+    _needs_generators()
+    from conftest import tiny_run_config
+    from zoo.trainer import train
+
+    one = {"budget": {"steps": 1}}
+    train(tiny_run_config(tiny_model_dir, tmp_path / "hf", **one), progress=False)
+    r = _step_record(tmp_path / "hf")
+    assert 0 <= r["rollout/mismatch_kl"] < 1e-4
+    assert "rollout/weight_mean" not in r
+    cfg = tiny_run_config(tiny_model_dir, tmp_path / "noisy", **one, sampling={"backend": {"name": "noisy", "sigma": 1.0}},
+                          set={"correction": [{"name": "tis", "C": 2.0}]})
+    train(cfg, progress=False)
+    r = _step_record(tmp_path / "noisy")
+    assert r["rollout/mismatch_kl"] > 1e-2
+    assert 0 < r["rollout/weight_mean"] <= r["rollout/weight_max"] <= 2.0
+    assert r["rollout/masked_frac"] == 0.0  # tis truncates, it never masks
