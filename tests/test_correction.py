@@ -183,18 +183,22 @@ def _engine_case():
     return model, tok, batch, old, roll
 
 
-@pytest.mark.parametrize("micro_batch", [1, 2, 5])
-def test_one_update_with_tis_weights_the_loss_by_hand(micro_batch):
+@pytest.mark.parametrize("level,micro_batch", [("token", 1), ("token", 2), ("token", 5), ("sequence", 1), ("sequence", 5)])
+def test_one_update_with_tis_weights_the_loss_by_hand(level, micro_batch):
     model, tok, batch, old, roll = _engine_case()
     batch = replace(batch, logp_old=old, logp_rollout=roll)
     slots = slots_for()
-    slots.correction = [registry.build("correction", {"name": "tis", "C": 2.0})]
+    slots.correction = [registry.build("correction", {"name": "tis", "C": 2.0, "level": level})]
     start = params(model)
 
     # by hand: one on-policy update, so r = pi / pi_old = 1 and ppo's term is -A r; times
-    # w = min(exp(logp_old - logp_rollout), 2) = min(exp(-delta), 2); token_mean over the real tokens
+    # w = min(exp(logp_old - logp_rollout), 2) = min(exp(-delta), 2) per token, or per row
+    # min(exp(sum_t -delta_t), 2) over its real tokens; token_mean over the real tokens
     m = batch.loss_mask
-    w = torch.where(m, torch.clamp(torch.exp(old - torch.nan_to_num(roll)), max=2.0), torch.zeros_like(old))
+    lr = torch.where(m, old - torch.nan_to_num(roll), torch.zeros_like(old))
+    if level == "sequence":
+        lr = lr.sum(1, keepdim=True).expand_as(lr)
+    w = torch.where(m, torch.clamp(torch.exp(lr), max=2.0), torch.zeros_like(old))
     ref = copy.deepcopy(model)
     logp, _ = token_logprobs(ref, batch.input_ids(), batch.attention_mask(), batch.completion_ids.shape[1])
     per_token = torch.where(m, -batch.advantages * torch.exp(logp - old) * w, torch.zeros_like(logp))
@@ -218,7 +222,7 @@ def test_one_update_with_tis_weights_the_loss_by_hand(micro_batch):
     # metrics: weights over the real tokens, and the mismatch k3 = exp(-d) - 1 + d with d = delta
     d = torch.where(m, torch.nan_to_num(roll) - old, torch.zeros_like(old))
     assert out["rollout/weight_mean"] == pytest.approx(float(w[m].mean()), rel=1e-5)
-    assert out["rollout/weight_max"] == pytest.approx(2.0)
+    assert out["rollout/weight_max"] == pytest.approx(float(w[m].max()), rel=1e-5)
     assert out["rollout/masked_frac"] == 0.0
     assert out["rollout/mismatch_kl"] == pytest.approx(float((torch.exp(-d) - 1 + d)[m].mean()), rel=1e-5)
 
