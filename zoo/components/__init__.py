@@ -29,6 +29,7 @@ from zoo.components import (  # noqa: F401  (imports register the components)
     clip_cov,
     clip_soft,
     controllers,
+    correction,
     critic,
     filter,
     kl,

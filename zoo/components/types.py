@@ -120,6 +120,8 @@ class TermInputs:
     objectives:  [n, K] float or None, the raw reward columns.
     values:      [n, T] float or None, critic values at rollout time.
     token_rewards: [n, T] float or None, rewards per token (outcome score on the last real token).
+    logp_rollout: [n, T] float or None, the sampler's log-probs of the drawn tokens (None: the
+                 generator does not report them); rollout corrections read it.
     step:        StepView or None: the whole optimizer step's detached fields, for a component that
                  selects tokens over the step (registered with `selects=True`).
     """
@@ -135,6 +137,7 @@ class TermInputs:
     objectives: Tensor | None = None
     values: Tensor | None = None
     token_rewards: Tensor | None = None
+    logp_rollout: Tensor | None = None
     step: "StepView | None" = None
 
 

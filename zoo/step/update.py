@@ -19,6 +19,7 @@ from zoo.components.stats import masked_sum, sanitize
 from zoo.step import selection
 from zoo.step.forwards import critic_values, forward_logp, micro_rows
 from zoo.step.hooks import NO_HOOKS, Hooks
+from zoo.step.mismatch import RolloutTally, rollout_weight
 from zoo.step.types import Models, Slots, StepSettings
 
 
@@ -42,6 +43,7 @@ class TokenTally:
     entropy: float = 0.0
     ratio_max: float = 0.0  # a max, not a sum: over all ranks it is the max of the ranks' maxima
     stats: dict[str, float] = field(default_factory=dict)  # the loss terms' declared token stats
+    rollout: RolloutTally = field(default_factory=RolloutTally)  # rollout/* (zoo/step/mismatch.py)
 
     @staticmethod
     def of(slots: Slots) -> "TokenTally":
@@ -86,6 +88,7 @@ class TokenTally:
             "ratio/approx_kl": tot["approx_kl"] / n, "entropy": tot["entropy"] / n,
         }
         out.update({k: tot[k] / n for k in keys})
+        out.update(self.rollout.metrics())
         return out
 
 
@@ -195,15 +198,19 @@ def _accumulate(sub: Batch, models: Models, slots: Slots, s: StepSettings, count
                          **selection.clip_kwargs(fields, slots.clip, mb, r, offset, {"logp": logp, "entropy": ent}))
         inp = TermInputs(logp=logp, logp_old=old, advantages=mb.advantages, mask=m, counts=counts, entropy=ent,
                          logp_ref=mb.logp_ref, scores=mb.scores, objectives=mb.objectives, values=mb.values,
-                         token_rewards=mb.token_rewards)
+                         token_rewards=mb.token_rewards, logp_rollout=mb.logp_rollout)
 
         def inputs(c: Any) -> TermInputs:  # a selecting component also gets its view of the step
             v = selection.view(fields, c, mb, r, offset, {"logp": logp, "entropy": ent})
             return inp if v is None else replace(inp, step=v)
 
         per_token = res.loss  # [n, T]
+        w_roll = None  # the rollout corrections' weight (those reading logp_rollout), for rollout/*
         for corr in slots.correction:  # detached per-token multipliers of the clip rule's term
-            per_token = per_token * corr(inputs(corr)).detach()
+            w = corr(inputs(corr)).detach()
+            per_token = per_token * w
+            w_roll = rollout_weight(w_roll, corr, w)
+        tally.rollout.add(old, mb.logp_rollout, w_roll, m)
         own = []  # terms aggregated with their own rule
         for term in slots.loss:
             tr = term(inputs(term), **coefs.get(term.name, {}))
