@@ -61,6 +61,8 @@ class ModelOpts(Strict):
 
 
 class Sampling(Strict):
+    backend: Spec = Field("hf", description="the generator (registry kind `generator`): a name or "
+                          "{name, params}, e.g. hf (default) or {name: noisy, sigma: 0.1}; `zoo list` lists them")
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
     ignore_eos: bool = Field(False, description="generate every completion to max_new_tokens (EOS suppressed): "
@@ -119,6 +121,8 @@ class RunConfig(Strict):
     model_opts: ModelOpts = Field(default_factory=ModelOpts)
     task: dict[str, Any] = Field(default_factory=lambda: {"name": "reasoning_gym", "dataset": "basic_arithmetic"})
     rewards: list[Spec] = Field(default_factory=lambda: ["correctness"])
+    gold: list[Spec] = Field(default_factory=list, description="rewards scored and logged as gold/<name> but "
+                             "never trained on (a gold measure next to the proxy; Gao et al. arXiv:2210.10760)")
     budget: Budget = Field(default_factory=Budget)
     optim: Optim = Field(default_factory=Optim)
     sampling: Sampling = Field(default_factory=Sampling)
