@@ -17,7 +17,7 @@ from zoo.components.types import StepCounts
 
 SEEDS = (0, 1, 2, 3, 4)
 TOL = 1e-6
-MAX_DIFF: dict[str, float] = {}
+MAX_DIFF: dict[tuple[str, str], float] = {}
 
 
 @dataclass
@@ -72,13 +72,14 @@ def value_and_grad(fn, logp: Tensor) -> tuple[Tensor, Tensor]:
 def compare(name: str, peer_fn: str, mine: Tensor, theirs: Tensor, mask: Tensor | None = None,
             tol: float = TOL) -> float:
     """Max |mine - theirs| (over `mask` when given); records it under `name` (the largest over the
-    calls), prints `PEER-DIFF name | peer_fn | diff` and asserts it is <= tol."""
+    calls with that name and peer_fn), prints `PEER-DIFF name | peer_fn | diff` and asserts it is <= tol."""
     a, b = mine.detach().double(), theirs.detach().double()
     if mask is not None:
         a, b = a[mask], b[mask]
     diff = float((a - b).abs().max()) if a.numel() else 0.0
-    MAX_DIFF[name] = max(MAX_DIFF.get(name, 0.0), diff)
-    print(f"PEER-DIFF {name} | {peer_fn} | {MAX_DIFF[name]:.3g}")
+    key = (name, peer_fn)
+    MAX_DIFF[key] = max(MAX_DIFF.get(key, 0.0), diff)
+    print(f"PEER-DIFF {name} | {peer_fn} | {MAX_DIFF[key]:.3g}")
     assert diff <= tol, f"{name} vs {peer_fn}: max |diff| {diff:.3g} > {tol}"
     return diff
 

@@ -191,6 +191,45 @@ def test_high_entropy_tokens_is_trl_top_entropy_quantile(seed, rho):
     compare("high_entropy_tokens", f"TRL top_entropy_quantile={rho} (loss_type=dapo)", g1, g2)
 
 
+def test_adaptive_entropy_is_trl_adaptive_entropy_control():
+    # TRL (use_adaptive_entropy): per optimizer step, the bonus applied is coef * I[last entropy <= target]
+    # and then coef += delta if entropy <= target else -= delta, clamped to [min, max]; before any step
+    # the last entropy is +inf (bonus off), ours NaN (off). At entropy == target TRL adds delta, ours
+    # leaves coef (measure zero; not in this sequence). Entropies cross the target both ways and the
+    # coefficient hits the clamp at 0.
+    require("controller", "adaptive_entropy")
+    from zoo import registry
+
+    target, delta = 0.2, 0.05
+    ctrl = registry.build("controller", {"name": "adaptive_entropy", "target": target, "delta": delta,
+                                         "coef": 0.05, "max_coef": 1.0})()
+    x = random_inputs(0, spread=0.3)
+    fake = FakeTrainer(x.logp, loss_type="dapo")
+    fake._entropy_bonus_enabled = fake.use_adaptive_entropy = True
+    fake.entropy_coef, fake._last_world_entropy, fake._entropy_window_stats = 0.05, float("inf"), None
+    fake.args.entropy_target, fake.args.entropy_coef_delta = target, delta
+    fake.args.entropy_coef_min, fake.args.entropy_coef_max = 0.0, 1.0
+    applied, coefs = [], []
+    # coef: 0.05 -> .1 .05 .1 .15 .1 .05 0 0 (clamped) 0 (clamped) .05 .1
+    for e in [0.1, 0.3, 0.15, 0.12, 0.5, 0.6, 0.7, 0.8, 0.9, 0.1, 0.05]:
+        fake._entropy = torch.full_like(x.logp, e)
+        applied_ours = ctrl.coefficients()["entropy_bonus"]["coef"]
+        inputs = {"prompt_ids": torch.zeros(6, 1, dtype=torch.long), "prompt_mask": torch.ones(6, 1, dtype=torch.long),
+                  "completion_ids": torch.zeros_like(x.mask, dtype=torch.long), "completion_mask": x.mask.long(),
+                  "advantages": x.seq_adv, "old_per_token_logps": x.logp_old, "num_items_in_batch": x.mask.sum().double()}
+        loss = GRPOTrainer._compute_loss(fake, None, inputs)
+        applied_trl = (fake._metrics["train"]["policy_loss"][-1] - float(loss)) / e  # loss = policy - coef * H
+        ctrl.update({"entropy": e}, tokens=float(x.mask.sum()), rows=6.0)
+        applied.append(applied_ours)
+        coefs.append(ctrl.coef)
+        compare("adaptive_entropy", "TRL use_adaptive_entropy (coef applied)", torch.tensor(applied_ours),
+                torch.tensor(applied_trl))
+        compare("adaptive_entropy", "TRL use_adaptive_entropy (next coef)", torch.tensor(ctrl.coef),
+                torch.tensor(fake.entropy_coef))
+    assert max(applied) > 0 and applied[0] == 0  # the bonus is on in some steps, off before any entropy
+    assert coefs[7] == coefs[8] == 0.0  # the clamp at 0 acted
+
+
 def test_not_comparable_here():
     # TRL's vllm_importance_sampling_mode (token/sequence x truncate/mask) is computed inline in
     # _generate_and_score_completions (no callable piece); our tis / mis are compared with verl's
