@@ -28,7 +28,7 @@ import torch
 
 from peer_inputs import SEEDS, compare, ours, random_inputs, require, value_and_grad
 from zoo import registry
-from zoo.components.types import AdvantageInputs, StepCounts
+from zoo.components.types import AdvantageInputs, StepCounts, StepView
 
 core = pytest.importorskip("verl.trainer.ppo.core_algos", reason="verl not installed (peer comparison)")
 from verl.workers.config.actor import ActorConfig, PolicyLossConfig  # noqa: E402
@@ -154,6 +154,40 @@ def test_kl_cov_is_verl_kl_cov(seed):
     x = random_inputs(seed, spread=0.4, token_adv=True)
     cfg = actor(policy_loss={"loss_mode": "kl_cov", "kl_cov_ratio": 0.1, "ppo_kl_coef": 1.0})
     check_policy("kl_cov", "kl_cov", {"name": "kl_cov", "ratio": 0.1, "beta": 1.0}, "token_mean", "token-mean", cfg, x)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("rule", ["kl_cov", "clip_cov"])
+def test_whole_step_selection_is_verl_on_the_whole_step_in_one_call(seed, rule):
+    # our default scope (step): micro-batches of 2 rows, each given the StepView of all rows, select
+    # what verl selects when called once on the whole step; the micro-batch shares sum to verl's loss
+    require("clip", rule)
+    x = random_inputs(seed, spread=0.4, token_adv=True)
+    if rule == "kl_cov":
+        spec, cfg = {"name": "kl_cov", "ratio": 0.1, "beta": 1.0}, {"loss_mode": "kl_cov", "kl_cov_ratio": 0.1,
+                                                                      "ppo_kl_coef": 1.0}
+    else:
+        spec = {"name": "clip_cov", "eps_low": 0.2, "eps_high": 0.2, "ratio": 1.0, "cov_lb": 0.05, "cov_ub": 0.5}
+        cfg = {"loss_mode": "clip_cov", "clip_cov_ratio": 1.0, "clip_cov_lb": 0.05, "clip_cov_ub": 0.5}
+    clip, agg = registry.build("clip", spec), registry.build("aggregate", "token_mean")
+    counts = StepCounts.of(x.mask)
+
+    def ours_in_micro_batches(lp):
+        fields = {"mask": x.mask, "advantages": torch.where(x.mask, x.adv, 0.0),
+                  "logp_old": torch.where(x.mask, x.logp_old, 0.0), "logp": torch.where(x.mask, lp.detach(), 0.0)}
+        total = 0.0
+        for i in range(0, x.mask.shape[0], 2):
+            rows = torch.arange(i, i + 2)
+            view = StepView(fields, rows)
+            res = clip(lp[rows], x.logp_old[rows], x.adv[rows], x.mask[rows], step=view)
+            total = total + agg(res.loss, x.mask[rows], counts)
+        return total
+
+    v1, g1 = value_and_grad(ours_in_micro_batches, x.logp)
+    v2, g2 = value_and_grad(lambda lp: verl_loss(rule, x, lp, "token-mean", actor(clip_ratio_low=0.2, clip_ratio_high=0.2,
+                                                                                policy_loss=cfg)), x.logp)
+    compare(f"{rule} (scope step, micro-batches of 2)", f"verl {rule} (whole step in one call)", v1, v2)
+    compare(f"{rule} (scope step, micro-batches of 2)", f"verl {rule} (whole step in one call)", g1, g2)
 
 
 # ---------------------------------------------------------------- aggregation
