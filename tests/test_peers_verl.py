@@ -321,6 +321,7 @@ def test_gae_is_verl_gae(seed, gamma, lam):
 @pytest.mark.parametrize("binary", [False, True])
 def test_pass_at_k_is_verl_grpo_passk(seed, std, binary):
     # binary scores: ties at the maximum, where verl's topk gives the tied winner r_max - r_second = 0
+    require("advantage", "pass_at_k")
     inp, rewards, index = outcome_batch(seed, binary=binary)
     theirs, _ = core.compute_grpo_passk_outcome_advantage(rewards, inp.mask.double(), index, epsilon=1e-6,
                                                           config={"norm_adv_by_std_in_grpo": std})
