@@ -28,6 +28,7 @@ from zoo.components import (  # noqa: F401  (imports register the components)
     clip,
     controllers,
     critic,
+    entropy,
     filter,
     kl,
     length,
