@@ -35,6 +35,7 @@ from zoo.components import (  # noqa: F401  (imports register the components)
     loss_terms,
     normalize,
     objective,
+    positive_nll,
 )
 from zoo.components.types import (  # noqa: F401
     AdvantageInputs,
