@@ -26,6 +26,8 @@ from zoo.components import (  # noqa: F401  (imports register the components)
     advantage,
     aggregate,
     clip,
+    clip_cov,
+    clip_soft,
     controllers,
     critic,
     entropy,

@@ -26,8 +26,8 @@ ROW_FIELDS = ("scores", "objectives")  # [M] / [M, K]: not padded to T
 
 
 def selectors(slots: Slots) -> list[Any]:
-    """The variant's components registered with `selects=True` (corrections and loss terms)."""
-    return [c for c in (*slots.correction, *slots.loss) if c.meta.get("selects")]
+    """The variant's components registered with `selects=True` (the clip rule, corrections, loss terms)."""
+    return [c for c in (slots.clip, *slots.correction, *slots.loss) if c.meta.get("selects")]
 
 
 def scope(component: Any) -> str:
@@ -74,6 +74,14 @@ def view(fields: dict[str, Tensor] | None, component: Any, mb: Batch, rows: Tens
         local.setdefault("logp_old", local["logp"])
         return StepView(local, torch.arange(mb.size))
     return StepView(fields, rows + offset)
+
+
+def clip_kwargs(fields: dict[str, Tensor] | None, clip: Any, mb: Batch, rows: Tensor, offset: int,
+                update_fields: dict[str, Tensor]) -> dict[str, StepView]:
+    """The keyword arguments of the clip rule's call for micro-batch `mb`: {"step": its StepView}
+    for a rule registered with `selects=True` (e.g. clip_cov), {} for any other (arguments as `view`)."""
+    v = view(fields, clip, mb, rows, offset, update_fields)
+    return {} if v is None else {"step": v}
 
 
 def rank_offset(n_rows: int) -> int:

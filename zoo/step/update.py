@@ -181,7 +181,8 @@ def _accumulate(sub: Batch, models: Models, slots: Slots, s: StepSettings, count
         with hooks.forward("policy", mb):
             logp, ent = forward_logp(models.policy, mb, s, with_entropy=True, entropy_grad=slots.needs_grad("entropy"))
         old = mb.logp_old if mb.logp_old is not None else logp.detach()
-        res = slots.clip(logp, old, mb.advantages, m)
+        res = slots.clip(logp, old, mb.advantages, m,  # a selecting clip rule also gets its view of the step
+                         **selection.clip_kwargs(fields, slots.clip, mb, r, offset, {"logp": logp, "entropy": ent}))
         inp = TermInputs(logp=logp, logp_old=old, advantages=mb.advantages, mask=m, counts=counts, entropy=ent,
                          logp_ref=mb.logp_ref, scores=mb.scores, objectives=mb.objectives, values=mb.values,
                          token_rewards=mb.token_rewards)
