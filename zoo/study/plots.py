@@ -12,7 +12,8 @@ from zoo.study.stats import eval_acc, mean_std, reward_keys
 
 DIAGNOSTICS = [("accuracy", "train accuracy"), ("eval/greedy_acc", "eval greedy accuracy"), ("kl/ref", "KL to reference"),
                ("entropy", "entropy"), ("completion/len_mean", "completion length (tokens)"),
-               ("clip/low_frac", "clip fraction (low)"), ("clip/high_frac", "clip fraction (high)")]
+               ("clip/low_frac", "clip fraction (low)"), ("clip/high_frac", "clip fraction (high)"),
+               ("entropy_bonus/coef", "entropy bonus coefficient")]
 
 
 def _mean_curve(runs: list[RunData], y: Callable[[RunData], dict[int, float]],
