@@ -112,3 +112,18 @@ def test_trains_two_steps_reading_the_runs_reward_columns(tiny_model_dir, tmp_pa
     assert train(cfg, progress=False)["steps"] == 2
     recs = [r for r in read_jsonl(tmp_path / "nll" / "metrics.jsonl") if "loss/policy" in r]
     assert len(recs) == 2 and all(r["loss/nll_positive"] > 0 for r in recs)
+
+
+def test_the_step_view_gathers_row_fields_unpadded_over_ranks(monkeypatch):
+    """Two ranks with 3 and 5 completion columns: [M, T] fields are padded to 5, objectives [M, K] are
+    concatenated as they are (K is no token axis)."""
+    from zoo import dist
+    from zoo.step import selection
+
+    a = {"mask": torch.ones(1, 3, dtype=torch.bool), "objectives": torch.tensor([[1.0, 0.5]])}
+    b = {"mask": torch.ones(2, 5, dtype=torch.bool), "objectives": torch.tensor([[0.0, 0.1], [1.0, 0.2]])}
+    monkeypatch.setattr(dist, "is_distributed", lambda: True)
+    monkeypatch.setattr(dist, "all_gather_object", lambda obj: [a, b])
+    out = selection._gather(a)
+    assert out["mask"].shape == (3, 5) and out["mask"][0].tolist() == [True, True, True, False, False]
+    torch.testing.assert_close(out["objectives"], torch.tensor([[1.0, 0.5], [0.0, 0.1], [1.0, 0.2]]))
