@@ -133,6 +133,7 @@ def load_builtins() -> None:
     _loaded_builtins = True
     importlib.import_module("zoo.components")
     importlib.import_module("zoo.rewards")
+    importlib.import_module("zoo.backends.generate.registered")
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         ep.load()
 

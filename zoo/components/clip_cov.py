@@ -8,12 +8,15 @@ registered with `selects=True`: the update passes `step=` a `StepView` of the wh
 micro-batch split or the number of ranks; `scope: micro` selects within each micro-batch, as verl
 does. Called without `step` (plain tensors) a rule selects over its own inputs.
 
-Clip-Cov's random pick is seeded: the generator is seeded from `seed` and a digest of the view's
-rollout-time fields (mask and advantages), so a step gets the same tokens on every run and for
-every micro-batch split, and different steps different draws.
+Clip-Cov's random pick is seeded: each token gets a pseudo-random priority from `seed` and digests
+of its row's rollout-time content and of the step's rows (`token_priorities`), and the candidates of
+lowest priority are picked. So a step gets the same tokens on every run, for every micro-batch split
+and whatever the row order, and different steps different draws (verl draws torch.randperm per
+micro-batch, unseeded).
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from typing import Any, Mapping
 
@@ -50,13 +53,33 @@ def selection_count(fraction: float, n_tokens: int) -> int:
     return min(n_tokens, max(1, int(fraction * n_tokens)))
 
 
-def step_seed(seed: int, fields: Mapping[str, Tensor]) -> int:
-    """A 63-bit generator seed from `seed` and a digest of the view's mask and advantages (the same
-    for every micro-batch split and every run of the same step; not the call order)."""
-    h = hashlib.blake2b(str(int(seed)).encode(), digest_size=8)
-    for k in ("mask", "advantages"):
-        h.update(fields[k].detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
-    return int.from_bytes(h.digest(), "little") >> 1
+KEY_FIELDS = ("mask", "advantages", "completion_ids")
+
+
+def token_priorities(fields: Mapping[str, Tensor], seed: int) -> Tensor:
+    """A seeded pseudo-random priority in [0, 1) per token of a view, [M, T].
+
+    Row i's priorities come from a generator seeded with `seed`, a digest of the row's own
+    rollout-time content (mask, advantages and completion ids; logp_old when the view has no ids,
+    e.g. a call on plain tensors) and an order-free digest of all the view's rows (the sum of the
+    row digests). So the priorities are the same on every run, for every micro-batch split, and
+    follow their row when rows are permuted; two optimizer steps with different rows differ."""
+    keys = [k for k in KEY_FIELDS if k in fields] + ([] if "completion_ids" in fields else ["logp_old"])
+    M, T = fields["mask"].shape
+    rows = [_digest(str(int(seed)).encode(), *(fields[k][i] for k in keys)) for i in range(M)]
+    step = (sum(rows) % (1 << 64)).to_bytes(8, "little")
+    out = torch.empty(M, T, dtype=torch.float64)
+    for i, h in enumerate(rows):
+        g = torch.Generator().manual_seed(_digest(step, h.to_bytes(8, "little")) >> 1)
+        out[i] = torch.rand(T, generator=g, dtype=torch.float64)
+    return out
+
+
+def _digest(*parts: bytes | Tensor) -> int:
+    h = hashlib.blake2b(digest_size=8)
+    for p in parts:
+        h.update(p if isinstance(p, bytes) else p.detach().to("cpu", torch.float64).contiguous().numpy().tobytes())
+    return int.from_bytes(h.digest(), "little")
 
 
 def clip_cov_selection(fields: Mapping[str, Tensor], *, eps_low: float, eps_high: float, ratio: float,
@@ -71,26 +94,30 @@ def clip_cov_selection(fields: Mapping[str, Tensor], *, eps_low: float, eps_high
     r = (lp - old).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP).exp()
     _, low, high = clipped_surrogate(r, a, eps_low, eps_high)
     cov = token_covariance(lp, a, m)
-    cand = (m & ~low & ~high & (cov > cov_lb) & (cov < cov_ub)).flatten().nonzero().squeeze(1)
-    k = min(selection_count(ratio, int(m.sum())), int(cand.numel()))
-    g = torch.Generator().manual_seed(step_seed(seed, fields))
+    cand = (m & ~low & ~high & (cov > cov_lb) & (cov < cov_ub)).flatten().cpu()
+    k = selection_count(ratio, int(m.sum()))
+    prio = token_priorities(fields, seed).flatten()
+    prio = torch.where(cand, prio, torch.full_like(prio, 2.0))  # non-candidates last
+    pick = torch.sort(prio, stable=True).indices[: min(k, int(cand.sum()))]  # the k candidates of lowest priority
     out = torch.zeros(m.numel(), dtype=torch.bool)
-    out[cand.cpu()[torch.randperm(int(cand.numel()), generator=g)[:k]]] = True
+    out[pick] = True
     return out.view(m.shape).to(m.device)
 
 
-def kl_cov_selection(fields: Mapping[str, Tensor], *, ratio: float) -> Tensor:
+def kl_cov_selection(fields: Mapping[str, Tensor], *, ratio: float, seed: int = 0) -> Tensor:
     """KL-Cov's tokens over a view: the selection_count(ratio, n_real) real tokens of largest
-    covariance (ties broken by position, first wins). fields: `mask`, `advantages`, `logp`, each [M, T].
-    Returns [M, T] bool. Source: arXiv 2505.22617 (KL-Cov); verl `compute_policy_loss_kl_cov`."""
+    covariance (exact ties broken by token_priorities, so not by row order).
+    fields: `mask`, `advantages`, `logp`, each [M, T]. Returns [M, T] bool.
+    Source: arXiv 2505.22617 (KL-Cov); verl `compute_policy_loss_kl_cov` (torch.topk)."""
     m = as_bool(fields["mask"])
-    cov = token_covariance(fields["logp"], fields["advantages"], m).flatten()
-    cov = torch.where(m.flatten(), cov, torch.full_like(cov, -float("inf")))
+    cov = token_covariance(fields["logp"], fields["advantages"], m).flatten().cpu()
+    cov = torch.where(m.flatten().cpu(), cov, torch.full_like(cov, -float("inf")))
     k = selection_count(ratio, int(m.sum()))
-    order = torch.sort(cov, descending=True, stable=True).indices[:k]
-    out = torch.zeros(m.numel(), dtype=torch.bool, device=m.device)
+    by_prio = torch.sort(token_priorities(fields, seed).flatten(), stable=True).indices
+    order = by_prio[torch.sort(cov[by_prio], descending=True, stable=True).indices[:k]]
+    out = torch.zeros(m.numel(), dtype=torch.bool)
     out[order] = True
-    return out.view(m.shape)
+    return out.view(m.shape).to(m.device)
 
 
 def _own_view(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor) -> StepView:
@@ -135,7 +162,8 @@ def _check_kl_cov(params: Mapping[str, Any], context: Mapping[str, Any]) -> None
 
 
 # ---------------------------------------------------------------- registered rules
-@register("clip", "clip_cov", check=_check_clip_cov, selects=True, reads=("logp",), single_update=_CLIP_NOTE)
+@register("clip", "clip_cov", check=_check_clip_cov, selects=True, reads=("logp",), single_update=_CLIP_NOTE,
+          stats=("clip/selected_frac",))
 def clip_cov(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps_low: float = 0.2,
              eps_high: float = 0.2, ratio: float = 2e-4, cov_lb: float = 1.0, cov_ub: float = 5.0,
              seed: int = 0, scope: str = "step", step: StepView | None = None) -> ClipResult:
@@ -145,8 +173,9 @@ def clip_cov(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps_l
     clipped whose covariance lies in (cov_lb, cov_ub), drawn at random with a seeded generator), else
     -min(r A, clip(r, 1-eps_low, 1+eps_high) A). `ratio: 0` selects nothing: plain ppo / clip_higher
     (our convention; verl asserts ratio > 0). Flags are the PPO clip's (the selected tokens are not
-    flagged). `step`: the StepView the update passes (not a hyperparameter); None selects over the
-    call's own rows. `scope: micro` makes the update pass the micro-batch's view (verl's behaviour).
+    flagged; their share is the token stat `clip/selected_frac`). `step`: the StepView the update
+    passes (not a hyperparameter); None selects over the call's own rows. `scope: micro` makes the
+    update pass the micro-batch's view (verl's behaviour).
     logp, logp_old, adv, mask: [n, T]. Returns ClipResult with [n, T] fields.
     Raises ValueError when shapes differ or a hyperparameter is out of range.
     Source: arXiv 2505.22617, Clip-Cov and its settings (r = 2e-4, omega_low 1, omega_high 5); eps 0.2:
@@ -160,17 +189,19 @@ def clip_cov(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps_l
     sel = view.local(clip_cov_selection(view.fields, eps_low=eps_low, eps_high=eps_high, ratio=ratio,
                                         cov_lb=cov_lb, cov_ub=cov_ub, seed=seed), like=m)  # [n, T]
     loss = torch.where(sel, torch.zeros_like(loss), loss)
-    return clip_result(loss, low, high, ratio_t, m)
+    return _with_selection(clip_result(loss, low, high, ratio_t, m), sel & m)
 
 
-@register("clip", "kl_cov", check=_check_kl_cov, selects=True, reads=("logp",), single_update=_KL_NOTE)
+@register("clip", "kl_cov", check=_check_kl_cov, selects=True, reads=("logp",), single_update=_KL_NOTE,
+          stats=("clip/selected_frac",))
 def kl_cov(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, ratio: float = 2e-4,
            beta: float = 1.0, scope: str = "step", step: StepView | None = None) -> ClipResult:
     """KL-Cov: no ratio clipping; the unclipped surrogate -A r on every token plus beta |log r| on
     the kl_cov_selection tokens (the max(1, floor(ratio * n)) real tokens of largest covariance).
 
     `ratio: 0` selects nothing: the `none` rule. Under a single on-policy update log r = 0 and the
-    penalty does nothing (`zoo validate` warns). Flags are all False. `step`: the StepView the update
+    penalty does nothing (`zoo validate` warns). Flags are all False; the selected tokens' share is the
+    token stat `clip/selected_frac`. `step`: the StepView the update
     passes (not a hyperparameter); None selects over the call's own rows.
     logp, logp_old, adv, mask: [n, T]. Returns ClipResult with [n, T] fields.
     Raises ValueError when shapes differ or a hyperparameter is out of range.
@@ -183,4 +214,9 @@ def kl_cov(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, ratio: 
     sel = view.local(kl_cov_selection(view.fields, ratio=ratio), like=m)  # [n, T]
     loss = -ratio_t * a + torch.where(sel, beta * log_ratio.abs(), torch.zeros_like(log_ratio))
     never = torch.zeros_like(m)
-    return clip_result(loss, never, never, ratio_t, m)
+    return _with_selection(clip_result(loss, never, never, ratio_t, m), sel & m)
+
+
+def _with_selection(res: ClipResult, sel: Tensor) -> ClipResult:
+    """res with token stat `clip/selected_frac` (the selected tokens, [n, T] float; logged as a token mean)."""
+    return dataclasses.replace(res, token_stats={"clip/selected_frac": sel.float()})

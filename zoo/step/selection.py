@@ -27,7 +27,7 @@ ROW_FIELDS = ("scores", "objectives")  # [M] / [M, K]: not padded to T
 
 def selectors(slots: Slots) -> list[Any]:
     """The variant's components registered with `selects=True` (the clip rule, corrections, loss terms)."""
-    return [c for c in (slots.clip, *slots.correction, *slots.loss) if c.meta.get("selects")]
+    return [c for c in (slots.clip, *slots.correction, *slots.loss) if getattr(c, "meta", {}).get("selects")]
 
 
 def scope(component: Any) -> str:
@@ -80,8 +80,9 @@ def clip_kwargs(fields: dict[str, Tensor] | None, clip: Any, mb: Batch, rows: Te
                 update_fields: dict[str, Tensor]) -> dict[str, StepView]:
     """The keyword arguments of the clip rule's call for micro-batch `mb`: {"step": its StepView}
     for a rule registered with `selects=True` (e.g. clip_cov), {} for any other (arguments as `view`)."""
-    v = view(fields, clip, mb, rows, offset, update_fields)
-    return {} if v is None else {"step": v}
+    if not getattr(clip, "meta", {}).get("selects"):  # also a plain function put in the slot by hand
+        return {}
+    return {"step": view(fields, clip, mb, rows, offset, update_fields)}
 
 
 def rank_offset(n_rows: int) -> int:
@@ -91,7 +92,8 @@ def rank_offset(n_rows: int) -> int:
 
 
 def _rollout_fields(b: Batch, reads: Any = ()) -> dict[str, Tensor]:
-    out = {"mask": b.loss_mask.cpu(), "advantages": b.advantages.detach().float().cpu()}
+    out = {"mask": b.loss_mask.cpu(), "advantages": b.advantages.detach().float().cpu(),
+           "completion_ids": b.completion_ids.cpu()}
     if b.logp_old is not None:
         out["logp_old"] = b.logp_old.detach().float().cpu()
     for f in ROLLOUT_READS:  # the rollout-time fields a selecting component declares it reads
