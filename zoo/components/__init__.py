@@ -31,6 +31,7 @@ from zoo.components import (  # noqa: F401  (imports register the components)
     controllers,
     correction,
     critic,
+    entropy,
     filter,
     kl,
     length,
@@ -39,6 +40,7 @@ from zoo.components import (  # noqa: F401  (imports register the components)
     normalize,
     objective,
     passk,
+    positive_nll,
 )
 from zoo.components.types import (  # noqa: F401
     AdvantageInputs,

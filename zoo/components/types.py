@@ -151,7 +151,9 @@ class StepView:
 
     fields: name -> [M, T] detached (M rows of the view, T the step's completion columns; padding
             0), always `mask`, `advantages`, `completion_ids`, `logp_old`, and the update-time fields the component
-            reads (`logp`, `entropy`: from a no-grad forward of the step before its micro-batches).
+            reads (`logp`, `entropy`: from a no-grad forward of the step before its micro-batches),
+            and the rollout-time fields it reads (`scores` [M], `objectives` [M, K], `logp_ref`,
+            `values`, `token_rewards` [M, T]).
     rows:   [n] long, the micro-batch's rows within the view (use `local`).
     """
 

@@ -74,6 +74,8 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> dict[str, Any]:
     tokens = float(batch.loss_mask.sum()) if batch.size else 0.0
     for c in st.controllers:                                                # controllers
         c.update(m, tokens, float(batch.size))
+    for term, params in coefficients(st).items():  # what the controllers set for the next step, e.g. entropy_bonus/coef
+        m.update({f"{term}/{k}": v for k, v in params.items()})
     m["kl/beta"] = coefficients(st).get("kl", {}).get("beta", st.slots.kl.beta)  # for the next step
     m["optim/lr"] = float(st.scheduler.get_last_lr()[0])
     m.update({"time/forward": t2 - t1, "time/advantage": t3 - t2, "time/train": t4 - t3, "time/step": t4 - t0})

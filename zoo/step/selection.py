@@ -21,6 +21,8 @@ from zoo.step.forwards import forward_logp, micro_rows
 from zoo.step.types import Models, Slots, StepSettings
 
 UPDATE_TIME = ("logp", "entropy")
+ROLLOUT_READS = ("scores", "objectives", "logp_ref", "values", "token_rewards")  # in the view when read
+ROW_FIELDS = ("scores", "objectives")  # [M] / [M, K]: not padded to T
 
 
 def selectors(slots: Slots) -> list[Any]:
@@ -47,7 +49,7 @@ def step_fields(sub: Batch, models: Models, slots: Slots, s: StepSettings) -> di
     if not sel:
         return None
     reads = {f for c in sel for f in declared_reads(c)}
-    local = _rollout_fields(sub)
+    local = _rollout_fields(sub, reads)
     if reads & set(UPDATE_TIME) or "logp_old" not in local:
         logp, ent = torch.zeros(sub.loss_mask.shape), torch.zeros(sub.loss_mask.shape)
         for r in micro_rows(sub, s.micro_batch):
@@ -67,7 +69,7 @@ def view(fields: dict[str, Tensor] | None, component: Any, mb: Batch, rows: Tens
     if not component.meta.get("selects"):
         return None
     if scope(component) == "micro" or fields is None:
-        local = _rollout_fields(mb)
+        local = _rollout_fields(mb, declared_reads(component))
         local.update({k: v.detach().float().cpu() for k, v in update_fields.items()})
         local.setdefault("logp_old", local["logp"])
         return StepView(local, torch.arange(mb.size))
@@ -89,11 +91,14 @@ def rank_offset(n_rows: int) -> int:
     return sum(sizes[: dist.rank()])
 
 
-def _rollout_fields(b: Batch) -> dict[str, Tensor]:
+def _rollout_fields(b: Batch, reads: Any = ()) -> dict[str, Tensor]:
     out = {"mask": b.loss_mask.cpu(), "advantages": b.advantages.detach().float().cpu(),
            "completion_ids": b.completion_ids.cpu()}
     if b.logp_old is not None:
         out["logp_old"] = b.logp_old.detach().float().cpu()
+    for f in ROLLOUT_READS:  # the rollout-time fields a selecting component declares it reads
+        if f in reads and getattr(b, f) is not None:
+            out[f] = getattr(b, f).detach().float().cpu()
     return out
 
 
@@ -108,4 +113,4 @@ def _gather(local: dict[str, Tensor]) -> dict[str, Tensor]:
     parts = dist.all_gather_object(local)
     T = max(int(p["mask"].shape[1]) for p in parts)
     pad = lambda t: torch.nn.functional.pad(t, (0, T - t.shape[1]))  # noqa: E731
-    return {k: torch.cat([pad(p[k]) for p in parts]) for k in local}
+    return {k: torch.cat([p[k] if k in ROW_FIELDS else pad(p[k]) for p in parts]) for k in local}
