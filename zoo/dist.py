@@ -17,9 +17,11 @@ import torch.distributed as td
 
 def init_from_env() -> bool:
     """Join the process group a launcher describes in the environment (`torchrun`, or `accelerate
-    launch --multi_gpu`, both set WORLD_SIZE/RANK/MASTER_ADDR): nccl with CUDA, gloo on CPU. A no-op
-    for a single process or when already initialised. Returns whether this process is one of several."""
-    if not td.is_available() or td.is_initialized() or int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1:
+    launch --multi_gpu`, both set WORLD_SIZE/RANK/MASTER_ADDR): nccl with CUDA, gloo on CPU; also a group
+    of one under a launcher (`torchrun --nproc_per_node 1`: FSDP2 needs a process group). A no-op
+    without a launcher or when already initialised. Returns whether this process is one of several."""
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if not td.is_available() or td.is_initialized() or world < 1 or world == 1 and "MASTER_ADDR" not in os.environ:
         return is_distributed()
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0") or 0))

@@ -72,7 +72,7 @@ def validate_run(cfg: RunConfig) -> tuple[Variant, list[str]]:
     rep.warnings += run_warnings(cfg, v)
     try:  # the launcher's process count: torchrun / accelerate launch set WORLD_SIZE
         strategy.check_strategy(cfg.training.strategy, int(os.environ.get("WORLD_SIZE", "1") or 1),
-                                cfg.model_opts.autocast)
+                                cfg.model_opts.autocast, launched="WORLD_SIZE" in os.environ)
     except ValueError as e:
         rep.errors.append(str(e))
     if rep.errors:
