@@ -125,6 +125,55 @@ def run_train(out: Path, model_dir: Path, name: str, rank: int) -> dict:
     return res
 
 
+def injected_correct(question: str) -> bool:
+    """Whether a prompt's group gets one correct completion (kept by dynamic sampling) or none
+    (dropped): decided by the question's text alone, so the same in every process."""
+    import zlib
+
+    return zlib.crc32(question.encode()) % 2 == 0
+
+
+def run_dynamic_sampling(out: Path, model_dir: Path, name: str) -> list[list]:
+    """2 DAPO steps (dynamic sampling, up to 3 refill rounds) with injected rewards: a group's first
+    completion is correct when `injected_correct(question)`, every other completion wrong. Returns
+    the decisions [[step, question, kept], ...] this process made (each group once)."""
+    from conftest import tiny_run_config
+    from zoo import trainer
+    from zoo.rewards.compute import RewardScores
+    from zoo.step import sample
+
+    decisions: list[list] = []
+    now: dict = {}
+    real = (sample.generate, sample.compute_rewards, sample.keep_rows)
+
+    def generate(st, rows, offset):
+        now["step"] = st.step
+        return real[0](st, rows, offset)
+
+    def rewards(fns, completions, rows):
+        now["rows"] = rows
+        first = [i == 0 or rows[i] is not rows[i - 1] for i in range(len(rows))]  # rows are prompt-major
+        obj = torch.zeros(len(rows), len(fns))
+        obj[:, 0] = torch.tensor([float(f and injected_correct(r["question"])) for f, r in zip(first, rows)])
+        return RewardScores(obj, [0] * len(fns))
+
+    def keep_rows(per_row, group_ids, slots):
+        keep = real[2](per_row, group_ids, slots)
+        for i, r in enumerate(now["rows"]):
+            if i == 0 or now["rows"][i - 1] is not r:
+                decisions.append([now["step"], r["question"], bool(keep[i])])
+        return keep
+
+    sample.generate, sample.compute_rewards, sample.keep_rows = generate, rewards, keep_rows
+    try:
+        cfg = tiny_run_config(model_dir, out / "run_dynamic", variant="dapo", training={"strategy": name},
+                              budget={"prompts_per_step": 4, "max_resample_rounds": 3}, eval={"enabled": False})
+        trainer.train(cfg, progress=False)
+    finally:
+        sample.generate, sample.compute_rewards, sample.keep_rows = real
+    return decisions
+
+
 def main(name: str, out: Path, model_dir: Path | None) -> None:
     import torch.distributed as td
 
@@ -138,6 +187,7 @@ def main(name: str, out: Path, model_dir: Path | None) -> None:
         torch.save(params, out / f"params_{case_name(lora, agg)}_rank{rank}.pt")
     if model_dir is not None:
         report["train"] = run_train(out, model_dir, name, rank)
+        report["dynamic_sampling"] = run_dynamic_sampling(out, model_dir, name)
     (out / f"report_rank{rank}.json").write_text(json.dumps(report))
     td.barrier()
     td.destroy_process_group()

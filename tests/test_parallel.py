@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from parallel_worker import CASES, case_name, run_case
+from parallel_worker import CASES, case_name, injected_correct, run_case, run_dynamic_sampling
 from test_distributed import HERE, _gloo_possible, _launch
 
 
@@ -86,3 +86,28 @@ def test_ddp_training_run(ddp_ranks):
 
 def test_fsdp_training_run(fsdp_ranks):
     _check_train(fsdp_ranks)
+
+
+@pytest.fixture(scope="module")
+def single_dynamic(tmp_path_factory, tiny_model_dir):
+    return run_dynamic_sampling(tmp_path_factory.mktemp("dyn1"), tiny_model_dir, "single")
+
+
+def _check_dynamic(out: Path, single: list) -> None:
+    """The groups each step drew and kept over both ranks are the one-process run's (the same prompts
+    in the same rounds: each round takes what the ranks still need together from the shared stream)."""
+    reports = [json.loads((out / f"report_rank{r}.json").read_text()) for r in range(2)]
+    both = sorted(map(tuple, reports[0]["dynamic_sampling"] + reports[1]["dynamic_sampling"]))
+    one = sorted(map(tuple, single))
+    assert both == one
+    assert all(kept == injected_correct(q) for _, q, kept in one)
+    assert any(not kept for *_, kept in one) and any(kept for *_, kept in one)  # both decisions happen
+    assert len(one) > 2 * 4  # some groups were refilled: more than 4 prompts per step were drawn
+
+
+def test_ddp_dynamic_sampling_decisions(ddp_ranks, single_dynamic):
+    _check_dynamic(ddp_ranks, single_dynamic)
+
+
+def test_fsdp_dynamic_sampling_decisions(fsdp_ranks, single_dynamic):
+    _check_dynamic(fsdp_ranks, single_dynamic)
