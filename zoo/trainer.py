@@ -191,6 +191,7 @@ def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
     non-finite values, non-finite weights (never checkpointed), or no optimizer step in the run."""
     from zoo.study import lock
 
+    dist.init_from_env()  # under a launcher join the group first: only rank 0 takes the lease
     if dist.rank() != 0:
         return _train(cfg, resume, progress=progress, on_step=on_step, fresh_hint=fresh_hint)
     with lock.locked(cfg.out_dir() / lock.LOCK_NAME, what=f"run folder {cfg.out_dir()}"):
