@@ -19,7 +19,7 @@ def _run(strategy: str, tmp_path_factory, model_dir) -> Path:
     if why:
         pytest.skip(why)
     out = tmp_path_factory.mktemp(strategy)
-    proc = _launch(HERE / "parallel_worker.py", strategy, str(out), str(model_dir), timeout=300)
+    proc = _launch(HERE / "parallel_worker.py", strategy, str(out), str(model_dir), timeout=600)
     if proc.returncode != 0:
         pytest.fail(f"torchrun ({strategy}) failed ({proc.returncode}):\n{(proc.stdout + proc.stderr)[-4000:]}")
     return out

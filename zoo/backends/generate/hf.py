@@ -209,7 +209,10 @@ def generate_rollout(
             prefix = _shared_prefill(model, ids[s : s + mb], mask[s : s + mb], prompt_index[s : s + mb]) \
                 if share_prompts else {}
             out = model.generate(input_ids=ids[s : s + mb], attention_mask=mask[s : s + mb],
-                                 generation_config=gen_config, **prefix)  # [mb, P + T_chunk]
+                                 generation_config=gen_config, **prefix,  # [mb, P + T_chunk]
+                                 # an FSDP2 model is generated with its weights gathered (zoo.strategy.gather_weights):
+                                 # no lockstep over ranks (transformers would all-reduce each token's "done" flag)
+                                 synced_gpus=False)
             del prefix
             chunks.append(out[:, P:])
     T = max(c.shape[1] for c in chunks)
