@@ -52,6 +52,22 @@ def build_case(aggregate: str):
     return model, tok, batch, slots, s
 
 
+def correction_case():
+    """build_case("token_mean") with the sampler's log-probs: the trainer's plus delta in [-0.8, 0.8]
+    (rho = exp(-delta) in [0.45, 2.2]) and the correction mis [0.6, 1.5], which masks some tokens."""
+    from zoo import registry
+    from zoo.batch import replace
+    from zoo.step.logprobs import token_logprobs
+
+    model, tok, batch, slots, s = build_case("token_mean")
+    with torch.no_grad():
+        old, _ = token_logprobs(model, batch.input_ids(), batch.attention_mask(), batch.completion_ids.shape[1])
+    delta = torch.linspace(-0.8, 0.8, old.numel()).reshape(old.shape)
+    batch = replace(batch, logp_rollout=torch.where(batch.loss_mask, old + delta, torch.zeros_like(old)))
+    slots.correction = [registry.build("correction", {"name": "mis", "c_low": 0.6, "c_high": 1.5})]
+    return model, tok, batch, slots, s
+
+
 def normalizer_case():
     """(adv [5, 6], mask [5, 6], group_ids [5], batch_std normalizer) with a non-zero batch mean."""
     from zoo import registry
@@ -73,6 +89,18 @@ def normalize_share(rank: int) -> list[list[float]]:
     rows = SHARES[rank]
     T = max(LENGTHS[i] for i in rows)
     return normalize_global(norm, adv[rows, :T], mask[rows, :T], gids[rows]).tolist()
+
+
+DIAG_SHARES = [[0, 1], [2, 3]]  # one group per rank (a group never spans ranks)
+DIAG_ARGS = (["correctness", "r2", "const"], [1.0, 0.1, 1.0], 2, 0)  # names, weights, n_rewards, accuracy column
+
+
+def diagnostics_share(rank: int) -> dict:
+    """zoo.step.diagnostics on this rank's group of test_diagnostics' two-group batch."""
+    from test_diagnostics import two_group_batch
+    from zoo.step.diagnostics import step_diagnostics
+
+    return step_diagnostics(two_group_batch().select(DIAG_SHARES[rank]), *DIAG_ARGS)
 
 
 def run_update(model, tok, batch, slots, s) -> dict[str, float]:
@@ -105,6 +133,7 @@ def main(out: Path, model_dir: Path | None = None) -> None:
     report["mean_dict"] = dist.all_reduce_mean_dict({"a": float(rank), "b": 4.0})
 
     report["batch_std"] = normalize_share(rank)
+    report["diagnostics"] = diagnostics_share(rank)
 
     for agg in AGGREGATES:
         model, tok, batch, slots, s = build_case(agg)
@@ -113,6 +142,9 @@ def main(out: Path, model_dir: Path | None = None) -> None:
         report[f"counts/{agg}"] = [c.tokens, c.sequences, float(mine.loss_mask.sum())]
         report[f"metrics/{agg}"] = run_update(model, tok, mine, slots, s)
         torch.save({k: v.detach() for k, v in model.named_parameters()}, out / f"params_{agg}_rank{rank}.pt")
+
+    model, tok, batch, slots, s = correction_case()
+    report["metrics/correction"] = run_update(model, tok, batch.select(SHARES[rank]), slots, s)
 
     if model_dir is not None:
         report["train"] = run_train(out, model_dir, rank)

@@ -11,7 +11,7 @@ from zoo.components.types import AdvantageInputs
 from zoo.registry import ComponentError, available, build
 
 NAN = float("nan")
-ESTIMATORS = ["gae", "group_mean", "rloo", "reinforce", "reinforce_pp"]
+ESTIMATORS = ["gae", "group_mean", "rloo", "reinforce", "reinforce_pp", "pass_at_k", "pass_at_k_analytic"]
 
 
 def inputs(scores, mask, group_ids=None, kl=None, values=None):
@@ -269,3 +269,69 @@ def test_meta_and_shape_errors():
     bad = AdvantageInputs(torch.zeros(2), torch.ones(2, 3, dtype=torch.bool), torch.zeros(3), torch.zeros(2, 3))
     with pytest.raises(ValueError, match="group_ids"):
         run("group_mean", bad)
+
+
+# ---- GAE: decoupled lambda (critic vs actor) and length-adaptive lambda (VAPO arXiv 2504.05118) --
+
+
+def test_gae_defaults_keep_one_lambda():
+    # critic_lam None and length_alpha None: the returns are A + V with the actor's lambda (today's GAE),
+    # and stating critic_lam = lam gives the same numbers
+    for seed in range(3):
+        x = random_inputs(seed)
+        a, b = run("gae", x, gamma=0.9, lam=0.7), run("gae", x, gamma=0.9, lam=0.7, critic_lam=0.7)
+        assert torch.equal(a.advantages, b.advantages) and torch.equal(a.returns, b.returns)
+        torch.testing.assert_close(a.returns, torch.where(x.mask, a.advantages + x.values, torch.zeros_like(x.values)))
+
+
+def test_gae_decoupled_lambda_hand_worked():
+    # r = [0, 0, 1], V = [0.5, 0.2, -0.1], gamma 1: delta = [0.2 - 0.5, -0.1 - 0.2, 1 + 0.1] = [-0.3, -0.3, 1.1]
+    # actor lam 0.5: A2 = 1.1, A1 = -0.3 + 0.55 = 0.25, A0 = -0.3 + 0.125 = -0.175
+    # critic lam 1: A^1_t + V_t telescopes to the Monte-Carlo return, 1 on every token
+    x = inputs([1.0], [[1, 1, 1, 0]], values=[[0.5, 0.2, -0.1, NAN]])
+    res = run("gae", x, gamma=1.0, lam=0.5, critic_lam=1.0)
+    torch.testing.assert_close(res.advantages, torch.tensor([[-0.175, 0.25, 1.1, 0.0]]))
+    torch.testing.assert_close(res.returns, torch.tensor([[1.0, 1.0, 1.0, 0.0]]))
+
+
+def test_length_adaptive_lambda_values():
+    from zoo.components.advantage import length_adaptive_lambda
+
+    # 1 - 1/(0.05 l): l = 40 -> 0.5, l = 100 -> 0.8, l = 10 -> -1 -> clamped 0, l = 20 -> 0, l = 0 -> 0
+    got = length_adaptive_lambda(torch.tensor([40, 100, 10, 20, 0]), 0.05)
+    torch.testing.assert_close(got, torch.tensor([0.5, 0.8, 0.0, 0.0, 0.0], dtype=torch.float64))
+
+
+def test_gae_length_adaptive_lambda_hand_worked():
+    # V = 0, gamma 1, score 1: delta is 1 on the last real token, 0 elsewhere, so A_t = lam^(l-1-t).
+    # row 0 (l = 40): lam = 0.5 -> A_t = 0.5^(39 - t); row 1 (l = 10): lam = 0 -> A = 1 on the last token only.
+    # critic_lam 1: returns = the Monte-Carlo return 1 on every real token of both rows.
+    lengths = torch.tensor([40, 10])
+    mask = torch.arange(40)[None, :] < lengths[:, None]
+    x = AdvantageInputs(torch.ones(2), mask, torch.zeros(2), torch.zeros(2, 40), torch.zeros(2, 40))
+    res = run("gae", x, gamma=1.0, lam=0.95, critic_lam=1.0, length_alpha=0.05)
+    want0 = 0.5 ** (39 - torch.arange(40, dtype=torch.float32))
+    want1 = torch.zeros(40)
+    want1[9] = 1.0
+    torch.testing.assert_close(res.advantages, torch.stack([want0, want1]))
+    torch.testing.assert_close(res.returns, mask.float())
+
+
+@pytest.mark.parametrize("spec", [{"critic_lam": 1.5}, {"critic_lam": -0.1}, {"length_alpha": 0}, {"length_alpha": -0.05},
+                                  {"length_alpha": True}])
+def test_gae_bad_decoupled_or_adaptive_parameters(spec):
+    with pytest.raises(ComponentError):
+        build("advantage", {"name": "gae", **spec})
+
+
+@pytest.mark.parametrize("pad", [NAN, math.inf, 1e30])
+def test_gae_decoupled_and_length_adaptive_ignore_padding(pad):
+    for seed in range(3):
+        x = random_inputs(seed)
+        dirty = AdvantageInputs(x.scores, x.mask, x.group_ids,
+                                torch.where(x.mask, x.kl_reward, torch.full_like(x.kl_reward, pad)),
+                                torch.where(x.mask, x.values, torch.full_like(x.values, pad)))
+        params = dict(gamma=1.0, lam=0.95, critic_lam=1.0, length_alpha=0.5)  # l in 1..6: lambda 0 .. 2/3
+        a, b = run("gae", x, **params), run("gae", dirty, **params)
+        assert torch.isfinite(b.advantages).all() and torch.isfinite(b.returns).all()
+        assert torch.equal(a.advantages, b.advantages) and torch.equal(a.returns, b.returns)

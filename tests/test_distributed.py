@@ -2,6 +2,7 @@
 process doing the step on all rows (C2/C3 across ranks: gradients summed, normalisers over the
 step's totals on every rank), with rows of different lengths split unevenly between the ranks."""
 import json
+import math
 import os
 import socket
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dist_worker import AGGREGATES, SHARES, build_case, normalizer_case, run_update
+from dist_worker import AGGREGATES, DIAG_ARGS, SHARES, build_case, correction_case, normalizer_case, run_update
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -103,6 +104,21 @@ def test_data_parallel_step_equals_one_process(two_ranks, aggregate):
             assert m[k] == pytest.approx(single_metrics[k], rel=1e-5, abs=1e-6), k
 
 
+def test_rollout_metrics_are_over_every_rank(two_ranks):
+    """rollout/* with a correction: token means and the max over both ranks' tokens (rank 0 holds 1 of
+    the 17 tokens, so a mean of the ranks' means would differ), equal to one process's."""
+    model, tok, batch, slots, s = correction_case()
+    single = run_update(model, tok, batch, slots, s)
+    assert 0 < single["rollout/masked_frac"] < 1 and single["rollout/mismatch_kl"] > 0
+    model0, tok0, batch0, slots0, s0 = correction_case()
+    alone = run_update(model0, tok0, batch0.select(SHARES[0]), slots0, s0)  # rank 0's share on its own
+    assert abs(alone["rollout/mismatch_kl"] - single["rollout/mismatch_kl"]) > 1e-3
+    for r in _reports(two_ranks):
+        m = r["metrics/correction"]
+        for k in ("rollout/mismatch_kl", "rollout/weight_mean", "rollout/weight_max", "rollout/masked_frac", "loss/policy"):
+            assert m[k] == pytest.approx(single[k], rel=1e-5, abs=1e-7), k
+
+
 def test_batch_normalizer_uses_the_global_batch(two_ranks):
     """batch_std under data parallelism whitens with the mean/std of both ranks' tokens: each rank's
     rows equal the single-process result on the whole batch, not a per-rank whitening."""
@@ -116,6 +132,22 @@ def test_batch_normalizer_uses_the_global_batch(two_ranks):
         local = norm(adv[rows, :T], mask[rows, :T], gids[rows])
         if len(rows) > 1:  # a rank's own whitening differs (what the engine did before)
             assert not torch.allclose(local, got, atol=1e-3)
+
+
+def test_step_diagnostics_gather_the_rows_of_every_rank(two_ranks):
+    """Each rank holds one group; both log the diagnostics of the whole step (test_diagnostics' hand-worked
+    values), not of their own group (one group alone gives other correlations)."""
+    from test_diagnostics import two_group_batch
+    from zoo.step.diagnostics import step_diagnostics
+
+    whole = step_diagnostics(two_group_batch(), *DIAG_ARGS)
+    alone = step_diagnostics(two_group_batch().select([0, 1]), *DIAG_ARGS)
+    assert alone["completion/len_correct"] != whole["completion/len_correct"]
+    for r in _reports(two_ranks):
+        got = r["diagnostics"]
+        assert set(got) == set(whole)
+        for k, v in whole.items():
+            assert (math.isnan(v) and math.isnan(got[k])) or got[k] == pytest.approx(v), k
 
 
 # ---------------------------------------------------------------- zoo.trainer.train on two ranks

@@ -158,3 +158,13 @@ def test_run_on_a_folder_another_process_trains_names_the_holder(tiny_model_dir,
         done.set()
         t.join()
     assert not (tmp_path / "busy" / "metrics.jsonl").exists()
+
+
+def test_critic_warmup_enters_the_fingerprint_only_when_set(tmp_path):
+    # value pretraining changes the training, so it changes the digest; unset it leaves the fields
+    # (and the digests of runs recorded before the option existed) as they were
+    base = RunConfig.model_validate({"variant": "ppo"})
+    warm = RunConfig.model_validate({"variant": "ppo", "budget": {"critic_warmup": 2}})
+    fb, fw = fp.fingerprint(base)[1], fp.fingerprint(warm)[1]
+    assert "critic_warmup" not in fb["budget"] and "critic_warmup" not in fb["variant"]
+    assert fw["variant"]["critic_warmup"] == 2 and fp.compare(fb, fw) == ["budget.critic_warmup", "variant.critic_warmup"]

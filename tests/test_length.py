@@ -3,14 +3,14 @@ import pytest
 import torch
 
 from zoo.components.length import overlong_filter, overlong_soft
-from zoo.components.types import LengthResult
+from zoo.components.types import LengthResult, LengthRows
 from zoo.registry import ComponentError, available, build
 
 LENGTHS = torch.tensor([100, 384, 448, 512, 600])
 
 
 def test_registered():
-    assert available("length") == ["overlong_filter", "overlong_soft"]
+    assert available("length") == ["kimi_length", "overlong_filter", "overlong_soft"]
 
 
 def test_c12_soft_overlong_punishment():
@@ -66,3 +66,55 @@ def test_overlong_filter_keeps_untruncated():
     assert res.column is None
     assert res.keep.tolist() == [True, False, True, False, False]
     assert res.keep.dtype == torch.bool
+
+
+# ---- kimi_length: Kimi k1.5 arXiv 2501.12599 §2.3.3 -------------------------------------------
+
+
+def kimi(lengths, gids, acc, **params):
+    rows = LengthRows(group_ids=torch.tensor(gids), metrics={"accuracy": torch.tensor(acc)})
+    n = len(lengths)
+    return build("length", {"name": "kimi_length", **params})(torch.tensor(lengths), torch.zeros(n, dtype=torch.bool),
+                                                               512, rows).column
+
+
+def test_kimi_length_hand_worked():
+    # group 4: lengths [10, 20, 30], min 10, max 30: lam = 0.5 - (len - 10)/20 = [0.5, 0, -0.5];
+    #   correct [1, 0, 1] -> [0.5, min(0, 0) = 0, -0.5]
+    # group 1: lengths [5, 15]: lam = [0.5, -0.5]; correct [0, 1] -> [min(0, 0.5) = 0, -0.5]
+    # group 2: a NaN (unscored) row gets 0; the other, wrong, lam = 0.5 - (8 - 6)/2 = -0.5 -> -0.5
+    col = kimi([10, 20, 30, 5, 15, 6, 8], [4, 4, 4, 1, 1, 2, 2], [1.0, 0.0, 1.0, 0.0, 1.0, float("nan"), 0.0])
+    torch.testing.assert_close(col, torch.tensor([0.5, 0.0, -0.5, 0.0, -0.5, 0.0, -0.5]))
+
+
+def test_kimi_length_equal_lengths_add_zero():
+    # max = min: the 0/0 case is 0 (our convention), correct or not
+    assert torch.equal(kimi([7, 7, 7], [0, 0, 0], [1.0, 0.0, 1.0]), torch.zeros(3))
+
+
+def test_kimi_length_row_order():
+    lengths, gids, acc = [10, 20, 30, 5, 15, 9], [4, 4, 4, 1, 1, 1], [1.0, 0.0, 1.0, 0.0, 1.0, 1.0]
+    perm = [5, 2, 0, 4, 1, 3]
+    col = kimi(lengths, gids, acc)
+    pc = kimi([lengths[i] for i in perm], [gids[i] for i in perm], [acc[i] for i in perm])
+    torch.testing.assert_close(pc, col[perm])
+
+
+def test_kimi_length_names_the_missing_metric():
+    rows = LengthRows(group_ids=torch.zeros(2, dtype=torch.long), metrics={"format": torch.ones(2)})
+    with pytest.raises(ValueError, match="metric 'accuracy' not among .* available: format"):
+        build("length", "kimi_length")(torch.tensor([3, 4]), torch.zeros(2, dtype=torch.bool), 8, rows)
+    with pytest.raises(ComponentError):
+        build("length", {"name": "kimi_length", "metric": ""})
+
+
+def test_length_rows_metrics_are_the_raw_columns_and_accuracy():
+    # what length_shaping hands each length component: every raw column by name, and `accuracy`
+    # = (correctness column == 1), NaN where unscored; no accuracy without a correctness reward
+    from zoo.step.scoring import objective_metrics
+
+    obj = torch.tensor([[1.0, 0.3], [0.5, 0.2], [float("nan"), 0.1]])
+    m = objective_metrics(obj, ["correctness", "other"], 0)
+    assert sorted(m) == ["accuracy", "correctness", "other"]
+    torch.testing.assert_close(m["accuracy"], torch.tensor([1.0, 0.0, float("nan")]), equal_nan=True)
+    assert "accuracy" not in objective_metrics(obj, ["correctness", "other"], None)

@@ -120,3 +120,13 @@ def test_ref_reset_every_without_kl_and_a_shadowed_group_size_warn(tiny_model_di
     assert not any("ignored" in w for w in warnings)
     _, warnings = validate_run(tiny_run_config(tiny_model_dir, tmp_path, ref_reset_every=2))  # grpo keeps its KL
     assert not any("ref_reset_every" in w for w in warnings)
+
+
+def test_a_critic_warmup_as_long_as_the_run_warns(tiny_model_dir, tmp_path):
+    # 2 steps with a 2-step warm-up: the policy never moves; 1 step of warm-up leaves one policy step
+    from zoo.trainer import validate_run
+
+    _, warnings = validate_run(tiny_run_config(tiny_model_dir, tmp_path, variant="ppo", budget={"critic_warmup": 2}))
+    assert any("critic_warmup = 2 >= budget.steps = 2: only the critic trains" in w for w in warnings), warnings
+    _, warnings = validate_run(tiny_run_config(tiny_model_dir, tmp_path, variant="ppo", budget={"critic_warmup": 1}))
+    assert not any("critic_warmup" in w for w in warnings)

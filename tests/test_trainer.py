@@ -55,6 +55,41 @@ def small_updates(variant: str, completions: int = 8) -> dict:
     return {}
 
 
+# ---------------------------------------------------------------- value pretraining (critic_warmup)
+def test_critic_warmup_freezes_the_policy_and_trains_the_critic(tiny_model_dir, tmp_path):
+    # VAPO §4.1 value pretraining: during critic_warmup steps only the critic trains. Two ppo runs from
+    # the same seed: `two` warms up for 2 steps, `one` for 1 step of 1. Both policies stay exactly the
+    # initial weights; the critic after 2 steps differs from the critic after 1 (it trained in step 2).
+    two = tiny_run_config(tiny_model_dir, tmp_path / "two", variant="ppo", budget={"steps": 2, "critic_warmup": 2})
+    one = tiny_run_config(tiny_model_dir, tmp_path / "one", variant="ppo", budget={"steps": 1, "critic_warmup": 1})
+    train(two, progress=False)
+    train(one, progress=False)
+    a, b = saved_state(tmp_path / "two"), saved_state(tmp_path / "one")
+    assert max_change(initial_weights(tiny_model_dir), a["policy"]) == 0.0, "the policy moved during warm-up"
+    assert max_change(initial_weights(tiny_model_dir), b["policy"]) == 0.0
+    assert max(float((a["critic"][k] - b["critic"][k]).abs().max()) for k in a["critic"]) > 1e-6, "critic did not train"
+    recs = _step_records(tmp_path / "two")
+    assert [r["critic/warmup"] for r in recs] == [1.0, 1.0]
+    assert all(r["optim/updates"] >= 1 and math.isfinite(r["loss/value"]) for r in recs)
+
+
+def test_critic_warmup_without_a_critic_is_an_error(tiny_model_dir, tmp_path):
+    from zoo.config.checks import check_variant
+    from zoo.config.run import effective_variant
+
+    cfg = tiny_run_config(tiny_model_dir, tmp_path / "g", variant="grpo", budget={"critic_warmup": 2})
+    rep = check_variant(effective_variant(cfg))
+    assert any("critic_warmup 2 needs a critic" in e for e in rep.errors), rep.errors
+
+
+def test_grpo_with_kimi_length_trains_and_logs_the_column(tiny_model_dir, tmp_path):
+    cfg = tiny_run_config(tiny_model_dir, tmp_path / "k", variant="grpo", set={"length": ["kimi_length"]})
+    assert train(cfg, progress=False)["status"] == "finished"
+    recs = _step_records(tmp_path / "k")
+    # the column is within [-0.5, 0.5] by construction (lam = 0.5 - (len - min)/(max - min))
+    assert all(-0.5 <= r["reward/kimi_length"] <= 0.5 for r in recs)
+
+
 # ---------------------------------------------------------------- every variant, 2 steps
 def test_critic_only_where_the_advantage_needs_values():
     assert needs_values("ppo")
@@ -62,13 +97,23 @@ def test_critic_only_where_the_advantage_needs_values():
 
 
 @pytest.mark.parametrize("variant", available_variants())
-def test_every_variant_trains_two_steps(variant, tiny_model_dir, tmp_path):
+def test_every_variant_trains_two_steps(variant, tiny_model_dir, tmp_path, monkeypatch):
     over = {"budget": small_updates(variant)}
+    if Slots.of(load_variant(variant)).advantage.name == "pass_at_k":
+        # best-of-group: the random model's completions mostly reach max_new_tokens, so the length
+        # reward ties at every group's top and every advantage is 0; a reward that differs between
+        # distinct texts breaks the ties (sum of character codes mod 97, scaled to [0, 1))
+        (tmp_path / "tiebreak_rewards.py").write_text("def char_code(completions, rows):\n"
+                                                      "    return [sum(map(ord, c)) % 97 / 97 for c in completions]\n")
+        monkeypatch.syspath_prepend(str(tmp_path))
+        over.update(plugins=["tiebreak_rewards"], rewards=["correctness", "tiebreak_rewards:char_code"])
     if variant == "dapo":
         # a random model gets accuracy 0 everywhere, so dynamic sampling drops every group, and it
         # rarely stops within 8 tokens, so overlong filtering masks nearly every row (both tested
         # below); without them the rest of DAPO (clip-higher, soft overlong punishment) must train
         over["set"] = {"filter": [], "length": [{"name": "overlong_soft", "cache_frac": 0.2}]}
+    if load_variant(variant).critic_warmup:  # value pretraining (vapo): 1 step, so the policy moves in step 2
+        over["budget"] = {**over["budget"], "critic_warmup": 1}
     cfg = tiny_run_config(tiny_model_dir, tmp_path / variant, variant=variant, **over)
     summary = train(cfg, progress=False)
     out = tmp_path / variant
@@ -162,6 +207,9 @@ RESUME_CASES = {
     # the adaptive KL controller's beta is checkpointed: kl/beta after resume == uninterrupted
     "ppo-adaptive-kl": dict(variant="ppo", budget={"steps": 4, "group_size": 2},
                             set={"kl.adaptive": {"target": 0.001, "horizon": 4}}),
+    # value pretraining spans the crash: steps 1-3 train the critic alone, the resumed run still
+    # counts step 3 as warm-up (critic/warmup is compared) and moves the policy at step 4
+    "ppo-critic-warmup": dict(variant="ppo", budget={"steps": 4, "group_size": 2, "critic_warmup": 3}),
 }
 
 

@@ -22,6 +22,7 @@ import torch
 import yaml
 
 from zoo import checkpoint as ckpt
+from zoo.backends.generate.backend import backend_error, build_generator
 from zoo import dist, guards, strategy
 from zoo.components.filter import check_filter_metrics
 from zoo.config.checks import check_variant
@@ -49,8 +50,8 @@ log = logging.getLogger(__name__)
 
 def validate_run(cfg: RunConfig) -> tuple[Variant, list[str]]:
     """Check the variant against the run before any model loads: the variant, minibatches against
-    completions per step, the rewards (registered, or in a plugin module) and the metric each
-    sampling filter names (it must be a metric the rewards produce; a continuous one warns).
+    completions per step, the generator (`sampling.backend`), the rewards (registered, or in a plugin
+    module) and the metric each sampling filter names (it must be a metric the rewards produce; a continuous one warns).
     Raises VariantError; returns warnings."""
     load_plugins(cfg.plugins)
     v = effective_variant(cfg)
@@ -60,6 +61,9 @@ def validate_run(cfg: RunConfig) -> tuple[Variant, list[str]]:
     if v.updates.minibatches > n:
         rep.errors.append(f"updates.minibatches {v.updates.minibatches} > {n} completions per step "
                           f"(budget.prompts_per_step x group_size)")
+    gen_error = backend_error(cfg.sampling.backend)
+    if gen_error:
+        rep.errors.append(gen_error)
     try:
         rewards = [c for c, _ in resolve_rewards(cfg.rewards, cfg.plugins)]
     except ValueError as e:
@@ -69,6 +73,11 @@ def validate_run(cfg: RunConfig) -> tuple[Variant, list[str]]:
             errors, warnings = check_filter_metrics(v.slots.filter, rewards, ctx)
             rep.errors += errors
             rep.warnings += warnings
+    if cfg.gold:
+        try:
+            resolve_rewards(cfg.gold, cfg.plugins)
+        except ValueError as e:
+            rep.errors.append(f"gold: {e}")
     rep.warnings += run_warnings(cfg, v)
     try:  # the launcher's process count: torchrun / accelerate launch set WORLD_SIZE
         strategy.check_strategy(cfg.training.strategy, int(os.environ.get("WORLD_SIZE", "1") or 1),
@@ -151,6 +160,8 @@ def setup(cfg: RunConfig, device: torch.device | None = None) -> RunState:
         critic_scheduler=_scheduler(copt, cfg, total) if copt else None, stream=stream, resample_stream=resample_stream, task=task,
         rewards=rewards, reward_names=names, reference=reference, device=device,
         controllers=[c() for c in slots.controllers], provenance=prov,
+        gold=[c for c, _ in resolve_rewards(cfg.gold, cfg.plugins)] if cfg.gold else [],
+        generator=build_generator(cfg.sampling.backend, policy, tok),  # once per run (sampling.backend)
     )
 
 
@@ -168,6 +179,7 @@ def resolved_config(st: RunState) -> dict[str, Any]:
     cfg["resolved_variant"] = {
         "name": st.variant.name, "paper": st.variant.paper, "group_size": st.variant.group_size,
         "updates": st.variant.updates.model_dump(),
+        "critic_warmup": st.variant.critic_warmup,
         "slots": st.variant.resolved({"max_new_tokens": st.cfg.budget.max_new_tokens}),
     }
     cfg["provenance"] = st.provenance
@@ -220,7 +232,7 @@ def _train(cfg: RunConfig, resume: bool, *, progress: bool, on_step: Callable[[i
     state = ckpt.load(out / "checkpoint") if resume else None
     if state is not None:
         with ckpt.restoring(out / "checkpoint" / ckpt.FILE):
-            restore_checkpoint(st, state)
+            restore_checkpoint(st, state, out / "checkpoint")
         log.info("resumed %s at step %d", out, st.step)
     elif main:
         ckpt.clear(out / "checkpoint")  # a fresh start: an older run's checkpoint must not become state.prev.pt

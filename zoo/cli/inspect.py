@@ -73,6 +73,7 @@ def show(
     if as_json:
         print_json({"name": v.name, "paper": v.paper, "summary": v.summary, "file": v.path,
                      "group_size": v.group_size, "updates": v.updates.model_dump(),
+                     **({"critic_warmup": v.critic_warmup} if v.critic_warmup else {}),
                      "slots": resolved, "sources": v.sources})
         return
     console.print(f"[bold]{v.name}[/]  {v.paper}\n{v.summary}\n[dim]{v.path}[/]")
@@ -82,6 +83,8 @@ def show(
     table.add_column("source", style="dim")
     table.add_row("group_size", str(v.group_size), v.sources.get("group_size", ""))
     table.add_row("updates", f"epochs {v.updates.epochs} x minibatches {v.updates.minibatches}", v.sources.get("updates", ""))
+    if v.critic_warmup:
+        table.add_row("critic_warmup", f"{v.critic_warmup} steps (critic only)", v.sources.get("critic_warmup", ""))
     for slot, val in resolved.items():
         table.add_row(slot, _fmt_spec(val), v.sources.get(slot, ""))
     console.print(table)

@@ -9,10 +9,10 @@ True on real tokens (up to and including the first EOS).
 | objective_norm | `fn(objectives [N, K], group_ids [N])` | `[N, K]` normalised objectives (NaN rows stay NaN) |
 | advantage | `fn(inp: AdvantageInputs)` | `AdvantageResult(advantages [N, T], returns [N, T] or None)` |
 | normalizer | `fn(adv [N, T], mask [N, T], group_ids [N])` | `[N, T]` |
-| clip | `fn(logp, logp_old, adv, mask)` all `[N, T]` | `ClipResult(loss [N, T], clip_low [N, T] bool, clip_high [N, T] bool, ratio [N, T])` |
+| clip | `fn(logp, logp_old, adv, mask)` all `[N, T]` (+ keyword `step: StepView` for a rule registered with `selects=True`) | `ClipResult(loss [N, T], clip_low [N, T] bool, clip_high [N, T] bool, ratio [N, T])` |
 | aggregate | `fn(loss [N, T], mask [N, T], counts: StepCounts)` | scalar; summing it over the micro-batches of one optimizer step gives the step's value |
 | kl_estimator | `fn(logp [N, T], ref_logp [N, T])` | `[N, T]` per-token estimate |
-| length | `fn(lengths [N], truncated [N] bool, max_new_tokens: int)` | `LengthResult(column [N] or None, keep [N] bool or None)` |
+| length | `fn(lengths [N], truncated [N] bool, max_new_tokens: int, rows: LengthRows)` | `LengthResult(column [N] or None, keep [N] bool or None)` |
 | filter | `fn(metrics: Mapping[str, Tensor [N]], group_ids [N])` | keep `[N]` bool (whole groups kept or dropped) |
 | critic | `fn(values, old_values, returns, mask, counts: StepCounts)` | scalar value loss (already times its coefficient) |
 | loss | `fn(inp: TermInputs)` | `TermResult(loss [n, T], token_stats)`: an extra per-token loss |
@@ -26,20 +26,26 @@ from zoo.components import (  # noqa: F401  (imports register the components)
     advantage,
     aggregate,
     clip,
+    clip_cov,
+    clip_soft,
     controllers,
+    correction,
     critic,
     filter,
     kl,
     length,
+    length_group,
     loss_terms,
     normalize,
     objective,
+    passk,
 )
 from zoo.components.types import (  # noqa: F401
     AdvantageInputs,
     AdvantageResult,
     ClipResult,
     LengthResult,
+    LengthRows,
     StepCounts,
     StepView,
     TermInputs,

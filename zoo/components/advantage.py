@@ -56,8 +56,9 @@ def _finish(adv: Tensor, inp: AdvantageInputs) -> Tensor:
     return torch.where(nan_row, torch.full_like(adv, float("nan")), sanitize(adv, mask))
 
 
-def _discounted_cumsum(x: Tensor, discount: float) -> Tensor:
-    """out_t = sum_{l >= 0} discount^l x_{t+l} along the last dim. x: [N, T] -> [N, T]."""
+def _discounted_cumsum(x: Tensor, discount: float | Tensor) -> Tensor:
+    """out_t = sum_{l >= 0} discount^l x_{t+l} along the last dim. x: [N, T] -> [N, T]; discount a
+    float or one per row [N]."""
     out = torch.empty_like(x)  # [N, T]
     running = torch.zeros_like(x[:, 0])  # [N]
     for t in range(x.shape[1] - 1, -1, -1):
@@ -102,15 +103,42 @@ def reward_to_go(token_rewards: Tensor, mask: Tensor, gamma: float = 1.0) -> Ten
     return sanitize(_discounted_cumsum(r, gamma), mask)
 
 
-@register("advantage", "gae", check=_check_unit("gamma", "lam"), needs_values=True, level="token")
-def gae(inp: AdvantageInputs, *, gamma: float = 1.0, lam: float = 0.95) -> AdvantageResult:
+def _check_gae(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
+    """gamma, lam (and critic_lam when set) in [0, 1]; length_alpha, when set, a number > 0."""
+    _check_unit("gamma", "lam")(params, context)
+    if params["critic_lam"] is not None:
+        _check_unit("critic_lam")(params, context)
+    a = params["length_alpha"]
+    if a is not None and (isinstance(a, bool) or not isinstance(a, (int, float)) or not a > 0):
+        raise ValueError(f"length_alpha must be a number > 0 (VAPO: 0.05) or null, got {a!r}")
+
+
+def length_adaptive_lambda(lengths: Tensor, alpha: float) -> Tensor:
+    """VAPO's length-adaptive GAE lambda: lam = 1 - 1 / (alpha * l), clamped to [0, 1] (it is
+    negative for l < 1 / alpha, and a row with l = 0 gets 0). lengths: [N] real tokens per row.
+    Returns [N] float64. Source: VAPO arXiv 2504.05118 §4.2 (alpha = 0.05)."""
+    lf = lengths.double()
+    lam = 1.0 - 1.0 / (alpha * lf.clamp(min=1e-12))
+    return torch.where(lf > 0, lam.clamp(0.0, 1.0), torch.zeros_like(lf))
+
+
+@register("advantage", "gae", check=_check_gae, needs_values=True, level="token")
+def gae(inp: AdvantageInputs, *, gamma: float = 1.0, lam: float = 0.95, critic_lam: float | None = None,
+        length_alpha: float | None = None) -> AdvantageResult:
     """Generalised advantage estimation with a critic.
 
     Token rewards r_t = kl_reward_t + score on the last real token; delta_t = r_t + gamma V_{t+1} - V_t
-    with V = 0 after the last real token; A_t = sum_l (gamma lam)^l delta_{t+l}; returns = A + V.
+    with V = 0 after the last real token; A_t = sum_l (gamma lam)^l delta_{t+l} (the actor's
+    advantages); returns = A^{critic_lam} + V, the same sum with critic_lam (the critic's targets).
+    Decoupled lambda (VAPO §4.1): critic_lam None -> lam (one lambda, the classic GAE); VAPO uses
+    critic_lam 1.0 (unbiased Monte-Carlo value targets). Length-adaptive lambda (VAPO §4.2):
+    length_alpha None -> the fixed lam; else each row's actor lambda is
+    clamp(1 - 1 / (length_alpha * l), 0, 1), l = the row's real tokens (`length_adaptive_lambda`),
+    and `lam` is not used for the advantages.
     inp.values [N, T] is required; padded slots of values and kl_reward are selected away first.
     Returns advantages [N, T] and returns [N, T] (0 on padding; NaN on the real tokens of a
-    NaN-score row, in both). Case C14. Source: GAE arXiv 1506.02438 eq. 16; lm-human-preferences.
+    NaN-score row, in both). Case C14. Source: GAE arXiv 1506.02438 eq. 16; lm-human-preferences;
+    VAPO arXiv 2504.05118 §4.1 (decoupled GAE), §4.2 (length-adaptive GAE).
     Raises ValueError when inp.values is None or shapes break the contract.
     """
     if inp.values is None:
@@ -120,8 +148,16 @@ def gae(inp: AdvantageInputs, *, gamma: float = 1.0, lam: float = 0.95) -> Advan
     v = sanitize(inp.values.to(r.dtype), mask)  # [N, T]
     v_next = torch.cat([v[:, 1:], torch.zeros_like(v[:, :1])], dim=1)  # [N, T]; 0 past the last real
     delta = r + gamma * v_next - v  # [N, T]
-    adv = _finish(_discounted_cumsum(delta, gamma * lam), inp)  # [N, T]
-    return AdvantageResult(adv, _finish(adv + v, inp))
+    if length_alpha is None:
+        actor_discount: float | Tensor = gamma * lam
+    else:
+        actor_discount = gamma * length_adaptive_lambda(mask.sum(1), length_alpha).to(r.dtype)  # [N]
+    adv = _finish(_discounted_cumsum(delta, actor_discount), inp)  # [N, T]
+    if critic_lam is None and length_alpha is None:
+        critic_adv = adv  # one lambda: today's GAE
+    else:
+        critic_adv = _finish(_discounted_cumsum(delta, gamma * (lam if critic_lam is None else critic_lam)), inp)
+    return AdvantageResult(adv, _finish(critic_adv + v, inp))
 
 
 def _reward_to_go_advantage(inp: AdvantageInputs, gamma: float) -> AdvantageResult:

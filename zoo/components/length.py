@@ -1,4 +1,5 @@
-"""Length shaping (kind "length"): `fn(lengths [N], truncated [N] bool, max_new_tokens) -> LengthResult`.
+"""Length shaping (kind "length"): `fn(lengths [N], truncated [N] bool, max_new_tokens, rows) -> LengthResult`
+(`rows`: a `LengthRows`, the group ids and per-row reward metrics, for shaping within a group).
 
 A completion is *truncated* when it reached max_new_tokens without EOS — known from generation,
 never guessed from padding width. Source: DAPO arXiv 2503.14476 §3.4 (overlong filtering, eq. 13).
@@ -10,7 +11,7 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor
 
-from zoo.components.types import LengthResult
+from zoo.components.types import LengthResult, LengthRows
 from zoo.registry import register
 
 
@@ -47,7 +48,7 @@ def _check_soft(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
 
 
 @register("length", "overlong_soft", check=_check_soft, output="column")
-def overlong_soft(lengths: Tensor, truncated: Tensor, max_new_tokens: int, *,
+def overlong_soft(lengths: Tensor, truncated: Tensor, max_new_tokens: int, rows: LengthRows | None = None, *,
                   cache_len: int | None = None, cache_frac: float | None = None,
                   max_len: int | None = None) -> LengthResult:
     """DAPO's soft overlong punishment, an extra objective column added to the correctness reward:
@@ -57,7 +58,7 @@ def overlong_soft(lengths: Tensor, truncated: Tensor, max_new_tokens: int, *,
     L_max = max_len (None -> max_new_tokens); L_cache = cache_len, or cache_frac * L_max (not
     rounded). Exactly one of cache_len / cache_frac must be set.
     lengths: [N] completion lengths (tokens, EOS included); truncated: [N] bool (unused: the penalty
-    depends on the length alone); max_new_tokens: the generation budget.
+    depends on the length alone); max_new_tokens: the generation budget; rows: unused.
     Returns LengthResult(column [N] float, keep None).
     Raises ValueError unless exactly one of cache_len / cache_frac is set and 0 < L_cache < L_max.
     Source: DAPO arXiv 2503.14476 §3.4, eq. 13 (L_cache 4096, L_max 20480 = cache_frac 0.2)."""
@@ -73,10 +74,11 @@ def overlong_soft(lengths: Tensor, truncated: Tensor, max_new_tokens: int, *,
 
 
 @register("length", "overlong_filter", output="keep")
-def overlong_filter(lengths: Tensor, truncated: Tensor, max_new_tokens: int) -> LengthResult:
+def overlong_filter(lengths: Tensor, truncated: Tensor, max_new_tokens: int,
+                    rows: LengthRows | None = None) -> LengthResult:
     """Overlong filtering: truncated completions leave the loss (keep = ~truncated).
 
-    lengths: [N]; truncated: [N] bool (from generation); max_new_tokens: the budget (unused).
+    lengths: [N]; truncated: [N] bool (from generation); max_new_tokens, rows: unused.
     Returns LengthResult(column None, keep [N] bool). Raises ValueError when shapes differ.
     Source: DAPO arXiv 2503.14476 §3.4 (overlong filtering masks the loss of truncated samples)."""
     if lengths.shape != truncated.shape:

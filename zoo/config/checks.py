@@ -39,10 +39,13 @@ def check_variant(v: Variant, context: Mapping[str, Any] | None = None) -> Repor
     n_updates = upd.epochs * upd.minibatches
     named = [(slot, c) for slot, x in comps.items() for c in (x if isinstance(x, list) else [x]) if c is not None]
     rep.errors += [f"{where}: {e}" for e in unproduced_reads(named, comps)]  # e.g. gae without a critic
+    if v.critic_warmup and comps["critic"] is None:
+        rep.errors.append(f"{where}: critic_warmup {v.critic_warmup} needs a critic (slots.critic): without one "
+                          "nothing trains in those steps")
     if comps["critic"] is not None and not adv.meta.get("needs_values"):
         rep.warnings.append(f"{where}: slots.critic is set but advantage {adv.name!r} uses no values: the critic is not trained")
     group_based = [c.name for c in (adv, comps["normalizer"], comps["objective_norm"]) if c.meta.get("needs_groups")]
-    group_based += [c.name for c in comps["filter"] if c.meta.get("needs_groups")]
+    group_based += [c.name for c in comps["filter"] + comps["length"] if c.meta.get("needs_groups")]
     if g < 2 and group_based:
         rep.errors.append(f"{where}: group_size {g} < 2 but {', '.join(group_based)} need groups of several completions")
     parts = kl_parts(kl)
@@ -66,8 +69,9 @@ def check_variant(v: Variant, context: Mapping[str, Any] | None = None) -> Repor
     if adv.meta.get("wants_kl") == "reward" and parts.reward_estimator is None:
         rep.warnings.append(f"{where}: advantage {adv.name!r} expects the KL in the reward (kl.placement: reward)")
     if n_updates == 1 and comps["clip"].name != "none":
+        what = comps["clip"].meta.get("single_update", "can have no effect")  # e.g. clip_cov: its selection acts
         rep.warnings.append(
-            f"{where}: clip {comps['clip'].name!r} can have no effect: one on-policy update per rollout makes every "
+            f"{where}: clip {comps['clip'].name!r} {what}: one on-policy update per rollout makes every "
             "ratio 1 (set updates.minibatches or updates.epochs > 1 for the clip to act)"
         )
     return rep
@@ -88,6 +92,7 @@ def _comparable(v: Variant) -> dict[str, Any]:
     return {
         "group_size": v.group_size,
         "updates": v.updates.model_dump(),
+        **({"critic_warmup": v.critic_warmup} if v.critic_warmup else {}),
         "slots": v.resolved(),
     }
 

@@ -16,7 +16,7 @@ from zoo.config.variant import Slots, Updates, Variant, VariantError, load_varia
 
 
 class Budget(Strict):
-    """How much work one run does. `group_size` and `updates` override the variant's when set."""
+    """How much work one run does. `group_size`, `updates` and `critic_warmup` override the variant's when set."""
 
     steps: int = Field(8, ge=1, description="rollout steps (each: generate, score, update)")
     prompts_per_step: int = Field(8, ge=1, description="prompts per rollout step (groups), over all ranks")
@@ -25,6 +25,8 @@ class Budget(Strict):
     max_new_tokens: int = Field(64, ge=1, description="generation budget per completion (tokens)")
     micro_batch: int = Field(8, ge=1, description="completions per forward/backward pass")
     max_resample_rounds: int = Field(4, ge=0, description="dynamic sampling: extra generation rounds per step")
+    critic_warmup: int | None = Field(None, ge=0, description="rollout steps at the start in which only the critic "
+                                      "trains, the policy frozen (value pretraining; default: the variant's)")
 
 
 Beta = Annotated[float, Field(ge=0, lt=1)]
@@ -67,6 +69,8 @@ class Training(Strict):
 
 
 class Sampling(Strict):
+    backend: Spec = Field("hf", description="the generator (registry kind `generator`): a name or "
+                          "{name, params}, e.g. hf (default) or {name: noisy, sigma: 0.1}; `zoo list` lists them")
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
     ignore_eos: bool = Field(False, description="generate every completion to max_new_tokens (EOS suppressed): "
@@ -126,6 +130,8 @@ class RunConfig(Strict):
     training: Training = Field(default_factory=Training)
     task: dict[str, Any] = Field(default_factory=lambda: {"name": "reasoning_gym", "dataset": "basic_arithmetic"})
     rewards: list[Spec] = Field(default_factory=lambda: ["correctness"])
+    gold: list[Spec] = Field(default_factory=list, description="rewards scored and logged as gold/<name> but "
+                             "never trained on (a gold measure next to the proxy; Gao et al. arXiv:2210.10760)")
     budget: Budget = Field(default_factory=Budget)
     optim: Optim = Field(default_factory=Optim)
     sampling: Sampling = Field(default_factory=Sampling)
@@ -185,6 +191,8 @@ def effective_variant(cfg: RunConfig) -> Variant:
         upd["group_size"] = cfg.budget.group_size
     if cfg.budget.updates is not None:
         upd["updates"] = cfg.budget.updates
+    if cfg.budget.critic_warmup is not None:
+        upd["critic_warmup"] = cfg.budget.critic_warmup
     return v.model_copy(update=upd)
 
 

@@ -11,7 +11,7 @@ from zoo.config.desugar import kl_parts
 from zoo.config.run import RunConfig
 from zoo.config.variant import Variant
 
-BUDGET_WINS = ("group_size", "updates")  # variant fields the run's budget replaces when set
+BUDGET_WINS = ("group_size", "updates", "critic_warmup")  # variant fields the run's budget replaces when set
 
 
 def shadowed_overrides(cfg: RunConfig) -> list[str]:
@@ -39,9 +39,17 @@ def ref_reset_unused(cfg: RunConfig, v: Variant) -> list[str]:
     return []
 
 
+def warmup_covers_run(cfg: RunConfig, v: Variant) -> list[str]:
+    """A value-pretraining warm-up (`critic_warmup`) as long as the run: the policy never moves."""
+    if v.critic_warmup and v.critic_warmup >= cfg.budget.steps:
+        return [f"critic_warmup = {v.critic_warmup} >= budget.steps = {cfg.budget.steps}: only the critic trains, the "
+                "policy never moves (set budget.critic_warmup lower, or budget.steps higher)"]
+    return []
+
+
 def run_warnings(cfg: RunConfig, v: Variant) -> list[str]:
     """Every warning of this module for one run config and its (overridden) variant."""
-    return shadowed_overrides(cfg) + ref_reset_unused(cfg, v)
+    return shadowed_overrides(cfg) + ref_reset_unused(cfg, v) + warmup_covers_run(cfg, v)
 
 
 def coerce_numeric(value: Any) -> Any:

@@ -97,6 +97,8 @@ class Variant(Strict):
     base: str | None = None
     group_size: int = Field(ge=1)
     updates: Updates
+    critic_warmup: int = Field(0, ge=0, description="rollout steps at the start in which only the critic trains "
+                               "(value pretraining, VAPO arXiv 2504.05118 §4.1; verl trainer.critic_warmup)")
     plugins: list[str] = Field(default_factory=list, description="modules to import for user components")
     slots: Slots  # type: ignore[valid-type]
     sources: dict[str, str] = Field(default_factory=dict)

@@ -5,8 +5,10 @@
     kl_reward                    KL placement "reward": batch.kl_reward [N, T]
     advantage                    the estimator -> batch.advantages [N, T] (+ returns for a critic)
     normalize                    the normalizer, over the global batch under data parallelism
+    diagnostics                  adv/corr/<objective>, length by correctness (zoo/step/diagnostics.py)
     update                       epochs x minibatches optimizer steps (clip rule, KL in the loss,
-                                 entropy bonus, aggregation over the whole optimizer step), critic
+                                 entropy bonus, aggregation over the whole optimizer step), critic;
+                                 then the generator's `sync(policy)` when an optimizer step was applied
     controllers                  stateful coefficients (adaptive KL beta) move for the next step
 
 The trainer (`zoo.trainer`) sets up, loops, checkpoints and evaluates around `step`; a tool that
@@ -19,7 +21,9 @@ from typing import Any
 
 from zoo import dist, strategy
 from zoo.provenance import peak_memory_mb
+from zoo.rewards.compute import accuracy_index
 from zoo.step.advantages import advantage, empty_rows, kl_reward, normalize, normalize_global
+from zoo.step.diagnostics import step_diagnostics
 from zoo.step.forwards import rollout_forwards
 from zoo.step.hooks import NO_HOOKS, Hooks
 from zoo.step.sample import sample
@@ -53,10 +57,18 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> dict[str, Any]:
         m.update({**km, **am})
     elif dist.is_distributed():
         normalize_global(st.slots.normalizer, *empty_rows(st.device))  # join the other ranks' gather
+    names, weights = m.pop("_objectives", (list(st.reward_names), [w for _, w in st.rewards]))
+    m.update(step_diagnostics(batch, names, weights, len(st.reward_names),                 # diagnostics
+                              accuracy_index([c for c, _ in st.rewards])))
     t3 = time.perf_counter()
+    warmup = st.step < st.variant.critic_warmup  # value pretraining: the critic alone trains (policy frozen)
     with hooks.phase("train"):
         m.update(update(batch, st.models, st.slots, st.settings, st.optimizer, st.scheduler, coefs,    # update
-                        critic_optimizer=st.critic_optimizer, hooks=hooks))
+                        critic_optimizer=st.critic_optimizer, hooks=hooks, train_policy=not warmup))
+    if st.variant.critic_warmup:
+        m["critic/warmup"] = float(warmup)  # 1 while only the critic trains
+    if st.generator is not None and not warmup and m.get("optim/updates", 0) > 0:  # the policy changed: sync
+        st.generator.sync(st.models.policy)
     if st.critic_scheduler is not None:
         for _ in range(st.settings.epochs * st.settings.minibatches):
             st.critic_scheduler.step()

@@ -16,7 +16,9 @@ import torch
 from zoo import dist
 from zoo.batch import Batch, concat
 from zoo.rewards.compute import accuracy_index, accuracy_metrics, compute_rewards
-from zoo.backends.generate.hf import generate_rollout
+from zoo.backends.generate.hf_generator import HFGenerator
+from zoo.backends.generate.types import SamplingParams
+from zoo.step.diagnostics import gold_metrics
 from zoo.step.forwards import autocast
 from zoo.step.hooks import NO_HOOKS, Hooks
 from zoo.step.scoring import keep_rows, length_shaping, objective_scores, per_row_metrics
@@ -30,13 +32,15 @@ GENERATE_BATCH = 32
 
 
 def generate(st: RunState, rows: list[dict[str, Any]], group_offset: int) -> Batch:
-    """G completions for each dataset row's prompt -> Batch (group ids start at `group_offset`)."""
+    """G completions for each dataset row's prompt from the run's generator (`st.generator`, built from
+    `sampling.backend`) -> Batch with logp_rollout (group ids start at `group_offset`)."""
     cfg, s, G = st.cfg, st.settings, st.variant.group_size
+    gen = st.generator if st.generator is not None else HFGenerator(st.models.policy, st.models.tokenizer)
+    sampling = SamplingParams(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=cfg.sampling.top_p,
+                              micro_batch=max(s.micro_batch, G, GENERATE_BATCH),
+                              min_new_tokens=s.max_new_tokens if cfg.sampling.ignore_eos else 0)
     with autocast(s.autocast, st.device):
-        b = generate_rollout(st.models.policy, st.models.tokenizer, [r["prompt"] for r in rows], group_size=G,
-                             max_new_tokens=s.max_new_tokens, temperature=s.temperature,
-                             top_p=cfg.sampling.top_p, micro_batch=max(s.micro_batch, G, GENERATE_BATCH),
-                             min_new_tokens=s.max_new_tokens if cfg.sampling.ignore_eos else 0)
+        b = gen.generate([r["prompt"] for r in rows], G, sampling)
     # a fresh rollout is prompt-major: group id = index of the prompt in `rows`
     return replace(b, rows=[rows[i] for i in b.group_ids.tolist()], group_ids=b.group_ids + group_offset)
 
@@ -75,7 +79,7 @@ def sample(st: RunState, hooks: Hooks = NO_HOOKS) -> tuple[Batch, dict[str, Any]
         with hooks.phase("score") as ph:
             objectives, n_failed = compute_rewards(reward_fns, b.texts, b.rows)               # reward
             b, obj, names, w, m = length_shaping(b, objectives, st.reward_names, weights, st.slots,
-                                                 s.max_new_tokens)                            # length
+                                                 s.max_new_tokens, accuracy_index(reward_fns))  # length
             b, sm = objective_scores(b, obj, names, w, st.slots)                              # objectives
             per_row = per_row_metrics(objectives, st.reward_names, b.scores, accuracy_index(reward_fns))
             keep = keep_rows(per_row, b.group_ids, st.slots)                                  # filter
@@ -83,7 +87,9 @@ def sample(st: RunState, hooks: Hooks = NO_HOOKS) -> tuple[Batch, dict[str, Any]
         t_gen += t1 - t0
         t_score += time.perf_counter() - t1
         if rnd == 0:
-            first = {**sm, **m, **accuracy_metrics(objectives, reward_fns), **_completion_metrics(b)}
+            first = {**sm, **m, **accuracy_metrics(objectives, reward_fns), **_completion_metrics(b),
+                     **gold_metrics(st.gold, b.texts, b.rows)}
+            first["_objectives"] = (list(names), list(w))  # the columns the diagnostics correlate (pipeline)
             first["reward/unscored_frac"] = max(n_failed, default=0) / max(b.size, 1)  # the worst reward's
             first["_samples"] = [
                 {"prompt": r.get("question", ""), "completion": t,

@@ -12,20 +12,25 @@ from torch import Tensor
 from zoo.batch import Batch
 from zoo.components.objective import combine_objectives
 from zoo.components.stats import group_constant
+from zoo.components.types import LengthRows
 from zoo.step.types import Slots
 
 
 def length_shaping(batch: Batch, objectives: Tensor, names: list[str], weights: list[float], slots: Slots,
-                   max_new_tokens: int) -> tuple[Batch, Tensor, list[str], list[float], dict[str, float]]:
+                   max_new_tokens: int, accuracy_col: int | None = None
+                   ) -> tuple[Batch, Tensor, list[str], list[float], dict[str, float]]:
     """The length slot's components in order: each may add an objective column (weight 1) and/or
-    clear loss-mask rows (e.g. DAPO's overlong filter).
+    clear loss-mask rows (e.g. DAPO's overlong filter). Each gets `LengthRows`: the group ids and
+    the raw reward columns' per-row metrics (`objective_metrics`, with `accuracy` from column
+    `accuracy_col`), e.g. for Kimi k1.5's length reward within a group.
 
     objectives: [N, K] raw reward columns in the order of `names`/`weights`. Returns (batch with the
     new loss mask, objectives [N, K'], names, weights, {"loss/masked_rows_frac"})."""
     cols, names, weights = [objectives], list(names), list(weights)
     mask = batch.loss_mask
+    rows = LengthRows(group_ids=batch.group_ids, metrics=objective_metrics(objectives, names, accuracy_col))
     for comp in slots.length:
-        res = comp(batch.lengths, batch.truncated, max_new_tokens)
+        res = comp(batch.lengths, batch.truncated, max_new_tokens, rows)
         if res.column is not None:
             cols.append(res.column.to(objectives.dtype)[:, None])  # [N, 1]
             names.append(comp.name)
@@ -71,15 +76,20 @@ def group_frac(flag_per_row: Tensor, group_ids: Tensor) -> float:
     return float(flag_per_row[first].float().mean()) if len(uniq) else 0.0
 
 
-def per_row_metrics(objectives: Tensor, names: list[str], scores: Tensor, accuracy_col: int | None) -> dict[str, Tensor]:
-    """[N] tensors a sampling filter may name: each objective by name, `reward` (the score) and
-    `accuracy` (column `accuracy_col` == 1, the reward that judges correctness; None: no accuracy)."""
+def objective_metrics(objectives: Tensor, names: list[str], accuracy_col: int | None) -> dict[str, Tensor]:
+    """[N] tensors per row: each objective column [N, K] by name, and `accuracy` (column
+    `accuracy_col` == 1, the reward that judges correctness; NaN where unscored; absent when None)."""
     out = {n: objectives[:, k] for k, n in enumerate(names)}
     if accuracy_col is not None:
         c = objectives[:, accuracy_col]  # NaN (could not be scored) stays NaN: left out, not counted wrong
         out["accuracy"] = torch.where(torch.isnan(c), c, (c == 1.0).float())
-    out["reward"] = scores
     return out
+
+
+def per_row_metrics(objectives: Tensor, names: list[str], scores: Tensor, accuracy_col: int | None) -> dict[str, Tensor]:
+    """[N] tensors a sampling filter may name: each objective by name, `reward` (the score) and
+    `accuracy` (column `accuracy_col` == 1, the reward that judges correctness; None: no accuracy)."""
+    return {**objective_metrics(objectives, names, accuracy_col), "reward": scores}
 
 
 def keep_rows(metrics_per_row: Mapping[str, Tensor], group_ids: Tensor, slots: Slots) -> Tensor:

@@ -24,8 +24,8 @@ UPDATE_TIME = ("logp", "entropy")
 
 
 def selectors(slots: Slots) -> list[Any]:
-    """The variant's components registered with `selects=True` (corrections and loss terms)."""
-    return [c for c in (*slots.correction, *slots.loss) if c.meta.get("selects")]
+    """The variant's components registered with `selects=True` (the clip rule, corrections, loss terms)."""
+    return [c for c in (slots.clip, *slots.correction, *slots.loss) if getattr(c, "meta", {}).get("selects")]
 
 
 def scope(component: Any) -> str:
@@ -74,6 +74,15 @@ def view(fields: dict[str, Tensor] | None, component: Any, mb: Batch, rows: Tens
     return StepView(fields, rows + offset)
 
 
+def clip_kwargs(fields: dict[str, Tensor] | None, clip: Any, mb: Batch, rows: Tensor, offset: int,
+                update_fields: dict[str, Tensor]) -> dict[str, StepView]:
+    """The keyword arguments of the clip rule's call for micro-batch `mb`: {"step": its StepView}
+    for a rule registered with `selects=True` (e.g. clip_cov), {} for any other (arguments as `view`)."""
+    if not getattr(clip, "meta", {}).get("selects"):  # also a plain function put in the slot by hand
+        return {}
+    return {"step": view(fields, clip, mb, rows, offset, update_fields)}
+
+
 def rank_offset(n_rows: int) -> int:
     """This rank's first row in the step gathered over ranks (a collective)."""
     sizes = dist.all_gather_object(int(n_rows))
@@ -81,7 +90,8 @@ def rank_offset(n_rows: int) -> int:
 
 
 def _rollout_fields(b: Batch) -> dict[str, Tensor]:
-    out = {"mask": b.loss_mask.cpu(), "advantages": b.advantages.detach().float().cpu()}
+    out = {"mask": b.loss_mask.cpu(), "advantages": b.advantages.detach().float().cpu(),
+           "completion_ids": b.completion_ids.cpu()}
     if b.logp_old is not None:
         out["logp_old"] = b.logp_old.detach().float().cpu()
     return out

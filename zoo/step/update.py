@@ -20,6 +20,7 @@ from zoo.components.stats import masked_sum, sanitize
 from zoo.step import selection
 from zoo.step.forwards import critic_values, forward_logp, micro_rows
 from zoo.step.hooks import NO_HOOKS, Hooks
+from zoo.step.mismatch import RolloutTally, rollout_weight
 from zoo.step.types import Models, Slots, StepSettings
 
 
@@ -43,12 +44,14 @@ class TokenTally:
     entropy: float = 0.0
     ratio_max: float = 0.0  # a max, not a sum: over all ranks it is the max of the ranks' maxima
     stats: dict[str, float] = field(default_factory=dict)  # the loss terms' declared token stats
+    rollout: RolloutTally = field(default_factory=RolloutTally)  # rollout/* (zoo/step/mismatch.py)
 
     @staticmethod
     def of(slots: Slots) -> "TokenTally":
         """A tally with a zero for every token stat the variant's loss terms declare (`stats=`), so
         every rank reduces the same keys, also a rank without rows."""
-        return TokenTally(stats={k: 0.0 for t in slots.loss for k in t.meta.get("stats", ())})
+        comps = (*slots.loss, slots.clip)  # a clip rule may declare token stats too (clip_cov: clip/selected_frac)
+        return TokenTally(stats={k: 0.0 for t in comps for k in getattr(t, "meta", {}).get("stats", ())})
 
     def add(self, res: Any, logp: Tensor, old: Tensor, ent: Tensor, mask: Tensor) -> None:
         """One micro-batch: res = the clip rule's ClipResult; logp, old, ent, mask: [n, T]."""
@@ -60,6 +63,7 @@ class TokenTally:
         self.approx_kl += float(masked_sum(0.5 * lr_**2, mask))
         self.entropy += float(masked_sum(ent.detach().float(), mask))
         self.ratio_max = max(self.ratio_max, float(sanitize(res.ratio, mask, float("-inf")).max()) if mask.any() else 0.0)
+        self.add_stats("clip", getattr(res, "token_stats", {}), mask)  # e.g. clip_cov's clip/selected_frac
 
     def add_stats(self, term: str, token_stats: Mapping[str, Tensor], mask: Tensor) -> None:
         """A loss term's token stats [n, T] summed over real tokens. Raises ValueError for a stat the
@@ -85,6 +89,7 @@ class TokenTally:
             "ratio/approx_kl": tot["approx_kl"] / n, "entropy": tot["entropy"] / n,
         }
         out.update({k: tot[k] / n for k in keys})
+        out.update(self.rollout.metrics())
         return out
 
 
@@ -99,6 +104,7 @@ def update(
     critic_optimizer: torch.optim.Optimizer | None = None,
     generator: torch.Generator | None = None,
     hooks: Hooks = NO_HOOKS,
+    train_policy: bool = True,
 ) -> dict[str, float]:
     """`epochs` x `minibatches` optimizer steps over one rollout batch (rows shuffled by `generator`
     into minibatches when there are several).
@@ -114,7 +120,11 @@ def update(
     (optim/grad_norm, critic/grad_norm) is not finite on any rank is skipped on every rank: weights
     and optimizer state unchanged, gradients zeroed, the LR schedule still advanced. `optim/updates`
     and `optim/skipped` count applied and skipped optimizer steps. `hooks` sees each training
-    forward and the critic's share ("critic" phase: its forward, loss and backward)."""
+    forward and the critic's share ("critic" phase: its forward, loss and backward).
+
+    train_policy False (value pretraining, `critic_warmup`): the policy's gradients are dropped, its
+    weights, optimizer state and LR schedule left as they are; only the critic steps. The policy's
+    losses are still computed and logged (they are the frozen policy's on-policy values)."""
     per_step: dict[str, list[float]] = {}
     applied = skipped = 0  # optimizer steps applied / skipped for a non-finite loss or gradient norm
     tally = TokenTally.of(slots)
@@ -147,10 +157,13 @@ def update(
                     models.critic.zero_grad(set_to_none=True)
             else:
                 applied += 1
-                optimizer_step(models.policy, optimizer, s.max_grad_norm, step_m["optim/grad_norm"])
+                if train_policy:
+                    optimizer_step(models.policy, optimizer, s.max_grad_norm, step_m["optim/grad_norm"])
+                else:  # value pretraining: the policy stays as it is
+                    models.policy.zero_grad(set_to_none=True)
                 if with_critic:
                     optimizer_step(models.critic, critic_optimizer, s.max_grad_norm, step_m["critic/grad_norm"])
-            if scheduler is not None:  # a skipped step still uses its slot of the schedule (as with AMP)
+            if scheduler is not None and train_policy:  # a skipped step still uses its slot (as with AMP)
                 guards.quiet_scheduler_step(scheduler)
             for k, v in step_m.items():
                 per_step.setdefault(k, []).append(v)
@@ -183,18 +196,23 @@ def _accumulate(sub: Batch, models: Models, slots: Slots, s: StepSettings, count
         with hooks.forward("policy", mb):
             logp, ent = forward_logp(strategy.trained(models.parallel, "policy", models.policy), mb, s, with_entropy=True, entropy_grad=slots.needs_grad("entropy"))
         old = mb.logp_old if mb.logp_old is not None else logp.detach()
-        res = slots.clip(logp, old, mb.advantages, m)
+        res = slots.clip(logp, old, mb.advantages, m,  # a selecting clip rule also gets its view of the step
+                         **selection.clip_kwargs(fields, slots.clip, mb, r, offset, {"logp": logp, "entropy": ent}))
         inp = TermInputs(logp=logp, logp_old=old, advantages=mb.advantages, mask=m, counts=counts, entropy=ent,
                          logp_ref=mb.logp_ref, scores=mb.scores, objectives=mb.objectives, values=mb.values,
-                         token_rewards=mb.token_rewards)
+                         token_rewards=mb.token_rewards, logp_rollout=mb.logp_rollout)
 
         def inputs(c: Any) -> TermInputs:  # a selecting component also gets its view of the step
             v = selection.view(fields, c, mb, r, offset, {"logp": logp, "entropy": ent})
             return inp if v is None else replace(inp, step=v)
 
         per_token = res.loss  # [n, T]
+        w_roll = None  # the rollout corrections' weight (those reading logp_rollout), for rollout/*
         for corr in slots.correction:  # detached per-token multipliers of the clip rule's term
-            per_token = per_token * corr(inputs(corr)).detach()
+            w = corr(inputs(corr)).detach()
+            per_token = per_token * w
+            w_roll = rollout_weight(w_roll, corr, w)
+        tally.rollout.add(old, mb.logp_rollout, w_roll, m)
         own = []  # terms aggregated with their own rule
         for term in slots.loss:
             tr = term(inputs(term), **coefs.get(term.name, {}))
