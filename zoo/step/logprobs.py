@@ -26,7 +26,6 @@ def _can_share_prompts(model: nn.Module) -> bool:
     lm = inner_lm(model)
     if cache_arg(model) is None or runs_collectives(model):  # ranks must run the same number of forwards
         return False
-        return False
     return not (is_checkpointing(lm) and lm.training)  # checkpointing turns the cache off in training mode
 
 
