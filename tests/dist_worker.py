@@ -171,7 +171,7 @@ def run_train(out: Path, model_dir: Path, rank: int) -> dict:
     """`zoo.trainer.train` under data parallelism: 2 GRPO steps with LoRA on the tiny model."""
     from conftest import tiny_run_config
     from zoo import trainer
-    from zoo.step import sample
+    from zoo.backends.generate import hf_generator as sample  # the `hf` generator's call of generate_rollout
 
     seen: list[str] = []
     real = sample.generate_rollout
