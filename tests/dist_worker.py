@@ -108,8 +108,11 @@ def run_update(model, tok, batch, slots, s) -> dict[str, float]:
     from zoo.step.types import Models, Slots, StepSettings
     from zoo.step.update import step_counts, update
 
+    from zoo import dist, strategy
+
+    par = strategy.wrap(model, None, None, "ddp", torch.device("cpu")) if dist.is_distributed() else None
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
-    return update(batch, Models(policy=model, tokenizer=tok, reference=None), slots, s, opt, None)
+    return update(batch, Models(policy=model, tokenizer=tok, reference=None, parallel=par), slots, s, opt, None)
 
 
 def main(out: Path, model_dir: Path | None = None) -> None:
@@ -181,7 +184,7 @@ def run_train(out: Path, model_dir: Path, rank: int) -> dict:
     sample.generate_rollout = spy
     cfg = tiny_run_config(model_dir, out / "run", variant="grpo", budget={"prompts_per_step": 2},
                           model_opts={"lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}},
-                          eval={"enabled": False})
+                          eval={"enabled": False}, training={"strategy": "ddp"})
     summary = trainer.train(cfg, progress=False)
     sample.generate_rollout, trainer.setup = real, real_setup
     policy = states[-1].models.policy
@@ -200,7 +203,7 @@ def run_train_adaptive_kl(out: Path, model_dir: Path) -> dict:
     states, real_setup = _keep_states(trainer)
     cfg = tiny_run_config(model_dir, out / "run_kl", variant="reinforce_pp", budget={"prompts_per_step": 2},
                           set={"kl.beta": 0.1, "kl.adaptive": {"target": 0.5, "horizon": 8}},
-                          eval={"enabled": False})
+                          eval={"enabled": False}, training={"strategy": "ddp"})
     summary = trainer.train(cfg, progress=False)
     trainer.setup = real_setup
     return {"status": summary.get("status"), "beta": states[-1].controllers[0].beta}

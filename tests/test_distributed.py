@@ -153,7 +153,8 @@ def test_step_diagnostics_gather_the_rows_of_every_rank(two_ranks):
 # ---------------------------------------------------------------- zoo.trainer.train on two ranks
 def test_training_run_on_two_ranks(two_ranks):
     """2 GRPO steps with LoRA, 1 prompt per rank per step: disjoint prompts, one set of metrics,
-    the same weights on both ranks afterwards (adapters' random init broadcast, gradients summed)."""
+    the same weights on both ranks afterwards (training.strategy ddp: adapters initialised from the same
+seed on every rank, gradients summed through DDP with the loss scaled by the world size)."""
     from zoo.study.tracking import read_jsonl
 
     reps = [r["train"] for r in _reports(two_ranks)]

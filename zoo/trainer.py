@@ -23,7 +23,7 @@ import yaml
 
 from zoo import checkpoint as ckpt
 from zoo.backends.generate.backend import backend_error, build_generator
-from zoo import dist, guards
+from zoo import dist, guards, strategy
 from zoo.components.filter import check_filter_metrics
 from zoo.config.checks import check_variant
 from zoo.config.run import RunConfig, WandbOpts, effective_variant
@@ -79,6 +79,11 @@ def validate_run(cfg: RunConfig) -> tuple[Variant, list[str]]:
         except ValueError as e:
             rep.errors.append(f"gold: {e}")
     rep.warnings += run_warnings(cfg, v)
+    try:  # the launcher's process count: torchrun / accelerate launch set WORLD_SIZE
+        strategy.check_strategy(cfg.training.strategy, int(os.environ.get("WORLD_SIZE", "1") or 1),
+                                cfg.model_opts.autocast, launched="WORLD_SIZE" in os.environ)
+    except ValueError as e:
+        rep.errors.append(str(e))
     if rep.errors:
         raise VariantError("\n".join(rep.errors))
     return v, rep.warnings
@@ -109,7 +114,7 @@ def setup(cfg: RunConfig, device: torch.device | None = None) -> RunState:
         log.warning(w)
     dist.init_from_env()  # under torchrun / accelerate launch: join the process group
     slots = Slots.of(v, {"max_new_tokens": cfg.budget.max_new_tokens})
-    _seed_everything(cfg.seed + dist.rank())
+    _seed_everything(cfg.seed)  # the same on every rank until the models are built (LoRA, value head init)
     task = load_task(cfg.task)
     stream = PromptStream(task.train, seed=cfg.seed)
     # extra rounds of dynamic sampling draw from their own stream, so step k's first-round prompts are
@@ -128,13 +133,15 @@ def setup(cfg: RunConfig, device: torch.device | None = None) -> RunState:
     check_before_rollout(cfg, v.group_size, max(cfg.budget.micro_batch, v.group_size, GENERATE_BATCH), policy, tok,
                          task.train + task.eval, 2 if cfg.model_opts.autocast in ("bf16", "fp16") else
                          next(policy.parameters()).element_size(), device)
-    dist.broadcast_parameters(policy)  # ranks are seeded apart: LoRA's random init must still agree
     reference = zm.make_reference(policy) if slots.reads("logp_ref") else None
     critic = None
     if slots.advantage.meta.get("needs_values"):
         critic = zm.make_critic(policy, lora).to(device)
-        dist.broadcast_parameters(critic)
-    models = Models(policy=policy, tokenizer=tok, critic=critic,
+    par = strategy.wrap(policy, critic, reference.model if reference is not None and not reference.shares_policy
+                        else None, cfg.training.strategy, device, precision)
+    if dist.rank():  # built identically everywhere; from here on each rank samples from its own stream
+        _seed_everything(cfg.seed + dist.rank())
+    models = Models(policy=policy, tokenizer=tok, critic=critic, parallel=par,
                     reference=(lambda: zm.reference_forward(reference)) if reference is not None else None)
     s = StepSettings(
         temperature=cfg.sampling.temperature, micro_batch=cfg.budget.micro_batch,
@@ -196,6 +203,7 @@ def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
     non-finite values, non-finite weights (never checkpointed), or no optimizer step in the run."""
     from zoo.study import lock
 
+    dist.init_from_env()  # under a launcher join the group first: only rank 0 takes the lease
     if dist.rank() != 0:
         return _train(cfg, resume, progress=progress, on_step=on_step, fresh_hint=fresh_hint)
     with lock.locked(cfg.out_dir() / lock.LOCK_NAME, what=f"run folder {cfg.out_dir()}"):

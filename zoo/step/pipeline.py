@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from zoo import dist
+from zoo import dist, strategy
 from zoo.provenance import peak_memory_mb
 from zoo.rewards.compute import accuracy_index
 from zoo.step.advantages import advantage, empty_rows, kl_reward, normalize, normalize_global
@@ -38,6 +38,7 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> dict[str, Any]:
     t0 = time.perf_counter()
     coefs = coefficients(st)  # what the controllers set for this step: {term: {hyperparameter: value}}
     beta = coefs.get("kl", {}).get("beta", st.slots.kl.beta)
+    strategy.gather_weights(st.models.parallel)  # fsdp: whole weights while ranks run different numbers of forwards
     batch, m = sample(st, hooks)                                            # generate .. filter
     if batch.size == 0:
         m["train/skipped"] = 1.0  # the guards (trainer.train) log the step without an update
@@ -45,6 +46,7 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> dict[str, Any]:
     if batch.size:
         with hooks.phase("forward"):
             batch = rollout_forwards(batch, st.models, st.slots, st.settings, hooks)   # forwards
+    strategy.release_weights(st.models.parallel)
     t2 = time.perf_counter()
     if batch.size:
         with hooks.phase("advantage") as ph:

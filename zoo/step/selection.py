@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from zoo import dist
+from zoo import dist, strategy
 from zoo.batch import Batch
 from zoo.components import StepView
 from zoo.fields import declared_reads
@@ -52,10 +52,14 @@ def step_fields(sub: Batch, models: Models, slots: Slots, s: StepSettings) -> di
     local = _rollout_fields(sub, reads)
     if reads & set(UPDATE_TIME) or "logp_old" not in local:
         logp, ent = torch.zeros(sub.loss_mask.shape), torch.zeros(sub.loss_mask.shape)
+        strategy.gather_weights(models.parallel)  # fsdp: ranks run different numbers of forwards here
         for r in micro_rows(sub, s.micro_batch):
+            if not len(r):  # a rank without rows in this optimizer step
+                continue
             mb = sub.select(r).trimmed()
             lp, e = forward_logp(models.policy, mb, s, with_entropy=True)
             logp[r, : lp.shape[1]], ent[r, : e.shape[1]] = lp.float().cpu(), e.float().cpu()
+        strategy.release_weights(models.parallel)
         local.update(logp=_zero_pad(logp, sub), entropy=_zero_pad(ent, sub))
         local.setdefault("logp_old", local["logp"])  # one on-policy update: pi_old is the policy now
     return _gather(local)

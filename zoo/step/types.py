@@ -69,6 +69,7 @@ class Models:
     tokenizer: Any
     reference: Callable[[], contextlib.AbstractContextManager] | None
     critic: torch.nn.Module | None = None
+    parallel: Any = None  # zoo.strategy.Parallel: the training strategy's wrappers (None: one process, plain)
 
 
 @dataclass

@@ -2,7 +2,8 @@
 accumulated over micro-batches. Per token the loss is the clip rule's term times the corrections,
 plus the loss terms (the KL to the reference when it is placed in the loss, the entropy bonus, ...),
 aggregated over the WHOLE optimizer step: every aggregation divides by the step's totals over all micro-batches and ranks
-(`step_counts`), and gradients are summed over ranks, so the result equals one pass over the whole
+(`step_counts`), and gradients are summed over ranks (the loss is scaled by the world size: DDP and
+FSDP2 average; zoo/strategy.py), so the result equals one pass over the whole
 step on one process (cases C2, C3). Shapes: n rows of a micro-batch, T completion tokens."""
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor
 
-from zoo import dist, guards, registry
+from zoo import dist, guards, registry, strategy
 from zoo.batch import Batch
 from zoo.components import StepCounts, TermInputs
 from zoo.components.stats import masked_sum, sanitize
@@ -188,11 +189,12 @@ def _accumulate(sub: Batch, models: Models, slots: Slots, s: StepSettings, count
     own_rule = {t.name: registry.build("aggregate", t.meta["aggregate"]) for t in slots.loss if t.meta.get("aggregate")}
     fields = selection.step_fields(sub, models, slots, s)  # the step's detached view, for selections
     offset = selection.rank_offset(sub.size) if fields is not None else 0
-    for r in micro_rows(sub, s.micro_batch):
+    # ddp/fsdp: the same number of micro-batches on every rank (zero-loss ones pad), no_sync under ddp
+    for r in strategy.micro_batches(models.parallel, micro_rows(sub, s.micro_batch), models):
         mb = sub.select(r).trimmed()
         m = mb.loss_mask  # [n, T]
         with hooks.forward("policy", mb):
-            logp, ent = forward_logp(models.policy, mb, s, with_entropy=True, entropy_grad=slots.needs_grad("entropy"))
+            logp, ent = forward_logp(strategy.trained(models.parallel, "policy", models.policy), mb, s, with_entropy=True, entropy_grad=slots.needs_grad("entropy"))
         old = mb.logp_old if mb.logp_old is not None else logp.detach()
         res = slots.clip(logp, old, mb.advantages, m,  # a selecting clip rule also gets its view of the step
                          **selection.clip_kwargs(fields, slots.clip, mb, r, offset, {"logp": logp, "entropy": ent}))
@@ -224,33 +226,30 @@ def _accumulate(sub: Batch, models: Models, slots: Slots, s: StepSettings, count
         loss = slots.aggregate(per_token, m, counts)
         if own:
             loss = loss + sum(own)
-        loss.backward()
+        strategy.backward(loss, models.parallel)
         losses["loss/policy"] += float(loss.detach())
         tally.add(res, logp, old, ent, m)
         if models.critic is not None and slots.critic is not None and mb.returns is not None:
             with hooks.phase("critic"):  # the critic's share of the update: forward, loss, backward
                 with hooks.forward("critic", mb):
-                    v = critic_values(models.critic, mb, s)
+                    v = critic_values(strategy.trained(models.parallel, "critic", models.critic), mb, s)
                 vl = slots.critic(v, mb.values, mb.returns, m, counts)
-                vl.backward()
+                strategy.backward(vl, models.parallel)
             losses["loss/value"] += float(vl.detach())
     return losses
 
 
 def summed_grad_norm(model: torch.nn.Module) -> float:
-    """Sum the trainable parameters' gradients over ranks (in place), then their total L2 norm
-    (the same on every rank; NaN/inf when a gradient is not finite; 0 without gradients)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    dist.sum_gradients(params)
-    grads = [p.grad for p in params if p.grad is not None]
-    return float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
+    """Total L2 norm of the trainable parameters' gradients, summed over ranks by the strategy's
+    reduction (DDP's all-reduce, FSDP2's reduce-scatter: the norm of the full, sharded gradient).
+    The same on every rank; NaN/inf when a gradient is not finite; 0 without gradients."""
+    return strategy.grad_norm(model)
 
 
 def optimizer_step(model: torch.nn.Module, opt: torch.optim.Optimizer, max_norm: float | None, norm: float) -> None:
     """Clip the (summed) gradients to `max_norm` (None: no clipping) given their total `norm`, step,
     free the gradients."""
-    params = [p for p in model.parameters() if p.requires_grad and p.grad is not None]
-    if max_norm is not None and params:
-        torch.nn.utils.clip_grads_with_norm_(params, max_norm, torch.tensor(norm))
+    if max_norm is not None:
+        strategy.clip(model, max_norm, norm)
     opt.step()
     opt.zero_grad(set_to_none=True)  # free the gradients now: generation and forwards run without them

@@ -213,7 +213,10 @@ def generate_rollout(
             rec = RolloutLogprobs()
             procs = processor_list(logits_processors, temperature, int(top_k or 0), top_p, do_sample, rec)
             out = model.generate(input_ids=ids[s : s + mb], attention_mask=mask[s : s + mb],
-                                 generation_config=gen_config, logits_processor=procs, **prefix)  # [mb, P + T_chunk]
+                                 generation_config=gen_config, logits_processor=procs, **prefix,  # [mb, P + T_chunk]
+                                 # an FSDP2 model is generated with its weights gathered (zoo.strategy.gather_weights):
+                                 # no lockstep over ranks (transformers would all-reduce each token's "done" flag)
+                                 synced_gpus=False)
             del prefix
             rec.finish(out[:, -1])
             chunks.append(out[:, P:])
