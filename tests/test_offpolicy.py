@@ -181,8 +181,8 @@ def test_off_policy_sequence_mask_padding_and_permutation_and_on_policy():
 
 def test_off_policy_sequence_mask_errors():
     with pytest.raises(ValueError, match="needs the sampler's log-probs"):
-        registry.build("correction", "off_policy_sequence_mask")(opsm_inputs(roll=LOGP).__class__(
-            logp=LOGP, logp_old=LOGP, advantages=ADV, mask=M3, counts=StepCounts.of(M3)))
+        registry.build("correction", "off_policy_sequence_mask")(
+            TermInputs(logp=LOGP, logp_old=LOGP, advantages=ADV, mask=M3, counts=StepCounts.of(M3)))
     with pytest.raises((ValueError, registry.ComponentError), match="delta must be a finite number > 0"):
         registry.build("correction", {"name": "off_policy_sequence_mask", "delta": -1})
 
