@@ -48,7 +48,8 @@ class ClipFn(Protocol):
     def __call__(self, logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, /) -> ClipResult:
         """logp, logp_old, adv, mask, all [N, T] -> ClipResult(loss, clip_low, clip_high, ratio), all [N, T].
         A rule registered with `selects=True` (clip_cov, kl_cov) also takes keyword `step`: the
-        StepView of the optimizer step (zoo/step/selection.py; not a hyperparameter), or None."""
+        StepView of the optimizer step (zoo/step/selection.py; not a hyperparameter), or None; a
+        rule declaring rollout fields in `reads=` (dppo: logp_rollout) takes each as a keyword."""
 
 
 class AggregateFn(Protocol):

@@ -44,10 +44,11 @@ class Entry:
 
     def hyperparameters(self) -> dict[str, Any]:
         """Keyword-only parameters with their defaults (`inspect.Parameter.empty` if required); a
-        component registered with `selects=True` takes keyword `step` (the update's StepView), which
-        is data, not a hyperparameter."""
+        component registered with `selects=True` takes keyword `step` (the update's StepView), and a
+        clip rule a keyword per field it declares in `reads=` (e.g. dppo's logp_rollout): data, not
+        hyperparameters."""
         sig = inspect.signature(self.fn)
-        data = ("step",) if self.meta.get("selects") else ()
+        data = (("step",) if self.meta.get("selects") else ()) + tuple(self.meta.get("reads", ()))
         return {
             p.name: p.default for p in sig.parameters.values()
             if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in data

@@ -21,8 +21,10 @@ from zoo.step.forwards import forward_logp, micro_rows
 from zoo.step.types import Models, Slots, StepSettings
 
 UPDATE_TIME = ("logp", "entropy")
-ROLLOUT_READS = ("scores", "objectives", "logp_ref", "values", "token_rewards")  # in the view when read
+ROLLOUT_READS = ("scores", "objectives", "logp_rollout", "logp_ref", "values", "token_rewards")  # in the view when read
 ROW_FIELDS = ("scores", "objectives")  # [M] / [M, K]: not padded to T
+#: rollout fields of the Batch a clip rule may declare in `reads=` and then gets as keywords
+CLIP_FIELDS = ("logp_rollout", "logp_ref", "values", "token_rewards")
 
 
 def selectors(slots: Slots) -> list[Any]:
@@ -81,12 +83,16 @@ def view(fields: dict[str, Tensor] | None, component: Any, mb: Batch, rows: Tens
 
 
 def clip_kwargs(fields: dict[str, Tensor] | None, clip: Any, mb: Batch, rows: Tensor, offset: int,
-                update_fields: dict[str, Tensor]) -> dict[str, StepView]:
-    """The keyword arguments of the clip rule's call for micro-batch `mb`: {"step": its StepView}
-    for a rule registered with `selects=True` (e.g. clip_cov), {} for any other (arguments as `view`)."""
-    if not getattr(clip, "meta", {}).get("selects"):  # also a plain function put in the slot by hand
-        return {}
-    return {"step": view(fields, clip, mb, rows, offset, update_fields)}
+                update_fields: dict[str, Tensor]) -> dict[str, Any]:
+    """The keyword arguments of the clip rule's call for micro-batch `mb`: each rollout field of the
+    Batch the rule declares in `reads=` (CLIP_FIELDS, e.g. dppo's logp_rollout [n, T], None when
+    absent), and {"step": its StepView} for a rule registered with `selects=True` (e.g. clip_cov);
+    {} for a plain function put in the slot by hand (arguments as `view`)."""
+    meta = getattr(clip, "meta", {})
+    kw: dict[str, Any] = {f: getattr(mb, f) for f in meta.get("reads", ()) if f in CLIP_FIELDS}
+    if meta.get("selects"):
+        kw["step"] = view(fields, clip, mb, rows, offset, update_fields)
+    return kw
 
 
 def rank_offset(n_rows: int) -> int:

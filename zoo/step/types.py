@@ -47,8 +47,8 @@ class Slots:
         return Slots(kl=kl, kl_reward=est, **c)
 
     def step_components(self) -> list[registry.Component]:
-        """The components that read fields of the step (loss terms, corrections, KL in the reward)."""
-        return [*self.loss, *self.correction, *([self.kl_reward] if self.kl_reward is not None else [])]
+        """The components that read fields of the step (clip rule, loss terms, corrections, KL in the reward)."""
+        return [*([self.clip] if hasattr(self.clip, "meta") else []), *self.loss, *self.correction, *([self.kl_reward] if self.kl_reward is not None else [])]
 
     def reads(self, name: str) -> bool:
         """Whether any loss term, correction or the KL in the reward reads field `name` (so the step
