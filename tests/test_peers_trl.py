@@ -230,13 +230,7 @@ def test_adaptive_entropy_is_trl_adaptive_entropy_control():
     assert coefs[7] == coefs[8] == 0.0  # the clamp at 0 acted
 
 
-def test_not_comparable_here():
-    # TRL's vllm_importance_sampling_mode (token/sequence x truncate/mask) is computed inline in
-    # _generate_and_score_completions (no callable piece); our tis / mis are compared with verl's
-    # rollout_corr_helper instead (tests/test_peers_verl.py). TRL's off_policy_mask_threshold
-    # (get_off_policy_mask) has no zoo component yet (off_policy_sequence_mask, issue 13 Part 2).
-    from zoo import registry
-
-    if "off_policy_sequence_mask" in registry.available("correction"):
-        pytest.fail("off_policy_sequence_mask landed: compare it with GRPOTrainer.get_off_policy_mask here")
-    pytest.skip("no off_policy_sequence_mask component on this branch: TRL get_off_policy_mask not compared")
+# TRL's vllm_importance_sampling_mode (token/sequence x truncate/mask) is computed inline in
+# _generate_and_score_completions (no callable piece); our tis / mis are compared with verl's
+# rollout_corr_helper instead (tests/test_peers_verl.py). off_policy_sequence_mask against TRL's
+# GRPOTrainer.get_off_policy_mask: tests/test_offpolicy.py.

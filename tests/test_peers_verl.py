@@ -404,9 +404,5 @@ def test_rs_is_verl_rollout_rs_k1(seed, level, option, c_low, c_high):
     compare(f"rs ({level})", f"verl rollout_rs={option}", mine, theirs, x.mask)
 
 
-def test_dppo_not_on_this_branch_yet():
-    # verl ships dppo_tv / dppo_kl; zoo's dppo waits for the generation issue (it reads logp_rollout)
-    if "dppo" not in registry.available("clip"):
-        pytest.skip("clip 'dppo' is not registered on this branch: verl dppo_tv/dppo_kl not compared")
-    pytest.fail("dppo landed: add its comparison with verl compute_policy_loss_dppo_tv / dppo_kl here")
+# dppo against verl compute_policy_loss_dppo_tv / dppo_kl: tests/test_offpolicy.py (max |diff| 0)
 
