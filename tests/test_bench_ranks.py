@@ -78,11 +78,13 @@ def test_fsdp_rank_counts_are_local_shards_summing_to_the_full_model(rank_counts
 
 
 def test_gather_rows_sums_state_and_takes_the_slowest_rank():
-    """Rank rows of state 3 + 5 MB -> 8 MB summed; the largest peak (20) and the slowest step (2.0)."""
-    rows = [{"rank": 0, "state_mb": 3.0, "peak_mb": 10.0, "step_s": 2.0},
-            {"rank": 1, "state_mb": 5.0, "peak_mb": 20.0, "step_s": 1.5}]
+    """Rank rows of state 3 + 5 MB -> 8 MB summed; the largest peak (20) and the slowest step by each
+    rank's own wall time (2.5, not the ranks' mean step_s 2.0); step_s where wall_s is missing."""
+    rows = [{"rank": 0, "state_mb": 3.0, "peak_mb": 10.0, "step_s": 2.0, "wall_s": 1.5},
+            {"rank": 1, "state_mb": 5.0, "peak_mb": 20.0, "step_s": 2.0, "wall_s": 2.5}]
     g = gather_rows(rows, "fsdp")
-    assert (g["world_size"], g["state_sum_mb"], g["peak_max_mb"], g["step_max_s"]) == (2, 8.0, 20.0, 2.0)
+    assert (g["world_size"], g["state_sum_mb"], g["peak_max_mb"], g["step_max_s"]) == (2, 8.0, 20.0, 2.5)
+    assert gather_rows([{**r, "wall_s": None} for r in rows], "ddp")["step_max_s"] == 2.0
 
 
 def test_bench_ranks_without_a_launcher_is_refused(monkeypatch):
@@ -121,3 +123,20 @@ def test_bench_strategy_options_are_checked_before_launching(monkeypatch, args, 
     monkeypatch.setattr(launch, "relaunch", lambda *a: pytest.fail("launched despite bad options"))
     r = CliRunner().invoke(app, ["bench", "grpo", *args])
     assert r.exit_code == 1 and message in " ".join(r.output.split()), r.output
+
+
+def test_per_rank_table_prints_every_rank_untruncated(capsys):
+    """The table fits an 80-column console (no cell cut to '…') and shows each rank's w+g+o:
+    weights 512 + gradients 256 + optimizer 512 MB = 1280 MB = 1.25 GB."""
+    from zoo.cli.bench import print_ranks
+
+    row = {"wall_s": 40.05, "step_s": 40.0, "train_s": 22.1, "weights_mb": 512.0, "gradients_mb": 256.0,
+           "optimizer_mb": 512.0, "runtime_mb": 280.0, "activations_mb": 1600.0, "peak_mb": 3160.0}
+    rows = [{"rank": r, **row, "state_mb": 1280.0} for r in (0, 1)]
+    spec = {"variant": "grpo", "model": "m", "prompts": 2, "group_size": 2, "max_new_tokens": 16, "lora": False,
+            "autocast": "bf16", "micro_batch": 2, "steps": 2, "warmup": 1}
+    print_ranks({"spec": spec, "distributed": gather_rows(rows, "fsdp")})
+    out = capsys.readouterr().out
+    assert "…" not in out
+    lines = [ln for ln in out.splitlines() if "40.05" in ln and "│" in ln]  # the table rows
+    assert len(lines) == 2 and all("1.25" in ln and "3.09" in ln for ln in lines), out

@@ -23,10 +23,12 @@ MEMORY_KEYS = ("weights_mb", "gradients_mb", "optimizer_mb", "runtime_mb", "acti
 
 
 def rank_row(rank: int, res: dict[str, Any]) -> dict[str, Any]:
-    """One rank's row from its `run_bench` result: rank, step seconds (median), CPU seconds per
-    step, the memory breakdown (MB) and state_mb = weights + gradients + optimizer state."""
+    """One rank's row from its `run_bench` result: rank, step seconds (median: step_s and train_s are
+    the trainer's `time/*` metrics, means over ranks; wall_s this process's own step wall time), CPU
+    seconds per step, the memory breakdown (MB) and state_mb = weights + gradients + optimizer state."""
     m = res["memory"]
-    row = {"rank": rank, "step_s": res["step"]["seconds"], "cpu_s": res["step"].get("cpu_s"),
+    row = {"rank": rank, "step_s": res["step"]["seconds"], "wall_s": res["step"].get("wall_s"),
+           "cpu_s": res["step"].get("cpu_s"),
            "train_s": res["phases"]["train"]["seconds"], **{k: m[k] for k in MEMORY_KEYS}}
     row["state_mb"] = m["weights_mb"] + m["gradients_mb"] + m["optimizer_mb"]
     return row
@@ -34,11 +36,12 @@ def rank_row(rank: int, res: dict[str, Any]) -> dict[str, Any]:
 
 def gather_rows(rows: list[dict[str, Any]], strategy: str) -> dict[str, Any]:
     """The per-rank summary from every rank's `rank_row` (in rank order): the rows, the sum over ranks
-    of state_mb, the largest peak and the slowest median step (a step ends when the last rank ends)."""
+    of state_mb, the largest peak and the slowest median step wall time (a step ends when the last rank
+    ends; step_s where a row has no wall_s)."""
     return {"strategy": strategy, "world_size": len(rows), "ranks": rows,
             "state_sum_mb": sum(r["state_mb"] for r in rows),
             "peak_max_mb": max(r["peak_mb"] for r in rows),
-            "step_max_s": max(r["step_s"] for r in rows)}
+            "step_max_s": max(r.get("wall_s") or r["step_s"] for r in rows)}
 
 
 def bench_ranks(spec: BenchSpec, *, on_step: Callable[[int, dict[str, Any]], None] | None = None) -> dict[str, Any]:

@@ -130,14 +130,17 @@ def print_ranks(res: dict[str, Any]) -> None:
     mem_kind = "CUDA max allocated" if res.get("device", "cpu").startswith("cuda") else "RSS high-water mark"
     t = Table(title=_title(res["spec"]) + f"\nstrategy {d['strategy']} on {d['world_size']} processes; median of "
                     f"{res['spec']['steps']} steps after {res['spec']['warmup']} warm-up; GB per rank ({mem_kind})")
-    for c in ("rank", "step s", "train s", "peak GB", "weights", "grads", "optimizer", "w+g+o", "runtime",
-              "activations"):
+    for c in ("rank", "step s", "peak", "weights", "grads", "optim", "w+g+o", "activ"):
         t.add_column(c, justify="right")
     for r in d["ranks"]:
-        t.add_row(str(r["rank"]), _f(r["step_s"]), _f(r["train_s"]), _gb(r["peak_mb"]), _gb(r["weights_mb"]),
-                  _gb(r["gradients_mb"]), _gb(r["optimizer_mb"]), _gb(r["state_mb"]), _gb(r["runtime_mb"]),
-                  _gb(r["activations_mb"]))
+        t.add_row(str(r["rank"]), _f(r.get("wall_s")), _gb(r["peak_mb"]), _gb(r["weights_mb"]), _gb(r["gradients_mb"]),
+                  _gb(r["optimizer_mb"]), _gb(r["state_mb"]), _gb(r["activations_mb"]))
+    t.caption = ("step s: this rank's wall time per step (median); w+g+o: weights + gradients + optimizer state the "
+                 "rank holds (FSDP2: its shards); activ: peak - w+g+o - runtime")
     console.print(t)
+    console.print("runtime (before the models loaded) GB: " + ", ".join(
+        f"rank {r['rank']} {_gb(r['runtime_mb'])}" for r in d["ranks"]) + "; trainer's time/train (mean over ranks): "
+        f"{d['ranks'][0]['train_s']:.2f} s", highlight=False)
     console.print(f"weights + gradients + optimizer state summed over ranks: {_gb(d['state_sum_mb'])} GB; "
                   f"largest peak {_gb(d['peak_max_mb'])} GB; slowest median step {d['step_max_s']:.2f} s",
                   highlight=False)
