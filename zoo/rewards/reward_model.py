@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
-from zoo.models.forward import position_ids_from_mask
+from zoo.models.forward import inner_lm, position_ids_from_mask
 from zoo.registry import register
 from zoo.rewards.session import score_once
 
@@ -66,27 +66,35 @@ def prepare_rm_tokenizer(tok: Any, rm: nn.Module) -> Any:
 
 
 def score_head(rm: nn.Module) -> nn.Module:
-    """The scalar head of a sequence-classification model (`score` for decoder models: Llama, Qwen,
+    """The scalar head of a sequence-classification model (under a peft wrapper: its trained copy;
+    `score` for decoder models: Llama, Qwen,
     Mistral, GPT-2, ...). Raises ValueError naming the class when there is none."""
-    head = getattr(rm, "score", None)
+    head = getattr(inner_lm(rm), "score", None)
     if not isinstance(head, nn.Module):
         raise ValueError(f"reward model {type(rm).__name__} has no `score` head; zoo reads decoder reward models "
                          "(AutoModelForSequenceClassification of a causal LM: Llama, Qwen2, Mistral, GPT-2, ...)")
     return head
 
 
+def as_messages(prompt: Any) -> list[dict[str, Any]]:
+    """A prompt as chat messages: a string becomes one user turn; a list of messages is kept."""
+    return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+
+
+def chat_text(tok: Any, messages: Sequence[Mapping[str, Any]]) -> str:
+    """A conversation as the reward model reads it: `tok`'s chat template, or plain text without one
+    (the earlier turns' contents joined by blank lines, a newline, the last turn's content)."""
+    if getattr(tok, "chat_template", None):
+        return tok.apply_chat_template(list(messages), tokenize=False)
+    contents = [str(m["content"]) for m in messages]
+    return "\n\n".join(contents[:-1]) + "\n" + contents[-1]
+
+
 def rm_texts(tok: Any, completions: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The texts the reward model reads: prompt + completion through `tok`'s chat template, or plain text
-    when it has none (module doc). rows: task rows with `prompt` (chat messages or a string)."""
-    out = []
-    for c, r in zip(completions, rows, strict=True):
-        prompt = r.get("prompt", r.get("question", ""))
-        msgs = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-        if getattr(tok, "chat_template", None):
-            out.append(tok.apply_chat_template(msgs + [{"role": "assistant", "content": c}], tokenize=False))
-        else:
-            out.append("\n\n".join(str(m["content"]) for m in msgs) + "\n" + c)
-    return out
+    """The texts the reward model reads: prompt + completion (as the assistant turn) through `chat_text`.
+    rows: task rows with `prompt` (chat messages or a string)."""
+    return [chat_text(tok, as_messages(r.get("prompt", r.get("question", ""))) + [{"role": "assistant", "content": c}])
+            for c, r in zip(completions, rows, strict=True)]
 
 
 def last_real_index(attention_mask: Tensor) -> Tensor:
@@ -97,9 +105,14 @@ def last_real_index(attention_mask: Tensor) -> Tensor:
 
 @torch.no_grad()
 def score_batch(rm: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+    """Scores [B] float32 of padded rows (input_ids, attention_mask [B, L]), without gradient."""
+    return pooled_scores(rm, input_ids, attention_mask)
+
+
+def pooled_scores(rm: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
     """Scores [B] float32 of padded rows (input_ids, attention_mask [B, L]): the head on the last real
-    token's hidden state (module doc)."""
-    out = rm.base_model(input_ids=input_ids, attention_mask=attention_mask,
+    token's hidden state (module doc); with gradient (reward-model training, zoo.rm.train)."""
+    out = inner_lm(rm).base_model(input_ids=input_ids, attention_mask=attention_mask,
                         position_ids=position_ids_from_mask(attention_mask), use_cache=False)
     h = out.last_hidden_state  # [B, L, H]
     idx = last_real_index(attention_mask)
