@@ -113,3 +113,25 @@ def test_a_classifier_with_two_labels_is_refused(tmp_path):
     tok.save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="num_labels=2"):
         load_reward_model(str(tmp_path))
+
+
+def test_the_documented_stateful_reward_runs_as_written(tmp_path, monkeypatch):
+    """docs/extending.md's stateful_reward block: set up once by open_rewards, scores len / scale
+    ("abcd" -> 4 / 10 = 0.4, "" -> 0), torn down by close_rewards."""
+    import sys
+
+    from tests.test_docs import doc_blocks
+    from zoo import registry
+
+    (tmp_path / "mylab_stateful.py").write_text(doc_blocks()["stateful_reward"][1])
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        __import__("mylab_stateful")
+        live = open_rewards(resolve_rewards(["length_model"]), torch.device("cpu"))
+        session = live[0][0].session
+        assert compute_rewards([live[0][0]], ["abcd", ""], [{}, {}]).objectives[:, 0].tolist() == pytest.approx([0.4, 0.0])
+        close_rewards(live)
+        assert session.w is None
+    finally:
+        registry._REGISTRY["reward"].pop("length_model", None)
+        sys.modules.pop("mylab_stateful", None)
