@@ -75,6 +75,18 @@ def normalize_share(rank: int) -> list[list[float]]:
     return normalize_global(norm, adv[rows, :T], mask[rows, :T], gids[rows]).tolist()
 
 
+DIAG_SHARES = [[0, 1], [2, 3]]  # one group per rank (a group never spans ranks)
+DIAG_ARGS = (["correctness", "r2", "const"], [1.0, 0.1, 1.0], 2, 0)  # names, weights, n_rewards, accuracy column
+
+
+def diagnostics_share(rank: int) -> dict:
+    """zoo.step.diagnostics on this rank's group of test_diagnostics' two-group batch."""
+    from test_diagnostics import two_group_batch
+    from zoo.step.diagnostics import step_diagnostics
+
+    return step_diagnostics(two_group_batch().select(DIAG_SHARES[rank]), *DIAG_ARGS)
+
+
 def run_update(model, tok, batch, slots, s) -> dict[str, float]:
     from zoo.step.advantages import normalize_global
     from zoo.step.types import Models, Slots, StepSettings
@@ -102,6 +114,7 @@ def main(out: Path, model_dir: Path | None = None) -> None:
     report["mean_dict"] = dist.all_reduce_mean_dict({"a": float(rank), "b": 4.0})
 
     report["batch_std"] = normalize_share(rank)
+    report["diagnostics"] = diagnostics_share(rank)
 
     for agg in AGGREGATES:
         model, tok, batch, slots, s = build_case(agg)

@@ -2,6 +2,7 @@
 process doing the step on all rows (C2/C3 across ranks: gradients summed, normalisers over the
 step's totals on every rank), with rows of different lengths split unevenly between the ranks."""
 import json
+import math
 import os
 import socket
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dist_worker import AGGREGATES, SHARES, build_case, normalizer_case, run_update
+from dist_worker import AGGREGATES, DIAG_ARGS, SHARES, build_case, normalizer_case, run_update
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -116,6 +117,22 @@ def test_batch_normalizer_uses_the_global_batch(two_ranks):
         local = norm(adv[rows, :T], mask[rows, :T], gids[rows])
         if len(rows) > 1:  # a rank's own whitening differs (what the engine did before)
             assert not torch.allclose(local, got, atol=1e-3)
+
+
+def test_step_diagnostics_gather_the_rows_of_every_rank(two_ranks):
+    """Each rank holds one group; both log the diagnostics of the whole step (test_diagnostics' hand-worked
+    values), not of their own group (one group alone gives other correlations)."""
+    from test_diagnostics import two_group_batch
+    from zoo.step.diagnostics import step_diagnostics
+
+    whole = step_diagnostics(two_group_batch(), *DIAG_ARGS)
+    alone = step_diagnostics(two_group_batch().select([0, 1]), *DIAG_ARGS)
+    assert alone["completion/len_correct"] != whole["completion/len_correct"]
+    for r in _reports(two_ranks):
+        got = r["diagnostics"]
+        assert set(got) == set(whole)
+        for k, v in whole.items():
+            assert (math.isnan(v) and math.isnan(got[k])) or got[k] == pytest.approx(v), k
 
 
 # ---------------------------------------------------------------- zoo.trainer.train on two ranks

@@ -116,7 +116,9 @@ def test_report_plots_exist_are_pngs_and_are_linked(study):
     md = report.write_report(study, console=Console(file=io.StringIO())).read_text()
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
     assert set(links) == {"plots/reward_vs_step.png", "plots/reward_vs_completions.png", "plots/reward_vs_time.png",
-                          "plots/eval_accuracy.png", "plots/training_dynamics.png"}
+                          "plots/eval_accuracy.png", "plots/training_dynamics.png",
+                          "plots/training_dynamics_vs_completions.png", "plots/training_dynamics_vs_time.png"}
+    # no diagnostics_*.png: these fake runs log no mechanism diagnostic (adv/corr/*, completion/len_correct, ...)
     for rel in links:
         data = (study / rel).read_bytes()
         assert data[:8] == PNG_MAGIC and len(data) > 10_000, rel
@@ -133,7 +135,9 @@ def test_curves_average_seeds_against_cumulative_completions(study):
                                     lambda r: r.series("count/completions"))
     assert xs == [8, 16, 24, 32]
     assert ys == pytest.approx([0.15, 0.25, 0.55, 0.55])
-    assert sd[0] == pytest.approx(0.0707107, abs=1e-6)
+    # band: the 95% t interval of the mean of 2 seeds (0.1, 0.2): t_{0.975, 1} = 12.7062, s = 0.0707107,
+    # half width 12.7062 * 0.0707107 / sqrt(2) = 0.635310
+    assert sd[0] == pytest.approx(12.7062047 * 0.0707107 / 2 ** 0.5, abs=1e-5)
     xt, _, _ = plots._mean_curve(grpo.ok_runs, lambda r: r.series("reward/total"), lambda r: r.series("time/elapsed"))
     assert xt == pytest.approx([2.5, 5.0, 7.5, 10.0])  # mean of 2,4,6,8 and 3,6,9,12
 

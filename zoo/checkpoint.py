@@ -13,6 +13,10 @@ damaged latest file costs one checkpoint interval, not the run). Only tensors an
 `torch.load(weights_only=True)`: a checkpoint from someone else is data, it cannot run code
 (docs/configuration.md, Trust). A damaged or refused file raises CheckpointError naming it and the
 options; `load` never falls back to the previous file by itself (the user moves the damaged one away).
+
+Under data parallelism the weights and optimizer states live in a shards folder that state.pt names
+(zoo.checkpoint_dcp); `clear` removes those folders too and `check_world_size` refuses a resume under
+another number of processes.
 """
 from __future__ import annotations
 
@@ -145,13 +149,57 @@ def _save_reporting_os_errors(state: dict[str, Any], f: Any) -> None:
 
 
 def clear(directory: Path) -> None:
-    """Remove the checkpoints (and temporary files a killed writer left) in `directory`: a fresh
-    start must not later rotate an older run's checkpoint into state.prev.pt."""
+    """Remove the checkpoints (and temporary files a killed writer left) in `directory`, with the shards
+    folders of data-parallel runs (zoo.checkpoint_dcp): a fresh start must not later rotate an older
+    run's checkpoint into state.prev.pt."""
+    from zoo import checkpoint_dcp
+
     if not directory.is_dir():
         return
     for p in [directory / FILE, directory / PREV, *directory.glob(f".{FILE}.tmp.*")]:
         with write_guard(p):
             p.unlink(missing_ok=True)
+    for folder in checkpoint_dcp.folders(directory):
+        checkpoint_dcp.remove(folder)
+
+
+def shards_of(path: Path) -> str | None:
+    """The shards folder the checkpoint file `path` names (a data-parallel run's), or None: no such file,
+    a single-process checkpoint, or a file that cannot be read."""
+    if not path.exists():
+        return None
+    try:
+        return read(path).get("shards")
+    except CheckpointError:
+        return None
+
+
+def shards_dropped_by_save(directory: Path) -> str | None:
+    """The shards folder no checkpoint file names once the next `save` into `directory` is done: the
+    one state.prev.pt names, when a state.pt exists to take its place (and names another folder);
+    None otherwise (no state.pt: `save` leaves state.prev.pt as it is)."""
+    current, prev = shards_of(directory / FILE), shards_of(directory / PREV)
+    if not (directory / FILE).exists() or prev == current:
+        return None
+    return prev
+
+
+def world_size_of(state: dict[str, Any]) -> int:
+    """How many processes wrote `state` (checkpoints from before `world_size` was stored: one RNG
+    state per rank)."""
+    return int(state.get("world_size") or len(state.get("rng_ranks") or [None]))
+
+
+def check_world_size(state: dict[str, Any], path: Path, world_size: int) -> None:
+    """Refuse to resume `state` (read from `path`) under another number of processes: the prompts
+    each rank drew, its RNG stream and (sharded) its shards belong to that world size. Raises
+    CheckpointError naming both numbers and the command that resumes it."""
+    n = world_size_of(state)
+    if n == world_size:
+        return
+    how = "in one process (without torchrun)" if n == 1 else f"on {n} processes (torchrun --nproc_per_node {n} ...)"
+    raise CheckpointError(f"{path}: written by a run on {n} process{'es' if n > 1 else ''}, this run has "
+                          f"{world_size}; resume it {how}, or start over with --fresh")
 
 
 def load(directory: Path) -> dict[str, Any] | None:

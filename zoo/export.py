@@ -32,5 +32,10 @@ def export_run(run_dir: Path, out_dir: Path) -> Path:
     cfg = load_run_config(cfg_file)
     lora = cfg.model_opts.lora.model_dump() if cfg.model_opts.lora else None
     policy, tok = zm.load_policy(cfg.model, dtype=cfg.model_opts.dtype, lora=lora)
-    ckpt.load_policy_state(policy, state["policy"])
+    if "shards" in state:  # a data-parallel run's: the weights are in its shards folder
+        from zoo.checkpoint_dcp import read_full
+
+        ckpt.load_trainable_state(policy, read_full(Path(run_dir) / "checkpoint" / state["shards"], "policy"))
+    else:
+        ckpt.load_policy_state(policy, state["policy"])
     return zm.save_hf_checkpoint(policy, tok, out_dir)

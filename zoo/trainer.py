@@ -71,6 +71,11 @@ def validate_run(cfg: RunConfig) -> tuple[Variant, list[str]]:
             errors, warnings = check_filter_metrics(v.slots.filter, rewards, ctx)
             rep.errors += errors
             rep.warnings += warnings
+    if cfg.gold:
+        try:
+            resolve_rewards(cfg.gold, cfg.plugins)
+        except ValueError as e:
+            rep.errors.append(f"gold: {e}")
     rep.warnings += run_warnings(cfg, v)
     rep.errors += critic_init_errors(cfg, v, check_tokenizers=False)  # setup compares the loaded tokenizers
     if rep.errors:
@@ -148,6 +153,7 @@ def setup(cfg: RunConfig, device: torch.device | None = None) -> RunState:
         critic_scheduler=_scheduler(copt, cfg, total) if copt else None, stream=stream, resample_stream=resample_stream, task=task,
         rewards=rewards, reward_names=names, reference=reference, device=device,
         controllers=[c() for c in slots.controllers], provenance=prov,
+        gold=[c for c, _ in resolve_rewards(cfg.gold, cfg.plugins)] if cfg.gold else [],
     )
 
 
@@ -237,7 +243,7 @@ def _train(cfg: RunConfig, resume: bool, *, progress: bool, on_step: Callable[[i
     state = ckpt.load(out / "checkpoint") if resume else None
     if state is not None:
         with ckpt.restoring(out / "checkpoint" / ckpt.FILE):
-            restore_checkpoint(st, state)
+            restore_checkpoint(st, state, out / "checkpoint")
         log.info("resumed %s at step %d", out, st.step)
     elif main:
         ckpt.clear(out / "checkpoint")  # a fresh start: an older run's checkpoint must not become state.prev.pt

@@ -143,14 +143,22 @@ def ablate(
 
 
 @app.command()
-def report(study_dir: Path = typer.Argument(..., help="runs/<study>")) -> None:
-    """Write runs/<study>/report.md and PNG plots from the arms' metrics, and print the table."""
+def report(study_dir: Path = typer.Argument(..., help="runs/<study>"),
+           as_json: bool = typer.Option(False, "--json", help="print the statistics (report.json) as JSON instead of the tables")) -> None:
+    """Write runs/<study>/report.md, report.json and PNG plots from the arms' metrics, and print the tables."""
+    import io
+
+    from rich.console import Console
+
     from zoo.study.report import write_report
 
     if not study_dir.is_dir():
         fail(f"{study_dir}: not a directory")
-    path = write_report(study_dir, console=console)
-    console.print(f"wrote {path}")
+    path = write_report(study_dir, console=Console(file=io.StringIO()) if as_json else console)
+    if as_json:
+        print((path.parent / "report.json").read_text(encoding="utf-8"))
+    else:
+        console.print(f"wrote {path}")
 
 
 @app.command("export")

@@ -119,6 +119,8 @@ class RunConfig(Strict):
     model_opts: ModelOpts = Field(default_factory=ModelOpts)
     task: dict[str, Any] = Field(default_factory=lambda: {"name": "reasoning_gym", "dataset": "basic_arithmetic"})
     rewards: list[Spec] = Field(default_factory=lambda: ["correctness"])
+    gold: list[Spec] = Field(default_factory=list, description="rewards scored and logged as gold/<name> but "
+                             "never trained on (a gold measure next to the proxy; Gao et al. arXiv:2210.10760)")
     budget: Budget = Field(default_factory=Budget)
     optim: Optim = Field(default_factory=Optim)
     sampling: Sampling = Field(default_factory=Sampling)

@@ -5,6 +5,7 @@
     kl_reward                    KL placement "reward": batch.kl_reward [N, T]
     advantage                    the estimator -> batch.advantages [N, T] (+ returns for a critic)
     normalize                    the normalizer, over the global batch under data parallelism
+    diagnostics                  adv/corr/<objective>, length by correctness (zoo/step/diagnostics.py)
     update                       epochs x minibatches optimizer steps (clip rule, KL in the loss,
                                  entropy bonus, aggregation over the whole optimizer step), critic
     controllers                  stateful coefficients (adaptive KL beta) move for the next step
@@ -19,7 +20,9 @@ from typing import Any
 
 from zoo import dist
 from zoo.provenance import peak_memory_mb
+from zoo.rewards.compute import accuracy_index
 from zoo.step.advantages import advantage, empty_rows, kl_reward, normalize, normalize_global
+from zoo.step.diagnostics import step_diagnostics
 from zoo.step.forwards import rollout_forwards
 from zoo.step.hooks import NO_HOOKS, Hooks
 from zoo.step.sample import sample
@@ -51,6 +54,9 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> dict[str, Any]:
         m.update({**km, **am})
     elif dist.is_distributed():
         normalize_global(st.slots.normalizer, *empty_rows(st.device))  # join the other ranks' gather
+    names, weights = m.pop("_objectives", (list(st.reward_names), [w for _, w in st.rewards]))
+    m.update(step_diagnostics(batch, names, weights, len(st.reward_names),                 # diagnostics
+                              accuracy_index([c for c, _ in st.rewards])))
     t3 = time.perf_counter()
     warmup = st.step < st.variant.critic_warmup  # value pretraining: the critic alone trains (policy frozen)
     with hooks.phase("train"):

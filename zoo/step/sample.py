@@ -17,6 +17,7 @@ from zoo import dist
 from zoo.batch import Batch, concat
 from zoo.rewards.compute import accuracy_index, accuracy_metrics, compute_rewards
 from zoo.backends.generate.hf import generate_rollout
+from zoo.step.diagnostics import gold_metrics
 from zoo.step.forwards import autocast
 from zoo.step.hooks import NO_HOOKS, Hooks
 from zoo.step.scoring import keep_rows, length_shaping, objective_scores, per_row_metrics
@@ -83,7 +84,9 @@ def sample(st: RunState, hooks: Hooks = NO_HOOKS) -> tuple[Batch, dict[str, Any]
         t_gen += t1 - t0
         t_score += time.perf_counter() - t1
         if rnd == 0:
-            first = {**sm, **m, **accuracy_metrics(objectives, reward_fns), **_completion_metrics(b)}
+            first = {**sm, **m, **accuracy_metrics(objectives, reward_fns), **_completion_metrics(b),
+                     **gold_metrics(st.gold, b.texts, b.rows)}
+            first["_objectives"] = (list(names), list(w))  # the columns the diagnostics correlate (pipeline)
             first["reward/unscored_frac"] = max(n_failed, default=0) / max(b.size, 1)  # the worst reward's
             first["_samples"] = [
                 {"prompt": r.get("question", ""), "completion": t,

@@ -103,6 +103,7 @@ class RunState:
     reference: Any
     device: torch.device
     controllers: list[Any] = field(default_factory=list)  # built controllers (zoo/components/controllers.py)
+    gold: list[Any] = field(default_factory=list)  # built gold rewards: logged as gold/<name>, never trained on
     step: int = 0
     totals: dict[str, float] = field(default_factory=lambda: {"completions": 0.0, "tokens": 0.0, "elapsed": 0.0})
     guard: guards.GuardState = field(default_factory=guards.GuardState)  # streaks of the run guards

@@ -39,7 +39,7 @@ from zoo.config.schema import format_validation
 from zoo.study.study_checks import PER_ARM_KEYS, duplicate_sweep_arms
 from zoo.config.variant import VariantError, read_yaml_file
 
-STUDY_KEYS = ("variants", "ablations", "seeds", "sweep")
+STUDY_KEYS = ("variants", "ablations", "seeds", "sweep", "baseline")
 _SAFE = re.compile(r"[^A-Za-z0-9._=+,-]+")
 _SEED_SUFFIX = re.compile(r"-s(-?\d+)$")
 
@@ -59,6 +59,8 @@ class Study(RunConfig):
     ablations: dict[str, Ablation] = Field(default_factory=dict)
     seeds: list[int] | None = None
     sweep: dict[str, list[Any]] = Field(default_factory=dict)
+    baseline: str | None = Field(None, description="the arm the report compares the others against "
+                                 "(paired by seed); default: the first variant (or ablation)")
     path: str | None = Field(None, exclude=True)
 
     def study_dir(self) -> Path:
@@ -150,6 +152,10 @@ def _check_structure(st: Study, where: str, explicit_variant: bool) -> None:
         if not values:
             raise VariantError(f"{where}: key 'sweep.{key}': needs at least one value")
         route_key(key, f"{where}: key 'sweep.{key}'")
+    bases = [*(_base_name(v) for v in st.variants), *st.ablations]
+    if st.baseline is not None and not st.sweep and st.baseline not in bases:
+        raise VariantError(f"{where}: key 'baseline': {st.baseline!r} is not an arm of this study "
+                           f"(known: {', '.join(bases)})")
 
 
 def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Study:

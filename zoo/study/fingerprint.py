@@ -70,6 +70,7 @@ def fingerprint_fields(cfg: RunConfig) -> dict[str, Any]:
                     "updates": v.updates.model_dump(mode="json"), **warmup},
         **{k: dump[k] for k in ("model", "model_opts", "task", "rewards", "budget", "optim", "sampling",
                                 "seed", "ref_reset_every")},
+        **({"gold": dump["gold"]} if cfg.gold else {}),  # only when set: older runs' digests stay valid
         "precision": resolved_precision(cfg),
         "generator": "hf",
     }

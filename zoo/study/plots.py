@@ -1,5 +1,7 @@
 """The report's PNG plots: reward against step, completions generated and wall time, eval accuracy
-before / after, and the training dynamics; one line per arm (mean over seeds, band +- std)."""
+before / after, the training dynamics and the mechanism diagnostics (adv/corr/*, length by
+correctness, gold rewards); one line per arm: the mean over seeds with its 95% confidence band
+(Student's t interval of the mean at each step, scipy.stats.t; no band for one seed)."""
 from __future__ import annotations
 
 import math
@@ -15,9 +17,21 @@ DIAGNOSTICS = [("accuracy", "train accuracy"), ("eval/greedy_acc", "eval greedy 
                ("clip/low_frac", "clip fraction (low)"), ("clip/high_frac", "clip fraction (high)")]
 
 
+def ci_half_width(values: list[float]) -> float:
+    """Half the width of the 95% t interval of the mean of `values`: t_{0.975, n-1} s / sqrt(n)
+    (s: sample std); 0 for fewer than two values."""
+    from scipy import stats as sps
+
+    n = len(values)
+    if n < 2:
+        return 0.0
+    return float(sps.t.ppf(0.975, n - 1)) * statistics.stdev(values) / math.sqrt(n)
+
+
 def _mean_curve(runs: list[RunData], y: Callable[[RunData], dict[int, float]],
                 x: Callable[[RunData], dict[int, float]] | None) -> tuple[list[float], list[float], list[float]]:
-    """x, mean y, std y over seeds at every step where some seed has both x and y."""
+    """x, mean y and the half width of its 95% interval over seeds (`ci_half_width`) at every step
+    where some seed has both x and y."""
     per_step: dict[int, tuple[list[float], list[float]]] = {}
     for r in runs:
         ys, xs = y(r), (x(r) if x else None)
@@ -30,7 +44,7 @@ def _mean_curve(runs: list[RunData], y: Callable[[RunData], dict[int, float]],
     steps = sorted(per_step)
     xm = [statistics.fmean(per_step[s][0]) for s in steps]
     ym = [statistics.fmean(per_step[s][1]) for s in steps]
-    ysd = [statistics.stdev(per_step[s][1]) if len(per_step[s][1]) > 1 else 0.0 for s in steps]
+    ysd = [ci_half_width(per_step[s][1]) for s in steps]
     return xm, ym, ysd
 
 
@@ -46,7 +60,7 @@ def _new_figure(n: int, ncols: int = 3) -> tuple[Any, list[Any]]:
 
 def plot_curves(groups: list[ArmGroup], keys: list[tuple[str, str]], path: Path, xlabel: str,
                 x: Callable[[RunData], dict[int, float]] | None) -> Path | None:
-    """One subplot per (metric, title), one line per arm (mean over seeds, band +- std).
+    """One subplot per (metric, title), one line per arm (mean over seeds, 95% band).
     x: step -> x value per run (None: the step). Returns the PNG path, or None with nothing to plot."""
     panels = []
     for key, title in keys:
@@ -100,6 +114,16 @@ def plot_eval(groups: list[ArmGroup], path: Path) -> Path | None:
     return path
 
 
+MECHANISM_PREFIXES = ("adv/corr/", "completion/len_correct", "completion/len_incorrect",
+                      "completion/len_reward_corr", "gold/")
+
+
+def mechanism_panels(groups: list[ArmGroup]) -> list[tuple[str, str]]:
+    """(key, title) of every mechanism diagnostic the runs logged (zoo/step/diagnostics.py), sorted."""
+    keys = {k for g in groups for r in g.runs for rec in r.records for k in rec if k.startswith(MECHANISM_PREFIXES)}
+    return [(k, k) for k in sorted(keys)]
+
+
 def make_plots(groups: list[ArmGroup], out: Path) -> list[tuple[str, Path]]:
     """Every plot with data: (title, png path)."""
     rk = reward_keys(r for g in groups for r in g.runs)
@@ -112,5 +136,19 @@ def make_plots(groups: list[ArmGroup], out: Path) -> list[tuple[str, Path]]:
                                             lambda r: r.series("time/elapsed"))),
         ("Eval accuracy before / after", plot_eval(groups, out / "eval_accuracy.png")),
         ("Training dynamics", plot_curves(groups, DIAGNOSTICS, out / "training_dynamics.png", "step", None)),
+        ("Training dynamics vs completions generated",
+         plot_curves(groups, DIAGNOSTICS, out / "training_dynamics_vs_completions.png", "completions generated",
+                     lambda r: r.series("count/completions"))),
+        ("Training dynamics vs wall time", plot_curves(groups, DIAGNOSTICS, out / "training_dynamics_vs_time.png",
+                                                       "wall time (s)", lambda r: r.series("time/elapsed"))),
+    ]
+    mech = mechanism_panels(groups)
+    made += [
+        ("Mechanism diagnostics vs step", plot_curves(groups, mech, out / "diagnostics_vs_step.png", "step", None)),
+        ("Mechanism diagnostics vs completions generated",
+         plot_curves(groups, mech, out / "diagnostics_vs_completions.png", "completions generated",
+                     lambda r: r.series("count/completions"))),
+        ("Mechanism diagnostics vs wall time", plot_curves(groups, mech, out / "diagnostics_vs_time.png", "wall time (s)",
+                                                            lambda r: r.series("time/elapsed"))),
     ]
     return [(t, p) for t, p in made if p is not None]

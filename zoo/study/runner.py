@@ -66,7 +66,7 @@ def write_index(st: Study, arms: list[Arm]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with lock.locked(st.study_dir() / ".study.lock", what=f"study index {path}", wait=30.0):
         _write_json(path, {"name": st.name, "file": st.path, "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                           "arms": rows})
+                           "baseline": st.baseline or (arms[0].group if arms else None), "arms": rows})
     return path
 
 

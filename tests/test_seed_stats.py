@@ -1,0 +1,104 @@
+"""zoo.study.intervals and zoo.study.seed_stats by hand: IQM of a known list, the power formula, a
+paired difference with its bootstrap interval, "1 seed: no interval", unpaired arms named as such."""
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from zoo.study.intervals import (BOOTSTRAP_SEED, N_RESAMPLES, difference, estimate, iqm,
+                                 probability_of_improvement, seeds_needed)
+from zoo.study.runs import ArmGroup, RunData
+from zoo.study.seed_stats import pairing_note, seed_statistics
+from zoo.study.stats_table import compare_rows, stats_rows
+
+
+def test_iqm_of_a_known_list():
+    # n = 8: cut int(0.25 * 8) = 2 from each end of [1, 2, 3, 4, 5, 6, 7, 100] -> mean(3, 4, 5, 6) = 4.5
+    assert iqm([7, 1, 100, 3, 2, 6, 5, 4]) == 4.5
+    assert iqm([1.0, 2.0, 9.0]) == 4.0  # n = 3: nothing cut, the plain mean
+
+
+def test_power_estimate_formula():
+    # (z_0.975 + z_0.8)^2 = (1.959964 + 0.841621)^2 = 7.848866; sigma_d = 1, delta = 0.5 -> 31.395 -> 32 seeds
+    assert seeds_needed(1.0, 0.5) == 32
+    assert seeds_needed(2.0, -4.0) == 2  # 7.85 * 4 / 16 = 1.96 -> 2 (never fewer than 2)
+    assert math.isinf(seeds_needed(1.0, 0.0))
+
+
+def test_paired_difference_interval_verdict_and_probability_of_improvement():
+    arm, base = {0: 1.0, 1: 2.0, 2: 4.0}, {0: 0.5, 1: 1.5, 2: 2.5}
+    d = difference(arm, base, paired=True)
+    # d_s = [0.5, 0.5, 1.5]: mean 0.8333; sample std sqrt(1/3) -> n = 7.8489 * (1/3) / 0.8333^2 = 3.77 -> 4
+    assert d.delta == pytest.approx(2.5 / 3) and d.pairs == 3 and d.seeds_needed == 4
+    # bootstrap means of 3 draws from {0.5, 0.5, 1.5}: P(all 0.5) = 8/27 > 2.5% and P(all 1.5) = 1/27 > 2.5%,
+    # so the 2.5% and 97.5% percentiles are 0.5 and 1.5: the interval excludes 0
+    assert (d.low, d.high) == (pytest.approx(0.5), pytest.approx(1.5))
+    assert d.verdict == "higher"
+    # P(arm > base) over the 9 pairs: 1 beats 0.5; 2 beats 0.5, 1.5; 4 beats all three -> 6/9
+    assert d.p_improve == pytest.approx(6 / 9)
+    assert probability_of_improvement([1.0], [1.0]) == 0.5  # a tie counts 1/2
+    same = difference({0: 1.0, 1: 0.0, 2: 2.0}, {0: 2.0, 1: -1.0, 2: 1.5}, paired=True)  # d = [-1, 1, 0.5]
+    assert same.low < 0 < same.high and same.verdict == "not distinguishable at this budget"
+
+
+def test_one_seed_has_no_interval():
+    e = estimate([0.42])
+    assert (e.n, e.iqm, e.low, e.high) == (1, 0.42, None, None)
+    d = difference({0: 1.0}, {0: 0.5}, paired=True)
+    assert d.delta == 0.5 and d.verdict == "1 seed: no interval"
+    # the main job's one-seed report: each arm's row and its comparison say so
+    one = [ArmGroup("grpo", [_run("grpo-s0", 0, 4, [0.1, 0.3])]), ArmGroup("dapo", [_run("dapo-s0", 0, 4, [0.2, 0.6])])]
+    stats, comps, _ = seed_statistics(one)
+    assert next(r for r in stats_rows(stats)[1] if r[:2] == ["final reward", "grpo"]) == [
+        "final reward", "grpo", "1", "0.300", "1 seed: no interval"]
+    row = next(r for r in compare_rows(comps)[1] if r[0] == "final reward")
+    assert row[1:6] == ["dapo", "grpo", "1", "0.300", "1 seed: no interval"] and row[7] == "1 seed: no interval"
+
+
+def test_estimate_interval_is_scipys_fixed_seed_bootstrap_of_the_iqm():
+    vals = [0.1, 0.4, 0.35, 0.8, 0.5]
+    e = estimate(vals)
+    ref = sps.bootstrap((np.array(vals),), lambda x, axis: sps.trim_mean(x, 0.25, axis=axis), n_resamples=N_RESAMPLES,
+                        method="percentile", rng=np.random.default_rng(BOOTSTRAP_SEED)).confidence_interval
+    assert (e.low, e.high) == (ref.low, ref.high) and e.low <= e.iqm <= e.high
+    assert estimate(vals).low == e.low  # reproducible
+
+
+def _run(label, seed, group_size, totals):
+    recs = [{"step": i + 1, "reward/total": t} for i, t in enumerate(totals)]
+    return RunData(label, None, recs, {"status": "finished", "reward/total": totals[-1]},
+                   {"seed": seed, "budget": {"group_size": group_size, "prompts_per_step": 4}, "task": {"name": "t"}},
+                   seed, "finished")
+
+
+def test_different_group_sizes_are_compared_unpaired_and_say_so():
+    a = ArmGroup("grpo", [_run("grpo-s0", 0, 4, [0.1, 0.2]), _run("grpo-s1", 1, 4, [0.2, 0.3])])
+    b = ArmGroup("big", [_run("big-s0", 0, 8, [0.3, 0.5]), _run("big-s1", 1, 8, [0.2, 0.6])])
+    assert pairing_note(b, a) == "not paired: group sizes 8 vs 4"
+    stats, comps, warning = seed_statistics([a, b], baseline="grpo")
+    final = next(c for c in comps if c.metric == "final reward")
+    assert not final.diff.paired and final.diff.delta == pytest.approx(0.55 - 0.25)
+    header, rows = compare_rows(comps)
+    row = dict(zip(header, next(r for r in rows if r[0] == "final reward")))
+    assert row["pairs"] == "2 (unpaired)" and "group sizes 8 vs 4" in row["verdict"]
+    _, srows = stats_rows(stats)
+    assert ["final reward", "grpo", "2", "0.250"] == next(r for r in srows if r[:2] == ["final reward", "grpo"])[:4]
+    _, _, warning = seed_statistics([a, b], baseline="nope")
+    assert "baseline 'nope' is not an arm" in warning and "grpo" in warning
+
+
+def test_study_baseline_must_name_an_arm_and_defaults_to_the_first(tmp_path):
+    from zoo.config.variant import VariantError
+    from zoo.study import experiment, runner
+
+    base = {"variants": ["grpo", "dr_grpo"], "ablations": {"no-clip": {"variant": "grpo", "set": {"clip": "none"}}},
+            "output_dir": str(tmp_path / "s")}
+    with pytest.raises(VariantError, match=r"key 'baseline': 'ppo' is not an arm of this study \(known: grpo, dr_grpo, no-clip\)"):
+        experiment.parse_study({**base, "baseline": "ppo"}, "s.yaml")
+    st = experiment.parse_study({**base, "baseline": "no-clip"}, "s.yaml")
+    assert all("baseline" not in a.config.model_dump() for a in experiment.expand_arms(st))  # a study key, not an arm's
+    import json
+    assert json.loads(runner.write_index(st, experiment.expand_arms(st)).read_text())["baseline"] == "no-clip"
+    st = experiment.parse_study(base, "s.yaml")
+    assert json.loads(runner.write_index(st, experiment.expand_arms(st)).read_text())["baseline"] == "grpo"

@@ -1,0 +1,44 @@
+"""The report's statistics tables as (header, rows) of strings: per arm and metric the IQM and its 95%
+interval over seeds, and per arm and metric the difference against the baseline (zoo.study.seed_stats)."""
+from __future__ import annotations
+
+import math
+
+from zoo.study.seed_stats import ArmComparison, ArmStat
+
+STATS_HEADER = ["metric", "arm", "seeds", "IQM", "95% CI"]
+COMPARE_HEADER = ["metric", "arm", "vs", "pairs", "Δ mean", "95% CI", "P(improve)", "verdict", "seeds for 80% power"]
+NO_INTERVAL = "1 seed: no interval"
+
+
+def fmt(v: float | None, digits: int = 3) -> str:
+    """A number with `digits` decimals; "-" for None."""
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def fmt_ci(low: float | None, high: float | None, n: int, digits: int = 3) -> str:
+    """"[low, high]"; "1 seed: no interval" for one seed; "-" without values."""
+    if low is None or high is None:
+        return NO_INTERVAL if n == 1 else "-"
+    return f"[{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def stats_rows(stats: list[ArmStat]) -> tuple[list[str], list[list[str]]]:
+    """(STATS_HEADER, one row per metric and arm): seeds used, IQM, 95% bootstrap interval."""
+    rows = [[s.metric, s.arm, str(s.estimate.n), fmt(s.estimate.iqm),
+             fmt_ci(s.estimate.low, s.estimate.high, s.estimate.n)] for s in stats]
+    return STATS_HEADER, rows
+
+
+def compare_rows(comps: list[ArmComparison]) -> tuple[list[str], list[list[str]]]:
+    """(COMPARE_HEADER, one row per arm and metric): the difference arm - baseline (paired by seed, or
+    '(unpaired)'), its interval, P(improvement), the verdict (with why pairing does not hold) and
+    n = (z_0.975 + z_0.8)^2 sigma_d^2 / delta^2."""
+    rows = []
+    for c in comps:
+        d = c.diff
+        need = "-" if d.seeds_needed is None else ("∞" if math.isinf(d.seeds_needed) else str(int(d.seeds_needed)))
+        verdict = d.verdict + (f" ({c.note})" if c.note else "")
+        rows.append([c.metric, c.arm, c.baseline, f"{d.pairs}" + ("" if d.paired else " (unpaired)"),
+                     fmt(d.delta), fmt_ci(d.low, d.high, d.pairs), fmt(d.p_improve, 2), verdict, need])
+    return COMPARE_HEADER, rows
