@@ -134,6 +134,7 @@ def setup(cfg: RunConfig, device: torch.device | None = None) -> RunState:
         critic = _make_critic(cfg, v, policy, tok, lora, device)
         dist.broadcast_parameters(critic)
     rewards = open_rewards(rewards, device)  # stateful rewards (a reward model) load once, here
+    gold = open_rewards(resolve_rewards(cfg.gold, cfg.plugins), device) if cfg.gold else []
     models = Models(policy=policy, tokenizer=tok, critic=critic,
                     reference=(lambda: zm.reference_forward(reference)) if reference is not None else None)
     s = StepSettings(
@@ -153,7 +154,7 @@ def setup(cfg: RunConfig, device: torch.device | None = None) -> RunState:
         critic_scheduler=_scheduler(copt, cfg, total) if copt else None, stream=stream, resample_stream=resample_stream, task=task,
         rewards=rewards, reward_names=names, reference=reference, device=device,
         controllers=[c() for c in slots.controllers], provenance=prov,
-        gold=[c for c, _ in resolve_rewards(cfg.gold, cfg.plugins)] if cfg.gold else [],
+        gold=[c for c, _ in gold],
     )
 
 
@@ -319,7 +320,7 @@ def _train(cfg: RunConfig, resume: bool, *, progress: bool, on_step: Callable[[i
             raise e from None  # one clear error, not the chain of the original OSError
         raise
     finally:
-        close_rewards(st.rewards)  # the run owns its stateful rewards' sessions (zoo.rewards.session)
+        close_rewards(st.rewards + [(c, 1.0) for c in st.gold])  # the run owns its rewards' sessions
 
 
 class _NullTracker:
