@@ -15,7 +15,7 @@ app.add_typer(rm_app, name="rm")
 
 @rm_app.command("train")
 def rm_train(
-    path: str = typer.Argument(..., help="an RM file (see experiments/reward_hacking_rm.yaml)"),
+    path: str = typer.Argument(..., help="an RM file (see experiments/reward_hacking/rm.yaml)"),
     set_: Optional[List[str]] = typer.Option(None, "--set", help="override a key, e.g. --set lr=1e-4"),
     json_out: bool = typer.Option(False, "--json", help="print the summary as JSON"),
 ) -> None:
@@ -37,7 +37,7 @@ def rm_train(
 
 @rm_app.command("pairs")
 def rm_pairs(
-    path: str = typer.Argument(..., help="a pairs file (see experiments/reward_hacking_pairs.yaml)"),
+    path: str = typer.Argument(..., help="a pairs file (see experiments/reward_hacking/pairs.yaml)"),
     set_: Optional[List[str]] = typer.Option(None, "--set", help="override a key, e.g. --set length_bias=0.8"),
     json_out: bool = typer.Option(False, "--json", help="print the summary as JSON"),
 ) -> None:

@@ -52,14 +52,17 @@ def tokenizer_mismatch(policy_tok: Any, rm_tok: Any) -> str | None:
 def critic_init_errors(cfg: Any, v: Any, *, check_tokenizers: bool = True) -> list[str]:
     """What is wrong with `critic.init` for this run (cfg: RunConfig, v: its effective variant): an
     unknown init (the registry check reports it), `reward_model` without a `reward_model` reward in
-    `rewards:`, or (check_tokenizers: loads both tokenizers, no model) tokenizers that differ."""
+    `rewards:`, or (check_tokenizers: loads both tokenizers, no model) tokenizers that differ. A reward
+    model directory that does not exist yet is not compared (`run_warnings` warns about it)."""
+    from zoo.rewards.reward_model import missing_models
+
     if critic_init(v) != "reward_model":
         return []
     spec = reward_model_spec(list(cfg.rewards))
     if spec is None:
         return ["critic.init: reward_model needs a reward model in rewards: (add {name: reward_model, model: DIR}); "
                 f"rewards are {list(cfg.rewards)}"]
-    if not check_tokenizers or "model" not in spec:
+    if not check_tokenizers or "model" not in spec or missing_models([spec]):  # not built yet: a warning says so
         return []
     from transformers import AutoTokenizer
 

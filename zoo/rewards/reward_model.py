@@ -157,6 +157,21 @@ class RewardModelSession:
         self.model = self.tokenizer = None
 
 
+def missing_models(specs: Sequence[Any]) -> list[str]:
+    """One warning per `reward_model` spec (in a run's `rewards` or `gold`) whose model is a local path
+    that does not exist yet (a study builds it first with `zoo rm train`; the run fails when it loads)."""
+    from pathlib import Path
+
+    out = []
+    for spec in specs:
+        m = str(spec.get("model", "")) if isinstance(spec, Mapping) and spec.get("name") == "reward_model" else ""
+        if m.startswith((".", "/", "~")) or m.count("/") > 1:
+            if not Path(m).expanduser().exists():
+                out.append(f"reward_model: {m} does not exist yet; build it (zoo rm train) before the run, which fails "
+                           "when it loads the model")
+    return out
+
+
 def _check_reward_model(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
     if not str(params["model"]).strip():
         raise ValueError("model must name an HF id or a local directory with a reward model")
