@@ -135,3 +135,26 @@ def test_the_documented_stateful_reward_runs_as_written(tmp_path, monkeypatch):
     finally:
         registry._REGISTRY["reward"].pop("length_model", None)
         sys.modules.pop("mylab_stateful", None)
+
+
+def test_the_memory_breakdown_has_a_reward_model_line(rm_dir):
+    """zoo bench's breakdown: the open reward model's weights are their own line (fp32: 4 bytes a
+    parameter, every tensor of the tiny Llama RM counted once), not part of the policy's weights, and
+    they are taken out of the activations."""
+    from types import SimpleNamespace
+
+    from zoo.bench.memory import memory_breakdown
+    from zoo.testing import tiny_model_and_tokenizer
+
+    policy, _ = tiny_model_and_tokenizer()
+    live = open_rewards(resolve_rewards([{"name": "reward_model", "model": str(rm_dir)}, "format"]), torch.device("cpu"))
+    rm = live[0][0].session.model
+    want = sum(t.numel() * 4 for t in [*rm.parameters(), *rm.buffers()]) / 2**20
+    st = SimpleNamespace(models=SimpleNamespace(policy=policy, critic=None), reference=None, optimizer=None,
+                         critic_optimizer=None, rewards=live, gold=[])
+    m = memory_breakdown(st, runtime_mb=10.0, peak_mb=100.0)
+    assert m["reward_model_mb"] == pytest.approx(want, rel=1e-9) and want > 0
+    policy_mb = sum(t.numel() * 4 for t in [*policy.parameters(), *policy.buffers()]) / 2**20
+    assert m["weights_mb"] == pytest.approx(policy_mb, rel=1e-9)
+    assert m["activations_mb"] == pytest.approx(100.0 - 10.0 - policy_mb - want - m["gradients_mb"], rel=1e-9)
+    close_rewards(live)
