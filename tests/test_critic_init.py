@@ -80,3 +80,15 @@ def test_an_unknown_init_is_named(tiny_model_dir, tmp_path):
     cfg = tiny_run_config(tiny_model_dir, tmp_path, variant="ppo", set={"critic.init": "reference"})
     with pytest.raises(VariantError, match="init must be policy or reward_model, got 'reference'"):
         validate_run(cfg)
+
+
+def test_a_reward_model_not_built_yet_is_a_warning_not_an_error(tiny_model_dir, tmp_path):
+    """A study builds its proxy first (zoo rm train): validate warns about the missing directory and
+    leaves the tokenizer comparison for when it exists."""
+    from zoo.config.run_checks import run_warnings
+
+    cfg = _cfg(tiny_model_dir, tmp_path, tmp_path / "not-built" / "model")
+    v = effective_variant(cfg)
+    assert critic_init_errors(cfg, v) == []
+    warnings = [w for w in run_warnings(cfg, v) if "does not exist yet" in w]
+    assert len(warnings) == 1 and "not-built/model" in warnings[0]
