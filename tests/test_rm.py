@@ -40,7 +40,7 @@ def test_rm_train_learns_the_marker_and_the_checkpoint_loads_as_the_reward(tiny_
     pairs = _marker_pairs(48, seed=0)  # 32 trained, 16 held out
     (tmp_path / "pairs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pairs))
     cfg = RMTrainConfig(model=str(tiny_model_dir), data=PairData(path=str(tmp_path / "pairs.jsonl"), eval_size=16),
-                        epochs=8, batch_size=8, lr=1e-3, output_dir=str(tmp_path / "rm"))
+                        epochs=8, batch_size=8, lr=1e-3, output_dir=str(tmp_path / "rm"), tracking={"wandb": False})
     s = train_reward_model(cfg, progress=False)
     assert s["pairs/train"] == 32 and s["pairs/eval"] == 16 and s["steps"] == 8 * 4
     assert s["eval/accuracy/after"] >= 0.9
@@ -124,3 +124,17 @@ def test_rm_pairs_samples_the_policy_with_the_stated_length_bias():
     assert all(r["chosen_correct"] for r in records)
     again, _ = make_pairs(cfg, policy, tok, rows)
     assert again == records  # seeded
+
+
+def test_cli_errors_name_the_file_and_the_key(tmp_path):
+    from typer.testing import CliRunner
+
+    from zoo.cli import app
+
+    f = tmp_path / "rm.yaml"
+    f.write_text("model: x\ndata: {path: p.jsonl}\nlrr: 0.1\n")
+    r = CliRunner().invoke(app, ["rm", "train", str(f)])
+    assert r.exit_code != 0 and "rm.yaml" in str(r.exception or r.output) and "lrr" in str(r.exception or r.output)
+    f.write_text("task: {name: reasoning_gym}\nlength_bias: 1.5\n")
+    r = CliRunner().invoke(app, ["rm", "pairs", str(f)])
+    assert r.exit_code != 0 and "length_bias" in str(r.exception or r.output)

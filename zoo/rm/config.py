@@ -55,7 +55,7 @@ class RMTrainConfig(Strict):
     max_length: int = Field(512, ge=2, description="tokens per text (truncated from the left)")
     seed: int = 0
     output_dir: str | None = Field(None, description="default runs/rm/<name>; the checkpoint goes to <output_dir>/model")
-    tracking: Tracking = Field(default_factory=lambda: Tracking(wandb=False))
+    tracking: Tracking = Field(default_factory=Tracking, description="W&B as for runs (job type rm_train)")
 
     def out_dir(self) -> Path:
         return Path(self.output_dir or Path("runs") / "rm" / self.name)
