@@ -28,8 +28,8 @@ for p in (HERE.parent, HERE):
 CASES = {  # name -> tiny_run_config overrides (3 steps, a checkpoint after every step)
     # full fine-tuning; the reference moves after every step (DeepSeekMath Alg. 1), so the checkpoint
     # holds it as a sharded part too (a wrong one changes kl/* after the resume)
-    "grpo-full": dict(variant="grpo", ref_reset_every=1),
-    "ppo-lora": dict(variant="ppo", budget={"group_size": 2},
+    "grpo-full": dict(variant="grpo", ref_reset_every=1, training={"strategy": "ddp"}),
+    "ppo-lora": dict(variant="ppo", budget={"group_size": 2}, training={"strategy": "ddp"},
                      model_opts={"lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}}),
 }
 

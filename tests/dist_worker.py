@@ -52,6 +52,22 @@ def build_case(aggregate: str):
     return model, tok, batch, slots, s
 
 
+def correction_case():
+    """build_case("token_mean") with the sampler's log-probs: the trainer's plus delta in [-0.8, 0.8]
+    (rho = exp(-delta) in [0.45, 2.2]) and the correction mis [0.6, 1.5], which masks some tokens."""
+    from zoo import registry
+    from zoo.batch import replace
+    from zoo.step.logprobs import token_logprobs
+
+    model, tok, batch, slots, s = build_case("token_mean")
+    with torch.no_grad():
+        old, _ = token_logprobs(model, batch.input_ids(), batch.attention_mask(), batch.completion_ids.shape[1])
+    delta = torch.linspace(-0.8, 0.8, old.numel()).reshape(old.shape)
+    batch = replace(batch, logp_rollout=torch.where(batch.loss_mask, old + delta, torch.zeros_like(old)))
+    slots.correction = [registry.build("correction", {"name": "mis", "c_low": 0.6, "c_high": 1.5})]
+    return model, tok, batch, slots, s
+
+
 def normalizer_case():
     """(adv [5, 6], mask [5, 6], group_ids [5], batch_std normalizer) with a non-zero batch mean."""
     from zoo import registry
@@ -92,8 +108,11 @@ def run_update(model, tok, batch, slots, s) -> dict[str, float]:
     from zoo.step.types import Models, Slots, StepSettings
     from zoo.step.update import step_counts, update
 
+    from zoo import dist, strategy
+
+    par = strategy.wrap(model, None, None, "ddp", torch.device("cpu")) if dist.is_distributed() else None
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
-    return update(batch, Models(policy=model, tokenizer=tok, reference=None), slots, s, opt, None)
+    return update(batch, Models(policy=model, tokenizer=tok, reference=None, parallel=par), slots, s, opt, None)
 
 
 def main(out: Path, model_dir: Path | None = None) -> None:
@@ -124,6 +143,9 @@ def main(out: Path, model_dir: Path | None = None) -> None:
         report[f"metrics/{agg}"] = run_update(model, tok, mine, slots, s)
         torch.save({k: v.detach() for k, v in model.named_parameters()}, out / f"params_{agg}_rank{rank}.pt")
 
+    model, tok, batch, slots, s = correction_case()
+    report["metrics/correction"] = run_update(model, tok, batch.select(SHARES[rank]), slots, s)
+
     if model_dir is not None:
         report["train"] = run_train(out, model_dir, rank)
         report["train_kl"] = run_train_adaptive_kl(out, model_dir)
@@ -149,7 +171,7 @@ def run_train(out: Path, model_dir: Path, rank: int) -> dict:
     """`zoo.trainer.train` under data parallelism: 2 GRPO steps with LoRA on the tiny model."""
     from conftest import tiny_run_config
     from zoo import trainer
-    from zoo.step import sample
+    from zoo.backends.generate import hf_generator as sample  # the `hf` generator's call of generate_rollout
 
     seen: list[str] = []
     real = sample.generate_rollout
@@ -162,7 +184,7 @@ def run_train(out: Path, model_dir: Path, rank: int) -> dict:
     sample.generate_rollout = spy
     cfg = tiny_run_config(model_dir, out / "run", variant="grpo", budget={"prompts_per_step": 2},
                           model_opts={"lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}},
-                          eval={"enabled": False})
+                          eval={"enabled": False}, training={"strategy": "ddp"})
     summary = trainer.train(cfg, progress=False)
     sample.generate_rollout, trainer.setup = real, real_setup
     policy = states[-1].models.policy
@@ -181,7 +203,7 @@ def run_train_adaptive_kl(out: Path, model_dir: Path) -> dict:
     states, real_setup = _keep_states(trainer)
     cfg = tiny_run_config(model_dir, out / "run_kl", variant="reinforce_pp", budget={"prompts_per_step": 2},
                           set={"kl.beta": 0.1, "kl.adaptive": {"target": 0.5, "horizon": 8}},
-                          eval={"enabled": False})
+                          eval={"enabled": False}, training={"strategy": "ddp"})
     summary = trainer.train(cfg, progress=False)
     trainer.setup = real_setup
     return {"status": summary.get("status"), "beta": states[-1].controllers[0].beta}

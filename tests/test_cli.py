@@ -28,7 +28,10 @@ def test_list_json_names_every_component_and_variant():
     assert {"ppo", "grpo", "dapo", "mo_grpo", "dr_grpo", "rloo", "gspo", "reinforce_pp", "gdpo"} <= set(out["variants"])
     for name in ("gae", "group_mean", "rloo", "reinforce", "reinforce_pp"):
         assert name in out["advantage"]
-    assert set(out["clip"]) == {"ppo", "clip_higher", "dual_clip", "gspo", "cispo", "none"}
+    assert set(out["clip"]) == {"ppo", "clip_higher", "dual_clip", "gspo", "cispo", "none", "sapo", "gmpo",
+                                "two_sided_clip", "clip_cov", "kl_cov", "dppo"}
+    assert {"sapo", "gmpo", "cispo", "clip_cov", "kl_cov", "dppo"} <= set(out["variants"])
+    assert "off_policy_sequence_mask" in out["correction"]
 
 
 def test_show_and_diff():

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dist_worker import AGGREGATES, DIAG_ARGS, SHARES, build_case, normalizer_case, run_update
+from dist_worker import AGGREGATES, DIAG_ARGS, SHARES, build_case, correction_case, normalizer_case, run_update
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -104,6 +104,21 @@ def test_data_parallel_step_equals_one_process(two_ranks, aggregate):
             assert m[k] == pytest.approx(single_metrics[k], rel=1e-5, abs=1e-6), k
 
 
+def test_rollout_metrics_are_over_every_rank(two_ranks):
+    """rollout/* with a correction: token means and the max over both ranks' tokens (rank 0 holds 1 of
+    the 17 tokens, so a mean of the ranks' means would differ), equal to one process's."""
+    model, tok, batch, slots, s = correction_case()
+    single = run_update(model, tok, batch, slots, s)
+    assert 0 < single["rollout/masked_frac"] < 1 and single["rollout/mismatch_kl"] > 0
+    model0, tok0, batch0, slots0, s0 = correction_case()
+    alone = run_update(model0, tok0, batch0.select(SHARES[0]), slots0, s0)  # rank 0's share on its own
+    assert abs(alone["rollout/mismatch_kl"] - single["rollout/mismatch_kl"]) > 1e-3
+    for r in _reports(two_ranks):
+        m = r["metrics/correction"]
+        for k in ("rollout/mismatch_kl", "rollout/weight_mean", "rollout/weight_max", "rollout/masked_frac", "loss/policy"):
+            assert m[k] == pytest.approx(single[k], rel=1e-5, abs=1e-7), k
+
+
 def test_batch_normalizer_uses_the_global_batch(two_ranks):
     """batch_std under data parallelism whitens with the mean/std of both ranks' tokens: each rank's
     rows equal the single-process result on the whole batch, not a per-rank whitening."""
@@ -138,7 +153,8 @@ def test_step_diagnostics_gather_the_rows_of_every_rank(two_ranks):
 # ---------------------------------------------------------------- zoo.trainer.train on two ranks
 def test_training_run_on_two_ranks(two_ranks):
     """2 GRPO steps with LoRA, 1 prompt per rank per step: disjoint prompts, one set of metrics,
-    the same weights on both ranks afterwards (adapters' random init broadcast, gradients summed)."""
+    the same weights on both ranks afterwards (training.strategy ddp: adapters initialised from the same
+seed on every rank, gradients summed through DDP with the loss scaled by the world size)."""
     from zoo.study.tracking import read_jsonl
 
     reps = [r["train"] for r in _reports(two_ranks)]

@@ -46,7 +46,7 @@ def test_check_rollout_fits_names_the_largest_knob(tiny_model_dir, tmp_path):
 def test_group_size_of_a_million_stops_before_the_rollout(tiny_model_dir, tmp_path, monkeypatch):
     from zoo import trainer
     from zoo.backends.generate import hf as rollout
-    from zoo.step import sample
+    from zoo.backends.generate import hf_generator as sample
 
     def no_rollout(*a, **kw):
         raise AssertionError("the rollout must not start")

@@ -28,6 +28,8 @@ class Batch:
       truncated:       [N] bool, reached max_new_tokens without EOS
       lengths:         [N] long, completion tokens up to and including EOS (what attention covers)
       texts, rows:     the decoded completions (to the first EOS, excluded) and their dataset rows
+      logp_rollout:    [N, T] float, the sampler's log-probs of the drawn tokens: of the distribution it
+                       drew from, after its warping (zoo.backends.generate.warping); 0 off the mask
     Filled by the step:
       objectives:      [N, K] float, raw reward columns (NaN = could not be computed)
       scores:          [N] float, objective-normalised weighted sum the advantage uses
@@ -59,6 +61,7 @@ class Batch:
     objectives: Tensor | None = None
     scores: Tensor | None = None
     logp_old: Tensor | None = None
+    logp_rollout: Tensor | None = None  # [N, T] the sampler's log-probs of the drawn tokens (0 off the mask)
     logp_ref: Tensor | None = None
     values: Tensor | None = None
     kl_reward: Tensor | None = None

@@ -1,7 +1,9 @@
-"""Data-parallel helpers. One process: every function is the identity.
+"""Data-parallel helpers: joining the process group and the small collectives the step's counts,
+normalizers, controllers and metrics need. One process: every function is the identity.
 
-Gradients are *summed* over ranks (not averaged as DDP does), because every aggregation already
-divides by the optimizer step's totals over all ranks (`zoo.step.update.step_counts`). That makes a 2-rank
+Gradients are reduced by the training strategy (zoo/strategy.py: DDP or FSDP2), with the loss
+scaled by the world size so that they are *summed* over ranks: every aggregation already divides by
+the optimizer step's totals over all ranks (`zoo.step.update.step_counts`), which makes a 2-rank
 step equal a 1-rank step over the same rows (case C2 across ranks).
 """
 from __future__ import annotations
@@ -15,9 +17,11 @@ import torch.distributed as td
 
 def init_from_env() -> bool:
     """Join the process group a launcher describes in the environment (`torchrun`, or `accelerate
-    launch --multi_gpu`, both set WORLD_SIZE/RANK/MASTER_ADDR): nccl with CUDA, gloo on CPU. A no-op
-    for a single process or when already initialised. Returns whether this process is one of several."""
-    if not td.is_available() or td.is_initialized() or int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1:
+    launch --multi_gpu`, both set WORLD_SIZE/RANK/MASTER_ADDR): nccl with CUDA, gloo on CPU; also a group
+    of one under a launcher (`torchrun --nproc_per_node 1`: FSDP2 needs a process group). A no-op
+    without a launcher or when already initialised. Returns whether this process is one of several."""
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if not td.is_available() or td.is_initialized() or world < 1 or world == 1 and "MASTER_ADDR" not in os.environ:
         return is_distributed()
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0") or 0))
@@ -53,38 +57,6 @@ def all_reduce_sum(x: torch.Tensor) -> torch.Tensor:
     y = x.to(_comm_device(), copy=True)
     td.all_reduce(y, op=td.ReduceOp.SUM)
     return y.to(x.device)
-
-
-def sum_gradients(params: list[torch.nn.Parameter]) -> None:
-    """Sum `.grad` over ranks in place, one flat buffer per call. Params without a grad count as 0."""
-    if not is_distributed():
-        return
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    td.all_reduce(flat, op=td.ReduceOp.SUM)
-    offset = 0
-    for p, g in zip(params, grads):
-        n = g.numel()
-        p.grad = flat[offset : offset + n].view_as(g).clone()
-        offset += n
-
-
-def broadcast_parameters(module: torch.nn.Module, src: int = 0) -> None:
-    """Give every rank rank `src`'s trainable parameters, as DDP does at construction (randomly
-    initialised parts such as LoRA adapters or a value head would otherwise differ by rank)."""
-    if not is_distributed():
-        return
-    params = [p for p in module.parameters() if p.requires_grad]
-    if not params:
-        return
-    flat = torch.cat([p.detach().reshape(-1).to(_comm_device()) for p in params])
-    td.broadcast(flat, src)
-    offset = 0
-    with torch.no_grad():
-        for p in params:
-            n = p.numel()
-            p.copy_(flat[offset : offset + n].view_as(p))
-            offset += n
 
 
 def per_rank(value: float) -> list[float]:

@@ -27,8 +27,6 @@ CONTRACT = ("loss", "old_values", "returns", "metrics", "completions", "rows", "
 #: fields that exist only when something produces them: field -> (is it produced?, what would produce it)
 OPTIONAL: dict[str, tuple[Any, str]] = {
     "values": (lambda slots: slots.get("critic") is not None, "a critic (slots.critic, e.g. clipped_value)"),
-    "logp_rollout": (lambda slots: False, "a generator that reports the sampler's own log-probs "
-                                          "(not available yet: the hf generator does not)"),
 }
 
 

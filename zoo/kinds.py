@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
 
 if TYPE_CHECKING:  # only for the annotations: zoo.components imports the registry, which imports this
-    from torch import Tensor
+    from torch import Tensor, nn
 
+    from zoo.backends.generate.types import Continuation, SamplingParams
+    from zoo.batch import Batch
     from zoo.components.types import (AdvantageInputs, AdvantageResult, ClipResult, LengthResult, LengthRows,
                                       StepCounts, TermInputs, TermResult)
 
@@ -44,7 +46,10 @@ class NormalizerFn(Protocol):
 
 class ClipFn(Protocol):
     def __call__(self, logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, /) -> ClipResult:
-        """logp, logp_old, adv, mask, all [N, T] -> ClipResult(loss, clip_low, clip_high, ratio), all [N, T]."""
+        """logp, logp_old, adv, mask, all [N, T] -> ClipResult(loss, clip_low, clip_high, ratio), all [N, T].
+        A rule registered with `selects=True` (clip_cov, kl_cov) also takes keyword `step`: the
+        StepView of the optimizer step (zoo/step/selection.py; not a hyperparameter), or None; a
+        rule declaring rollout fields in `reads=` (dppo: logp_rollout) takes each as a keyword."""
 
 
 class AggregateFn(Protocol):
@@ -108,6 +113,29 @@ class RewardFn(Protocol):
         """N completion texts and their dataset rows -> N scores (None: could not score)."""
 
 
+class Generator(Protocol):
+    """A sampler: the policy's rollouts and the log-probs of the distribution it drew from."""
+
+    def generate(self, prompts: Sequence, group_size: int, sampling: SamplingParams, /) -> Batch:
+        """N = len(prompts) x G completions -> Batch (prompt-major) with `logp_rollout [N, T]`: the
+        log-softmax of the distribution each token was drawn from, after temperature, top-k, top-p
+        (transformers' order), 0 off the loss mask."""
+
+    def continue_(self, prefix_ids: Sequence[Sequence[int]], sampling: SamplingParams, stop: Sequence[str], /
+                  ) -> Continuation:
+        """Extend each row from its own prefix until a stop string (may span tokens), EOS or
+        `sampling.max_new_tokens` -> Continuation(ids, mask, logp_rollout [n, T], truncated [n], ...)."""
+
+    def sync(self, policy: nn.Module, /) -> None:
+        """After optimizer steps that changed the policy's weights: make the sampler use them (a no-op
+        where it samples with the policy module itself)."""
+
+
+class GeneratorFn(Protocol):
+    def __call__(self, policy: nn.Module, tokenizer: object, /) -> Generator:
+        """The policy module and its tokenizer -> a Generator (built once per run from `sampling.backend`)."""
+
+
 @dataclass(frozen=True)
 class Kind:
     """One row of the slot table (see the module doc)."""
@@ -147,6 +175,8 @@ TABLE: tuple[Kind, ...] = (
     Kind("controller", ControllerFn, "controllers", ("metrics",), many=True),
     Kind("reward", RewardFn, None, ("completions", "rows"),
          note="not a slot: the run file's rewards"),
+    Kind("generator", GeneratorFn, None, ("prompts", "group_size", "sampling"),
+         note="not a slot: the run file's sampling.backend"),
 )
 
 

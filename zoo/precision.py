@@ -151,7 +151,7 @@ def resolve_autocast(setting: str, device: torch.device | str) -> tuple[str, str
         return "none", f"CUDA device {name} does not support bf16"
     if dev.type == "cpu":
         return _resolve_cpu()
-    return "none", f"device {dev.type}: auto picks fp32 (set model_opts.autocast to bf16 or fp16 to override)"
+    return "none", f"device {dev.type}: auto picks fp32 (set model_opts.autocast: bf16 to override)"
 
 
 def describe(choice: str, reason: str) -> dict[str, Any]:

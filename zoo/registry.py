@@ -43,10 +43,15 @@ class Entry:
     check: Callable[..., None] | None = None
 
     def hyperparameters(self) -> dict[str, Any]:
-        """Keyword-only parameters with their defaults (`inspect.Parameter.empty` if required)."""
+        """Keyword-only parameters with their defaults (`inspect.Parameter.empty` if required); a
+        component registered with `selects=True` takes keyword `step` (the update's StepView), and a
+        clip rule a keyword per field it declares in `reads=` (e.g. dppo's logp_rollout): data, not
+        hyperparameters."""
         sig = inspect.signature(self.fn)
+        data = (("step",) if self.meta.get("selects") else ()) + tuple(self.meta.get("reads", ()))
         return {
-            p.name: p.default for p in sig.parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY
+            p.name: p.default for p in sig.parameters.values()
+            if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in data
         }
 
     @property
@@ -129,6 +134,7 @@ def load_builtins() -> None:
     _loaded_builtins = True
     importlib.import_module("zoo.components")
     importlib.import_module("zoo.rewards")
+    importlib.import_module("zoo.backends.generate.registered")
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         ep.load()
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from zoo import strategy
 from zoo.evaluate import evaluate
 from zoo.step.forwards import autocast
 from zoo.step.types import RunState
@@ -27,11 +28,13 @@ def evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, fl
             when = ("before training" if st.step == 0 else "after training" if st.step >= cfg.budget.steps
                     else f"at step {st.step}")
             console.print(f"eval ({when}): {len(rows)} held-out prompts ...", highlight=False, end=" ")
+        strategy.gather_weights(st.models.parallel)  # fsdp: ranks may generate different numbers of tokens
         with autocast(st.settings.autocast, st.device):
             res = evaluate(st.models.policy, st.models.tokenizer, rows, correctness,
                            max_new_tokens=cfg.budget.max_new_tokens, samples=cfg.eval.samples,
                            temperature=cfg.eval.temperature, seed=cfg.eval.seed,
                            micro_batch=max(cfg.budget.micro_batch, 8))
+        strategy.release_weights(st.models.parallel)
         if announce:
             console.print("  ".join(f"{k.removeprefix('eval/')} {res[k]:.3f}" for k in ("eval/greedy_acc", "eval/avg_at_k")
                                     if isinstance(res.get(k), float)), highlight=False)

@@ -22,7 +22,8 @@ import torch
 import yaml
 
 from zoo import checkpoint as ckpt
-from zoo import dist, guards
+from zoo.backends.generate.backend import backend_error, build_generator
+from zoo import dist, guards, strategy
 from zoo.components.filter import check_filter_metrics
 from zoo.config.checks import check_variant
 from zoo.config.run import RunConfig, WandbOpts, effective_variant
@@ -51,8 +52,8 @@ log = logging.getLogger(__name__)
 
 def validate_run(cfg: RunConfig) -> tuple[Variant, list[str]]:
     """Check the variant against the run before any model loads: the variant, minibatches against
-    completions per step, the rewards (registered, or in a plugin module) and the metric each
-    sampling filter names (it must be a metric the rewards produce; a continuous one warns).
+    completions per step, the generator (`sampling.backend`), the rewards (registered, or in a plugin
+    module) and the metric each sampling filter names (it must be a metric the rewards produce; a continuous one warns).
     Raises VariantError; returns warnings."""
     load_plugins(cfg.plugins)
     v = effective_variant(cfg)
@@ -62,6 +63,9 @@ def validate_run(cfg: RunConfig) -> tuple[Variant, list[str]]:
     if v.updates.minibatches > n:
         rep.errors.append(f"updates.minibatches {v.updates.minibatches} > {n} completions per step "
                           f"(budget.prompts_per_step x group_size)")
+    gen_error = backend_error(cfg.sampling.backend)
+    if gen_error:
+        rep.errors.append(gen_error)
     try:
         rewards = [c for c, _ in resolve_rewards(cfg.rewards, cfg.plugins)]
     except ValueError as e:
@@ -78,6 +82,11 @@ def validate_run(cfg: RunConfig) -> tuple[Variant, list[str]]:
             rep.errors.append(f"gold: {e}")
     rep.warnings += run_warnings(cfg, v)
     rep.errors += critic_init_errors(cfg, v, check_tokenizers=False)  # setup compares the loaded tokenizers
+    try:  # the launcher's process count: torchrun / accelerate launch set WORLD_SIZE
+        strategy.check_strategy(cfg.training.strategy, int(os.environ.get("WORLD_SIZE", "1") or 1),
+                                cfg.model_opts.autocast, launched="WORLD_SIZE" in os.environ)
+    except ValueError as e:
+        rep.errors.append(str(e))
     if rep.errors:
         raise VariantError("\n".join(rep.errors))
     return v, rep.warnings
@@ -108,7 +117,7 @@ def setup(cfg: RunConfig, device: torch.device | None = None) -> RunState:
         log.warning(w)
     dist.init_from_env()  # under torchrun / accelerate launch: join the process group
     slots = Slots.of(v, {"max_new_tokens": cfg.budget.max_new_tokens})
-    _seed_everything(cfg.seed + dist.rank())
+    _seed_everything(cfg.seed)  # the same on every rank until the models are built (LoRA, value head init)
     task = load_task(cfg.task)
     stream = PromptStream(task.train, seed=cfg.seed)
     # extra rounds of dynamic sampling draw from their own stream, so step k's first-round prompts are
@@ -127,15 +136,17 @@ def setup(cfg: RunConfig, device: torch.device | None = None) -> RunState:
     check_before_rollout(cfg, v.group_size, max(cfg.budget.micro_batch, v.group_size, GENERATE_BATCH), policy, tok,
                          task.train + task.eval, 2 if cfg.model_opts.autocast in ("bf16", "fp16") else
                          next(policy.parameters()).element_size(), device)
-    dist.broadcast_parameters(policy)  # ranks are seeded apart: LoRA's random init must still agree
     reference = zm.make_reference(policy) if slots.reads("logp_ref") else None
     critic = None
     if slots.advantage.meta.get("needs_values"):
         critic = _make_critic(cfg, v, policy, tok, lora, device)
-        dist.broadcast_parameters(critic)
+    par = strategy.wrap(policy, critic, reference.model if reference is not None and not reference.shares_policy
+                        else None, cfg.training.strategy, device, precision)
+    if dist.rank():  # built identically everywhere; from here on each rank samples from its own stream
+        _seed_everything(cfg.seed + dist.rank())
     rewards = open_rewards(rewards, device)  # stateful rewards (a reward model) load once, here
     gold = open_rewards(resolve_rewards(cfg.gold, cfg.plugins), device) if cfg.gold else []
-    models = Models(policy=policy, tokenizer=tok, critic=critic,
+    models = Models(policy=policy, tokenizer=tok, critic=critic, parallel=par,
                     reference=(lambda: zm.reference_forward(reference)) if reference is not None else None)
     s = StepSettings(
         temperature=cfg.sampling.temperature, micro_batch=cfg.budget.micro_batch,
@@ -155,6 +166,7 @@ def setup(cfg: RunConfig, device: torch.device | None = None) -> RunState:
         rewards=rewards, reward_names=names, reference=reference, device=device,
         controllers=[c() for c in slots.controllers], provenance=prov,
         gold=[c for c, _ in gold],
+        generator=build_generator(cfg.sampling.backend, policy, tok),  # once per run (sampling.backend)
     )
 
 
@@ -216,6 +228,7 @@ def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
     non-finite values, non-finite weights (never checkpointed), or no optimizer step in the run."""
     from zoo.study import lock
 
+    dist.init_from_env()  # under a launcher join the group first: only rank 0 takes the lease
     if dist.rank() != 0:
         return _train(cfg, resume, progress=progress, on_step=on_step, fresh_hint=fresh_hint)
     with lock.locked(cfg.out_dir() / lock.LOCK_NAME, what=f"run folder {cfg.out_dir()}"):

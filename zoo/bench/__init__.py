@@ -45,9 +45,15 @@ Comparisons (`compare_memory`, `scan`, `vs_trl`) run each configuration in its o
 that process's own peak. Set `ZOO_BENCH_LOCK=/path/to/lockfile` to run each worker under
 `flock` (serialises benchmark workers with other heavy jobs on a shared machine).
 
+Data-parallel benches (`zoo bench grpo --strategy ddp|fsdp --nproc N`, `ranks.bench_ranks`): every rank
+runs `run_bench` with `training.strategy` set, under `torchrun` (zoo/cli/launch.py), and measures its
+own process; weights, gradients and optimizer state count the tensors the rank holds (an FSDP2
+DTensor its local shard, `to_local()`); rank 0 gathers every rank's row and prints the table.
+
 The package, a module a job: spec.py (BenchSpec, run_config), probe.py (the hooks), run.py (run_bench,
 the worker), memory.py, machine.py, workers.py (subprocesses), compare.py (compare_memory, scan,
-vs_trl), plots.py (plot_scan), trl.py (TRL's side, imported only by vs_trl and its worker).
+vs_trl), plots.py (plot_scan), trl.py (TRL's side, imported only by vs_trl and its worker), ranks.py
+(bench_ranks: the per-rank bench under a launcher).
 """
 from __future__ import annotations
 

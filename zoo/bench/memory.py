@@ -1,6 +1,10 @@
 """Memory probes of a bench: the process's resident set (CPU) or CUDA allocation now, and the
 breakdown of the peak into weights (policy, reference, critic), the reward model, gradients, optimizer
-state, runtime and activations."""
+state, runtime and activations.
+
+Weights, gradients and optimizer state are counted from the tensors this process holds: an FSDP2
+parameter (a DTensor) and its AdamW moments count their local shard (`DTensor.to_local()`), so
+under `training.strategy: fsdp` the numbers are per rank and sum over ranks to the full tensors'."""
 from __future__ import annotations
 
 import re
@@ -30,14 +34,28 @@ def current_mb(device) -> float:
     return torch.cuda.memory_allocated(device) / 2**20 if device.type == "cuda" else rss_mb()
 
 
+def local_tensor(t: Any) -> Any:
+    """The part of `t` this process holds: a DTensor's local shard (`to_local()`, FSDP2's sharded
+    parameters, gradients and optimizer moments), any other tensor itself."""
+    to_local = getattr(t, "to_local", None)
+    return to_local() if callable(to_local) else t
+
+
+def local_bytes(t: Any) -> int:
+    """Bytes of `t`'s local part (`local_tensor`): numel x element size of this process's shard."""
+    t = local_tensor(t)
+    return t.numel() * t.element_size()
+
+
 def tensor_mb(tensors: Iterator[Any]) -> float:
-    """MB held by `tensors`, each storage counted once (shared ones by data pointer); None, empty and
-    meta tensors count 0."""
+    """MB held by `tensors` on this process (a DTensor counts its local shard), each storage counted
+    once (shared ones by data pointer); None, empty and meta tensors count 0."""
     seen: set[int] = set()
     total = 0
     for t in tensors:
         if t is None or t.device.type == "meta":
             continue
+        t = local_tensor(t)
         key = t.data_ptr()
         if key in seen or t.numel() == 0:
             continue
@@ -67,7 +85,9 @@ def reward_model_mb(st: Any) -> float:
 
 def memory_breakdown(st: Any, runtime_mb: float, peak_mb: float) -> dict[str, float]:
     """weights (policy, reference, critic) / reward model / gradients / optimizer / runtime from the run's
-    tensors (`st`: a `zoo.step.types.RunState`), activations = `peak_mb` - all of those (MB each)."""
+    tensors (`st`: a `zoo.step.types.RunState`), activations = `peak_mb` - all of those (MB each). Gradients = one gradient per trainable
+    parameter (its local shard under FSDP2). Under fsdp, weights are the shards held between phases;
+    the layers' all-gathered copies during a forward/backward count as activations."""
     models = [st.models.policy]
     ref = st.reference
     if ref is not None and not ref.shares_policy:
@@ -82,7 +102,7 @@ def memory_breakdown(st: Any, runtime_mb: float, peak_mb: float) -> dict[str, fl
 
     weights = tensor_mb(all_tensors())
     trainable = [p for m in models for p in m.parameters() if p.requires_grad]
-    grads = sum(p.numel() * p.element_size() for p in trainable) / 2**20
+    grads = sum(local_bytes(p) for p in trainable) / 2**20
     opt_tensors = []
     for opt in (st.optimizer, st.critic_optimizer):
         if opt is None:

@@ -35,8 +35,9 @@ def run_bench(spec: BenchSpec, *, on_step: Callable[[int, dict[str, Any]], None]
         steps: list[dict[str, Any]] = []
         with attach(st) as probe:
             for i in range(spec.warmup + spec.steps):
-                c0, l0 = cpu_seconds(), loadavg_1m()
+                c0, l0, w0 = cpu_seconds(), loadavg_1m(), time.perf_counter()
                 m = pipeline.step(st, hooks=probe)
+                wall = time.perf_counter() - w0  # this process's own (time/* metrics are means over ranks)
                 rec = probe.pop()
                 if i < spec.warmup:
                     continue
@@ -45,7 +46,7 @@ def run_bench(spec: BenchSpec, *, on_step: Callable[[int, dict[str, Any]], None]
                                ("advantage", "time/advantage"), ("train", "time/train")):
                     if key in m:  # the trainer's own timers are the reference for seconds
                         row[p]["seconds"] = float(m[key])
-                row["step"] = {"seconds": float(m["time/step"]), "cpu_s": cpu_seconds() - c0,
+                row["step"] = {"seconds": float(m["time/step"]), "cpu_s": cpu_seconds() - c0, "wall_s": wall,
                                "loadavg_1m": max(l0, loadavg_1m()),
                                "peak_mb": max(r["peak_mb"] for p, r in row.items() if p in PHASES),
                                "tokens": float(rec.get("generate", {}).get("tokens", 0.0))}
@@ -99,6 +100,7 @@ def summarize(spec: BenchSpec, steps: list[dict[str, Any]]) -> dict[str, Any]:
                                     default=float("nan"))}  # the critic's peak is the train phase's
     step = {"seconds": median([s["step"]["seconds"] for s in steps]),
             "cpu_s": median([s["step"].get("cpu_s", float("nan")) for s in steps]),
+            "wall_s": median([s["step"].get("wall_s", float("nan")) for s in steps]),
             "loadavg_1m": max((s["step"].get("loadavg_1m", float("nan")) for s in steps), default=float("nan")),
             "peak_mb": max((s["step"]["peak_mb"] for s in steps), default=float("nan")),
             "tokens": median([s["step"]["tokens"] for s in steps])}

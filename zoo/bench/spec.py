@@ -43,13 +43,15 @@ class BenchSpec:
     sets: dict[str, Any] = field(default_factory=dict)  # slot overrides, as `zoo run --set set.X=...`
     seed: int = 0
     threads: int | None = None
+    strategy: str = "single"  # training.strategy (zoo/strategy.py); ddp/fsdp run under a launcher
     lr: float = 1e-5
     task: dict[str, Any] = field(default_factory=lambda: dict(BENCH_TASK))
     rewards: list[Any] = field(default_factory=lambda: list(BENCH_REWARDS))
 
     def label(self) -> str:
         return (f"{self.variant} {'lora' if self.lora else 'full'} {self.autocast}"
-                + (" checkpointing" if self.checkpointing else ""))
+                + (" checkpointing" if self.checkpointing else "")
+                + (f" {self.strategy}" if self.strategy != "single" else ""))
 
 
 def parse_updates(text: str | None) -> dict[str, int] | None:
@@ -93,6 +95,7 @@ def run_config(spec: BenchSpec, out_dir: str | os.PathLike):
         "optim": {"lr": spec.lr},
         "sampling": {"ignore_eos": bool(spec.ignore_eos)},
         "eval": {"enabled": False},
+        "training": {"strategy": spec.strategy},
         "tracking": {"wandb": False},
         "seed": spec.seed,
         "output_dir": str(out_dir),

@@ -124,6 +124,46 @@ def print_vs(res: dict[str, Any]) -> None:
                   f"peak memory [bold]{res['ratio']['peak_mem']:.2f}[/]", highlight=False)
 
 
+def print_ranks(res: dict[str, Any]) -> None:
+    """The per-rank table of `zoo bench --strategy ddp|fsdp --nproc N` (zoo/bench/ranks.py)."""
+    d = res["distributed"]
+    mem_kind = "CUDA max allocated" if res.get("device", "cpu").startswith("cuda") else "RSS high-water mark"
+    t = Table(title=_title(res["spec"]) + f"\nstrategy {d['strategy']} on {d['world_size']} processes; median of "
+                    f"{res['spec']['steps']} steps after {res['spec']['warmup']} warm-up; GB per rank ({mem_kind})")
+    for c in ("rank", "step s", "peak", "weights", "grads", "optim", "w+g+o", "activ"):
+        t.add_column(c, justify="right")
+    for r in d["ranks"]:
+        t.add_row(str(r["rank"]), _f(r.get("wall_s")), _gb(r["peak_mb"]), _gb(r["weights_mb"]), _gb(r["gradients_mb"]),
+                  _gb(r["optimizer_mb"]), _gb(r["state_mb"]), _gb(r["activations_mb"]))
+    t.caption = ("step s: this rank's wall time per step (median); w+g+o: weights + gradients + optimizer state the "
+                 "rank holds (FSDP2: its shards); activ: peak - w+g+o - runtime")
+    console.print(t)
+    console.print("runtime (before the models loaded) GB: " + ", ".join(
+        f"rank {r['rank']} {_gb(r['runtime_mb'])}" for r in d["ranks"]) + "; trainer's time/train (mean over ranks): "
+        f"{d['ranks'][0]['train_s']:.2f} s", highlight=False)
+    console.print(f"weights + gradients + optimizer state summed over ranks: {_gb(d['state_sum_mb'])} GB; "
+                  f"largest peak {_gb(d['peak_max_mb'])} GB; slowest median step {d['step_max_s']:.2f} s",
+                  highlight=False)
+
+
+def check_launch(strategy: str, nproc: int | None, launched: bool, modes: int) -> None:
+    """Raise ValueError where `--strategy` / `--nproc` cannot run: an unknown strategy, ddp/fsdp
+    without --nproc or a launcher, --nproc N > 1 with single, or --nproc with --vs/--memory/--scan
+    (their workers are single processes)."""
+    from zoo.strategy import STRATEGIES
+
+    if strategy not in STRATEGIES:
+        raise ValueError(f"--strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
+    if strategy != "single" and nproc is None and not launched:
+        raise ValueError(f"--strategy {strategy} needs processes: add --nproc N (zoo bench grpo --strategy "
+                         f"{strategy} --nproc 2) or start it under torchrun")
+    if strategy == "single" and (nproc or 1) > 1:
+        raise ValueError(f"--nproc {nproc} with --strategy single: nothing would combine the ranks' gradients; "
+                         "add --strategy ddp or fsdp")
+    if (nproc is not None or strategy != "single") and modes:
+        raise ValueError("--strategy/--nproc bench one configuration: not with --vs, --memory or --scan")
+
+
 @app.command()
 def bench(
     variants: Optional[List[str]] = typer.Argument(None, help="variant to bench (several with --memory); default grpo"),
@@ -138,8 +178,8 @@ def bench(
     checkpointing: bool = typer.Option(False, "--checkpointing", help="activation checkpointing in the train forward"),
     ignore_eos: bool = typer.Option(False, "--ignore-eos", help="every completion runs to --max-new-tokens (cost "
                                     "per token; otherwise completions stop at EOS). Not with --vs"),
-    autocast: str = typer.Option("auto", "--autocast", help="auto | bf16 | fp16 | none (auto: bf16 where the GPU "
-                                 "or CPU runs it natively, else none = fp32; printed)"),
+    autocast: str = typer.Option("auto", "--autocast", help="auto | bf16 | none (auto: bf16 where the GPU "
+                                 "or CPU runs it natively, else none = fp32; printed). fp16 is not supported"),
     micro_batch: int = typer.Option(8, "--micro-batch", min=1, help="completions per forward/backward"),
     updates: Optional[str] = typer.Option(None, "--updates", help="EPOCHSxMINIBATCHES per rollout (default: the "
                                           "variant's; 1x1 with --memory)"),
@@ -156,6 +196,10 @@ def bench(
     task: Optional[str] = typer.Option(None, "--task", help="task spec as a YAML/JSON mapping or a YAML file "
                                        "(default: worked 2-shot, 2-term arithmetic with 1-2 digit numbers)"),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: torch's choice)"),
+    strategy: str = typer.Option("single", "--strategy", help="single | ddp | fsdp (training.strategy; ddp and "
+                                 "fsdp need --nproc N or a launcher): per-rank memory and step time"),
+    nproc: Optional[int] = typer.Option(None, "--nproc", min=1, help="start N processes of this machine under "
+                                        "torchrun (with --strategy ddp or fsdp)"),
     seed: int = typer.Option(0, "--seed"),
     as_json: bool = typer.Option(False, "--json", help="print the full result as JSON"),
     out: Optional[Path] = typer.Option(None, "--out", help="also write the JSON result to this file"),
@@ -168,13 +212,24 @@ def bench(
       zoo bench --vs trl --rounds 2 --steps 2
       zoo bench --memory ppo grpo dapo --steps 1
       zoo bench grpo --scan group_size=2,4,8,16 --plot docs/img/scan_group_size.png
+      zoo bench grpo --strategy fsdp --nproc 2 --prompts 2 --group-size 2   (per-rank memory)
     """
     from zoo import bench as zb
+    from zoo.cli import launch
     from zoo.config.variant import VariantError
 
     quiet_logs()
-    if autocast not in ("auto", "none", "bf16", "fp16"):
-        fail(f"--autocast {autocast!r}: use auto, bf16, fp16 or none")
+    if autocast == "fp16":
+        fail("--autocast fp16 is not supported: training in fp16 needs a gradient scaler, which zoo does not "
+             "have; use auto, bf16 or none")
+    if autocast not in ("auto", "none", "bf16"):
+        fail(f"--autocast {autocast!r}: use auto, bf16 or none")
+    try:
+        check_launch(strategy, nproc, launch.launched(), sum(bool(x) for x in (vs, memory, scan_)))
+    except ValueError as e:
+        fail(str(e))
+    if nproc is not None and not launch.launched():
+        raise typer.Exit(launch.relaunch(nproc, sys.argv[1:]))
     autocast, why = zb.resolve_bench_autocast(autocast)
     err.print(f"autocast {autocast}: {why}", highlight=False)
     names = list(variants or [])
@@ -209,7 +264,8 @@ def bench(
     spec = zb.BenchSpec(task=task_spec, variant=names[0] if names else "grpo", model=model, prompts=prompts, group_size=group_size,
                         max_new_tokens=max_new_tokens, steps=steps, warmup=warmup, lora=bool(lora), autocast=autocast, checkpointing=checkpointing,
                         ignore_eos=ignore_eos,
-                        micro_batch=micro_batch, updates=updates, sets=parse_sets(set_), seed=seed, threads=threads)
+                        micro_batch=micro_batch, updates=updates, sets=parse_sets(set_), seed=seed, threads=threads,
+                        strategy=strategy)
     if reward_model:
         spec = replace(spec, rewards=list(spec.rewards) + [{"name": "reward_model", "model": reward_model}])
     log = (lambda msg: err.print(f"[dim]{msg}[/]", highlight=False))
@@ -237,6 +293,11 @@ def bench(
             path = plot or Path(f"bench-scan-{key}.png")
             res["plot"] = str(zb.plot_scan(res, path))
             show = lambda r: print_scan(r, path)  # noqa: E731
+        elif launch.launched():
+            from zoo.bench.ranks import bench_ranks
+
+            res = bench_ranks(spec, on_step=lambda i, row: log(f"step {i}/{steps}: {row['step']['seconds']:.2f} s"))
+            show = print_ranks
         else:
             res = zb.run_bench(spec, on_step=lambda i, row: log(f"step {i}/{steps}: {row['step']['seconds']:.2f} s"))
             show = print_bench
@@ -247,6 +308,10 @@ def bench(
     from zoo.precision import describe
 
     res["precision"] = describe(autocast, why)
+    from zoo import dist
+
+    if dist.rank() != 0:  # rank 0 prints and writes for all ranks
+        return
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(res, indent=2, default=str))

@@ -29,6 +29,8 @@ def run(
     resume: Optional[Path] = typer.Option(None, "--resume", help="continue the run in this directory from its last checkpoint"),
     fresh: bool = typer.Option(False, "--fresh", help="delete the output directory's checkpoint and results and train from scratch"),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: torch's choice)"),
+    nproc: Optional[int] = typer.Option(None, "--nproc", min=1, help="start N processes of this machine under torchrun "
+                                        "(with training.strategy ddp or fsdp)"),
 ) -> None:
     """Train one variant (one seed) end to end, printing per-step metrics.
 
@@ -36,14 +38,20 @@ def run(
       zoo run run.yaml --set budget.steps=3
       zoo run run.yaml --set variant=ppo
       zoo run --resume runs/my-run
+      zoo run run.yaml --nproc 2 --set training.strategy=ddp   (or torchrun ... -m zoo.cli run ...)
 
     Every YAML key, its default and what it does: docs/configuration.md (example: examples/run_grpo.yaml).
     """
+    import sys
+
     import torch
 
+    from zoo.cli import launch
     from zoo.run_file import load_run_config
     from zoo.config.variant import VariantError
 
+    if nproc is not None and not launch.launched():
+        raise typer.Exit(launch.relaunch(nproc, sys.argv[1:]))
     quiet_logs()
     _sigterm_as_interrupt()
     if threads:
@@ -81,6 +89,10 @@ def run(
         if (cfg.out_dir() / "config.yaml").exists():
             fail(f"interrupted; resume with: zoo run --resume {cfg.out_dir()}", 130)
         fail("interrupted before the run saved anything; run the same command again to start it", 130)
+    from zoo import dist
+
+    if dist.rank() != 0:  # one line per run, not per process
+        return
     console.print(f"[green]finished[/] {cfg.out_dir()}  reward/total {summary.get('reward/total', float('nan')):.4f}  "
                   f"eval {greedy_acc(summary, 'eval/before')} -> {greedy_acc(summary, 'eval/after')}", highlight=False)
 

@@ -9,7 +9,7 @@ True on real tokens (up to and including the first EOS).
 | objective_norm | `fn(objectives [N, K], group_ids [N])` | `[N, K]` normalised objectives (NaN rows stay NaN) |
 | advantage | `fn(inp: AdvantageInputs)` | `AdvantageResult(advantages [N, T], returns [N, T] or None)` |
 | normalizer | `fn(adv [N, T], mask [N, T], group_ids [N])` | `[N, T]` |
-| clip | `fn(logp, logp_old, adv, mask)` all `[N, T]` | `ClipResult(loss [N, T], clip_low [N, T] bool, clip_high [N, T] bool, ratio [N, T])` |
+| clip | `fn(logp, logp_old, adv, mask)` all `[N, T]` (+ keyword `step: StepView` for a rule registered with `selects=True`, and keyword `logp_rollout` etc. for each rollout field it declares in `reads=`) | `ClipResult(loss [N, T], clip_low [N, T] bool, clip_high [N, T] bool, ratio [N, T])` |
 | aggregate | `fn(loss [N, T], mask [N, T], counts: StepCounts)` | scalar; summing it over the micro-batches of one optimizer step gives the step's value |
 | kl_estimator | `fn(logp [N, T], ref_logp [N, T])` | `[N, T]` per-token estimate |
 | length | `fn(lengths [N], truncated [N] bool, max_new_tokens: int, rows: LengthRows)` | `LengthResult(column [N] or None, keep [N] bool or None)` |
@@ -26,8 +26,14 @@ from zoo.components import (  # noqa: F401  (imports register the components)
     advantage,
     aggregate,
     clip,
+    clip_cov,
+    clip_divergence,
+    clip_soft,
     controllers,
+    correction,
+    correction_offpolicy,
     critic,
+    entropy,
     filter,
     kl,
     length,
@@ -36,6 +42,7 @@ from zoo.components import (  # noqa: F401  (imports register the components)
     normalize,
     objective,
     passk,
+    positive_nll,
 )
 from zoo.components.types import (  # noqa: F401
     AdvantageInputs,

@@ -6,7 +6,8 @@ Padded slots of logp, logp_old and adv are *selected away* before any arithmetic
 reach neither the loss nor its gradient (case C7); the loss is 0 on padding, the ratio 1.
 
 The log-ratio logp - logp_old is clamped to [-20, 20] before exp, as verl does, so one extreme
-token cannot overflow (this only matters far outside any clip range).
+token cannot overflow (this only matters far outside any clip range). The shared pieces live in
+zoo/components/surrogate.py; SAPO and GMPO in clip_soft.py, Clip-Cov and KL-Cov in clip_cov.py.
 
 Sources: PPO clip, arXiv 1707.06347 eq. 7 (and Ziegler et al. arXiv 1909.08593); clip-higher,
 DAPO arXiv 2503.14476 §3.1; dual-clip, Ye et al. arXiv 1912.09729 ("dual-clip PPO"); GSPO
@@ -19,54 +20,15 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor
 
-from zoo.components.stats import as_bool, check_same_shape, masked_mean, sanitize
+from zoo.components.stats import as_bool, masked_mean
+from zoo.components.surrogate import clip_result as _result
+from zoo.components.surrogate import clipped_surrogate as _clipped_surrogate
+from zoo.components.surrogate import prepare as _prepare
 from zoo.components.types import ClipResult
 from zoo.registry import register
 
-LOG_RATIO_CLAMP = 20.0
 
-
-# ---------------------------------------------------------------- shared pieces (written once)
-def _prepare(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Sanitised inputs: (mask bool, logp, log_ratio, adv), each [N, T], 0 on padding.
-
-    Padding is replaced by 0 in logp, logp_old and adv *before* the subtraction, so the log-ratio is
-    0 (ratio 1) there and no NaN/inf can enter the graph."""
-    check_same_shape(logp=logp, logp_old=logp_old, adv=adv, mask=mask)
-    m = as_bool(mask)  # [N, T]
-    logp_s = sanitize(logp, m)  # [N, T], gradient flows on real tokens only
-    logp_old_s = sanitize(logp_old.detach(), m)  # [N, T]
-    adv_s = sanitize(adv.detach(), m)  # [N, T]
-    log_ratio = (logp_s - logp_old_s).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # [N, T]
-    return m, logp_s, log_ratio, adv_s
-
-
-def _clipped_surrogate(
-    ratio: Tensor, adv: Tensor, eps_low: float, eps_high: float
-) -> tuple[Tensor, Tensor, Tensor]:
-    """PPO's pessimistic clipped loss -min(r A, clip(r, 1-eps_low, 1+eps_high) A) and its flags.
-
-    ratio, adv: same shape (e.g. [N, T] or [N, 1]). Returns (loss, clip_low, clip_high) of that shape:
-    clip_low where A < 0 and r < 1-eps_low, clip_high where A > 0 and r > 1+eps_high, i.e. where the
-    clipped branch won and the token's gradient is zero."""
-    clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high)
-    loss = torch.maximum(-ratio * adv, -clipped * adv)
-    r = ratio.detach()
-    clip_low = (adv < 0) & (r < 1.0 - eps_low)
-    clip_high = (adv > 0) & (r > 1.0 + eps_high)
-    return loss, clip_low, clip_high
-
-
-def _result(loss: Tensor, clip_low: Tensor, clip_high: Tensor, ratio: Tensor, m: Tensor) -> ClipResult:
-    """Pack a ClipResult with loss 0, flags False and ratio 1 on padding (all [N, T])."""
-    return ClipResult(
-        loss=sanitize(loss, m),
-        clip_low=clip_low & m,
-        clip_high=clip_high & m,
-        ratio=sanitize(ratio.detach(), m, fill=1.0),
-    )
-
-
+# ---------------------------------------------------------------- shared pieces (zoo/components/surrogate.py)
 def _ppo_family(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, eps_low: float, eps_high: float,
                 dual_c: float | None = None) -> ClipResult:
     """Token-level clipped loss shared by ppo, clip_higher and dual_clip (dual_c = None: no dual clip)."""
@@ -175,6 +137,33 @@ def dual_clip(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps:
     _check_dual({"eps": eps, "eps_low": eps_low, "eps_high": eps_high, "c": c}, {})
     lo, hi = _dual_eps(eps, eps_low, eps_high)
     return _ppo_family(logp, logp_old, adv, mask, lo, hi, dual_c=c)
+
+
+def _check_two_sided(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
+    lo, hi = params["eps_low"], params["eps_high"]
+    _check_low_high({"eps_low": lo, "eps_high": hi}, context)
+    d = params["delta"]
+    if not isinstance(d, (int, float)) or isinstance(d, bool) or not d > 1.0 + hi:
+        raise ValueError(f"delta must be > 1 + eps_high = {1.0 + hi:g}, got {d!r}: only then is TRL's two-sided "
+                         "clip the dual clip with c = delta (with a smaller delta it also caps positive "
+                         "advantages; use clip_higher with a smaller eps_high for that)")
+
+
+@register("clip", "two_sided_clip", check=_check_two_sided)
+def two_sided_clip(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps_low: float = 0.2,
+                   eps_high: float = 0.2, delta: float = 4.0) -> ClipResult:
+    """TRL's two-sided clip (`delta`): loss = -min(min(r, delta) A, clip(r, 1-eps_low, 1+eps_high) A).
+
+    The same math as `dual_clip` with c = delta whenever delta > 1 + eps_high: for A >= 0 the clipped
+    branch is <= 1 + eps_high < delta, so min(r, delta) changes nothing (ppo); for A < 0 the loss is
+    -A max(min(r, delta), clip(r)) = -A min(max(r, clip(r)), delta) = dual clip's min(ppo loss, -delta A).
+    Registered as that alias (it calls dual clip's code), not as new math.
+    logp, logp_old, adv, mask: [N, T]. Returns ClipResult with [N, T] fields (flags as dual_clip's).
+    Raises ValueError when shapes differ, unless eps_high >= eps_low > 0, or unless delta > 1 + eps_high.
+    Source: INTELLECT-2 arXiv 2505.07291 §3 (two-sided GRPO clipping, delta 4); TRL GRPOConfig `delta`
+    (epsilon 0.2; epsilon_high defaults to epsilon)."""
+    _check_two_sided({"eps_low": eps_low, "eps_high": eps_high, "delta": delta}, {})
+    return _ppo_family(logp, logp_old, adv, mask, eps_low, eps_high, dual_c=delta)
 
 
 @register("clip", "gspo", check=_check_low_high, level="sequence")

@@ -48,12 +48,16 @@ class ClipResult:
     """loss: [N, T] per-token policy loss (minus the surrogate), 0 on padding.
     clip_low / clip_high: [N, T] bool, tokens whose ratio was clipped at 1 - eps_low (A < 0) or
     1 + eps_high (A > 0), i.e. where the clip removed the gradient; False on padding.
-    ratio: [N, T] detached importance ratio pi/pi_old (1 on padding), for logging."""
+    ratio: [N, T] detached importance ratio pi/pi_old (1 on padding), for logging.
+    token_stats: name -> [N, T] detached values whose token mean over the rollout step is logged
+    under that name, for the names the rule declares (`stats=` in its registration), e.g.
+    `clip/selected_frac` of clip_cov / kl_cov."""
 
     loss: Tensor
     clip_low: Tensor
     clip_high: Tensor
     ratio: Tensor
+    token_stats: Mapping[str, Tensor] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,8 @@ class TermInputs:
     objectives:  [n, K] float or None, the raw reward columns.
     values:      [n, T] float or None, critic values at rollout time.
     token_rewards: [n, T] float or None, rewards per token (outcome score on the last real token).
+    logp_rollout: [n, T] float or None, the sampler's log-probs of the drawn tokens (None: the
+                 generator does not report them); rollout corrections read it.
     step:        StepView or None: the whole optimizer step's detached fields, for a component that
                  selects tokens over the step (registered with `selects=True`).
     """
@@ -131,6 +137,7 @@ class TermInputs:
     objectives: Tensor | None = None
     values: Tensor | None = None
     token_rewards: Tensor | None = None
+    logp_rollout: Tensor | None = None
     step: "StepView | None" = None
 
 
@@ -143,8 +150,10 @@ class StepView:
     (what verl and TRL do).
 
     fields: name -> [M, T] detached (M rows of the view, T the step's completion columns; padding
-            0), always `mask`, `advantages`, `logp_old`, and the update-time fields the component
-            reads (`logp`, `entropy`: from a no-grad forward of the step before its micro-batches).
+            0), always `mask`, `advantages`, `completion_ids`, `logp_old`, and the update-time fields the component
+            reads (`logp`, `entropy`: from a no-grad forward of the step before its micro-batches),
+            and the rollout-time fields it reads (`scores` [M], `objectives` [M, K], `logp_ref`,
+            `values`, `token_rewards` [M, T]).
     rows:   [n] long, the micro-batch's rows within the view (use `local`).
     """
 

@@ -68,9 +68,16 @@ def check_variant(v: Variant, context: Mapping[str, Any] | None = None) -> Repor
         )
     if adv.meta.get("wants_kl") == "reward" and parts.reward_estimator is None:
         rep.warnings.append(f"{where}: advantage {adv.name!r} expects the KL in the reward (kl.placement: reward)")
+    terms = {t.name for t in comps["loss"]} | ({"kl"} if parts.enabled else set())
+    for c in comps["controllers"]:  # a controller sets a term's hyperparameter by name: that term must be there
+        for target in c.meta.get("sets", ()):
+            if target.split(".")[0] not in terms:
+                rep.errors.append(f"{where}: controllers: {c.name!r} sets {target!r}, but slots.loss has no "
+                                  f"{target.split('.')[0]!r} term (loss terms: {', '.join(sorted(terms)) or '(none)'})")
     if n_updates == 1 and comps["clip"].name != "none":
+        what = comps["clip"].meta.get("single_update", "can have no effect")  # e.g. clip_cov: its selection acts
         rep.warnings.append(
-            f"{where}: clip {comps['clip'].name!r} can have no effect: one on-policy update per rollout makes every "
+            f"{where}: clip {comps['clip'].name!r} {what}: one on-policy update per rollout makes every "
             "ratio 1 (set updates.minibatches or updates.epochs > 1 for the clip to act)"
         )
     return rep

@@ -60,7 +60,17 @@ class ModelOpts(Strict):
     gradient_checkpointing: bool = False
 
 
+class Training(Strict):
+    """How the run spreads over the processes a launcher starts (zoo/strategy.py, docs/configuration.md)."""
+
+    strategy: Literal["single", "ddp", "fsdp"] = Field(
+        "single", description="single: one process; ddp: DistributedDataParallel; fsdp: FSDP2 fully_shard "
+        "(weights, gradients and optimizer state sharded over ranks)")
+
+
 class Sampling(Strict):
+    backend: Spec = Field("hf", description="the generator (registry kind `generator`): a name or "
+                          "{name, params}, e.g. hf (default) or {name: noisy, sigma: 0.1}; `zoo list` lists them")
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
     ignore_eos: bool = Field(False, description="generate every completion to max_new_tokens (EOS suppressed): "
@@ -117,6 +127,7 @@ class RunConfig(Strict):
     set: dict[str, Any] = Field(default_factory=dict, description="dotted overrides into the variant")
     model: str = "smollm2-135m-instruct-q4"
     model_opts: ModelOpts = Field(default_factory=ModelOpts)
+    training: Training = Field(default_factory=Training)
     task: dict[str, Any] = Field(default_factory=lambda: {"name": "reasoning_gym", "dataset": "basic_arithmetic"})
     rewards: list[Spec] = Field(default_factory=lambda: ["correctness"])
     gold: list[Spec] = Field(default_factory=list, description="rewards scored and logged as gold/<name> but "

@@ -26,7 +26,9 @@ def position_ids_from_mask(attention_mask: Tensor) -> Tensor:
 
 
 def inner_lm(model: nn.Module) -> nn.Module:
-    """The transformers model under a peft wrapper (the one whose generate() runs)."""
+    """The transformers model under a peft wrapper (the one whose generate() runs), also under a
+    DistributedDataParallel wrapper."""
+    model = getattr(model, "module", model) if type(model).__name__ == "DistributedDataParallel" else model
     get_base = getattr(model, "get_base_model", None)
     return get_base() if callable(get_base) else model
 

@@ -19,11 +19,12 @@ from zoo.models.forward import (
     position_ids_from_mask,
 )
 from zoo.models.policy import is_checkpointing
+from zoo.strategy import runs_collectives
 
 
 def _can_share_prompts(model: nn.Module) -> bool:
     lm = inner_lm(model)
-    if cache_arg(model) is None:
+    if cache_arg(model) is None or runs_collectives(model):  # ranks must run the same number of forwards
         return False
     return not (is_checkpointing(lm) and lm.training)  # checkpointing turns the cache off in training mode
 

@@ -7,7 +7,8 @@
     normalize                    the normalizer, over the global batch under data parallelism
     diagnostics                  adv/corr/<objective>, length by correctness (zoo/step/diagnostics.py)
     update                       epochs x minibatches optimizer steps (clip rule, KL in the loss,
-                                 entropy bonus, aggregation over the whole optimizer step), critic
+                                 entropy bonus, aggregation over the whole optimizer step), critic;
+                                 then the generator's `sync(policy)` when an optimizer step was applied
     controllers                  stateful coefficients (adaptive KL beta) move for the next step
 
 The trainer (`zoo.trainer`) sets up, loops, checkpoints and evaluates around `step`; a tool that
@@ -18,7 +19,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from zoo import dist
+from zoo import dist, strategy
 from zoo.provenance import peak_memory_mb
 from zoo.rewards.compute import accuracy_index
 from zoo.step.advantages import advantage, empty_rows, kl_reward, normalize, normalize_global
@@ -37,6 +38,7 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> dict[str, Any]:
     t0 = time.perf_counter()
     coefs = coefficients(st)  # what the controllers set for this step: {term: {hyperparameter: value}}
     beta = coefs.get("kl", {}).get("beta", st.slots.kl.beta)
+    strategy.gather_weights(st.models.parallel)  # fsdp: whole weights while ranks run different numbers of forwards
     batch, m = sample(st, hooks)                                            # generate .. filter
     if batch.size == 0:
         m["train/skipped"] = 1.0  # the guards (trainer.train) log the step without an update
@@ -44,6 +46,7 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> dict[str, Any]:
     if batch.size:
         with hooks.phase("forward"):
             batch = rollout_forwards(batch, st.models, st.slots, st.settings, hooks)   # forwards
+    strategy.release_weights(st.models.parallel)
     t2 = time.perf_counter()
     if batch.size:
         with hooks.phase("advantage") as ph:
@@ -64,6 +67,8 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> dict[str, Any]:
                         critic_optimizer=st.critic_optimizer, hooks=hooks, train_policy=not warmup))
     if st.variant.critic_warmup:
         m["critic/warmup"] = float(warmup)  # 1 while only the critic trains
+    if st.generator is not None and not warmup and m.get("optim/updates", 0) > 0:  # the policy changed: sync
+        st.generator.sync(st.models.policy)
     if st.critic_scheduler is not None:
         for _ in range(st.settings.epochs * st.settings.minibatches):
             st.critic_scheduler.step()
@@ -71,6 +76,8 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> dict[str, Any]:
     tokens = float(batch.loss_mask.sum()) if batch.size else 0.0
     for c in st.controllers:                                                # controllers
         c.update(m, tokens, float(batch.size))
+    for term, params in coefficients(st).items():  # what the controllers set for the next step, e.g. entropy_bonus/coef
+        m.update({f"{term}/{k}": v for k, v in params.items()})
     m["kl/beta"] = coefficients(st).get("kl", {}).get("beta", st.slots.kl.beta)  # for the next step
     m["optim/lr"] = float(st.scheduler.get_last_lr()[0])
     m.update({"time/forward": t2 - t1, "time/advantage": t3 - t2, "time/train": t4 - t3, "time/step": t4 - t0})

@@ -16,7 +16,8 @@ import torch
 from zoo import dist
 from zoo.batch import Batch, concat
 from zoo.rewards.compute import accuracy_index, accuracy_metrics, compute_rewards
-from zoo.backends.generate.hf import generate_rollout
+from zoo.backends.generate.hf_generator import HFGenerator
+from zoo.backends.generate.types import SamplingParams
 from zoo.step.diagnostics import gold_metrics
 from zoo.step.forwards import autocast
 from zoo.step.hooks import NO_HOOKS, Hooks
@@ -31,13 +32,15 @@ GENERATE_BATCH = 32
 
 
 def generate(st: RunState, rows: list[dict[str, Any]], group_offset: int) -> Batch:
-    """G completions for each dataset row's prompt -> Batch (group ids start at `group_offset`)."""
+    """G completions for each dataset row's prompt from the run's generator (`st.generator`, built from
+    `sampling.backend`) -> Batch with logp_rollout (group ids start at `group_offset`)."""
     cfg, s, G = st.cfg, st.settings, st.variant.group_size
+    gen = st.generator if st.generator is not None else HFGenerator(st.models.policy, st.models.tokenizer)
+    sampling = SamplingParams(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=cfg.sampling.top_p,
+                              micro_batch=max(s.micro_batch, G, GENERATE_BATCH),
+                              min_new_tokens=s.max_new_tokens if cfg.sampling.ignore_eos else 0)
     with autocast(s.autocast, st.device):
-        b = generate_rollout(st.models.policy, st.models.tokenizer, [r["prompt"] for r in rows], group_size=G,
-                             max_new_tokens=s.max_new_tokens, temperature=s.temperature,
-                             top_p=cfg.sampling.top_p, micro_batch=max(s.micro_batch, G, GENERATE_BATCH),
-                             min_new_tokens=s.max_new_tokens if cfg.sampling.ignore_eos else 0)
+        b = gen.generate([r["prompt"] for r in rows], G, sampling)
     # a fresh rollout is prompt-major: group id = index of the prompt in `rows`
     return replace(b, rows=[rows[i] for i in b.group_ids.tolist()], group_ids=b.group_ids + group_offset)
 

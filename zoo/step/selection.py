@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from zoo import dist
+from zoo import dist, strategy
 from zoo.batch import Batch
 from zoo.components import StepView
 from zoo.fields import declared_reads
@@ -21,11 +21,15 @@ from zoo.step.forwards import forward_logp, micro_rows
 from zoo.step.types import Models, Slots, StepSettings
 
 UPDATE_TIME = ("logp", "entropy")
+ROLLOUT_READS = ("scores", "objectives", "logp_rollout", "logp_ref", "values", "token_rewards")  # in the view when read
+ROW_FIELDS = ("scores", "objectives")  # [M] / [M, K]: not padded to T
+#: rollout fields of the Batch a clip rule may declare in `reads=` and then gets as keywords
+CLIP_FIELDS = ("logp_rollout", "logp_ref", "values", "token_rewards")
 
 
 def selectors(slots: Slots) -> list[Any]:
-    """The variant's components registered with `selects=True` (corrections and loss terms)."""
-    return [c for c in (*slots.correction, *slots.loss) if c.meta.get("selects")]
+    """The variant's components registered with `selects=True` (the clip rule, corrections, loss terms)."""
+    return [c for c in (slots.clip, *slots.correction, *slots.loss) if getattr(c, "meta", {}).get("selects")]
 
 
 def scope(component: Any) -> str:
@@ -47,13 +51,17 @@ def step_fields(sub: Batch, models: Models, slots: Slots, s: StepSettings) -> di
     if not sel:
         return None
     reads = {f for c in sel for f in declared_reads(c)}
-    local = _rollout_fields(sub)
+    local = _rollout_fields(sub, reads)
     if reads & set(UPDATE_TIME) or "logp_old" not in local:
         logp, ent = torch.zeros(sub.loss_mask.shape), torch.zeros(sub.loss_mask.shape)
+        strategy.gather_weights(models.parallel)  # fsdp: ranks run different numbers of forwards here
         for r in micro_rows(sub, s.micro_batch):
+            if not len(r):  # a rank without rows in this optimizer step
+                continue
             mb = sub.select(r).trimmed()
             lp, e = forward_logp(models.policy, mb, s, with_entropy=True)
             logp[r, : lp.shape[1]], ent[r, : e.shape[1]] = lp.float().cpu(), e.float().cpu()
+        strategy.release_weights(models.parallel)
         local.update(logp=_zero_pad(logp, sub), entropy=_zero_pad(ent, sub))
         local.setdefault("logp_old", local["logp"])  # one on-policy update: pi_old is the policy now
     return _gather(local)
@@ -67,11 +75,24 @@ def view(fields: dict[str, Tensor] | None, component: Any, mb: Batch, rows: Tens
     if not component.meta.get("selects"):
         return None
     if scope(component) == "micro" or fields is None:
-        local = _rollout_fields(mb)
+        local = _rollout_fields(mb, declared_reads(component))
         local.update({k: v.detach().float().cpu() for k, v in update_fields.items()})
         local.setdefault("logp_old", local["logp"])
         return StepView(local, torch.arange(mb.size))
     return StepView(fields, rows + offset)
+
+
+def clip_kwargs(fields: dict[str, Tensor] | None, clip: Any, mb: Batch, rows: Tensor, offset: int,
+                update_fields: dict[str, Tensor]) -> dict[str, Any]:
+    """The keyword arguments of the clip rule's call for micro-batch `mb`: each rollout field of the
+    Batch the rule declares in `reads=` (CLIP_FIELDS, e.g. dppo's logp_rollout [n, T], None when
+    absent), and {"step": its StepView} for a rule registered with `selects=True` (e.g. clip_cov);
+    {} for a plain function put in the slot by hand (arguments as `view`)."""
+    meta = getattr(clip, "meta", {})
+    kw: dict[str, Any] = {f: getattr(mb, f) for f in meta.get("reads", ()) if f in CLIP_FIELDS}
+    if meta.get("selects"):
+        kw["step"] = view(fields, clip, mb, rows, offset, update_fields)
+    return kw
 
 
 def rank_offset(n_rows: int) -> int:
@@ -80,10 +101,14 @@ def rank_offset(n_rows: int) -> int:
     return sum(sizes[: dist.rank()])
 
 
-def _rollout_fields(b: Batch) -> dict[str, Tensor]:
-    out = {"mask": b.loss_mask.cpu(), "advantages": b.advantages.detach().float().cpu()}
+def _rollout_fields(b: Batch, reads: Any = ()) -> dict[str, Tensor]:
+    out = {"mask": b.loss_mask.cpu(), "advantages": b.advantages.detach().float().cpu(),
+           "completion_ids": b.completion_ids.cpu()}
     if b.logp_old is not None:
         out["logp_old"] = b.logp_old.detach().float().cpu()
+    for f in ROLLOUT_READS:  # the rollout-time fields a selecting component declares it reads
+        if f in reads and getattr(b, f) is not None:
+            out[f] = getattr(b, f).detach().float().cpu()
     return out
 
 
@@ -98,4 +123,4 @@ def _gather(local: dict[str, Tensor]) -> dict[str, Tensor]:
     parts = dist.all_gather_object(local)
     T = max(int(p["mask"].shape[1]) for p in parts)
     pad = lambda t: torch.nn.functional.pad(t, (0, T - t.shape[1]))  # noqa: E731
-    return {k: torch.cat([pad(p[k]) for p in parts]) for k in local}
+    return {k: torch.cat([p[k] if k in ROW_FIELDS else pad(p[k]) for p in parts]) for k in local}

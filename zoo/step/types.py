@@ -47,8 +47,8 @@ class Slots:
         return Slots(kl=kl, kl_reward=est, **c)
 
     def step_components(self) -> list[registry.Component]:
-        """The components that read fields of the step (loss terms, corrections, KL in the reward)."""
-        return [*self.loss, *self.correction, *([self.kl_reward] if self.kl_reward is not None else [])]
+        """The components that read fields of the step (clip rule, loss terms, corrections, KL in the reward)."""
+        return [*([self.clip] if hasattr(self.clip, "meta") else []), *self.loss, *self.correction, *([self.kl_reward] if self.kl_reward is not None else [])]
 
     def reads(self, name: str) -> bool:
         """Whether any loss term, correction or the KL in the reward reads field `name` (so the step
@@ -69,6 +69,7 @@ class Models:
     tokenizer: Any
     reference: Callable[[], contextlib.AbstractContextManager] | None
     critic: torch.nn.Module | None = None
+    parallel: Any = None  # zoo.strategy.Parallel: the training strategy's wrappers (None: one process, plain)
 
 
 @dataclass
@@ -108,3 +109,4 @@ class RunState:
     totals: dict[str, float] = field(default_factory=lambda: {"completions": 0.0, "tokens": 0.0, "elapsed": 0.0})
     guard: guards.GuardState = field(default_factory=guards.GuardState)  # streaks of the run guards
     provenance: dict[str, Any] = field(default_factory=dict)
+    generator: Any = None  # zoo.kinds.Generator built from cfg.sampling.backend (None: the hf generator)

@@ -2,7 +2,8 @@
 accumulated over micro-batches. Per token the loss is the clip rule's term times the corrections,
 plus the loss terms (the KL to the reference when it is placed in the loss, the entropy bonus, ...),
 aggregated over the WHOLE optimizer step: every aggregation divides by the step's totals over all micro-batches and ranks
-(`step_counts`), and gradients are summed over ranks, so the result equals one pass over the whole
+(`step_counts`), and gradients are summed over ranks (the loss is scaled by the world size: DDP and
+FSDP2 average; zoo/strategy.py), so the result equals one pass over the whole
 step on one process (cases C2, C3). Shapes: n rows of a micro-batch, T completion tokens."""
 from __future__ import annotations
 
@@ -12,13 +13,14 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor
 
-from zoo import dist, guards, registry
+from zoo import dist, guards, registry, strategy
 from zoo.batch import Batch
 from zoo.components import StepCounts, TermInputs
 from zoo.components.stats import masked_sum, sanitize
 from zoo.step import selection
 from zoo.step.forwards import critic_values, forward_logp, micro_rows
 from zoo.step.hooks import NO_HOOKS, Hooks
+from zoo.step.mismatch import RolloutTally, rollout_weight
 from zoo.step.types import Models, Slots, StepSettings
 
 
@@ -42,12 +44,14 @@ class TokenTally:
     entropy: float = 0.0
     ratio_max: float = 0.0  # a max, not a sum: over all ranks it is the max of the ranks' maxima
     stats: dict[str, float] = field(default_factory=dict)  # the loss terms' declared token stats
+    rollout: RolloutTally = field(default_factory=RolloutTally)  # rollout/* (zoo/step/mismatch.py)
 
     @staticmethod
     def of(slots: Slots) -> "TokenTally":
         """A tally with a zero for every token stat the variant's loss terms declare (`stats=`), so
         every rank reduces the same keys, also a rank without rows."""
-        return TokenTally(stats={k: 0.0 for t in slots.loss for k in t.meta.get("stats", ())})
+        comps = (*slots.loss, slots.clip)  # a clip rule may declare token stats too (clip_cov: clip/selected_frac)
+        return TokenTally(stats={k: 0.0 for t in comps for k in getattr(t, "meta", {}).get("stats", ())})
 
     def add(self, res: Any, logp: Tensor, old: Tensor, ent: Tensor, mask: Tensor) -> None:
         """One micro-batch: res = the clip rule's ClipResult; logp, old, ent, mask: [n, T]."""
@@ -59,6 +63,7 @@ class TokenTally:
         self.approx_kl += float(masked_sum(0.5 * lr_**2, mask))
         self.entropy += float(masked_sum(ent.detach().float(), mask))
         self.ratio_max = max(self.ratio_max, float(sanitize(res.ratio, mask, float("-inf")).max()) if mask.any() else 0.0)
+        self.add_stats("clip", getattr(res, "token_stats", {}), mask)  # e.g. clip_cov's clip/selected_frac
 
     def add_stats(self, term: str, token_stats: Mapping[str, Tensor], mask: Tensor) -> None:
         """A loss term's token stats [n, T] summed over real tokens. Raises ValueError for a stat the
@@ -84,6 +89,7 @@ class TokenTally:
             "ratio/approx_kl": tot["approx_kl"] / n, "entropy": tot["entropy"] / n,
         }
         out.update({k: tot[k] / n for k in keys})
+        out.update(self.rollout.metrics())
         return out
 
 
@@ -183,24 +189,30 @@ def _accumulate(sub: Batch, models: Models, slots: Slots, s: StepSettings, count
     own_rule = {t.name: registry.build("aggregate", t.meta["aggregate"]) for t in slots.loss if t.meta.get("aggregate")}
     fields = selection.step_fields(sub, models, slots, s)  # the step's detached view, for selections
     offset = selection.rank_offset(sub.size) if fields is not None else 0
-    for r in micro_rows(sub, s.micro_batch):
+    # ddp/fsdp: the same number of micro-batches on every rank (zero-loss ones pad), no_sync under ddp
+    for r in strategy.micro_batches(models.parallel, micro_rows(sub, s.micro_batch), models):
         mb = sub.select(r).trimmed()
         m = mb.loss_mask  # [n, T]
         with hooks.forward("policy", mb):
-            logp, ent = forward_logp(models.policy, mb, s, with_entropy=True, entropy_grad=slots.needs_grad("entropy"))
+            logp, ent = forward_logp(strategy.trained(models.parallel, "policy", models.policy), mb, s, with_entropy=True, entropy_grad=slots.needs_grad("entropy"))
         old = mb.logp_old if mb.logp_old is not None else logp.detach()
-        res = slots.clip(logp, old, mb.advantages, m)
+        res = slots.clip(logp, old, mb.advantages, m,  # a selecting clip rule also gets its view of the step
+                         **selection.clip_kwargs(fields, slots.clip, mb, r, offset, {"logp": logp, "entropy": ent}))
         inp = TermInputs(logp=logp, logp_old=old, advantages=mb.advantages, mask=m, counts=counts, entropy=ent,
                          logp_ref=mb.logp_ref, scores=mb.scores, objectives=mb.objectives, values=mb.values,
-                         token_rewards=mb.token_rewards)
+                         token_rewards=mb.token_rewards, logp_rollout=mb.logp_rollout)
 
         def inputs(c: Any) -> TermInputs:  # a selecting component also gets its view of the step
             v = selection.view(fields, c, mb, r, offset, {"logp": logp, "entropy": ent})
             return inp if v is None else replace(inp, step=v)
 
         per_token = res.loss  # [n, T]
+        w_roll = None  # the rollout corrections' weight (those reading logp_rollout), for rollout/*
         for corr in slots.correction:  # detached per-token multipliers of the clip rule's term
-            per_token = per_token * corr(inputs(corr)).detach()
+            w = corr(inputs(corr)).detach()
+            per_token = per_token * w
+            w_roll = rollout_weight(w_roll, corr, w)
+        tally.rollout.add(old, mb.logp_rollout, w_roll, m)
         own = []  # terms aggregated with their own rule
         for term in slots.loss:
             tr = term(inputs(term), **coefs.get(term.name, {}))
@@ -214,33 +226,30 @@ def _accumulate(sub: Batch, models: Models, slots: Slots, s: StepSettings, count
         loss = slots.aggregate(per_token, m, counts)
         if own:
             loss = loss + sum(own)
-        loss.backward()
+        strategy.backward(loss, models.parallel)
         losses["loss/policy"] += float(loss.detach())
         tally.add(res, logp, old, ent, m)
         if models.critic is not None and slots.critic is not None and mb.returns is not None:
             with hooks.phase("critic"):  # the critic's share of the update: forward, loss, backward
                 with hooks.forward("critic", mb):
-                    v = critic_values(models.critic, mb, s)
+                    v = critic_values(strategy.trained(models.parallel, "critic", models.critic), mb, s)
                 vl = slots.critic(v, mb.values, mb.returns, m, counts)
-                vl.backward()
+                strategy.backward(vl, models.parallel)
             losses["loss/value"] += float(vl.detach())
     return losses
 
 
 def summed_grad_norm(model: torch.nn.Module) -> float:
-    """Sum the trainable parameters' gradients over ranks (in place), then their total L2 norm
-    (the same on every rank; NaN/inf when a gradient is not finite; 0 without gradients)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    dist.sum_gradients(params)
-    grads = [p.grad for p in params if p.grad is not None]
-    return float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
+    """Total L2 norm of the trainable parameters' gradients, summed over ranks by the strategy's
+    reduction (DDP's all-reduce, FSDP2's reduce-scatter: the norm of the full, sharded gradient).
+    The same on every rank; NaN/inf when a gradient is not finite; 0 without gradients."""
+    return strategy.grad_norm(model)
 
 
 def optimizer_step(model: torch.nn.Module, opt: torch.optim.Optimizer, max_norm: float | None, norm: float) -> None:
     """Clip the (summed) gradients to `max_norm` (None: no clipping) given their total `norm`, step,
     free the gradients."""
-    params = [p for p in model.parameters() if p.requires_grad and p.grad is not None]
-    if max_norm is not None and params:
-        torch.nn.utils.clip_grads_with_norm_(params, max_norm, torch.tensor(norm))
+    if max_norm is not None:
+        strategy.clip(model, max_norm, norm)
     opt.step()
     opt.zero_grad(set_to_none=True)  # free the gradients now: generation and forwards run without them

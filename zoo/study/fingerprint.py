@@ -3,7 +3,8 @@
 A run folder's results belong to the config that produced them. `fingerprint(cfg)` hashes everything
 that changes training: the variant as resolved (slots with overrides and defaults, group_size, updates),
 model, model_opts, task, rewards, budget, optim, sampling, seed, ref_reset_every, the
-resolved precision and the generation backend. Not in it: name, output_dir, eval, checkpoint,
+resolved precision and the generator (`sampling.backend` resolved: its name and every parameter,
+defaults filled in; plain `hf` is recorded as "hf"). Not in it: name, output_dir, eval, checkpoint,
 tracking, plugins (where a component comes from, not what it does: its resolved spec is in).
 
 `check_reuse(run_dir, cfg)` decides what a re-run may do with a folder that already holds results:
@@ -72,9 +73,22 @@ def fingerprint_fields(cfg: RunConfig) -> dict[str, Any]:
                                 "seed", "ref_reset_every")},
         **({"gold": dump["gold"]} if cfg.gold else {}),  # only when set: older runs' digests stay valid
         "precision": resolved_precision(cfg),
-        "generator": "hf",
+        "generator": _generator(cfg),
     }
+    fields["sampling"].pop("backend", None)  # recorded resolved, under "generator"
     return json.loads(json.dumps(fields, default=str))  # tuples -> lists, as they read back from JSON
+
+
+def _generator(cfg: RunConfig) -> str | dict[str, Any]:
+    """`sampling.backend` resolved (zoo.backends.generate.backend.backend_fingerprint): `hf`, or the
+    generator's name and every parameter. Raises VariantError when it does not build."""
+    from zoo.backends.generate.backend import backend_fingerprint
+    from zoo.registry import ComponentError
+
+    try:
+        return backend_fingerprint(cfg.sampling.backend)
+    except ComponentError as e:
+        raise VariantError(f"sampling.backend: {e}") from None
 
 
 def digest_of(fields: Mapping[str, Any]) -> str:

@@ -14,7 +14,10 @@ from zoo.study.stats import eval_acc, mean_std, reward_keys
 
 DIAGNOSTICS = [("accuracy", "train accuracy"), ("eval/greedy_acc", "eval greedy accuracy"), ("kl/ref", "KL to reference"),
                ("entropy", "entropy"), ("completion/len_mean", "completion length (tokens)"),
-               ("clip/low_frac", "clip fraction (low)"), ("clip/high_frac", "clip fraction (high)")]
+               ("clip/low_frac", "clip fraction (low)"), ("clip/high_frac", "clip fraction (high)"),
+               ("rollout/mismatch_kl", "sampler mismatch KL (k3)"), ("rollout/weight_mean", "rollout correction weight (mean)"),
+               ("rollout/masked_frac", "tokens masked by the rollout correction"),  # rollout/*: only where logged
+               ("clip/selected_frac", "tokens selected by clip_cov / kl_cov"), ("entropy_bonus/coef", "entropy bonus coefficient")]
 
 
 def ci_half_width(values: list[float]) -> float:

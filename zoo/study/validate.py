@@ -79,9 +79,10 @@ def _override_origin(msg: str, arm: Arm) -> str:
 
 
 def run_checks(cfg: RunConfig, v: V.Variant) -> list[str]:
-    """What `zoo run` would reject before loading a model: reward names, minibatches vs completions
-    per step, a local model path that does not exist, `critic.init: reward_model` without a reward
-    model or with one whose tokenizer differs from the policy's (the tokenizers load; no model)."""
+    """What `zoo run` would reject before loading a model: reward names, the generator
+    (`sampling.backend`), minibatches vs completions per step, a local model path that does not exist,
+    `critic.init: reward_model` without a reward model or with one whose tokenizer differs from the
+    policy's (the tokenizers load; no model)."""
     from zoo.models import EMBEDDED_ALIASES
     from zoo.rewards.compute import resolve_rewards
 
@@ -90,6 +91,11 @@ def run_checks(cfg: RunConfig, v: V.Variant) -> list[str]:
         resolve_rewards(cfg.rewards, cfg.plugins)
     except ValueError as e:
         errors.append(f"rewards: {e}")
+    from zoo.backends.generate.backend import backend_error
+
+    gen_error = backend_error(cfg.sampling.backend)
+    if gen_error:
+        errors.append(gen_error)
     g = cfg.budget.group_size or v.group_size
     upd = cfg.budget.updates or v.updates
     n = cfg.budget.prompts_per_step * g

@@ -1,2 +1,5 @@
-"""Generation backends. `hf.py`: HF `generate` with one prefill per distinct prompt, returning a
-`zoo.batch.Batch` (the `generator` registry kind with its contract comes with the generation issue)."""
+"""Generation backends, the registry kind `generator` (contract `zoo.kinds.Generator`, chosen by the run
+file's `sampling.backend`): `hf.py` HF `generate` with one prefill per distinct prompt, returning a
+`zoo.batch.Batch` with `logp_rollout`; `warping.py` the warping and its log-probs; `continuation.py` and
+`stops.py` `continue_` from uneven prefixes with stop strings; `hf_generator.py` the `hf` generator;
+`noisy.py` the `noisy` wrapper; `types.py` SamplingParams and Continuation."""

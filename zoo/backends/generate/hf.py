@@ -19,6 +19,7 @@ from typing import Iterable, Iterator, Sequence
 import torch
 from torch import Tensor, nn
 
+from zoo.backends.generate.warping import RolloutLogprobs, processor_list
 from zoo.batch import Batch
 from zoo.models.forward import (
     accepts_logits_to_keep,
@@ -58,13 +59,15 @@ def completion_mask(completion_ids: Tensor, eos_id: int | Iterable[int]) -> tupl
 
 
 # --------------------------------------------------------------------------- generation
-def _device_of(model: nn.Module) -> torch.device:
+def device_of(model: nn.Module) -> torch.device:
+    """The device of the model's first parameter (where its inputs go)."""
     return next(model.parameters()).device
 
 
 
 @contextmanager
-def _eval_no_grad(model: nn.Module) -> Iterator[None]:
+def eval_no_grad(model: nn.Module) -> Iterator[None]:
+    """Eval mode under no_grad for the block; the model's train/eval mode is restored afterwards."""
     was_training = model.training
     model.eval()
     try:
@@ -75,7 +78,7 @@ def _eval_no_grad(model: nn.Module) -> Iterator[None]:
 
 
 @contextmanager
-def _neutral_generation_config(model: nn.Module) -> Iterator[None]:
+def neutral_generation_config(model: nn.Module) -> Iterator[None]:
     """Temporarily replace the model's generation_config by an empty one, so nothing from a
     checkpoint's generation_config.json (top_k, repetition_penalty, min_p ...) leaks into sampling."""
     from transformers import GenerationConfig
@@ -152,13 +155,18 @@ def generate_rollout(
     eos_token_ids: Sequence[int] | None = None,
     share_prompts: bool = True,
     min_new_tokens: int = 0,
+    logits_processors: Sequence = (),
 ) -> Batch:
     """Sample `group_size` completions per prompt with HF `generate` -> `Batch` (N = len(prompts) * G).
 
     The Batch is prompt-major: rows p*G .. p*G+G-1 answer prompts[p] and have group id p; it holds
     prompt_ids [N, P] (left-padded), prompt_mask [N, P] bool, completion_ids [N, T] (pad id after the
     first EOS), loss_mask [N, T] (up to and including the first EOS, C6), truncated [N], lengths [N]
-    and texts (decoded to the first EOS, special tokens skipped); `rows` is left empty.
+    and texts (decoded to the first EOS, special tokens skipped); `rows` is left empty. logp_rollout
+    [N, T] float32: the log-softmax of the distribution each token was drawn from (after
+    `logits_processors`, then temperature, top-k, top-p in transformers' order; greedy: of logits /
+    temperature), 0 off the loss mask, read from the scores `generate` samples from (no extra forward,
+    `zoo.backends.generate.warping`).
 
     prompts: plain strings or chat message lists (see `encode_prompts`).
     temperature, top_p, top_k, do_sample: the only sampling controls in effect; top_k 0/None =
@@ -171,21 +179,20 @@ def generate_rollout(
         instead of G identical prefills.
     min_new_tokens: stop ids are suppressed until a completion has this many tokens (HF's
         `min_new_tokens`); `max_new_tokens` makes every completion full length (benchmarks).
+    logits_processors: extra `transformers.LogitsProcessor`s on the raw logits, before the warping.
     Seeding is the caller's: `torch.manual_seed(...)` before the call.
     The model runs in eval mode under no_grad; its train/eval mode is restored afterwards. Works on
     any device (inputs follow the model's parameters).
     Raises ValueError for group_size < 1, max_new_tokens < 1, temperature <= 0 when sampling, or a
     tokenizer without a pad token.
     """
-    from transformers import GenerationConfig
-
     if group_size < 1 or max_new_tokens < 1:
         raise ValueError(f"group_size and max_new_tokens must be >= 1 (got {group_size}, {max_new_tokens})")
     if do_sample and not temperature > 0:
         raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
     if tokenizer.pad_token_id is None:
         raise ValueError("the tokenizer has no pad token (use zoo.models.prepare_tokenizer)")
-    device = _device_of(model)
+    device = device_of(model)
     stops = list(eos_token_ids) if eos_token_ids is not None else stop_token_ids(model, tokenizer)
     pad_id = int(tokenizer.pad_token_id)
 
@@ -195,29 +202,49 @@ def generate_rollout(
     prompt_index = torch.arange(len(prompts), device=device).repeat_interleave(group_size)  # [N]
     N, P = ids.shape
 
-    gen_config = GenerationConfig(
-        max_new_tokens=max_new_tokens, min_new_tokens=min(int(min_new_tokens), max_new_tokens) or None, do_sample=do_sample, temperature=float(temperature) if do_sample else 1.0,
-        top_p=float(top_p) if do_sample else 1.0, top_k=int(top_k or 0) if do_sample else None,
-        min_p=None, typical_p=1.0, repetition_penalty=1.0, no_repeat_ngram_size=0,
-        num_beams=1, num_return_sequences=1, pad_token_id=pad_id, eos_token_id=stops,
-        bos_token_id=tokenizer.bos_token_id, use_cache=True, return_dict_in_generate=False,
-    )
+    gen_config = sampling_config(max_new_tokens, min_new_tokens, do_sample, pad_id, stops, tokenizer.bos_token_id)
     mb = micro_batch or N
     chunks: list[Tensor] = []
-    with _eval_no_grad(model), _neutral_generation_config(model):
+    logps: list[Tensor] = []
+    with eval_no_grad(model), neutral_generation_config(model):
         for s in range(0, N, mb):
             prefix = _shared_prefill(model, ids[s : s + mb], mask[s : s + mb], prompt_index[s : s + mb]) \
                 if share_prompts else {}
+            rec = RolloutLogprobs()
+            procs = processor_list(logits_processors, temperature, int(top_k or 0), top_p, do_sample, rec)
             out = model.generate(input_ids=ids[s : s + mb], attention_mask=mask[s : s + mb],
-                                 generation_config=gen_config, **prefix)  # [mb, P + T_chunk]
+                                 generation_config=gen_config, logits_processor=procs, **prefix,  # [mb, P + T_chunk]
+                                 # an FSDP2 model is generated with its weights gathered (zoo.strategy.gather_weights):
+                                 # no lockstep over ranks (transformers would all-reduce each token's "done" flag)
+                                 synced_gpus=False)
             del prefix
+            rec.finish(out[:, -1])
             chunks.append(out[:, P:])
+            logps.append(rec.values())
     T = max(c.shape[1] for c in chunks)
     completion_ids = torch.cat([_pad_right(c, T, pad_id) for c in chunks], dim=0)  # [N, T]
     cmask, truncated, lengths = completion_mask(completion_ids, stops)
     texts = decode_completions(tokenizer, completion_ids, cmask, truncated)
+    logp_rollout = torch.cat([_pad_right(x, T, 0) for x in logps], dim=0).to(cmask.device) * cmask  # [N, T]
     return Batch(prompt_ids=ids, prompt_mask=mask.bool(), completion_ids=completion_ids, loss_mask=cmask,
-                 group_ids=prompt_index, truncated=truncated, lengths=lengths, texts=texts)
+                 group_ids=prompt_index, truncated=truncated, lengths=lengths, texts=texts,
+                 logp_rollout=logp_rollout)
+
+
+def sampling_config(max_new_tokens: int, min_new_tokens: int, do_sample: bool, pad_id: int, stops: Sequence[int],
+                    bos_id: int | None):
+    """A GenerationConfig with every processor of transformers' own off (temperature 1, top-k 0, top-p 1,
+    no repetition penalty, min-p ...): the warping is passed as processors (`warping.processor_list`),
+    so the recorder of `logp_rollout` comes after it."""
+    from transformers import GenerationConfig
+
+    return GenerationConfig(
+        max_new_tokens=max_new_tokens, min_new_tokens=min(int(min_new_tokens), max_new_tokens) or None,
+        do_sample=do_sample, temperature=1.0, top_p=1.0, top_k=0 if do_sample else None,
+        min_p=None, typical_p=1.0, repetition_penalty=1.0, no_repeat_ngram_size=0,
+        num_beams=1, num_return_sequences=1, pad_token_id=pad_id, eos_token_id=list(stops),
+        bos_token_id=bos_id, use_cache=True, return_dict_in_generate=False,
+    )
 
 
 def _shared_prefill(model: nn.Module, ids: Tensor, mask: Tensor, prompt_index: Tensor) -> dict:

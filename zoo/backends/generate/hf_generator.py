@@ -1,0 +1,46 @@
+"""The `hf` generator (registry kind `generator`, chosen by `sampling.backend`): HF `generate` on the
+policy module itself, with the shared-prompt KV cache and `logp_rollout` from the scores it samples
+from. `sync` is a no-op: it reads the policy's weights directly."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from torch import nn
+
+from zoo.backends.generate.continuation import continue_rows
+from zoo.backends.generate.hf import generate_rollout
+from zoo.backends.generate.types import Continuation, SamplingParams
+from zoo.batch import Batch
+from zoo.registry import register
+
+
+class HFGenerator:
+    """`zoo.kinds.Generator` over a transformers causal LM (the policy, LoRA or not)."""
+
+    def __init__(self, policy: nn.Module, tokenizer) -> None:
+        self.policy, self.tokenizer = policy, tokenizer
+
+    def generate(self, prompts: Sequence, group_size: int, sampling: SamplingParams, /) -> Batch:
+        """G completions per prompt -> Batch with logp_rollout [N, T] (`generate_rollout`)."""
+        return generate_rollout(
+            self.policy, self.tokenizer, prompts, group_size=group_size, max_new_tokens=sampling.max_new_tokens,
+            temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
+            do_sample=sampling.do_sample, micro_batch=sampling.micro_batch, min_new_tokens=sampling.min_new_tokens,
+            logits_processors=sampling.logits_processors)
+
+    def continue_(self, prefix_ids: Sequence[Sequence[int]], sampling: SamplingParams, stop: Sequence[str] = (),
+                  /) -> Continuation:
+        """Extend each row from its own prefix (`continuation.continue_rows`)."""
+        return continue_rows(self.policy, self.tokenizer, prefix_ids, sampling, stop)
+
+    def sync(self, policy: nn.Module, /) -> None:
+        """No-op when `policy` is the module this generator samples with; otherwise it samples with `policy`
+        from now on (e.g. a trainer that rebuilt its policy module)."""
+        self.policy = policy
+
+
+@register("generator", "hf")
+def hf(policy: nn.Module, tokenizer, /) -> HFGenerator:
+    """HF `generate` on the policy itself (shared-prompt KV cache); logp_rollout from the scores it
+    samples from (temperature, top-k, top-p in transformers' order), no extra forward."""
+    return HFGenerator(policy, tokenizer)
