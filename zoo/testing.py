@@ -1,6 +1,7 @@
 """Tiny, fully offline model + tokenizer for tests across the project.
 
-`tiny_model_and_tokenizer()` builds, in well under a second and without any file or network access:
+`tiny_model_and_tokenizer()` (and `tiny_reward_model_and_tokenizer()`, the same Llama as a one-label
+sequence classifier) builds, in well under a second and without any file or network access:
 
 - a character-level tokenizer (`tokenizers` WordLevel model over single characters, wrapped in
   `PreTrainedTokenizerFast`) with ChatML-style special tokens and a ChatML `chat_template`, so
@@ -18,7 +19,8 @@ import string
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import (GenerationConfig, LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification,
+                          PreTrainedTokenizerFast)
 
 PAD, BOS, EOS, IM_START, UNK = "<|pad|>", "<|bos|>", "<|im_end|>", "<|im_start|>", "<unk>"
 SPECIAL_TOKENS = [PAD, BOS, EOS, IM_START, UNK]
@@ -102,4 +104,24 @@ def tiny_model_and_tokenizer(
         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
     )
     model.train()
+    return model, tok
+
+
+def tiny_reward_model_and_tokenizer(
+    seed: int = 0, hidden: int = 64, layers: int = 2, *, pad_equals_eos: bool = True,
+) -> tuple[LlamaForSequenceClassification, PreTrainedTokenizerFast]:
+    """A random tiny Llama reward model (`LlamaForSequenceClassification`, num_labels 1, the scalar head
+    `score`) and its character tokenizer, deterministic given `seed`; pad = eos by default (as in SmolLM2),
+    with `config.pad_token_id` set explicitly. Eval mode, fp32, CPU; the global RNG is left untouched."""
+    tok = tiny_tokenizer(pad_equals_eos=pad_equals_eos)
+    config = LlamaConfig(
+        vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, num_labels=1,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForSequenceClassification(config)
+        torch.nn.init.normal_(model.score.weight, std=1.0)  # scores of order 1, not ~0.02
+    model.eval()
     return model, tok

@@ -28,12 +28,14 @@ from zoo.components.filter import check_filter_metrics
 from zoo.config.checks import check_variant
 from zoo.config.run import RunConfig, WandbOpts, effective_variant
 from zoo.config.run_checks import run_warnings
+from zoo.models.critic_init import critic_init, critic_init_errors, critic_from_reward_model, reward_model_spec
 from zoo.config.variant import Variant, VariantError
 from zoo.faults import WriteError, say_unrecorded, with_last_checkpoint, write_guard
 from zoo.precision import describe, resolve_autocast
 from zoo.provenance import provenance, reset_peak_memory
 from zoo.registry import load_plugins
 from zoo.rewards.compute import resolve_rewards
+from zoo.rewards.session import close_rewards, open_rewards
 from zoo.step import pipeline
 from zoo.step.sample import GENERATE_BATCH
 from zoo.step.types import Models, RunState, Slots, StepSettings
@@ -79,6 +81,7 @@ def validate_run(cfg: RunConfig) -> tuple[Variant, list[str]]:
         except ValueError as e:
             rep.errors.append(f"gold: {e}")
     rep.warnings += run_warnings(cfg, v)
+    rep.errors += critic_init_errors(cfg, v, check_tokenizers=False)  # setup compares the loaded tokenizers
     try:  # the launcher's process count: torchrun / accelerate launch set WORLD_SIZE
         strategy.check_strategy(cfg.training.strategy, int(os.environ.get("WORLD_SIZE", "1") or 1),
                                 cfg.model_opts.autocast, launched="WORLD_SIZE" in os.environ)
@@ -136,11 +139,13 @@ def setup(cfg: RunConfig, device: torch.device | None = None) -> RunState:
     reference = zm.make_reference(policy) if slots.reads("logp_ref") else None
     critic = None
     if slots.advantage.meta.get("needs_values"):
-        critic = zm.make_critic(policy, lora).to(device)
+        critic = _make_critic(cfg, v, policy, tok, lora, device)
     par = strategy.wrap(policy, critic, reference.model if reference is not None and not reference.shares_policy
                         else None, cfg.training.strategy, device, precision)
     if dist.rank():  # built identically everywhere; from here on each rank samples from its own stream
         _seed_everything(cfg.seed + dist.rank())
+    rewards = open_rewards(rewards, device)  # stateful rewards (a reward model) load once, here
+    gold = open_rewards(resolve_rewards(cfg.gold, cfg.plugins), device) if cfg.gold else []
     models = Models(policy=policy, tokenizer=tok, critic=critic, parallel=par,
                     reference=(lambda: zm.reference_forward(reference)) if reference is not None else None)
     s = StepSettings(
@@ -160,9 +165,29 @@ def setup(cfg: RunConfig, device: torch.device | None = None) -> RunState:
         critic_scheduler=_scheduler(copt, cfg, total) if copt else None, stream=stream, resample_stream=resample_stream, task=task,
         rewards=rewards, reward_names=names, reference=reference, device=device,
         controllers=[c() for c in slots.controllers], provenance=prov,
-        gold=[c for c, _ in resolve_rewards(cfg.gold, cfg.plugins)] if cfg.gold else [],
+        gold=[c for c, _ in gold],
         generator=build_generator(cfg.sampling.backend, policy, tok),  # once per run (sampling.backend)
     )
+
+
+def _make_critic(cfg: RunConfig, v: Variant, policy: torch.nn.Module, tok: Any, lora: dict | None,
+                 device: torch.device) -> torch.nn.Module:
+    """The value model: from the policy (default) or, with `critic.init: reward_model`, from the run's
+    reward model (zoo.models.critic_init). Raises VariantError when the tokenizers differ."""
+    from zoo import models as zm
+
+    if critic_init(v) != "reward_model":
+        return zm.make_critic(policy, lora).to(device)
+    from transformers import AutoTokenizer
+
+    from zoo.models.critic_init import tokenizer_mismatch
+
+    spec = reward_model_spec(list(cfg.rewards)) or {}
+    why = tokenizer_mismatch(tok, AutoTokenizer.from_pretrained(zm.resolve_model(spec["model"]).path))
+    if why:
+        raise VariantError(f"critic.init: reward_model: {spec['model']!r} and the policy do not share a tokenizer ({why})")
+    return critic_from_reward_model(spec["model"], dtype=next(policy.parameters()).dtype, device=device, lora=lora,
+                                    checkpointing=cfg.model_opts.gradient_checkpointing)
 
 
 def _seed_everything(seed: int) -> None:
@@ -307,6 +332,8 @@ def _train(cfg: RunConfig, resume: bool, *, progress: bool, on_step: Callable[[i
         if e is not raised:
             raise e from None  # one clear error, not the chain of the original OSError
         raise
+    finally:
+        close_rewards(st.rewards + [(c, 1.0) for c in st.gold])  # the run owns its rewards' sessions
 
 
 class _NullTracker:

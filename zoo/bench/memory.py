@@ -1,5 +1,6 @@
 """Memory probes of a bench: the process's resident set (CPU) or CUDA allocation now, and the
-breakdown of the peak into weights, gradients, optimizer state, runtime and activations.
+breakdown of the peak into weights (policy, reference, critic), the reward model, gradients, optimizer
+state, runtime and activations.
 
 Weights, gradients and optimizer state are counted from the tensors this process holds: an FSDP2
 parameter (a DTensor) and its AdamW moments count their local shard (`DTensor.to_local()`), so
@@ -63,9 +64,28 @@ def tensor_mb(tensors: Iterator[Any]) -> float:
     return total / 2**20
 
 
+def reward_model_mb(st: Any) -> float:
+    """MB of the weights of the run's open reward-model sessions (rewards and gold rewards: any session
+    holding a `model`, zoo.rewards.session)."""
+    import torch
+
+    from zoo.rewards.session import LiveReward
+
+    models = [c.session.model for c, _ in st.rewards if isinstance(c, LiveReward)]
+    models += [c.session.model for c in getattr(st, "gold", []) if isinstance(c, LiveReward)]
+
+    def tensors():
+        for m in models:
+            if isinstance(m, torch.nn.Module):
+                yield from m.parameters()
+                yield from m.buffers()
+
+    return tensor_mb(tensors())
+
+
 def memory_breakdown(st: Any, runtime_mb: float, peak_mb: float) -> dict[str, float]:
-    """weights / gradients / optimizer / runtime from the run's tensors (`st`: a `zoo.step.types.RunState`),
-    activations = `peak_mb` - all of those (MB each). Gradients = one gradient per trainable
+    """weights (policy, reference, critic) / reward model / gradients / optimizer / runtime from the run's
+    tensors (`st`: a `zoo.step.types.RunState`), activations = `peak_mb` - all of those (MB each). Gradients = one gradient per trainable
     parameter (its local shard under FSDP2). Under fsdp, weights are the shards held between phases;
     the layers' all-gathered copies during a forward/backward count as activations."""
     models = [st.models.policy]
@@ -90,6 +110,7 @@ def memory_breakdown(st: Any, runtime_mb: float, peak_mb: float) -> dict[str, fl
         for s in opt.state.values():
             opt_tensors += [v for v in s.values() if hasattr(v, "data_ptr")]
     optimizer = tensor_mb(iter(opt_tensors))
-    acts = peak_mb - runtime_mb - weights - grads - optimizer
-    return {"peak_mb": peak_mb, "runtime_mb": runtime_mb, "weights_mb": weights, "gradients_mb": grads,
-            "optimizer_mb": optimizer, "activations_mb": acts}
+    rm = reward_model_mb(st)
+    acts = peak_mb - runtime_mb - weights - rm - grads - optimizer
+    return {"peak_mb": peak_mb, "runtime_mb": runtime_mb, "weights_mb": weights, "reward_model_mb": rm,
+            "gradients_mb": grads, "optimizer_mb": optimizer, "activations_mb": acts}

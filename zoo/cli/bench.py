@@ -66,8 +66,8 @@ def print_bench(res: dict[str, Any]) -> None:
                       "once)", highlight=False)
     m = res["memory"]
     console.print("memory at peak (GB): " + ", ".join(
-        f"{k.removesuffix('_mb')} {_gb(m[k])}" for k in ("weights_mb", "gradients_mb", "optimizer_mb", "runtime_mb",
-                                                         "activations_mb", "peak_mb")), highlight=False)
+        f"{k.removesuffix('_mb')} {_gb(m[k])}" for k in ("weights_mb", "reward_model_mb", "gradients_mb", "optimizer_mb",
+                                                         "runtime_mb", "activations_mb", "peak_mb")), highlight=False)
     met = res["metrics"]
     console.print(f"reward {_f(met.get('reward/total'), '.3f')}, completion length {_f(met.get('completion/len_mean'), '.1f')}, "
                   f"setup {res['setup_s']:.1f} s, torch threads {res['machine']['torch_threads']}, "
@@ -80,13 +80,13 @@ def print_memory(res: dict[str, Any]) -> None:
     t = Table(title="Peak memory and step time per variant (each in its own process)\n"
                     f"{s['prompts']} prompts x {s['group_size']} completions, {s['max_new_tokens']} new tokens, "
                     f"autocast {s['autocast']}, micro-batch {s['micro_batch']}, updates {s['updates'] or 'per variant'}")
-    for c in ("variant", "mode", "step s", "train s", "peak GB", "weights", "grads", "optimizer", "runtime",
-              "activations", f"vs {res.get('baseline')}"):
+    for c in ("variant", "mode", "step s", "train s", "peak GB", "weights", "reward model", "grads", "optimizer",
+              "runtime", "activations", f"vs {res.get('baseline')}"):
         t.add_column(c, justify="left" if c in ("variant", "mode") else "right")
     for r in res["rows"]:
         ratio = res["ratio_to_first"].get(r["mode"], {}).get(r["variant"])
         t.add_row(r["variant"], r["mode"], _f(r["step_s"]), _f(r["phases"].get("train")), _gb(r["peak_mb"]),
-                  _gb(r["weights_mb"]), _gb(r["gradients_mb"]), _gb(r["optimizer_mb"]), _gb(r["runtime_mb"]),
+                  _gb(r["weights_mb"]), _gb(r.get("reward_model_mb")), _gb(r["gradients_mb"]), _gb(r["optimizer_mb"]), _gb(r["runtime_mb"]),
                   _gb(r["activations_mb"]), _f(ratio))
     console.print(t)
 
@@ -187,6 +187,9 @@ def bench(
     vs: Optional[str] = typer.Option(None, "--vs", help="'trl': race TRL's GRPOTrainer at matched settings"),
     rounds: int = typer.Option(2, "--rounds", min=1, help="--vs: alternations (zoo/TRL, then TRL/zoo, ...)"),
     memory: bool = typer.Option(False, "--memory", help="peak memory breakdown per variant, full and LoRA"),
+    reward_model: Optional[str] = typer.Option(None, "--reward-model", help="also score with this reward model "
+                                               "(a `reward_model` reward: HF id or directory); its weights are a line "
+                                               "of the memory breakdown"),
     scan_: Optional[str] = typer.Option(None, "--scan", help="KEY=V1,V2,...: group_size, max_new_tokens, prompts "
                                         "or micro_batch"),
     plot: Optional[Path] = typer.Option(None, "--plot", help="--scan: PNG path (default bench-scan-KEY.png)"),
@@ -263,6 +266,8 @@ def bench(
                         ignore_eos=ignore_eos,
                         micro_batch=micro_batch, updates=updates, sets=parse_sets(set_), seed=seed, threads=threads,
                         strategy=strategy)
+    if reward_model:
+        spec = replace(spec, rewards=list(spec.rewards) + [{"name": "reward_model", "model": reward_model}])
     log = (lambda msg: err.print(f"[dim]{msg}[/]", highlight=False))
     try:
         if vs:

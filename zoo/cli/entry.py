@@ -10,6 +10,7 @@ from rich.markup import escape
 from zoo.cli import inspect  # noqa: F401,I001
 from zoo.cli import bench  # noqa: F401,I001
 from zoo.cli import run  # noqa: F401,I001
+from zoo.cli import rm  # noqa: F401,I001
 from zoo.cli.common import app, err
 
 __all__ = ["app", "main"]

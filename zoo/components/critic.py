@@ -23,18 +23,23 @@ def _check_value(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
         raise ValueError(f"clip_range must be > 0, got {params['clip_range']!r}")
     if not params["coef"] >= 0:
         raise ValueError(f"coef must be >= 0, got {params['coef']!r}")
+    if params.get("init", "policy") not in ("policy", "reward_model"):
+        raise ValueError(f"init must be policy or reward_model, got {params['init']!r}")
 
 
 @register("critic", "clipped_value", check=_check_value)
 def clipped_value(values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor, counts: StepCounts, *,
-                  clip_range: float = 0.2, coef: float = 0.1) -> Tensor:
+                  clip_range: float = 0.2, coef: float = 0.1, init: str = "policy") -> Tensor:
     """coef * 0.5 * (sum over real tokens of max((V - R)^2, (V_clip - R)^2)) / counts.tokens,
     V_clip = V_old + clip(V - V_old, -clip_range, clip_range).
 
     values: [N, T] current V (with gradient); old_values: [N, T] V at rollout time; returns: [N, T]
     targets (GAE advantages + old values); mask: [N, T]; counts: the step's StepCounts.
     Returns a scalar (this micro-batch's share of the step's value loss).
-    Raises ValueError when shapes differ, clip_range <= 0 or coef < 0.
+    init: where the value model starts, read by the trainer, not by the loss: "policy" (the policy's
+    backbone, a zero head) or "reward_model" (the run's reward model's backbone and head, InstructGPT
+    arXiv 2203.02155 §3.5; zoo.models.critic_init).
+    Raises ValueError when shapes differ, clip_range <= 0, coef < 0 or init is unknown.
     Source: Ziegler et al. arXiv 1909.08593 / openai/lm-human-preferences (value clip 0.2,
     vf_coef 0.1); PPO arXiv 1707.06347 eq. 9 (L^VF in the combined objective)."""
     _check_value({"clip_range": clip_range, "coef": coef}, {})

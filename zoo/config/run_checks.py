@@ -48,8 +48,12 @@ def warmup_covers_run(cfg: RunConfig, v: Variant) -> list[str]:
 
 
 def run_warnings(cfg: RunConfig, v: Variant) -> list[str]:
-    """Every warning of this module for one run config and its (overridden) variant."""
-    return shadowed_overrides(cfg) + ref_reset_unused(cfg, v) + warmup_covers_run(cfg, v)
+    """Every warning of this module for one run config and its (overridden) variant, and a reward model
+    that is not built yet (zoo.rewards.reward_model.missing_models)."""
+    from zoo.rewards.reward_model import missing_models
+
+    return (shadowed_overrides(cfg) + ref_reset_unused(cfg, v) + warmup_covers_run(cfg, v)
+            + missing_models(list(cfg.rewards) + list(cfg.gold)))
 
 
 def coerce_numeric(value: Any) -> Any:

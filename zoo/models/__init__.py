@@ -4,6 +4,7 @@
     policy.py     load_policy, prepare_tokenizer, LoRA (lora_config, apply_lora), checkpointing
     reference.py  Reference: make_reference, reference_forward, reset_reference (the KL anchor)
     critic.py     ValueModel, make_critic (the policy's base backbone + a scalar head)
+    critic_init.py  critic.init: reward_model (the reward model's backbone and head), its checks
     export.py     save_hf_checkpoint (a plain HF checkpoint, LoRA merged into a copy)
     forward.py    how a causal LM is called: position ids from the mask (C10), logits_to_keep, KV caches
 

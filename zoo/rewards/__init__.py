@@ -8,7 +8,9 @@ function by dotted path ("mylab.rewards:fn") whose module is one of the run's `p
 
 Built in (zoo.rewards.builtin): `correctness` (reasoning_gym's own scorer, or math-verify),
 `format` (regex, default a non-empty \\boxed{}), `length` (characters); bandit arms
-(zoo.rewards.bandit): `arm_bernoulli`, `arm_gaussian`.
+(zoo.rewards.bandit): `arm_bernoulli`, `arm_gaussian`; `reward_model` (a learned reward
+model, zoo.rewards.reward_model), a stateful reward: the run sets up its session once and tears it down
+(zoo.rewards.session: `open_rewards`, `close_rewards`).
 `compute_rewards(fns, completions, rows)` -> `RewardScores(objectives [N, K], n_failed [K])`, NaN
 where a reward raised or returned None. Accuracy is score == 1.0 (`correct`, `accuracy`).
 """
@@ -23,11 +25,15 @@ from zoo.rewards.compute import (
     resolve_rewards,
 )
 from zoo.rewards.extract import extract_answer, extract_boxed, last_number
+from zoo.rewards.reward_model import reward_model
+from zoo.rewards.session import LiveReward, close_rewards, open_rewards
 
 __all__ = [
     "BOXED_PATTERN",
+    "LiveReward",
     "RewardScores",
     "accuracy",
+    "close_rewards",
     "compute_rewards",
     "correct",
     "correctness",
@@ -36,6 +42,8 @@ __all__ = [
     "format_reward",
     "last_number",
     "length",
+    "open_rewards",
     "resolve_reward",
     "resolve_rewards",
+    "reward_model",
 ]

@@ -63,8 +63,11 @@ def fingerprint_fields(cfg: RunConfig) -> dict[str, Any]:
     if dump["budget"].get("critic_warmup") is None:  # unset: the fingerprints of runs from before the key stay
         dump["budget"].pop("critic_warmup", None)
     warmup = {"critic_warmup": v.critic_warmup} if v.critic_warmup else {}  # value pretraining changes training
+    slots = v.resolved(ctx)
+    if (slots.get("critic") or {}).get("init") == "policy":  # the default: older runs' digests stay
+        slots["critic"].pop("init")
     fields = {
-        "variant": {"name": cfg.variant, "slots": v.resolved(ctx), "group_size": v.group_size,
+        "variant": {"name": cfg.variant, "slots": slots, "group_size": v.group_size,
                     "updates": v.updates.model_dump(mode="json"), **warmup},
         **{k: dump[k] for k in ("model", "model_opts", "task", "rewards", "budget", "optim", "sampling",
                                 "seed", "ref_reset_every")},

@@ -80,7 +80,9 @@ def _override_origin(msg: str, arm: Arm) -> str:
 
 def run_checks(cfg: RunConfig, v: V.Variant) -> list[str]:
     """What `zoo run` would reject before loading a model: reward names, the generator
-    (`sampling.backend`), minibatches vs completions per step, a local model path that does not exist."""
+    (`sampling.backend`), minibatches vs completions per step, a local model path that does not exist,
+    `critic.init: reward_model` without a reward model or with one whose tokenizer differs from the
+    policy's (the tokenizers load; no model)."""
     from zoo.models import EMBEDDED_ALIASES
     from zoo.rewards.compute import resolve_rewards
 
@@ -103,6 +105,9 @@ def run_checks(cfg: RunConfig, v: V.Variant) -> list[str]:
     m = str(cfg.model)
     if m not in EMBEDDED_ALIASES and (m.startswith((".", "/", "~")) and not Path(m).expanduser().exists()):
         errors.append(f"model: local path {m!r} does not exist")
+    from zoo.models.critic_init import critic_init_errors
+
+    errors += critic_init_errors(cfg, v)  # critic.init: reward_model: a reward model sharing the policy's tokenizer
     return errors
 
 

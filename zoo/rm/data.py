@@ -1,0 +1,112 @@
+"""Preference pairs for reward-model training: read from local JSONL or a `datasets` source, checked,
+split into training and held-out pairs, and turned into the texts the reward model reads.
+
+A pair: {"prompt": str | chat messages (optional when chosen/rejected are whole conversations),
+"chosen": str | chat messages, "rejected": str | chat messages, "margin": float (optional)}. A string
+response is the assistant's turn after the prompt; a message list is appended to the prompt's messages.
+The text is `zoo.rewards.reward_model.chat_text` of those messages: the same formatting the
+`reward_model` reward scores with, so the trained model reads at run time what it was trained on.
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from zoo.rewards.reward_model import as_messages, chat_text
+
+KEYS = ("chosen", "rejected")
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One comparison, as messages: prompt + chosen, prompt + rejected; margin None = the config's."""
+
+    chosen: tuple[dict[str, Any], ...]
+    rejected: tuple[dict[str, Any], ...]
+    margin: float | None = None
+
+
+def _response(prompt: list[dict[str, Any]], r: Any, where: str, key: str) -> tuple[dict[str, Any], ...]:
+    if isinstance(r, str):
+        return tuple(prompt + [{"role": "assistant", "content": r}])
+    if isinstance(r, list) and r and all(isinstance(m, Mapping) and "role" in m and "content" in m for m in r):
+        return tuple(prompt + [dict(m) for m in r])
+    raise ValueError(f"{where}: {key!r} must be a string or a list of chat messages ({{role, content}}), "
+                     f"got {type(r).__name__}")
+
+
+def parse_pair(row: Mapping[str, Any], where: str) -> Pair:
+    """One row -> Pair. Raises ValueError naming `where` (file:line) and the key."""
+    if not isinstance(row, Mapping):
+        raise ValueError(f"{where}: a pair is a mapping with prompt, chosen, rejected; got {type(row).__name__}")
+    missing = [k for k in KEYS if k not in row]
+    if missing:
+        raise ValueError(f"{where}: missing {', '.join(map(repr, missing))} (a pair has prompt, chosen, rejected)")
+    p = row.get("prompt")
+    if p is not None and not isinstance(p, (str, list)):
+        raise ValueError(f"{where}: 'prompt' must be a string or a list of chat messages, got {type(p).__name__}")
+    prompt = as_messages(p) if p is not None else []
+    margin = row.get("margin")
+    if margin is not None and (isinstance(margin, bool) or not isinstance(margin, (int, float))
+                               or not math.isfinite(margin)):
+        raise ValueError(f"{where}: 'margin' must be a finite number, got {margin!r}")
+    return Pair(_response(prompt, row["chosen"], where, "chosen"), _response(prompt, row["rejected"], where, "rejected"),
+                None if margin is None else float(margin))
+
+
+def read_jsonl_pairs(path: str | Path) -> list[Pair]:
+    """Every pair of a JSONL file. Raises FileNotFoundError, or ValueError naming the file and line."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"pairs file not found: {p}")
+    out = []
+    for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{p}:{i}: not valid JSON ({e.msg})") from None
+        out.append(parse_pair(row, f"{p}:{i}"))
+    if not out:
+        raise ValueError(f"{p}: no pairs in the file")
+    return out
+
+
+def read_dataset_pairs(name: str, config: str | None, split: str) -> list[Pair]:
+    """Every pair of a `datasets` source (`load_dataset(name, config, split=split)`; offline: the local
+    cache). Raises ValueError naming the source."""
+    import datasets
+
+    try:
+        ds = datasets.load_dataset(name, config, split=split)
+    except Exception as e:  # noqa: BLE001 - datasets raises many kinds; one line naming the source
+        raise ValueError(f"data.dataset {name!r} (split {split!r}): could not load it: {str(e).splitlines()[0]}") from None
+    return [parse_pair(row, f"{name}[{split}] row {i}") for i, row in enumerate(ds)]
+
+
+def load_pairs(data: Any, seed: int) -> tuple[list[Pair], list[Pair]]:
+    """(training pairs, held-out pairs) for a `PairData` (zoo.rm.config). Without `eval_path` the
+    held-out pairs are `eval_size` pairs drawn with `seed`; raises ValueError when fewer than
+    eval_size + 1 pairs exist."""
+    pairs = read_jsonl_pairs(data.path) if data.path else read_dataset_pairs(data.dataset, data.config, data.split)
+    if data.eval_path:
+        held = read_jsonl_pairs(data.eval_path)
+    else:
+        if len(pairs) <= data.eval_size:
+            raise ValueError(f"data: {len(pairs)} pairs, but data.eval_size = {data.eval_size} are held out; "
+                             "give more pairs, a smaller eval_size or an eval_path")
+        order = list(range(len(pairs)))
+        random.Random(seed).shuffle(order)
+        held = [pairs[i] for i in order[:data.eval_size]]
+        pairs = [pairs[i] for i in sorted(order[data.eval_size:])]
+    return pairs[:data.limit] if data.limit else pairs, held
+
+
+def pair_texts(tok: Any, pairs: list[Pair]) -> tuple[list[str], list[str]]:
+    """(chosen texts, rejected texts) as the reward model reads them (`chat_text`)."""
+    return [chat_text(tok, p.chosen) for p in pairs], [chat_text(tok, p.rejected) for p in pairs]
