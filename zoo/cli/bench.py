@@ -38,7 +38,8 @@ def _title(s: dict[str, Any]) -> str:
     return (f"{s['variant']} on {Path(str(s['model'])).name}: {s['prompts']} prompts x {s['group_size']} completions, "
             f"{s['max_new_tokens']} new tokens, {'LoRA' if s['lora'] else 'full'}, autocast {s['autocast']}, "
             f"micro-batch {s['micro_batch']}" + (", activation checkpointing" if s.get("checkpointing") else "")
-            + (", EOS ignored" if s.get("ignore_eos") else ""))
+            + (", EOS ignored" if s.get("ignore_eos") else "")
+            + (f", backend {s['backend']}" if s.get("backend", "hf") != "hf" else ""))
 
 
 def print_bench(res: dict[str, Any]) -> None:
@@ -124,6 +125,58 @@ def print_vs(res: dict[str, Any]) -> None:
                   f"peak memory [bold]{res['ratio']['peak_mem']:.2f}[/]", highlight=False)
 
 
+def print_decode(results: list[dict[str, Any]]) -> None:
+    """The decode table: per backend, generation tokens/s, decode steps/s and time per decode step next to
+    the bound (`zoo.bench.bound`) and the distance, plus the training step's seconds."""
+    d0 = results[0]["decode"]
+    t = Table(title="Decode speed against this machine's bound (zoo.bench.bound; docs/performance.md)",
+              caption=f"bound = max(FLOPs / matmul rate, bytes / copy bandwidth) per decode step; matmul "
+                      f"{_si(d0['matmul_flops_per_s'])}FLOP/s ({d0['dtype']}), copy {_si(d0['copy_bytes_per_s'])}B/s "
+                      "(read + written); distance = measured / bound time, generate phase incl. prefill")
+    for c in ("backend", "step s", "generate s", "gen tokens/s", "decode steps/s", "ms/decode step", "rows x ctx",
+              "bound steps/s", "bound tokens/s", "bound ms/step", "limit", "distance"):
+        t.add_column(c, justify="left" if c in ("backend", "limit") else "right")
+    for r in results:
+        d, b = r["decode"], r["spec"].get("backend", "hf")
+        t.add_row(b if isinstance(b, str) else json.dumps(b), _f(r["step"]["seconds"], ".3f"),
+                  _f(r["phases"]["generate"]["seconds"], ".3f"), _f(d["tokens_per_s"], ".1f"),
+                  _f(d["steps_per_s"], ".1f"), _f(d["step_seconds"] * 1e3, ".2f"),
+                  f"{_f(d['rows_per_step'], '.0f')} x {_f(d['ctx_mean'], '.0f')}", _f(d["bound_steps_per_s"], ".0f"),
+                  _f(d["bound_tokens_per_s"], ".0f"), _f(d.get("bound_step_seconds", float("nan")) * 1e3, ".3f"),
+                  d["limit"] or "-", _f(d["distance"], ".1f") + "x" if d["distance"] == d["distance"] else "-")
+    console.print(t)
+
+
+def parse_backends(values: List[str]) -> list[Any]:
+    """--backend values -> generator specs: each value a comma list of names, or one YAML mapping
+    ('{name: noisy, sigma: 0.1}'); default ["hf"]. Raises ValueError naming --backend for an empty name,
+    a bad mapping or a spec that does not build (unknown names list the known generators)."""
+    import yaml
+
+    from zoo.backends.generate.backend import backend_error
+
+    specs: list[Any] = []
+    for v in values:
+        if v.strip().startswith("{"):
+            try:
+                m = yaml.safe_load(v)
+            except yaml.YAMLError as e:
+                raise ValueError(f"--backend {v!r}: not a YAML mapping ({e})") from None
+            if not isinstance(m, dict):
+                raise ValueError(f"--backend {v!r}: expected a mapping such as '{{name: noisy, sigma: 0.1}}'")
+            specs.append(m)
+            continue
+        names = [x.strip() for x in v.split(",")]
+        if not all(names):
+            raise ValueError(f"--backend {v!r}: empty name; use e.g. --backend hf,noisy")
+        specs += names
+    for sp in specs:
+        e = backend_error(sp)
+        if e:
+            raise ValueError(f"--backend: {e.removeprefix('sampling.backend: ')}")
+    return specs or ["hf"]
+
+
 @app.command()
 def bench(
     variants: Optional[List[str]] = typer.Argument(None, help="variant to bench (several with --memory); default grpo"),
@@ -154,6 +207,9 @@ def bench(
                                        "(default: worked 2-shot, 2-term arithmetic with 1-2 digit numbers)"),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: torch's choice)"),
     seed: int = typer.Option(0, "--seed"),
+    backend: List[str] = typer.Option([], "--backend", help="generator(s) to sample with (sampling.backend): a "
+                                      "name, a comma list or repeated for side by side runs, or a YAML mapping "
+                                      "'{name: noisy, sigma: 0.1}'; default hf"),
     as_json: bool = typer.Option(False, "--json", help="print the full result as JSON"),
     out: Optional[Path] = typer.Option(None, "--out", help="also write the JSON result to this file"),
 ) -> None:
@@ -161,6 +217,7 @@ def bench(
 
     Examples:
       zoo bench grpo --steps 3
+      zoo bench grpo --backend hf,noisy --ignore-eos --steps 2
       zoo bench dapo --lora --autocast bf16 --json
       zoo bench --vs trl --rounds 2 --steps 2
       zoo bench --memory ppo grpo dapo --steps 1
@@ -188,8 +245,11 @@ def bench(
         fail(f"one variant at a time (got {', '.join(names)}); compare several with --memory")
     try:
         zb.parse_updates(updates)
+        backends = parse_backends(backend)
     except ValueError as e:
         fail(str(e))
+    if len(backends) > 1 and modes:
+        fail("several --backend values run side by side in a plain bench; not with --vs, --memory or --scan")
     task_spec = dict(zb.BENCH_TASK)
     if task is not None:
         import yaml
@@ -206,7 +266,8 @@ def bench(
     spec = zb.BenchSpec(task=task_spec, variant=names[0] if names else "grpo", model=model, prompts=prompts, group_size=group_size,
                         max_new_tokens=max_new_tokens, steps=steps, warmup=warmup, lora=bool(lora), autocast=autocast, checkpointing=checkpointing,
                         ignore_eos=ignore_eos,
-                        micro_batch=micro_batch, updates=updates, sets=parse_sets(set_), seed=seed, threads=threads)
+                        micro_batch=micro_batch, updates=updates, sets=parse_sets(set_), seed=seed, threads=threads,
+                        backend=backends[0])
     log = (lambda msg: err.print(f"[dim]{msg}[/]", highlight=False))
     try:
         if vs:
@@ -233,8 +294,17 @@ def bench(
             res["plot"] = str(zb.plot_scan(res, path))
             show = lambda r: print_scan(r, path)  # noqa: E731
         else:
-            res = zb.run_bench(spec, on_step=lambda i, row: log(f"step {i}/{steps}: {row['step']['seconds']:.2f} s"))
-            show = print_bench
+            runs = []
+            for b in backends:
+                log(f"backend {b}")
+                runs.append(zb.run_bench(replace(spec, backend=b), on_step=lambda i, row: log(
+                    f"step {i}/{steps}: {row['step']['seconds']:.2f} s")))
+            res = runs[0] if len(runs) == 1 else {"backends": runs}
+
+            def show(r: dict[str, Any]) -> None:
+                for one in r.get("backends", [r]):
+                    print_bench(one)
+                print_decode(r.get("backends", [r]))
     except (VariantError, ValueError) as e:
         fail(str(e))
     except RuntimeError as e:
