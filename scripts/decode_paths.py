@@ -88,6 +88,13 @@ def run_paged(model, tok, prompts, group, new, do_sample):
     return torch.tensor([s + [tok.pad_token_id] * (T - len(s)) for s in seqs])
 
 
+def lengthen(prompt, k: int):
+    """`prompt` with k '!' appended (to the last message's content for a chat prompt)."""
+    if isinstance(prompt, str):
+        return prompt + "!" * k
+    return [*prompt[:-1], {**prompt[-1], "content": prompt[-1]["content"] + "!" * k}]
+
+
 PATHS = {"hf": run_hf, "static": run_static, "static_compile": lambda *a: run_static(*a, compile_=True),
          "paged": run_paged}
 
@@ -100,6 +107,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--paths", default="hf,static,static_compile,paged")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--vary", action="store_true", help="each repeat lengthens every prompt by one more '!' "
+                    "(new shapes each time, as in training: a compiled static-cache decode recompiles)")
     ap.add_argument("--sample", action="store_true", help="sample (default greedy, tokens compared to hf)")
     a = ap.parse_args()
     if a.threads:
@@ -124,11 +133,12 @@ def main() -> None:
             f", rows equal {int((out == ref).all(1).sum())}/{out.shape[0]}, first differing position " \
             f"{int((out != ref).any(0).float().argmax()) if not equal[n] else '-'}"
         print(f"{n}: warm-up {warm[n]:.2f} s, shape {tuple(out.shape)}, greedy equal to hf: {equal[n]}{same}", flush=True)
-    for _ in range(a.repeats):
+    for r in range(a.repeats):
+        ps = [lengthen(p, r + 1) for p in prompts] if a.vary else prompts
         for n in times:
             torch.manual_seed(0)
             t0 = time.perf_counter()
-            PATHS[n](model, tok, prompts, group, a.new, a.sample)
+            PATHS[n](model, tok, ps, group, a.new, a.sample)
             times[n].append(time.perf_counter() - t0)
     rows = group * len(prompts)
     for n, ts in times.items():
@@ -136,7 +146,8 @@ def main() -> None:
         print(json.dumps({"path": n, "model": a.model, "rows": rows, "new_tokens": a.new, "threads": torch.get_num_threads(),
                           "median_s": round(s, 4), "tokens_per_s": round(rows * a.new / s, 1),
                           "decode_steps_per_s": round(a.new / s, 2), "warmup_s": round(warm[n], 2),
-                          "greedy_equal_hf": equal[n], "times": [round(t, 3) for t in ts]}), flush=True)
+                          "greedy_equal_hf": equal[n], "vary": a.vary,
+                          "times": [round(t, 3) for t in ts]}), flush=True)
 
 
 if __name__ == "__main__":

@@ -85,7 +85,7 @@ def test_cli_backends_side_by_side_print_the_decode_columns(tiny_model_dir, tmp_
     r = CliRunner().invoke(app, args + ["--backend", "hf", "--backend", "noisy", "--out", str(out)],
                            env={"COLUMNS": "250"})
     assert r.exit_code == 0, r.output
-    for col in ("gen tokens/s", "decode steps/s", "ms/decode step", "bound steps/s", "bound tokens/s", "distance",
+    for col in ("gen tok/s", "decode steps/s", "ms/step", "bound steps/s", "bound tok/s", "distance",
                 "noisy", "backend noisy"):
         assert col in r.output, col
     res = json.loads(out.read_text())["backends"]
@@ -100,3 +100,17 @@ def test_cli_backends_side_by_side_print_the_decode_columns(tiny_model_dir, tmp_
         assert d["distance"] >= 1.0 and d["limit"] in ("compute", "memory")  # the bound is a lower bound on time
     r = CliRunner().invoke(app, args + ["--backend", "hf,noisy", "--memory"])
     assert r.exit_code != 0 and "side by side" in r.output
+
+
+def test_attended_positions_of_a_decode_forward():
+    from types import SimpleNamespace
+
+    from zoo.bench.probe import attended
+
+    # a cache holding 5 positions: the new token attends to 5 + 1; without a cache the 2-D mask's width,
+    # then the cache position + 1 (position 9 -> 10 positions), else nothing known
+    assert attended({"past_key_values": SimpleNamespace(get_seq_length=lambda: 5),
+                     "attention_mask": torch.ones(2, 3)}) == 6
+    assert attended({"attention_mask": torch.ones(2, 7)}) == 7
+    assert attended({"attention_mask": torch.ones(2, 1, 1, 7), "cache_position": torch.tensor([9])}) == 10
+    assert attended({}) == 0

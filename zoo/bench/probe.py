@@ -12,7 +12,7 @@ Per phase (`pop()` returns {phase: {"seconds", "tokens", "peak_mb", "real_tokens
 
 `decode` (not a phase): the decode steps generation ran (forwards of one new token per row on the
 policy's transformers model, prefills excluded), with rows = sum of rows per step and rows_ctx = sum
-of rows x attended positions (the attention mask's width), for the bound (`zoo.bench.bound`).
+of rows x attended positions (`attended`: the KV cache's length + 1), for the bound (`zoo.bench.bound`).
 
 `real_tokens` = the non-padding prompt + completion tokens of the rows each forward ran (what a
 forward without sharing or padding would run). Peak memory is reset where a top-level phase starts
@@ -40,6 +40,19 @@ def phase_tokens(ph: Phase) -> float:
     if b is None:
         return 0.0
     return float(b.lengths.sum()) if ph.name == "generate" else float(b.loss_mask.sum())
+
+
+def attended(kwargs: dict) -> int:
+    """Positions a one-token decode forward attends to: the cache's length + 1 (`past_key_values`), else
+    the 2-D attention mask's width (generate may drop an all-ones mask), else the cache position + 1; 0
+    when none is passed."""
+    cache = kwargs.get("past_key_values")
+    if cache is not None and hasattr(cache, "get_seq_length"):
+        return int(cache.get_seq_length()) + 1
+    am, pos = kwargs.get("attention_mask"), kwargs.get("cache_position")
+    if am is not None and getattr(am, "dim", lambda: 0)() == 2:
+        return int(am.shape[-1])
+    return int(pos[-1]) + 1 if pos is not None else 0
 
 
 class Probe(Hooks):
@@ -98,10 +111,7 @@ class Probe(Hooks):
         ids = kwargs.get("input_ids", args[0] if args else None)
         if ids is None or ids.dim() != 2 or ids.shape[1] != 1:
             return  # a prefill (or embeddings passed in): not a decode step
-        am = kwargs.get("attention_mask")
-        ctx = am.shape[-1] if am is not None else int(kwargs["cache_position"][-1]) + 1 \
-            if kwargs.get("cache_position") is not None else 0
-        self.add("decode", steps=1.0, rows=float(ids.shape[0]), rows_ctx=float(ids.shape[0] * ctx))
+        self.add("decode", steps=1.0, rows=float(ids.shape[0]), rows_ctx=float(ids.shape[0] * attended(kwargs)))
 
     def pop(self) -> dict[str, dict[str, float]]:
         """The records since the last `pop` (one step's), and start afresh."""

@@ -132,18 +132,19 @@ def print_decode(results: list[dict[str, Any]]) -> None:
     t = Table(title="Decode speed against this machine's bound (zoo.bench.bound; docs/performance.md)",
               caption=f"bound = max(FLOPs / matmul rate, bytes / copy bandwidth) per decode step; matmul "
                       f"{_si(d0['matmul_flops_per_s'])}FLOP/s ({d0['dtype']}), copy {_si(d0['copy_bytes_per_s'])}B/s "
-                      "(read + written); distance = measured / bound time, generate phase incl. prefill")
-    for c in ("backend", "step s", "generate s", "gen tokens/s", "decode steps/s", "ms/decode step", "rows x ctx",
-              "bound steps/s", "bound tokens/s", "bound ms/step", "limit", "distance"):
+                      "(read + written); rows x mean attended positions per step: "
+                      + ", ".join(f"{_f(r['decode']['rows_per_step'], '.0f')} x {_f(r['decode']['ctx_mean'], '.0f')}"
+                                  for r in results)
+                      + "; distance = measured / bound time, generate phase incl. prefill")
+    for c in ("backend", "step s", "gen tok/s", "decode steps/s", "ms/step", "bound tok/s", "bound steps/s",
+              "limit", "distance"):
         t.add_column(c, justify="left" if c in ("backend", "limit") else "right")
     for r in results:
         d, b = r["decode"], r["spec"].get("backend", "hf")
-        t.add_row(b if isinstance(b, str) else json.dumps(b), _f(r["step"]["seconds"], ".3f"),
-                  _f(r["phases"]["generate"]["seconds"], ".3f"), _f(d["tokens_per_s"], ".1f"),
-                  _f(d["steps_per_s"], ".1f"), _f(d["step_seconds"] * 1e3, ".2f"),
-                  f"{_f(d['rows_per_step'], '.0f')} x {_f(d['ctx_mean'], '.0f')}", _f(d["bound_steps_per_s"], ".0f"),
-                  _f(d["bound_tokens_per_s"], ".0f"), _f(d.get("bound_step_seconds", float("nan")) * 1e3, ".3f"),
-                  d["limit"] or "-", _f(d["distance"], ".1f") + "x" if d["distance"] == d["distance"] else "-")
+        t.add_row(b if isinstance(b, str) else json.dumps(b), _f(r["step"]["seconds"], ".2f"),
+                  _f(d["tokens_per_s"], ".1f"), _f(d["steps_per_s"], ".2f"), _f(d["step_seconds"] * 1e3, ".1f"),
+                  _f(d["bound_tokens_per_s"], ".0f"), _f(d["bound_steps_per_s"], ".1f"), d["limit"] or "-",
+                  _f(d["distance"], ".1f") + "x" if d["distance"] == d["distance"] else "-")
     console.print(t)
 
 
