@@ -128,14 +128,13 @@ def print_vs(res: dict[str, Any]) -> None:
 def print_decode(results: list[dict[str, Any]]) -> None:
     """The decode table: per backend, generation tokens/s, decode steps/s and time per decode step next to
     the bound (`zoo.bench.bound`) and the distance, plus the training step's seconds."""
-    d0 = results[0]["decode"]
+    rates = "; ".join(f"{_si(r['decode']['matmul_flops_per_s'])}FLOP/s ({r['decode']['dtype']}), "
+                      f"{_si(r['decode']['copy_bytes_per_s'])}B/s, {_f(r['decode']['rows_per_step'], '.0f')} x "
+                      f"{_f(r['decode']['ctx_mean'], '.0f')}" for r in results)
     t = Table(title="Decode speed against this machine's bound (zoo.bench.bound; docs/performance.md)",
-              caption=f"bound = max(FLOPs / matmul rate, bytes / copy bandwidth) per decode step; matmul "
-                      f"{_si(d0['matmul_flops_per_s'])}FLOP/s ({d0['dtype']}), copy {_si(d0['copy_bytes_per_s'])}B/s "
-                      "(read + written); rows x mean attended positions per step: "
-                      + ", ".join(f"{_f(r['decode']['rows_per_step'], '.0f')} x {_f(r['decode']['ctx_mean'], '.0f')}"
-                                  for r in results)
-                      + "; distance = measured / bound time, generate phase incl. prefill")
+              caption="bound = max(FLOPs / matmul rate, bytes / copy bandwidth) per decode step; per row, measured "
+                      f"in its run: matmul rate, copy bandwidth (read + written), rows x mean attended positions per "
+                      f"step: {rates}; distance = measured / bound time, generate phase incl. prefill")
     for c in ("backend", "step s", "gen tok/s", "decode steps/s", "ms/step", "bound tok/s", "bound steps/s",
               "limit", "distance"):
         t.add_column(c, justify="left" if c in ("backend", "limit") else "right")
