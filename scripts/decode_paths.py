@@ -56,7 +56,7 @@ def run_static(model, tok, prompts, group, new, do_sample, compile_=False):
     from zoo.backends.generate.hf import encode_prompts, neutral_generation_config, sampling_config, stop_token_ids
     from zoo.backends.generate.warping import RolloutLogprobs, processor_list
 
-    ids, mask = encode_prompts(tok, prompts)
+    ids, mask = encode_prompts(tok, prompts, device=model.device)
     ids, mask = ids.repeat_interleave(group, 0), mask.repeat_interleave(group, 0)
     cfg = sampling_config(new, new, do_sample, tok.pad_token_id, stop_token_ids(model, tok), tok.bos_token_id)
     cfg.cache_implementation = "static"
@@ -107,6 +107,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--paths", default="hf,static,static_compile,paged")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--device", default="cpu", help="e.g. cuda")
     ap.add_argument("--vary", action="store_true", help="each repeat lengthens every prompt by one more '!' "
                     "(new shapes each time, as in training: a compiled static-cache decode recompiles)")
     ap.add_argument("--sample", action="store_true", help="sample (default greedy, tokens compared to hf)")
@@ -114,6 +115,7 @@ def main() -> None:
     if a.threads:
         torch.set_num_threads(a.threads)
     model, tok, prompts = load(a.model)
+    model = model.to(a.device)
     group = max(1, a.rows // len(prompts))
     names = [p for p in a.paths.split(",") if p]
     ref, times, warm, equal = None, {n: [] for n in names}, {}, {}
@@ -139,6 +141,8 @@ def main() -> None:
             torch.manual_seed(0)
             t0 = time.perf_counter()
             PATHS[n](model, tok, ps, group, a.new, a.sample)
+            if model.device.type == "cuda":
+                torch.cuda.synchronize()
             times[n].append(time.perf_counter() - t0)
     rows = group * len(prompts)
     for n, ts in times.items():
