@@ -111,6 +111,7 @@ def test_attended_positions_of_a_decode_forward():
     # then the cache position + 1 (position 9 -> 10 positions), else nothing known
     assert attended({"past_key_values": SimpleNamespace(get_seq_length=lambda: 5),
                      "attention_mask": torch.ones(2, 3)}) == 6
+    assert attended({"cache": SimpleNamespace(get_seq_length=lambda: 8)}) == 9  # transformers 5.x's name
     assert attended({"attention_mask": torch.ones(2, 7)}) == 7
     assert attended({"attention_mask": torch.ones(2, 1, 1, 7), "cache_position": torch.tensor([9])}) == 10
     assert attended({}) == 0

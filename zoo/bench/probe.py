@@ -43,10 +43,11 @@ def phase_tokens(ph: Phase) -> float:
 
 
 def attended(kwargs: dict) -> int:
-    """Positions a one-token decode forward attends to: the cache's length + 1 (`past_key_values`), else
+    """Positions a one-token decode forward attends to: the cache's length + 1 (`cache` or
+    `past_key_values`), else
     the 2-D attention mask's width (generate may drop an all-ones mask), else the cache position + 1; 0
     when none is passed."""
-    cache = kwargs.get("past_key_values")
+    cache = kwargs.get("cache", kwargs.get("past_key_values"))  # transformers 5.x names it `cache`
     if cache is not None and hasattr(cache, "get_seq_length"):
         return int(cache.get_seq_length()) + 1
     am, pos = kwargs.get("attention_mask"), kwargs.get("cache_position")
