@@ -35,6 +35,12 @@ reference and critic count `input_ids`); with prompt sharing
 sharing or padding would run). Each step also records CPU seconds (all threads) and the 1-minute
 load average, so runs disturbed by other jobs show.
 
+Decode (`decode`, zoo/bench/decode.py, bound.py): generation tokens/s and decode steps/s of the
+generate phase (decode steps = one-token forwards of the policy's transformers model, counted by the
+probe), next to the machine's bound max(FLOPs / matmul rate, bytes / copy bandwidth) over those steps
+(FLOPs = 2 x params x rows + attention, bytes = weights + KV cache read; the two rates measured at
+bench time) and the distance = measured / bound time. `BenchSpec.backend` is `sampling.backend`.
+
 Memory breakdown (`memory`): weights (every parameter and buffer of policy, reference copy and
 critic), gradients (trainable parameters), optimizer state (the AdamW tensors actually allocated),
 runtime (resident memory of the process before the models loaded: Python, torch, tokenizer, task)
@@ -51,9 +57,9 @@ own process; weights, gradients and optimizer state count the tensors the rank h
 DTensor its local shard, `to_local()`); rank 0 gathers every rank's row and prints the table.
 
 The package, a module a job: spec.py (BenchSpec, run_config), probe.py (the hooks), run.py (run_bench,
-the worker), memory.py, machine.py, workers.py (subprocesses), compare.py (compare_memory, scan,
-vs_trl), plots.py (plot_scan), trl.py (TRL's side, imported only by vs_trl and its worker), ranks.py
-(bench_ranks: the per-rank bench under a launcher).
+the worker), decode.py and bound.py (the decode row and its bound), memory.py, machine.py, workers.py
+(subprocesses), compare.py (compare_memory, scan, vs_trl), plots.py (plot_scan), trl.py (TRL's side,
+imported only by vs_trl and its worker), ranks.py (bench_ranks: the per-rank bench under a launcher).
 """
 from __future__ import annotations
 

@@ -10,6 +10,10 @@ Per phase (`pop()` returns {phase: {"seconds", "tokens", "peak_mb", "real_tokens
     train      critic count `input_ids`; a group's shared prompt counts once, `zoo.backends.generate.hf`)
     critic     the critic's share of train (forward, loss and backward): its seconds and positions
 
+`decode` (not a phase): the decode steps generation ran (forwards of one new token per row on the
+policy's transformers model, prefills excluded), with rows = sum of rows per step and rows_ctx = sum
+of rows x attended positions (`attended`: the KV cache's length + 1), for the bound (`zoo.bench.bound`).
+
 `real_tokens` = the non-padding prompt + completion tokens of the rows each forward ran (what a
 forward without sharing or padding would run). Peak memory is reset where a top-level phase starts
 (`zoo.provenance.reset_peak_memory`) and read where it ends; a phase inside another (critic inside
@@ -21,6 +25,7 @@ import contextlib
 import time
 from typing import Any, Iterator
 
+from zoo.models.forward import inner_lm
 from zoo.provenance import peak_memory_mb, reset_peak_memory
 from zoo.step.hooks import Hooks, Phase
 
@@ -35,6 +40,20 @@ def phase_tokens(ph: Phase) -> float:
     if b is None:
         return 0.0
     return float(b.lengths.sum()) if ph.name == "generate" else float(b.loss_mask.sum())
+
+
+def attended(kwargs: dict) -> int:
+    """Positions a one-token decode forward attends to: the cache's length + 1 (`cache` or
+    `past_key_values`), else
+    the 2-D attention mask's width (generate may drop an all-ones mask), else the cache position + 1; 0
+    when none is passed."""
+    cache = kwargs.get("cache", kwargs.get("past_key_values"))  # transformers 5.x names it `cache`
+    if cache is not None and hasattr(cache, "get_seq_length"):
+        return int(cache.get_seq_length()) + 1
+    am, pos = kwargs.get("attention_mask"), kwargs.get("cache_position")
+    if am is not None and getattr(am, "dim", lambda: 0)() == 2:
+        return int(am.shape[-1])
+    return int(pos[-1]) + 1 if pos is not None else 0
 
 
 class Probe(Hooks):
@@ -85,6 +104,16 @@ class Probe(Hooks):
         if ids is not None:
             self.add(self.stack[-1], tokens=float(ids.numel()))
 
+    def decode_hook(self, module: Any, args: tuple, kwargs: dict) -> None:
+        """Forward pre-hook (with kwargs) on the policy's transformers model: one decode step per forward
+        of one token per row during generate."""
+        if not self.stack or self.stack[-1] != "generate":
+            return
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is None or ids.dim() != 2 or ids.shape[1] != 1:
+            return  # a prefill (or embeddings passed in): not a decode step
+        self.add("decode", steps=1.0, rows=float(ids.shape[0]), rows_ctx=float(ids.shape[0] * attended(kwargs)))
+
     def pop(self) -> dict[str, dict[str, float]]:
         """The records since the last `pop` (one step's), and start afresh."""
         rec, self.rec = self.rec, {}
@@ -101,6 +130,7 @@ def attach(st: Any) -> Iterator[Probe]:
     if st.reference is not None and not st.reference.shares_policy:
         modules.append(st.reference.model)
     handles = [m.register_forward_pre_hook(probe.position_hook, with_kwargs=True) for m in modules if m is not None]
+    handles.append(inner_lm(st.models.policy).register_forward_pre_hook(probe.decode_hook, with_kwargs=True))
     try:
         yield probe
     finally:

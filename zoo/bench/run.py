@@ -10,6 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
+from zoo.bench.decode import measure_decode
 from zoo.bench.machine import cpu_seconds, loadavg_1m, machine_info, median, versions
 from zoo.bench.memory import current_mb, memory_breakdown
 from zoo.bench.probe import attach
@@ -46,6 +47,7 @@ def run_bench(spec: BenchSpec, *, on_step: Callable[[int, dict[str, Any]], None]
                                ("advantage", "time/advantage"), ("train", "time/train")):
                     if key in m:  # the trainer's own timers are the reference for seconds
                         row[p]["seconds"] = float(m[key])
+                row["decode"] = dict(rec.get("decode", {}))
                 row["step"] = {"seconds": float(m["time/step"]), "cpu_s": cpu_seconds() - c0, "wall_s": wall,
                                "loadavg_1m": max(l0, loadavg_1m()),
                                "peak_mb": max(r["peak_mb"] for p, r in row.items() if p in PHASES),
@@ -68,6 +70,8 @@ def run_bench(spec: BenchSpec, *, on_step: Callable[[int, dict[str, Any]], None]
         crit = res["parameters"]["critic"]["total"] if res["parameters"]["critic"] else 0
         res["train_flops"] = train_flops(pol, res["phases"]["train"]["tokens"], res["phases"]["train"]["seconds"],
                                          crit, res["phases"].get("critic", {}).get("tokens", 0.0))
+        res["decode"] = measure_decode(st.models.policy, spec.autocast, device, [s["decode"] for s in steps],
+                                       res["phases"]["generate"]["seconds"], res["phases"]["generate"]["tokens"])
         res["device"] = str(device)
         del st
     return res

@@ -42,6 +42,7 @@ class BenchSpec:
     updates: str | None = None  # "EPOCHSxMINIBATCHES"; None: the variant's own
     sets: dict[str, Any] = field(default_factory=dict)  # slot overrides, as `zoo run --set set.X=...`
     seed: int = 0
+    backend: Any = "hf"  # sampling.backend: a generator name or {name, params}
     threads: int | None = None
     strategy: str = "single"  # training.strategy (zoo/strategy.py); ddp/fsdp run under a launcher
     lr: float = 1e-5
@@ -51,7 +52,8 @@ class BenchSpec:
     def label(self) -> str:
         return (f"{self.variant} {'lora' if self.lora else 'full'} {self.autocast}"
                 + (" checkpointing" if self.checkpointing else "")
-                + (f" {self.strategy}" if self.strategy != "single" else ""))
+                + (f" {self.strategy}" if self.strategy != "single" else "")
+                + ("" if self.backend == "hf" else f" backend {self.backend}"))
 
 
 def parse_updates(text: str | None) -> dict[str, int] | None:
@@ -93,7 +95,7 @@ def run_config(spec: BenchSpec, out_dir: str | os.PathLike):
                    "group_size": spec.group_size, "max_new_tokens": spec.max_new_tokens,
                    "micro_batch": spec.micro_batch},
         "optim": {"lr": spec.lr},
-        "sampling": {"ignore_eos": bool(spec.ignore_eos)},
+        "sampling": {"ignore_eos": bool(spec.ignore_eos), "backend": spec.backend},
         "eval": {"enabled": False},
         "training": {"strategy": spec.strategy},
         "tracking": {"wandb": False},

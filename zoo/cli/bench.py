@@ -38,7 +38,8 @@ def _title(s: dict[str, Any]) -> str:
     return (f"{s['variant']} on {Path(str(s['model'])).name}: {s['prompts']} prompts x {s['group_size']} completions, "
             f"{s['max_new_tokens']} new tokens, {'LoRA' if s['lora'] else 'full'}, autocast {s['autocast']}, "
             f"micro-batch {s['micro_batch']}" + (", activation checkpointing" if s.get("checkpointing") else "")
-            + (", EOS ignored" if s.get("ignore_eos") else ""))
+            + (", EOS ignored" if s.get("ignore_eos") else "")
+            + (f", backend {s['backend']}" if s.get("backend", "hf") != "hf" else ""))
 
 
 def print_bench(res: dict[str, Any]) -> None:
@@ -164,6 +165,58 @@ def check_launch(strategy: str, nproc: int | None, launched: bool, modes: int) -
         raise ValueError("--strategy/--nproc bench one configuration: not with --vs, --memory or --scan")
 
 
+def print_decode(results: list[dict[str, Any]]) -> None:
+    """The decode table: per backend, generation tokens/s, decode steps/s and time per decode step next to
+    the bound (`zoo.bench.bound`) and the distance, plus the training step's seconds."""
+    rates = "; ".join(f"{_si(r['decode']['matmul_flops_per_s'])}FLOP/s ({r['decode']['dtype']}), "
+                      f"{_si(r['decode']['copy_bytes_per_s'])}B/s, {_f(r['decode']['rows_per_step'], '.0f')} x "
+                      f"{_f(r['decode']['ctx_mean'], '.0f')}" for r in results)
+    t = Table(title="Decode speed against this machine's bound (zoo.bench.bound; docs/performance.md)",
+              caption="bound = max(FLOPs / matmul rate, bytes / copy bandwidth) per decode step; per row, measured "
+                      f"in its run: matmul rate, copy bandwidth (read + written), rows x mean attended positions per "
+                      f"step: {rates}; distance = measured / bound time, generate phase incl. prefill")
+    for c in ("backend", "step s", "gen tok/s", "decode steps/s", "ms/step", "bound tok/s", "bound steps/s",
+              "limit", "distance"):
+        t.add_column(c, justify="left" if c in ("backend", "limit") else "right")
+    for r in results:
+        d, b = r["decode"], r["spec"].get("backend", "hf")
+        t.add_row(b if isinstance(b, str) else json.dumps(b), _f(r["step"]["seconds"], ".2f"),
+                  _f(d["tokens_per_s"], ".1f"), _f(d["steps_per_s"], ".2f"), _f(d["step_seconds"] * 1e3, ".1f"),
+                  _f(d["bound_tokens_per_s"], ".0f"), _f(d["bound_steps_per_s"], ".1f"), d["limit"] or "-",
+                  _f(d["distance"], ".1f") + "x" if d["distance"] == d["distance"] else "-")
+    console.print(t)
+
+
+def parse_backends(values: List[str]) -> list[Any]:
+    """--backend values -> generator specs: each value a comma list of names, or one YAML mapping
+    ('{name: noisy, sigma: 0.1}'); default ["hf"]. Raises ValueError naming --backend for an empty name,
+    a bad mapping or a spec that does not build (unknown names list the known generators)."""
+    import yaml
+
+    from zoo.backends.generate.backend import backend_error
+
+    specs: list[Any] = []
+    for v in values:
+        if v.strip().startswith("{"):
+            try:
+                m = yaml.safe_load(v)
+            except yaml.YAMLError as e:
+                raise ValueError(f"--backend {v!r}: not a YAML mapping ({e})") from None
+            if not isinstance(m, dict):
+                raise ValueError(f"--backend {v!r}: expected a mapping such as '{{name: noisy, sigma: 0.1}}'")
+            specs.append(m)
+            continue
+        names = [x.strip() for x in v.split(",")]
+        if not all(names):
+            raise ValueError(f"--backend {v!r}: empty name; use e.g. --backend hf,noisy")
+        specs += names
+    for sp in specs:
+        e = backend_error(sp)
+        if e:
+            raise ValueError(f"--backend: {e.removeprefix('sampling.backend: ')}")
+    return specs or ["hf"]
+
+
 @app.command()
 def bench(
     variants: Optional[List[str]] = typer.Argument(None, help="variant to bench (several with --memory); default grpo"),
@@ -201,6 +254,9 @@ def bench(
     nproc: Optional[int] = typer.Option(None, "--nproc", min=1, help="start N processes of this machine under "
                                         "torchrun (with --strategy ddp or fsdp)"),
     seed: int = typer.Option(0, "--seed"),
+    backend: List[str] = typer.Option([], "--backend", help="generator(s) to sample with (sampling.backend): a "
+                                      "name, a comma list or repeated for side by side runs, or a YAML mapping "
+                                      "'{name: noisy, sigma: 0.1}'; default hf"),
     as_json: bool = typer.Option(False, "--json", help="print the full result as JSON"),
     out: Optional[Path] = typer.Option(None, "--out", help="also write the JSON result to this file"),
 ) -> None:
@@ -208,6 +264,7 @@ def bench(
 
     Examples:
       zoo bench grpo --steps 3
+      zoo bench grpo --backend hf,noisy --ignore-eos --steps 2
       zoo bench dapo --lora --autocast bf16 --json
       zoo bench --vs trl --rounds 2 --steps 2
       zoo bench --memory ppo grpo dapo --steps 1
@@ -246,8 +303,11 @@ def bench(
         fail(f"one variant at a time (got {', '.join(names)}); compare several with --memory")
     try:
         zb.parse_updates(updates)
+        backends = parse_backends(backend)
     except ValueError as e:
         fail(str(e))
+    if len(backends) > 1 and modes:
+        fail("several --backend values run side by side in a plain bench; not with --vs, --memory or --scan")
     task_spec = dict(zb.BENCH_TASK)
     if task is not None:
         import yaml
@@ -265,7 +325,7 @@ def bench(
                         max_new_tokens=max_new_tokens, steps=steps, warmup=warmup, lora=bool(lora), autocast=autocast, checkpointing=checkpointing,
                         ignore_eos=ignore_eos,
                         micro_batch=micro_batch, updates=updates, sets=parse_sets(set_), seed=seed, threads=threads,
-                        strategy=strategy)
+                        strategy=strategy, backend=backends[0])
     if reward_model:
         spec = replace(spec, rewards=list(spec.rewards) + [{"name": "reward_model", "model": reward_model}])
     log = (lambda msg: err.print(f"[dim]{msg}[/]", highlight=False))
@@ -299,8 +359,17 @@ def bench(
             res = bench_ranks(spec, on_step=lambda i, row: log(f"step {i}/{steps}: {row['step']['seconds']:.2f} s"))
             show = print_ranks
         else:
-            res = zb.run_bench(spec, on_step=lambda i, row: log(f"step {i}/{steps}: {row['step']['seconds']:.2f} s"))
-            show = print_bench
+            runs = []
+            for b in backends:
+                log(f"backend {b}")
+                runs.append(zb.run_bench(replace(spec, backend=b), on_step=lambda i, row: log(
+                    f"step {i}/{steps}: {row['step']['seconds']:.2f} s")))
+            res = runs[0] if len(runs) == 1 else {"backends": runs}
+
+            def show(r: dict[str, Any]) -> None:
+                for one in r.get("backends", [r]):
+                    print_bench(one)
+                print_decode(r.get("backends", [r]))
     except (VariantError, ValueError) as e:
         fail(str(e))
     except RuntimeError as e:

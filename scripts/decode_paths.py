@@ -1,0 +1,158 @@
+"""Measure candidate faster HF decode paths against zoo's `hf` generator (issue 12), on this machine.
+
+    python scripts/decode_paths.py --model tiny --rows 32 --new 64 --repeats 3
+    python scripts/decode_paths.py --model smollm2-135m-instruct-q4 --rows 16 --new 32 --paths hf,static
+
+Paths (every one generates exactly `--new` tokens per row: EOS is suppressed until then):
+    hf              zoo's `hf` generator: `generate_rollout` (one prefill per distinct prompt, DynamicCache,
+                    the warping + logp_rollout recorder as logits processors)
+    static          HF `generate` with `cache_implementation="static"` (no prompt sharing; same processors)
+    static_compile  as `static`, and the decode step compiled (`CompileConfig`, forced on CPU with
+                    `_compile_all_devices`; inductor, mode "default": CUDA graphs do not exist on CPU)
+    paged           transformers continuous batching, `model.generate_batch` (paged attention, `paged|sdpa`)
+
+Each path runs once unmeasured (warm-up / compilation, its seconds printed), then `--repeats` times
+round-robin with the others (the machine is shared: interleaving spreads the load over all paths);
+reports the median seconds, generated tokens/s and decode steps/s, and whether its greedy tokens equal
+`hf`'s. Prints one JSON line per path at the end (for docs/performance.md).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+
+def load(name: str):
+    """(model in eval mode, tokenizer, prompts) for 'tiny' (zoo.testing's random Llama) or a zoo model name."""
+    if name == "tiny":
+        from zoo.testing import tiny_model_and_tokenizer
+
+        model, tok = tiny_model_and_tokenizer(seed=0)
+        prompts = ["12+7=", "abc", "9-4=?", "hello there"]
+    else:
+        from zoo.models import load_policy
+
+        model, tok = load_policy(name)
+        prompts = [[{"role": "user", "content": q}] for q in
+                   ("What is 12 + 7?", "Name a colour.", "What is 9 - 4?", "Say hello.")]
+    return model.eval(), tok, prompts
+
+
+def run_hf(model, tok, prompts, group, new, do_sample):
+    from zoo.backends.generate.hf import generate_rollout
+
+    b = generate_rollout(model, tok, prompts, group_size=group, max_new_tokens=new, min_new_tokens=new,
+                         do_sample=do_sample)
+    return b.completion_ids
+
+
+def run_static(model, tok, prompts, group, new, do_sample, compile_=False):
+    from transformers import CompileConfig
+
+    from zoo.backends.generate.hf import encode_prompts, neutral_generation_config, sampling_config, stop_token_ids
+    from zoo.backends.generate.warping import RolloutLogprobs, processor_list
+
+    ids, mask = encode_prompts(tok, prompts, device=model.device)
+    ids, mask = ids.repeat_interleave(group, 0), mask.repeat_interleave(group, 0)
+    cfg = sampling_config(new, new, do_sample, tok.pad_token_id, stop_token_ids(model, tok), tok.bos_token_id)
+    cfg.cache_implementation = "static"
+    if compile_:
+        cc = CompileConfig(mode="default", fullgraph=False, dynamic=False)
+        cc._compile_all_devices = True
+        cfg.compile_config = cc
+    else:
+        cfg.disable_compile = True
+    rec = RolloutLogprobs()
+    with torch.no_grad(), neutral_generation_config(model):
+        out = model.generate(input_ids=ids, attention_mask=mask, generation_config=cfg,
+                             logits_processor=processor_list((), 1.0, 0, 1.0, do_sample, rec))
+    return out[:, ids.shape[1]:]
+
+
+def run_paged(model, tok, prompts, group, new, do_sample):
+    from transformers import GenerationConfig
+
+    from zoo.backends.generate.hf import encode_prompts
+
+    ids, mask = encode_prompts(tok, prompts)
+    rows = [r[m.bool()].tolist() for r, m in zip(ids, mask) for _ in range(group)]
+    cfg = GenerationConfig(max_new_tokens=new, min_new_tokens=new, do_sample=do_sample, top_k=0 if do_sample else None,
+                           top_p=1.0, temperature=1.0, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    out = model.generate_batch(inputs=rows, generation_config=cfg, progress_bar=False)
+    seqs = [out[k].generated_tokens for k in sorted(out, key=lambda k: int(str(k).split("_")[-1]))]
+    T = max(len(s) for s in seqs)
+    return torch.tensor([s + [tok.pad_token_id] * (T - len(s)) for s in seqs])
+
+
+def lengthen(prompt, k: int):
+    """`prompt` with k '!' appended (to the last message's content for a chat prompt)."""
+    if isinstance(prompt, str):
+        return prompt + "!" * k
+    return [*prompt[:-1], {**prompt[-1], "content": prompt[-1]["content"] + "!" * k}]
+
+
+PATHS = {"hf": run_hf, "static": run_static, "static_compile": lambda *a: run_static(*a, compile_=True),
+         "paged": run_paged}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="tiny")
+    ap.add_argument("--rows", type=int, default=32, help="completions (4 prompts x rows/4)")
+    ap.add_argument("--new", type=int, default=64, help="new tokens per row")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--paths", default="hf,static,static_compile,paged")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--device", default="cpu", help="e.g. cuda")
+    ap.add_argument("--vary", action="store_true", help="each repeat lengthens every prompt by one more '!' "
+                    "(new shapes each time, as in training: a compiled static-cache decode recompiles)")
+    ap.add_argument("--sample", action="store_true", help="sample (default greedy, tokens compared to hf)")
+    a = ap.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    model, tok, prompts = load(a.model)
+    model = model.to(a.device)
+    group = max(1, a.rows // len(prompts))
+    names = [p for p in a.paths.split(",") if p]
+    ref, times, warm, equal = None, {n: [] for n in names}, {}, {}
+    for n in names:
+        torch.manual_seed(0)
+        t0 = time.perf_counter()
+        try:
+            out = PATHS[n](model, tok, prompts, group, a.new, a.sample)
+        except Exception as e:  # noqa: BLE001  (a path that fails on this machine is reported, not fatal)
+            print(f"{n}: failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
+            times.pop(n)
+            continue
+        warm[n] = time.perf_counter() - t0
+        ref = out if n == "hf" else ref
+        equal[n] = None if ref is None else bool(out.shape == ref.shape and torch.equal(out, ref))
+        same = "" if ref is None or out.shape != ref.shape else \
+            f", rows equal {int((out == ref).all(1).sum())}/{out.shape[0]}, first differing position " \
+            f"{int((out != ref).any(0).float().argmax()) if not equal[n] else '-'}"
+        print(f"{n}: warm-up {warm[n]:.2f} s, shape {tuple(out.shape)}, greedy equal to hf: {equal[n]}{same}", flush=True)
+    for r in range(a.repeats):
+        ps = [lengthen(p, r + 1) for p in prompts] if a.vary else prompts
+        for n in times:
+            torch.manual_seed(0)
+            t0 = time.perf_counter()
+            PATHS[n](model, tok, ps, group, a.new, a.sample)
+            if model.device.type == "cuda":
+                torch.cuda.synchronize()
+            times[n].append(time.perf_counter() - t0)
+    rows = group * len(prompts)
+    for n, ts in times.items():
+        s = statistics.median(ts)
+        print(json.dumps({"path": n, "model": a.model, "rows": rows, "new_tokens": a.new, "threads": torch.get_num_threads(),
+                          "median_s": round(s, 4), "tokens_per_s": round(rows * a.new / s, 1),
+                          "decode_steps_per_s": round(a.new / s, 2), "warmup_s": round(warm[n], 2),
+                          "greedy_equal_hf": equal[n], "vary": a.vary,
+                          "times": [round(t, 3) for t in ts]}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
