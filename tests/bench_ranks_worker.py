@@ -38,7 +38,7 @@ def counts(name: str) -> dict:
     strategy.backward(out.logits.float().pow(2).mean(), par)
     opt.step()
     st = SimpleNamespace(models=SimpleNamespace(policy=model, critic=None), reference=None, optimizer=opt,
-                         critic_optimizer=None)
+                         critic_optimizer=None, rewards=[])
     mem = memory_breakdown(st, runtime_mb=0.0, peak_mb=0.0)
     dtensors = sum(1 for p in model.parameters() if hasattr(p, "to_local"))
     row = {k: round(mem[f"{k}_mb"] * 2**20) for k in ("weights", "gradients", "optimizer")}  # bytes

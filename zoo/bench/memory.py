@@ -71,7 +71,7 @@ def reward_model_mb(st: Any) -> float:
 
     from zoo.rewards.session import LiveReward
 
-    models = [c.session.model for c, _ in st.rewards if isinstance(c, LiveReward)]
+    models = [c.session.model for c, _ in getattr(st, "rewards", []) if isinstance(c, LiveReward)]
     models += [c.session.model for c in getattr(st, "gold", []) if isinstance(c, LiveReward)]
 
     def tensors():
