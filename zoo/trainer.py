@@ -87,6 +87,10 @@ def validate_run(cfg: RunConfig) -> tuple[Variant, list[str]]:
                                 cfg.model_opts.autocast, launched="WORLD_SIZE" in os.environ)
     except ValueError as e:
         rep.errors.append(str(e))
+    ws = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if ws > 1 and cfg.budget.prompts_per_step % ws:
+        rep.errors.append(f"budget.prompts_per_step {cfg.budget.prompts_per_step} is not a multiple of the {ws} "
+                          f"processes (each rank samples prompts_per_step / {ws} prompts): use a multiple of {ws}")
     if rep.errors:
         raise VariantError("\n".join(rep.errors))
     return v, rep.warnings

@@ -37,5 +37,12 @@ def launched() -> bool:
 
 
 def relaunch(nproc: int, args: list[str]) -> int:
-    """Run `zoo <args>` under torchrun on `nproc` processes and wait; returns torchrun's exit status."""
-    return subprocess.call(torchrun_command(nproc, args))
+    """Replace this process with torchrun running `zoo <args>` on `nproc` processes (same PID, so a
+    scheduler's SIGTERM or a Ctrl-C reaches torchrun, which passes it on to every rank). Returns only
+    where exec is unavailable: then torchrun's exit status."""
+    cmd = torchrun_command(nproc, args)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if hasattr(os, "execv"):
+        os.execv(cmd[0], cmd)
+    return subprocess.call(cmd)

@@ -51,6 +51,14 @@ def run(
     from zoo.config.variant import VariantError
 
     if nproc is not None and not launch.launched():
+        if nproc > 1 and config is not None and resume is None:  # refuse before torchrun starts N copies of the error
+            try:
+                strategy = load_run_config(config, parse_sets(set_)).training.strategy
+            except VariantError as e:
+                fail(str(e))
+            if strategy == "single":
+                fail(f"--nproc {nproc} with training.strategy single: nothing would combine the ranks' gradients; "
+                     "add --set training.strategy=ddp (or fsdp)")
         raise typer.Exit(launch.relaunch(nproc, sys.argv[1:]))
     quiet_logs()
     _sigterm_as_interrupt()

@@ -21,6 +21,7 @@ from pydantic import Field, ValidationError, create_model, field_validator
 
 from zoo import kinds, registry
 from zoo.config import overrides
+from zoo.config import yaml_strict as strict_yaml
 from zoo.config.desugar import hand_written
 from zoo.config.schema import Spec, Strict, format_validation
 
@@ -170,7 +171,7 @@ def read_yaml_file(path: str | Path) -> Any:
         raise VariantError(f"{p}: file not found")
     try:
         with open(p, encoding="utf-8") as fh:  # a file object: the YAML error names the file
-            return yaml.safe_load(fh)
+            return strict_yaml.load(fh)  # a key given twice is an error, not a silent replacement
     except UnicodeDecodeError as e:
         raise VariantError(f"{p}: not UTF-8 text (byte {e.object[e.start:e.start + 1]!r} at offset {e.start})") from None
     except yaml.YAMLError as e:

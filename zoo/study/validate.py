@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo.config import variant as V
-from zoo.config.run import RunConfig, parse_run_config
+from zoo.config.run import RunConfig, effective_variant, parse_run_config
 from zoo.config.run_checks import run_warnings
 from zoo.study.experiment import STUDY_KEYS, Arm, expand_arms, load_study, read_study_file, seed_of
 from zoo.config.checks import Report, check_variant
@@ -39,7 +39,7 @@ def check_arms(arms: list[Arm], plugins: list[str] | tuple[str, ...] = ()) -> Re
         arm = firsts[group]
         who = f"arm {group}" + (f" (seeds {', '.join(str(seed_of(x)) for x in labels)})" if len(labels) > 1 else "")
         try:
-            v = V.load_variant(arm.config.variant, arm.config.set)
+            v = effective_variant(arm.config)  # the budget's group_size / updates / critic_warmup applied, as zoo run does
             sub = check_variant(v, variant_context(arm.config, v))
         except VariantError as e:
             rep.errors.append(f"{who}: {_override_origin(str(e), arm)}")
@@ -91,6 +91,11 @@ def run_checks(cfg: RunConfig, v: V.Variant) -> list[str]:
         resolve_rewards(cfg.rewards, cfg.plugins)
     except ValueError as e:
         errors.append(f"rewards: {e}")
+    if cfg.gold:
+        try:
+            resolve_rewards(cfg.gold, cfg.plugins)
+        except ValueError as e:
+            errors.append(f"gold: {e}")
     from zoo.backends.generate.backend import backend_error
 
     gen_error = backend_error(cfg.sampling.backend)

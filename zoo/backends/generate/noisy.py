@@ -4,6 +4,8 @@ the CPU from its own seeded stream), for tests and for studying rollout correcti
 alone gives a one-sided mismatch: every sampled token's ratio pi_old / pi_rollout lies in [top_p, 1]."""
 from __future__ import annotations
 
+import math
+
 from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
@@ -52,8 +54,11 @@ class NoisyGenerator:
 
 
 def _check(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
-    if not params["sigma"] >= 0:
-        raise ValueError(f"sigma must be >= 0, got {params['sigma']}")
+    sigma, seed = params["sigma"], params["seed"]
+    if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not math.isfinite(sigma) or sigma < 0:
+        raise ValueError(f"sigma must be a finite number >= 0 (the logit noise's std), got {sigma!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     build("generator", params["inner"])  # the inner spec resolves (unknown names list the known ones)
 
 
