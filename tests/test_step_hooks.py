@@ -81,7 +81,8 @@ def test_the_bench_probe_changes_no_number_and_no_weight(tiny_model_dir, tmp_pat
     probed = _ppo(tiny_model_dir, tmp_path / "probed")
     with attach(probed) as probe:
         m_probed = pipeline.step(probed, hooks=probe)
-    assert set(probe.pop()) == {"generate", "score", "forward", "advantage", "train", "critic"}
+    # the phases, and `decode` (not a phase: the decode steps generation ran, zoo/bench/probe.py)
+    assert set(probe.pop()) == {"generate", "score", "forward", "advantage", "train", "critic", "decode"}
     keys = [k for k in m_plain if not k.startswith(("time/", "perf/", "_"))]
     assert set(keys) == {k for k in m_probed if not k.startswith(("time/", "perf/", "_"))}
     assert "loss/value" in keys and m_plain["optim/updates"] == 2.0  # the critic trained, 2 optimizer steps applied
