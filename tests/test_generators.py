@@ -217,7 +217,7 @@ def test_noisy_logp_rollout_differs_two_sidedly_and_is_seeded():
 
 
 def test_noisy_rejects_a_negative_sigma_and_an_unknown_inner():
-    with pytest.raises(registry.ComponentError, match="sigma must be >= 0"):
+    with pytest.raises(registry.ComponentError, match="sigma must be a finite number >= 0"):
         registry.build("generator", {"name": "noisy", "sigma": -1.0})
     with pytest.raises(registry.ComponentError, match="known: hf, noisy"):
         registry.build("generator", {"name": "noisy", "inner": "vllm"})
