@@ -61,3 +61,18 @@ def tiny_run_config(model_dir, out_dir, variant="grpo", **over):
         else:
             data[k] = v
     return RunConfig.model_validate(data)
+
+
+def gloo_unavailable() -> str | None:
+    """Why two gloo processes cannot run here (no torch.distributed / gloo, or no localhost sockets),
+    or None when they can: the distributed tests skip with this reason."""
+    import socket
+
+    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+        return "torch.distributed with gloo is not available"
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+    except OSError as e:
+        return f"no localhost sockets: {e}"
+    return None

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ from typer.testing import CliRunner
 from zoo.bench.ranks import bench_ranks, gather_rows
 from zoo.bench.spec import BenchSpec
 from zoo.cli import launch
+from conftest import gloo_unavailable
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -25,13 +25,9 @@ ROOT = HERE.parent
 
 @pytest.fixture(scope="module")
 def rank_counts(tmp_path_factory):
-    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
-        pytest.skip("torch.distributed with gloo is not available")
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-    except OSError as e:
-        pytest.skip(f"no localhost sockets: {e}")
+    why = gloo_unavailable()
+    if why:
+        pytest.skip(why)
     out = tmp_path_factory.mktemp("bench-ranks")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1",
            "WANDB_MODE": "offline", "TOKENIZERS_PARALLELISM": "false"}

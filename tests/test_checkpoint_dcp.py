@@ -5,7 +5,6 @@ resume under another world size is refused. One torchrun launch (tests/dcp_worke
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ import torch
 
 from dcp_worker import CASES
 from test_trainer import assert_same_metrics
+from conftest import gloo_unavailable
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -40,13 +40,9 @@ def _shard_tensors(folder: Path) -> dict[str, list[tuple[list[int], torch.Tensor
 
 @pytest.fixture(scope="module")
 def dcp_runs(tmp_path_factory, tiny_model_dir):
-    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
-        pytest.skip("torch.distributed with gloo is not available")
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-    except OSError as e:
-        pytest.skip(f"no localhost sockets: {e}")
+    why = gloo_unavailable()
+    if why:
+        pytest.skip(why)
     out = tmp_path_factory.mktemp("dcp")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)]),
            "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "TOKENIZERS_PARALLELISM": "false"}

@@ -2,13 +2,13 @@
 4 of the 5 rows make the same update, and select the same share of tokens, as one process on all rows."""
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import gloo_unavailable
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -22,13 +22,9 @@ def _run(args: list[str]) -> subprocess.CompletedProcess:
 
 
 def test_two_ranks_select_like_one_process(tmp_path):
-    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
-        pytest.skip("torch.distributed with gloo is not available")
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-    except OSError as e:
-        pytest.skip(f"no localhost sockets: {e}")
+    why = gloo_unavailable()
+    if why:
+        pytest.skip(why)
     from clip_cov_dist_worker import main
 
     threads = torch.get_num_threads()

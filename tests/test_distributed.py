@@ -4,7 +4,6 @@ step's totals on every rank), with rows of different lengths split unevenly betw
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,23 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import gloo_unavailable
 from dist_worker import AGGREGATES, DIAG_ARGS, SHARES, build_case, correction_case, normalizer_case, run_update
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
 
-
-
-def _gloo_possible() -> str | None:
-    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
-        return "torch.distributed with gloo is not available"
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-    except OSError as e:
-        return f"no localhost sockets: {e}"
-    return None
 
 
 def _launch(script: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -40,7 +29,7 @@ def _launch(script: Path, *args: str, timeout: float = 120) -> subprocess.Comple
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory, tiny_model_dir):
-    why = _gloo_possible()
+    why = gloo_unavailable()
     if why:
         pytest.skip(why)
     out = tmp_path_factory.mktemp("dist")
