@@ -11,11 +11,12 @@ import pytest
 import torch
 
 from parallel_worker import CASES, case_name, injected_correct, run_case, run_dynamic_sampling
-from test_distributed import HERE, _gloo_possible, _launch
+from conftest import gloo_unavailable
+from test_distributed import HERE, _launch
 
 
 def _run(strategy: str, tmp_path_factory, model_dir) -> Path:
-    why = _gloo_possible()
+    why = gloo_unavailable()
     if why:
         pytest.skip(why)
     out = tmp_path_factory.mktemp(strategy)
