@@ -221,3 +221,26 @@ def test_scoring_counts_are_not_objectives():
     run = RunData.__new__(RunData)
     run.records = recs
     assert reward_keys([run]) == ["reward/total", "reward/correctness"]
+
+
+def test_sqrt_kl_axis_and_proxy_gold_plot(study):
+    """Gao et al.'s x axis: sqrt(token-mean KL x mean completion length). grpo-s0 at step 2 logged
+    kl/ref 0.02 and len_mean 22 -> sqrt(0.44) = 0.663325; a negative k1 estimate counts as 0."""
+    groups = report.group_runs(report.discover(study))
+    run = next(r for g in groups if g.name == "grpo" for r in g.ok_runs if r.label == "grpo-s0")
+    x = plots.sqrt_seq_kl(run)
+    assert x[0] == 0.0 and x[2] == pytest.approx(0.663325, abs=1e-6)
+    run.records.append({"step": 1, "kl/ref": -0.5, "completion/len_mean": 21})
+    assert plots.sqrt_seq_kl(run)[1] == 0.0
+    md = report.write_report(study, console=Console(file=io.StringIO())).read_text()
+    assert "proxy_gold_vs_sqrt_kl.png" not in md  # no gold reward logged: no reward-hacking plot
+    for label in RUNS:  # now every run logs a gold reward next to the proxy
+        p = study / label / "metrics.jsonl"
+        recs = [json.loads(line) for line in p.read_text().splitlines()]
+        for rec in recs:
+            if "reward/total" in rec:
+                rec["gold/correctness"] = 0.5 - rec["kl/ref"]
+        p.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    md = report.write_report(study, console=Console(file=io.StringIO())).read_text()
+    assert "plots/proxy_gold_vs_sqrt_kl.png" in md
+    assert (study / "plots" / "proxy_gold_vs_sqrt_kl.png").read_bytes()[:8] == PNG_MAGIC

@@ -1,6 +1,7 @@
 """The report's PNG plots: reward against step, completions generated and wall time, eval accuracy
 before / after, the training dynamics and the mechanism diagnostics (adv/corr/*, length by
-correctness, gold rewards); one line per arm: the mean over seeds with its 95% confidence band
+correctness, gold rewards) and, where a gold reward is logged, proxy and gold reward against
+sqrt(KL to the reference) as Gao et al. plot reward hacking; one line per arm: the mean over seeds with its 95% confidence band
 (Student's t interval of the mean at each step, scipy.stats.t; no band for one seed)."""
 from __future__ import annotations
 
@@ -62,9 +63,11 @@ def _new_figure(n: int, ncols: int = 3) -> tuple[Any, list[Any]]:
 
 
 def plot_curves(groups: list[ArmGroup], keys: list[tuple[str, str]], path: Path, xlabel: str,
-                x: Callable[[RunData], dict[int, float]] | None) -> Path | None:
+                x: Callable[[RunData], dict[int, float]] | None, scatter: bool = False) -> Path | None:
     """One subplot per (metric, title), one line per arm (mean over seeds, 95% band).
-    x: step -> x value per run (None: the step). Returns the PNG path, or None with nothing to plot."""
+    x: step -> x value per run (None: the step). scatter: points with 95% error bars instead of lines
+    and bands, for an x that does not grow with the step (the KL). Returns the PNG path, or None with
+    nothing to plot."""
     panels = []
     for key, title in keys:
         curves = [(g.name, *_mean_curve(g.ok_runs or g.runs, lambda r, k=key: r.series(k), x)) for g in groups]
@@ -77,6 +80,10 @@ def plot_curves(groups: list[ArmGroup], keys: list[tuple[str, str]], path: Path,
     colour = {g.name: f"C{i % 10}" for i, g in enumerate(groups)}  # one colour per arm in every panel
     for ax, (key, title, curves) in zip(axes, panels):
         for name, xs, ys, sd in curves:
+            if scatter:
+                ax.errorbar(xs, ys, yerr=sd if any(sd) else None, fmt="o", ms=3, capsize=2, alpha=0.8,
+                            label=name, color=colour[name])
+                continue
             (line,) = ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, ms=3, label=name, color=colour[name])
             if any(sd):
                 ax.fill_between(xs, [a - b for a, b in zip(ys, sd)], [a + b for a, b in zip(ys, sd)],
@@ -127,6 +134,15 @@ def mechanism_panels(groups: list[ArmGroup]) -> list[tuple[str, str]]:
     return [(k, k) for k in sorted(keys)]
 
 
+def sqrt_seq_kl(r: RunData) -> dict[int, float]:
+    """step -> sqrt(KL(policy || reference)) per completion, in sqrt(nats): the x axis of Gao et al.
+    (arXiv 2210.10760, fig. 1). The per-sequence KL is the step's token-mean estimate `kl/ref` (the
+    variant's estimator, k1 or k3: both unbiased for the token KL) times the mean completion length
+    `completion/len_mean` in tokens; a negative sample estimate (k1 can be) counts as 0."""
+    kl, length = r.series("kl/ref"), r.series("completion/len_mean")
+    return {s: math.sqrt(max(v, 0.0) * length[s]) for s, v in kl.items() if s in length}
+
+
 def make_plots(groups: list[ArmGroup], out: Path) -> list[tuple[str, Path]]:
     """Every plot with data: (title, png path)."""
     rk = reward_keys(r for g in groups for r in g.runs)
@@ -154,4 +170,9 @@ def make_plots(groups: list[ArmGroup], out: Path) -> list[tuple[str, Path]]:
         ("Mechanism diagnostics vs wall time", plot_curves(groups, mech, out / "diagnostics_vs_time.png", "wall time (s)",
                                                             lambda r: r.series("time/elapsed"))),
     ]
+    gold = [(k, t) for k, t in mech if k.startswith("gold/")]
+    if gold:  # reward hacking: proxy (the trained rewards) and gold against the distance from the reference
+        made.append(("Proxy and gold reward vs sqrt(KL to reference)",
+                     plot_curves(groups, rpanels + gold, out / "proxy_gold_vs_sqrt_kl.png",
+                                 "sqrt(KL to reference per completion) (sqrt nats)", sqrt_seq_kl, scatter=True)))
     return [(t, p) for t, p in made if p is not None]
