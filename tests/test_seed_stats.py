@@ -102,3 +102,41 @@ def test_study_baseline_must_name_an_arm_and_defaults_to_the_first(tmp_path):
     assert json.loads(runner.write_index(st, experiment.expand_arms(st)).read_text())["baseline"] == "no-clip"
     st = experiment.parse_study(base, "s.yaml")
     assert json.loads(runner.write_index(st, experiment.expand_arms(st)).read_text())["baseline"] == "grpo"
+
+
+def test_few_seed_intervals_are_marked_and_json_seeds_needed_is_int_or_null():
+    """A bootstrap interval from 2-4 seeds is about [min, max]: marked †; from 5, unmarked. In JSON,
+    seeds_needed is an int, or null with the reason (delta 0; a single pair)."""
+    from zoo.study.seed_stats import ArmComparison, to_json
+    from zoo.study.stats_table import fmt_ci
+
+    assert fmt_ci(0.1, 0.3, 2) == "[0.100, 0.300]†" and fmt_ci(0.1, 0.3, 4).endswith("†")
+    assert fmt_ci(0.1, 0.3, 5) == "[0.100, 0.300]"
+    same = difference({0: 0.5, 1: 0.7}, {0: 0.5, 1: 0.7}, paired=True)  # delta exactly 0
+    one = difference({0: 0.5}, {0: 0.25}, paired=True)
+    some = difference({0: 0.5, 1: 0.9, 2: 0.6}, {0: 0.25, 1: 0.5, 2: 0.5}, paired=True)
+    js = to_json([], [ArmComparison("m", "a", "b", d, None) for d in (same, one, some)], "b")
+    got = [(c["diff"]["seeds_needed"], c["diff"]["seeds_needed_note"]) for c in js["comparisons"]]
+    # some: d = 0.25, 0.4, 0.1: mean 0.25, sd 0.15 -> 7.849 * 0.0225 / 0.0625 = 2.83 -> 3
+    assert got == [(None, "delta is 0"), (None, "fewer than 2 seeds"), (3, None)]
+    assert isinstance(got[2][0], int)
+
+
+def test_stats_tables_wrap_in_a_narrow_terminal_and_never_cut_a_cell():
+    """An 80-column terminal wraps the 9-column comparison table; no cell is cut with an ellipsis."""
+    import io
+
+    from rich.console import Console
+
+    from zoo.study.report import print_stats
+    from zoo.study.stats_table import compare_rows, stats_rows
+
+    a = ArmGroup("grpo", [_run(f"grpo-s{s}", s, 4, [0.1 * s, 0.2]) for s in range(3)])
+    b = ArmGroup("mo_grpo_with_a_long_name", [_run(f"mo_grpo_with_a_long_name-s{s}", s, 4, [0.3, 0.1 * s]) for s in range(3)])
+    stats, comps, warning = seed_statistics([a, b], baseline="grpo")
+    buf = io.StringIO()
+    print_stats((stats_rows(stats), compare_rows(comps), "grpo", warning),
+                Console(file=buf, width=80, force_terminal=True, color_system=None))
+    text = buf.getvalue()
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
+    assert "[-0.20" in text and "0.000]" in text  # the interval folded over lines, not cut

@@ -50,7 +50,8 @@ def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
 STATS_TEXT = ("Each run gives one number per metric; over an arm's seeds the table shows the interquartile mean "
               "(IQM: the mean of the middle 50%, for fewer than 4 seeds the plain mean) and its 95% percentile-bootstrap "
               "interval (scipy.stats.bootstrap, 9999 resamples, fixed seed; Agarwal et al. 2021, arXiv:2108.13264). "
-              "With 3 seeds the interval is about [min, max]: 5 or more seeds make it informative.")
+              "† fewer than 5 seeds: a percentile bootstrap of 2-4 values is about [min, max] (with 2 seeds exactly "
+              "the range of the two) and covers less than 95%; 5 or more seeds make it informative.")
 COMPARE_TEXT = ("Each arm minus the baseline arm `{base}`: the mean of the per-seed differences (paired by seed: the arms "
                 "drew the same prompts at each seed and step), its 95% bootstrap interval, the probability of improvement "
                 "P(arm > baseline) over all pairs of runs, and the seeds a difference of this size needs for 80% power "
@@ -131,6 +132,8 @@ def print_stats(tables: tuple[Any, Any, str, str], console: Any = None) -> None:
     from rich.table import Table
 
     console = console or Console()
+    if not console.is_terminal:  # as print_table: a log file or pipe gets the whole width
+        console = Console(file=console.file, width=max(console.width, 200))
     (sh, srows), (ch, crows), base_name, warning = tables
     for title, header, rows in (("IQM and 95% bootstrap CI over seeds", sh, srows),
                                 (f"against the baseline {base_name}", ch, crows)):
@@ -138,7 +141,7 @@ def print_stats(tables: tuple[Any, Any, str, str], console: Any = None) -> None:
             continue
         t = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
         for h in header:
-            t.add_column(h)
+            t.add_column(h, overflow="fold")  # a narrow terminal wraps a cell, never cuts it with "…"
         for r in rows:
             t.add_row(*r)
         console.print(t)

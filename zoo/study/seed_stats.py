@@ -155,14 +155,25 @@ def seed_statistics(groups: list[ArmGroup], baseline: str | None = None
 
 
 def _clean(x: Any) -> Any:
-    """JSON-safe: non-finite floats -> None (inf seeds -> "inf"), dict keys -> str."""
+    """JSON-safe: non-finite floats -> None, dict keys -> str."""
     if isinstance(x, float):
-        return x if math.isfinite(x) else ("inf" if x == math.inf else None)
+        return x if math.isfinite(x) else None
     if isinstance(x, dict):
         return {str(k): _clean(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         return [_clean(v) for v in x]
     return x
+
+
+def _diff_json(d: Difference) -> dict[str, Any]:
+    """A Difference as JSON: seeds_needed an integer or null, with seeds_needed_note saying why null
+    ("delta is 0": no finite number of seeds; "fewer than 2 seeds": no spread to extrapolate from)."""
+    out = asdict(d)
+    n = d.seeds_needed
+    out["seeds_needed"] = int(n) if n is not None and math.isfinite(n) else None
+    out["seeds_needed_note"] = (None if out["seeds_needed"] is not None
+                                else "delta is 0" if n is not None else "fewer than 2 seeds")
+    return out
 
 
 def to_json(stats: list[ArmStat], comps: list[ArmComparison], baseline: str | None) -> dict[str, Any]:
@@ -171,5 +182,5 @@ def to_json(stats: list[ArmStat], comps: list[ArmComparison], baseline: str | No
     return _clean({
         "baseline": baseline,
         "stats": [asdict(s) for s in stats],
-        "comparisons": [{**asdict(c), "verdict": c.diff.verdict} for c in comps],
+        "comparisons": [{**asdict(c), "verdict": c.diff.verdict, "diff": _diff_json(c.diff)} for c in comps],
     })

@@ -9,6 +9,8 @@ from zoo.study.seed_stats import ArmComparison, ArmStat
 STATS_HEADER = ["metric", "arm", "seeds", "IQM", "95% CI"]
 COMPARE_HEADER = ["metric", "arm", "vs", "pairs", "Δ mean", "95% CI", "P(improve)", "verdict", "seeds for 80% power"]
 NO_INTERVAL = "1 seed: no interval"
+FEW_SEEDS = 5  # below this many seeds an interval is marked FEW_MARK (report.STATS_TEXT says why)
+FEW_MARK = "†"
 
 
 def fmt(v: float | None, digits: int = 3) -> str:
@@ -17,10 +19,12 @@ def fmt(v: float | None, digits: int = 3) -> str:
 
 
 def fmt_ci(low: float | None, high: float | None, n: int, digits: int = 3) -> str:
-    """"[low, high]"; "1 seed: no interval" for one seed; "-" without values."""
+    """"[low, high]", marked "[low, high]†" from fewer than FEW_SEEDS seeds (a percentile bootstrap of
+    2-4 values is about [min, max] and covers less than 95%); "1 seed: no interval" for one seed; "-"
+    without values."""
     if low is None or high is None:
         return NO_INTERVAL if n == 1 else "-"
-    return f"[{low:.{digits}f}, {high:.{digits}f}]"
+    return f"[{low:.{digits}f}, {high:.{digits}f}]" + (FEW_MARK if n < FEW_SEEDS else "")
 
 
 def stats_rows(stats: list[ArmStat]) -> tuple[list[str], list[list[str]]]:
