@@ -75,3 +75,16 @@ def test_prompts_per_step_must_split_evenly_over_ranks(tiny_model_dir, tmp_path,
     with pytest.raises(VariantError, match="prompts_per_step 3 is not a multiple of the 2 processes"):
         validate_run(cfg)
     validate_run(tiny_run_config(tiny_model_dir, tmp_path, budget={"prompts_per_step": 4}, training={"strategy": "ddp"}))
+
+
+def test_a_list_slot_item_repeated_with_the_same_parameters_is_an_error(tmp_path):
+    """`correction: [tis, tis]` would apply the weight twice: an error naming the slot; the same name
+    with different parameters stays allowed."""
+    from zoo.config.variant import VariantError, load_variant
+
+    p = tmp_path / "dup.yaml"
+    p.write_text("base: grpo\nname: dup\nslots:\n  correction: [tis, {name: tis}]\n")
+    with pytest.raises(VariantError, match=r"slots.correction.*'tis' is listed twice"):
+        load_variant(str(p))
+    p.write_text("base: grpo\nname: two\nslots:\n  correction: [tis, {name: tis, C: 5.0}]\n")
+    assert len(load_variant(str(p)).slots.correction) == 2

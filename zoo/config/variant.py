@@ -262,10 +262,26 @@ def parse_variant(data: dict[str, Any], where: str) -> Variant:
     except registry.ComponentError as e:
         raise VariantError(f"{where}: {e}") from None
     v.path = where
-    reserved = hand_written(v.slots)
+    reserved = hand_written(v.slots) + repeated_items(v.slots)
     if reserved:
         raise VariantError("\n".join(f"{where}: {e}" for e in reserved))
     return v
+
+
+def repeated_items(slots: Any) -> list[str]:
+    """An error per list slot that names the same item twice with the same parameters (`correction:
+    [tis, tis]` would apply the weight twice). The same name with different parameters is allowed
+    (two filters at two thresholds)."""
+    out = []
+    for slot in LIST_SLOTS:
+        seen: list[Any] = []
+        for spec in getattr(slots, slot, None) or []:
+            item = {"name": spec} if isinstance(spec, str) else dict(spec)
+            if item in seen:
+                out.append(f"key 'slots.{slot}': {item['name']!r} is listed twice with the same parameters; "
+                           "each item of a list slot applies once, so a repeat applies it again: remove one")
+            seen.append(item)
+    return out
 
 
 REQUIRED_TOP = ("group_size", "updates")  # top-level keys with no default
