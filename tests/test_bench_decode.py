@@ -63,7 +63,7 @@ def test_the_rate_probes_are_positive_and_finite():
 
 
 def test_parse_backends():
-    from zoo.cli.bench import parse_backends
+    from zoo.cli.bench_options import parse_backends
 
     assert parse_backends([]) == ["hf"]
     assert parse_backends(["hf,noisy"]) == ["hf", "noisy"]
