@@ -1,11 +1,14 @@
 """Dynamic sampling (DAPO §3.2): whole groups kept iff their metric values are not all equal (for
 accuracy: 0 < mean < 1); row-order invariant; the metric it names is checked against the rewards."""
+from types import SimpleNamespace
+
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zoo.components.filter import check_filter_metrics, dynamic_sampling, step_metric_kinds
+from zoo.components.filter import dynamic_sampling, step_metric_kinds
+from zoo.components.reward_reads import check_reward_reads
 from zoo.registry import ComponentError, build
 from zoo.rewards import resolve_rewards
 
@@ -89,7 +92,23 @@ def test_step_metric_kinds_from_the_rewards():
     ],
 )
 def test_check_filter_metrics(metric, specs, error, warning):
-    errors, warnings = check_filter_metrics([{"name": "dynamic_sampling", "metric": metric}], rewards(*specs))
+    slots = SimpleNamespace(filter=[{"name": "dynamic_sampling", "metric": metric}])
+    errors, warnings = check_reward_reads(slots, rewards(*specs))
     assert (len(errors) == 1 and errors[0].startswith(f"filter dynamic_sampling: {error}")) if error else errors == []
     assert (len(warnings) == 1 and warning in warnings[0] and "keeps nearly every group" in warnings[0]) if warning \
         else warnings == []
+
+
+def test_reward_reads_of_length_rewards_and_loss_columns():
+    """kimi_length reads `accuracy` (needs a correctness reward); nll_positive reads reward column
+    `column` (0-based, in the order of `rewards:`). Both are errors before any model loads."""
+    slots = SimpleNamespace(length=[{"name": "kimi_length"}], loss=[{"name": "nll_positive", "column": 1}])
+    errors, warnings = check_reward_reads(slots, rewards("format"))
+    assert errors == ["length kimi_length: metric 'accuracy' will not exist (it needs a `correctness` reward); "
+                      "the step's metrics are format, reward",
+                      "loss nll_positive: column 1 does not exist; the run has 1 reward column(s), numbered 0 .. 0 "
+                      "in the order of the run file's `rewards:`"] and warnings == []
+    assert check_reward_reads(slots, rewards("correctness", "format")) == ([], [])
+    # a continuous metric warns for a filter only (the warning is about equality filtering)
+    slots = SimpleNamespace(length=[{"name": "kimi_length", "metric": "length"}])
+    assert check_reward_reads(slots, rewards("correctness", {"name": "length", "scale": 10.0})) == ([], [])

@@ -127,3 +127,11 @@ def test_the_step_view_gathers_row_fields_unpadded_over_ranks(monkeypatch):
     out = selection._gather(a)
     assert out["mask"].shape == (3, 5) and out["mask"][0].tolist() == [True, True, True, False, False]
     torch.testing.assert_close(out["objectives"], torch.tensor([[1.0, 0.5], [0.0, 0.1], [1.0, 0.2]]))
+
+
+def test_threshold_must_be_a_finite_number():
+    from zoo.registry import ComponentError, build
+
+    for bad in ("high", float("nan"), True):
+        with pytest.raises(ComponentError, match="threshold.*must be a finite number"):
+            build("loss", {"name": "nll_positive", "threshold": bad})

@@ -24,7 +24,7 @@ import yaml
 from zoo import checkpoint as ckpt
 from zoo.backends.generate.backend import backend_error, build_generator
 from zoo import dist, guards, strategy
-from zoo.components.filter import check_filter_metrics
+from zoo.components.reward_reads import check_reward_reads
 from zoo.config.checks import check_variant
 from zoo.config.run import RunConfig, WandbOpts, effective_variant
 from zoo.config.run_checks import run_warnings
@@ -71,8 +71,8 @@ def validate_run(cfg: RunConfig) -> tuple[Variant, list[str]]:
     except ValueError as e:
         rep.errors.append(f"rewards: {e}")
     else:
-        if not rep.errors:  # the filters build (check_variant passed)
-            errors, warnings = check_filter_metrics(v.slots.filter, rewards, ctx)
+        if not rep.errors:  # the components build (check_variant passed)
+            errors, warnings = check_reward_reads(v.slots, rewards, ctx)
             rep.errors += errors
             rep.warnings += warnings
     if cfg.gold:

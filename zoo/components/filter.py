@@ -5,8 +5,8 @@ depend on row order. Source: DAPO arXiv 2503.14476 §3.2 (dynamic sampling).
 
 The per-row metrics a filter may name (`zoo.step.scoring.per_row_metrics`): `accuracy` (with a
 reward that judges correctness, e.g. `correctness`), `reward` (the combined score) and each reward's
-name. `check_filter_metrics` checks a
-variant's filters against the run's rewards before anything runs (`zoo validate`, `zoo run`).
+name. `zoo.components.reward_reads.check_reward_reads` checks a variant's filters against the run's
+rewards before anything runs (`zoo validate`, `zoo run`).
 """
 from __future__ import annotations
 
@@ -53,28 +53,3 @@ def step_metric_kinds(rewards: Sequence[Component]) -> dict[str, bool | None]:
     declared = list(kinds.values())
     kinds["reward"] = True if all(k is True for k in declared) else (False if False in declared else None)
     return kinds
-
-
-def check_filter_metrics(filters: Sequence[Any], rewards: Sequence[Component],
-                         context: Mapping[str, Any] | None = None) -> tuple[list[str], list[str]]:
-    """(errors, warnings) for a variant's `filter` specs that name a `metric` (meta `reads_metric`),
-    against the metrics the run's built reward components give each step (`step_metric_kinds`): an
-    error when the metric will not exist (`accuracy` without a `correctness` reward, a name no
-    reward produces), a warning when it is continuous (an equality filter then keeps nearly every
-    group). Raises ComponentError for a filter spec that does not build (check_variant reports it)."""
-    kinds = step_metric_kinds(rewards)
-    filters = [build("filter", f, context) for f in filters]
-    errors, warnings = [], []
-    for f in filters:
-        if not f.meta.get("reads_metric"):
-            continue
-        metric = f.resolved()["metric"]
-        if metric not in kinds:
-            why = "it needs a `correctness` reward" if metric == "accuracy" else "no reward produces it"
-            errors.append(f"filter {f.name}: metric {metric!r} will not exist ({why}); the step's metrics are "
-                          f"{', '.join(sorted(kinds))}")
-        elif kinds[metric] is False:
-            warnings.append(f"filter {f.name}: metric {metric!r} is continuous, so its values rarely tie within a "
-                            "group and the filter keeps nearly every group (it drops only groups whose values are "
-                            "all equal); DAPO filters on accuracy")
-    return errors, warnings

@@ -14,6 +14,8 @@ reward columns.
 """
 from __future__ import annotations
 
+import math
+
 from typing import Any, Mapping
 
 import torch
@@ -38,9 +40,13 @@ def _check(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
         raise ValueError(f"mu must be >= 0, got {params['mu']}")
     if isinstance(params["column"], bool) or not isinstance(params["column"], int) or params["column"] < 0:
         raise ValueError(f"column must be a reward column index >= 0, got {params['column']!r}")
+    t = params["threshold"]
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
+        raise ValueError(f"threshold must be a finite number (a row is correct when its column's score is >= it), got {t!r}")
 
 
-@register("loss", "nll_positive", check=_check, reads=("logp", "objectives"), selects=True, aggregate="token_mean")
+@register("loss", "nll_positive", check=_check, reads=("logp", "objectives"), selects=True, aggregate="token_mean",
+          reads_column=True)
 def nll_positive(inp: TermInputs, *, mu: float = 0.1, column: int = 0, threshold: float = 1.0) -> TermResult:
     """mu * -log pi(o_t) on the tokens of correct completions, scaled so that its `token_mean`
     aggregation (division by the step's real tokens, counts.tokens) gives

@@ -56,14 +56,15 @@ def check_arms(arms: list[Arm], plugins: list[str] | tuple[str, ...] = ()) -> Re
 
 
 def _filter_checks(cfg: RunConfig, v: V.Variant) -> tuple[list[str], list[str]]:
-    """The metric each sampling filter names against the arm's rewards (zoo.components.filter);
-    nothing when the rewards do not resolve (run_checks reports that)."""
-    from zoo.components.filter import check_filter_metrics
+    """What the variant's components read from the rewards (a filter's or length reward's metric, a loss
+    term's reward column) against the arm's rewards (zoo.components.reward_reads); nothing when the
+    rewards do not resolve (run_checks reports that)."""
+    from zoo.components.reward_reads import check_reward_reads
     from zoo.rewards.compute import resolve_rewards
 
     try:
         rewards = [c for c, _ in resolve_rewards(cfg.rewards, cfg.plugins)]
-        return check_filter_metrics(v.slots.filter, rewards, {"max_new_tokens": cfg.budget.max_new_tokens})
+        return check_reward_reads(v.slots, rewards, {"max_new_tokens": cfg.budget.max_new_tokens})
     except ValueError:  # run_checks / check_variant report it
         return [], []
 
