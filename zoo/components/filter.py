@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 from torch import Tensor
 
 from zoo.components.stats import group_constant
-from zoo.registry import Component, build, register
+from zoo.registry import Component, register
 
 
 def _check_metric(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
