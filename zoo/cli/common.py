@@ -28,7 +28,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
+# Written to a log file or a pipe (not a terminal), tables keep their width instead of rich's 80 columns,
+# which cut cells to "…"; COLUMNS still wins where set.
+console = Console() if Console().is_terminal or os.environ.get("COLUMNS") else Console(width=200)
 err = Console(stderr=True)
 
 
