@@ -90,6 +90,10 @@ def plot_curves(groups: list[ArmGroup], keys: list[tuple[str, str]], path: Path,
                                 color=line.get_color(), alpha=0.15, linewidth=0)
         ax.set_title(title)
         ax.set_xlabel(xlabel)
+        if x is None:  # steps are whole numbers: no 1.5 ticks
+            from matplotlib.ticker import MaxNLocator
+
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     for ax in axes:
         ax.legend(fontsize=7)
