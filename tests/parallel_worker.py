@@ -108,10 +108,21 @@ def run_train(out: Path, model_dir: Path, name: str, rank: int) -> dict:
     from conftest import tiny_run_config
     from zoo import trainer
 
+    import torch.distributed as td
+
+    from zoo.testing import tiny_reward_model_and_tokenizer
+
+    rm_dir = out / "reward_model"  # the LoRA run also scores with a reward model: each rank its own rows
+    if rank == 0:
+        rm, rm_tok = tiny_reward_model_and_tokenizer(seed=3)
+        rm.save_pretrained(rm_dir)
+        rm_tok.save_pretrained(rm_dir)
+    td.barrier()
     res = {}
     for label, variant, extra in (
             ("full", "reinforce_pp", {"set": {"kl.beta": 0.1, "kl.adaptive": {"target": 0.5, "horizon": 8}}}),
-            ("lora", "grpo", {"model_opts": {"lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}}})):
+            ("lora", "grpo", {"model_opts": {"lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}},
+                              "rewards": ["correctness", {"name": "reward_model", "model": str(rm_dir), "batch_size": 3}]})):
         states: list = []
         real_setup = trainer.setup
         trainer.setup = lambda *a, **kw: states.append(real_setup(*a, **kw)) or states[-1]
@@ -121,7 +132,8 @@ def run_train(out: Path, model_dir: Path, name: str, rank: int) -> dict:
         trainer.setup = real_setup
         torch.save(full_params(states[-1].models.policy), out / f"train_{label}_rank{rank}.pt")
         res[label] = {"status": summary.get("status"), "steps": summary.get("steps"),
-                      "grad_norm": summary.get("optim/grad_norm"), "updates": summary.get("optim/updates")}
+                      "grad_norm": summary.get("optim/grad_norm"), "updates": summary.get("optim/updates"),
+                      "reward_model": summary.get("reward/reward_model")}
     return res
 
 

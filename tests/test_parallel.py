@@ -3,8 +3,10 @@ launch per strategy): one update of 2 minibatches over rows split unevenly betwe
 has fewer micro-batches in the first optimizer step and none in the second: it pads with zero-loss
 micro-batches, or the collectives would hang) equals one process updating on the same rows: loss,
 gradient norm (clipped to 0.05) and parameters, full fine-tuning and LoRA, token_mean and
-seq_mean_token_mean. Then 2 steps of `zoo.trainer.train` under the strategy."""
+seq_mean_token_mean. Then 2 steps of `zoo.trainer.train` under the strategy (the LoRA run also scores
+with a tiny reward model on each rank: the reduced `reward/reward_model` agrees across ranks)."""
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -71,6 +73,9 @@ def _check_train(out: Path) -> None:
         assert a.keys() == b.keys() and a
         for k in a:
             torch.testing.assert_close(a[k], b[k], atol=0, rtol=0, msg=f"{label}: ranks diverged at {k}")
+    rm = reports[0]["train"]["lora"]["reward_model"]  # the reward model scored on both ranks, reduced alike
+    assert isinstance(rm, float) and math.isfinite(rm) and rm != 0.0
+    assert reports[0]["train"]["full"]["reward_model"] is None  # and only where the run names it
 
 
 def test_ddp_update_equals_one_process(ddp_ranks, single_results):
