@@ -138,3 +138,21 @@ def test_cli_errors_name_the_file_and_the_key(tmp_path):
     f.write_text("task: {name: reasoning_gym}\nlength_bias: 1.5\n")
     r = CliRunner().invoke(app, ["rm", "pairs", str(f)])
     assert r.exit_code != 0 and "length_bias" in str(r.exception or r.output)
+
+
+def test_a_datasets_source_reads_the_same_pairs_as_the_jsonl(tmp_path, monkeypatch):
+    """`data.dataset` goes through `datasets.load_dataset`; a local folder holding train.jsonl loads
+    offline (the packaged json builder, no Hub) and gives exactly the pairs the JSONL reader gives.
+    A source that does not load is one ValueError naming it."""
+    from zoo.rm.data import read_dataset_pairs, read_jsonl_pairs
+
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    src = tmp_path / "prefs"
+    src.mkdir()
+    rows = [{"prompt": f"q{i}", "chosen": f"good {i}", "rejected": f"bad {i}", "margin": float(i)} for i in range(3)]
+    (src / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = read_dataset_pairs(str(src), None, "train")
+    assert got == read_jsonl_pairs(str(src / "train.jsonl")) and len(got) == 3
+    assert got[2].margin == 2.0 and got[0].chosen[-1] == {"role": "assistant", "content": "good 0"}
+    with pytest.raises(ValueError, match=r"data.dataset '.*missing' \(split 'train'\): could not load it"):
+        read_dataset_pairs(str(tmp_path / "missing"), None, "train")
