@@ -77,14 +77,18 @@ def test_prompts_per_step_must_split_evenly_over_ranks(tiny_model_dir, tmp_path,
     validate_run(tiny_run_config(tiny_model_dir, tmp_path, budget={"prompts_per_step": 4}, training={"strategy": "ddp"}))
 
 
-def test_a_list_slot_item_repeated_with_the_same_parameters_is_an_error(tmp_path):
-    """`correction: [tis, tis]` would apply the weight twice: an error naming the slot; the same name
-    with different parameters stays allowed."""
+def test_a_list_slot_item_repeated_is_an_error(tmp_path):
+    """`correction: [tis, tis]` would apply the weight twice; two `overlong_soft` items at different
+    cache fractions would log under one `reward/overlong_soft` key: both are errors naming the slot."""
     from zoo.config.variant import VariantError, load_variant
 
     p = tmp_path / "dup.yaml"
     p.write_text("base: grpo\nname: dup\nslots:\n  correction: [tis, {name: tis}]\n")
-    with pytest.raises(VariantError, match=r"slots.correction.*'tis' is listed twice"):
+    with pytest.raises(VariantError, match=r"slots.correction.*'tis' is listed 2 times"):
         load_variant(str(p))
-    p.write_text("base: grpo\nname: two\nslots:\n  correction: [tis, {name: tis, C: 5.0}]\n")
-    assert len(load_variant(str(p)).slots.correction) == 2
+    p.write_text("base: grpo\nname: two\nslots:\n  length: [{name: overlong_soft, cache_frac: 0.2}, "
+                 "{name: overlong_soft, cache_frac: 0.5}]\n")
+    with pytest.raises(VariantError, match=r"slots.length.*'overlong_soft' is listed 2 times"):
+        load_variant(str(p))
+    p.write_text("base: grpo\nname: one\nslots:\n  correction: [tis, rs]\n")
+    assert [c if isinstance(c, str) else c["name"] for c in load_variant(str(p)).slots.correction] == ["tis", "rs"]

@@ -269,18 +269,17 @@ def parse_variant(data: dict[str, Any], where: str) -> Variant:
 
 
 def repeated_items(slots: Any) -> list[str]:
-    """An error per list slot that names the same item twice with the same parameters (`correction:
-    [tis, tis]` would apply the weight twice). The same name with different parameters is allowed
-    (two filters at two thresholds)."""
+    """An error per list slot that names the same component twice. Same parameters (`correction: [tis,
+    tis]`) would apply it twice; different ones (two `overlong_soft` at two cache fractions) would log
+    both under one metric key (`reward/overlong_soft`, `loss/<name>`), so the metrics could not be
+    read. Combining two of a kind takes a second registered name (a plugin)."""
     out = []
     for slot in LIST_SLOTS:
-        seen: list[Any] = []
-        for spec in getattr(slots, slot, None) or []:
-            item = {"name": spec} if isinstance(spec, str) else dict(spec)
-            if item in seen:
-                out.append(f"key 'slots.{slot}': {item['name']!r} is listed twice with the same parameters; "
-                           "each item of a list slot applies once, so a repeat applies it again: remove one")
-            seen.append(item)
+        names = [spec if isinstance(spec, str) else spec.get("name") for spec in getattr(slots, slot, None) or []]
+        for name in dict.fromkeys(n for n in names if names.count(n) > 1):
+            out.append(f"key 'slots.{slot}': {name!r} is listed {names.count(name)} times; each item applies once "
+                       f"and logs under its name, so a repeat would apply it again or mix two items' metrics: list it "
+                       "once (to combine two of a kind, register a second name in a plugin; docs/extending.md)")
     return out
 
 
