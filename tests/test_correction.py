@@ -284,3 +284,13 @@ def test_a_run_logs_the_mismatch_and_the_weights(tiny_model_dir, tmp_path):
     assert r["rollout/mismatch_kl"] > 1e-2
     assert 0 < r["rollout/weight_mean"] <= r["rollout/weight_max"] <= 2.0
     assert r["rollout/masked_frac"] == 0.0  # tis truncates, it never masks
+
+
+@pytest.mark.parametrize("spec", [{"name": "rs", "c_high": 1.0}, {"name": "mis", "c_low": 1.0, "c_high": 1.0}])
+def test_a_band_of_width_zero_is_refused(spec):
+    """rs c_high 1 (c_low = 1 / c_high = 1) or mis [1, 1] keep only tokens with rho exactly 1: every
+    token the sampler drew differently is masked, so the run trains on nothing. Refused."""
+    from zoo.registry import ComponentError, build
+
+    with pytest.raises(ComponentError, match="c_low < c_high"):
+        build("correction", spec)

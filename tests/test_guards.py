@@ -149,7 +149,7 @@ def test_a_run_without_any_update_fails_at_the_end_saying_why():
     with pytest.raises(guards.RunFailed) as e:
         guards.at_end(st, 2)
     msg = str(e.value)
-    assert msg.startswith("no optimizer step was applied in 2 steps")
+    assert msg.startswith("no optimizer step trained the policy in 2 steps")
     assert "every group was filtered out by the sampling filter (1 of 2 steps)" in msg
     assert "no completion token was left to train on" in msg
     guards.after_step(st, G, 3, {"optim/updates": 2.0})
@@ -214,3 +214,17 @@ def test_two_ranks_skip_together_when_only_one_has_a_nan_loss(tmp_path):
     reports = [json.loads((tmp_path / f"guards_rank{r}.json").read_text()) for r in range(2)]
     for r in reports:  # rank 0's own loss was finite: it skipped too, and neither rank moved
         assert r == {"skipped": 1.0, "updates": 0.0, "moved": 0.0, "grads_left": False}
+
+
+def test_a_run_whose_correction_masked_every_token_fails_at_the_end():
+    """rs/mis bounds too tight for the sampler: optimizer steps ran (optim/updates 1) on a zero loss,
+    rollout/masked_frac 1.0. Nothing trained: the run fails at the end, naming the correction."""
+    st = guards.GuardState()
+    for step in (1, 2):
+        guards.after_step(st, G, step, {"optim/updates": 1.0, "rollout/masked_frac": 1.0, "optim/grad_norm": 0.0})
+    assert st.updates == 0
+    with pytest.raises(guards.RunFailed, match=r"the rollout correction masked every token .* \(2 of 2 steps\)"):
+        guards.at_end(st, 2)
+    guards.after_step(st, G, 3, {"optim/updates": 1.0, "rollout/masked_frac": 0.4})
+    guards.at_end(st, 3)  # a step that kept some tokens trained
+    assert st.updates == 1

@@ -145,7 +145,7 @@ def test_every_variant_trains_two_steps(variant, tiny_model_dir, tmp_path, monke
 def test_dapo_dynamic_sampling_drops_every_group_of_a_random_model(tiny_model_dir, tmp_path):
     cfg = tiny_run_config(tiny_model_dir, tmp_path, variant="dapo", budget={**small_updates("dapo"),
                           "max_resample_rounds": 1})
-    with pytest.raises(RunFailed, match="no optimizer step was applied in 2 steps, so the policy never changed: every "
+    with pytest.raises(RunFailed, match="no optimizer step trained the policy in 2 steps, so it never changed: every "
                                         "group was filtered out by the sampling filter \\(2 of 2 steps\\)"):
         train(cfg, progress=False)
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -158,7 +158,7 @@ def test_dapo_dynamic_sampling_drops_every_group_of_a_random_model(tiny_model_di
         assert r["train/skipped"] == 1.0
         assert "loss/policy" not in r  # no optimizer step
         assert r["optim/updates"] == 0.0
-    assert summary["status"] == "failed" and "no optimizer step was applied" in summary["error"]
+    assert summary["status"] == "failed" and "no optimizer step trained the policy" in summary["error"]
     state = saved_state(tmp_path)
     assert max_change(initial_weights(tiny_model_dir), state["policy"]) == 0.0
     # first rounds take 2 prompts per step from the main stream, the resample rounds from their own one,

@@ -87,7 +87,12 @@ def first_nonfinite(m: Mapping[str, Any]) -> list[str]:
 
 
 def no_update_reason(m: Mapping[str, Any]) -> str | None:
-    """Why a step applied no optimizer step (`optim/updates` == 0), or None when it applied one."""
+    """Why a step applied no optimizer step (`optim/updates` == 0), or trained on nothing because the
+    rollout correction masked every token (`rollout/masked_frac` 1: its steps ran on a zero loss);
+    None when it trained."""
+    if float(m.get("rollout/masked_frac", 0.0)) >= 1.0:
+        return ("the rollout correction masked every token (rollout/masked_frac 1.0): its bounds are too tight "
+                "for the sampler's mismatch (widen c_low / c_high)")
     if float(m.get("optim/updates", 1.0)) > 0:
         return None
     if float(m.get("train/skipped", 0.0)) > 0:
@@ -120,7 +125,7 @@ def after_step(state: GuardState, guards: Any, step: int, m: Mapping[str, Any]) 
             state.updates += int(m.get("optim/updates", 0))
         return
     state.no_update[reason.split(":")[0]] = state.no_update.get(reason.split(":")[0], 0) + 1
-    log.warning("step %d: no optimizer step was applied: %s", step, reason)
+    log.warning("step %d: nothing trained: %s", step, reason)
     all_skipped = float(m.get("optim/skipped", 0.0)) > 0
     state.skipped_steps = state.skipped_steps + 1 if all_skipped else 0
     if state.skipped_steps >= guards.max_skipped_steps:
@@ -138,7 +143,7 @@ def at_end(state: GuardState, steps: int) -> None:
     if state.updates is None or state.updates > 0 or steps == 0:
         return
     why = "; ".join(f"{reason} ({n} of {steps} steps)" for reason, n in state.no_update.items()) or "unknown"
-    raise RunFailed(f"no optimizer step was applied in {steps} steps, so the policy never changed: {why}")
+    raise RunFailed(f"no optimizer step trained the policy in {steps} steps, so it never changed: {why}")
 
 
 def check_finite_weights(models: Any, step: int, last_saved: int | None) -> None:

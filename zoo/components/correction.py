@@ -85,9 +85,10 @@ def _check_bounds(c_low: Any, c_high: Any) -> None:
     for k, v in (("c_low", c_low), ("c_high", c_high)):
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
             raise ValueError(f"{k} must be a finite number, got {v!r}")
-    if not 0 <= c_low <= 1 <= c_high:
-        raise ValueError(f"the bounds must satisfy 0 <= c_low <= 1 <= c_high (a token with rho = 1, the "
-                         f"sampler agreeing with the trainer, must be kept), got c_low={c_low}, c_high={c_high}")
+    if not 0 <= c_low <= 1 <= c_high or c_low == c_high:
+        raise ValueError(f"the bounds must satisfy 0 <= c_low <= 1 <= c_high with c_low < c_high (a token with "
+                         f"rho = 1, the sampler agreeing with the trainer, must be kept, and a band of width 0 "
+                         f"masks every token the sampler drew differently), got c_low={c_low}, c_high={c_high}")
 
 
 def _check_tis(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
