@@ -108,7 +108,14 @@ def test_reward_reads_of_length_rewards_and_loss_columns():
                       "the step's metrics are format, reward",
                       "loss nll_positive: column 1 does not exist; the run has 1 reward column(s), numbered 0 .. 0 "
                       "in the order of the run file's `rewards:`"] and warnings == []
-    assert check_reward_reads(slots, rewards("correctness", "format")) == ([], [])
-    # a continuous metric warns for a filter only (the warning is about equality filtering)
+    assert check_reward_reads(slots, rewards("format", "correctness")) == ([], [])  # column 1: correctness
+    # a continuous metric: kimi_length reads 1.0 as correct, so nearly every row would be incorrect
     slots = SimpleNamespace(length=[{"name": "kimi_length", "metric": "length"}])
-    assert check_reward_reads(slots, rewards("correctness", {"name": "length", "scale": 10.0})) == ([], [])
+    errors, warnings = check_reward_reads(slots, rewards("correctness", {"name": "length", "scale": 10.0}))
+    assert errors == [] and len(warnings) == 1 and "metric 'length' is not a 0/1 correctness score" in warnings[0]
+    # nll_positive's default column 0 pointing at the length reward: a warning naming the right column
+    slots = SimpleNamespace(loss=[{"name": "nll_positive"}])
+    errors, warnings = check_reward_reads(slots, rewards({"name": "length", "scale": 10.0}, "correctness"))
+    assert errors == [] and warnings == ["loss nll_positive: column 0 is 'length', not a correctness reward, yet a "
+                                         "row counts as correct when its score is >= the threshold: set column: 1 "
+                                         "(correctness)"]

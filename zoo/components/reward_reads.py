@@ -19,9 +19,10 @@ def check_reward_reads(slots: Any, rewards: Sequence[Component],
     - A filter or length component with meta `reads_metric` names a metric
       (`zoo.step.scoring.per_row_metrics`): an error when no reward will produce it (`accuracy`
       needs a reward registered with `accuracy=True`, e.g. `correctness`); for a filter, a warning
-      when the metric is continuous (an equality filter then keeps nearly every group).
+      when the metric is continuous (an equality filter then keeps nearly every group); for a length
+      reward, a warning when it is not a 0/1 score (kimi_length reads 1.0 as correct).
     - A loss term with meta `reads_column` reads reward column `column` (0-based): an error when the
-      run has no such column.
+      run has no such column, a warning when that reward does not judge correctness.
     Raises ComponentError for a spec that does not build (check_variant reports that first)."""
     kinds = step_metric_kinds(rewards)
     errors: list[str] = []
@@ -39,10 +40,19 @@ def check_reward_reads(slots: Any, rewards: Sequence[Component],
                 warnings.append(f"filter {comp.name}: metric {metric!r} is continuous, so its values rarely tie "
                                 "within a group and the filter keeps nearly every group (it drops only groups whose "
                                 "values are all equal); DAPO filters on accuracy")
+            elif slot == "length" and metric != "accuracy" and kinds[metric] is not True:
+                warnings.append(f"length {comp.name}: metric {metric!r} is not a 0/1 correctness score; a row counts "
+                                "as correct when it is 1.0, so a continuous metric makes nearly every row incorrect "
+                                "(Kimi k1.5 uses accuracy)")
     for comp in (build("loss", s, context) for s in getattr(slots, "loss", None) or []):
         if comp.meta.get("reads_column"):
             col, n = comp.resolved()["column"], len(rewards)
             if col >= n:
                 errors.append(f"loss {comp.name}: column {col} does not exist; the run has {n} reward column(s), "
                               f"numbered 0 .. {n - 1} in the order of the run file's `rewards:`")
+            elif not rewards[col].meta.get("accuracy"):
+                judges = [i for i, r in enumerate(rewards) if r.meta.get("accuracy")]
+                hint = f"set column: {judges[0]} ({rewards[judges[0]].name})" if judges else "add a correctness reward"
+                warnings.append(f"loss {comp.name}: column {col} is {rewards[col].name!r}, not a correctness reward, "
+                                f"yet a row counts as correct when its score is >= the threshold: {hint}")
     return errors, warnings
