@@ -794,3 +794,27 @@ def test_zoo_run_reports_a_failed_run_in_one_line(tiny_model_dir, tmp_path):
     assert "Traceback" not in res.output
     err = "".join(res.output.split("error:")[-1].split())  # rich wraps the line at the terminal width
     assert "runfailed:step1:policyparameter" in err and "summary.json:statusfailed" in err
+
+
+def test_diverged_logits_fail_the_run_in_one_line_and_keep_the_checkpoint(tiny_model_dir, tmp_path, monkeypatch):
+    """optim.lr 1e30 drove a fresh user's logits to NaN while the weights stayed finite; torch.multinomial
+    then raised deep inside generate. Now: RunFailed naming the step and the lr, status failed, the
+    step-1 checkpoint kept. The divergence is injected: sampling raises torch's own message at step 2."""
+    from zoo.backends.generate import hf_generator
+
+    real = hf_generator.HFGenerator.generate
+    calls = {"n": 0}
+
+    def generate(self, *a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 2:  # eval does not go through the generator: call 2 is step 2's rollout
+            raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(hf_generator.HFGenerator, "generate", generate)
+    cfg = tiny_run_config(tiny_model_dir, tmp_path, variant="grpo", checkpoint={"every": 1})
+    with pytest.raises(RunFailed, match=r"step 2: sampling failed because the policy's next-token probabilities are "
+                                        r"not finite .* \(optim.lr 0.001 too high\?\)"):
+        train(cfg, progress=False)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "failed" and (tmp_path / "checkpoint" / "state.pt").exists()
