@@ -168,3 +168,16 @@ def test_critic_warmup_enters_the_fingerprint_only_when_set(tmp_path):
     fb, fw = fp.fingerprint(base)[1], fp.fingerprint(warm)[1]
     assert "critic_warmup" not in fb["budget"] and "critic_warmup" not in fb["variant"]
     assert fw["variant"]["critic_warmup"] == 2 and fp.compare(fb, fw) == ["budget.critic_warmup", "variant.critic_warmup"]
+
+
+def test_the_way_out_of_a_changed_config_names_output_dir_when_the_file_sets_it(tiny_model_dir, tmp_path):
+    """`--set name=NEW` does not move a run whose file sets output_dir: the hint says output_dir then."""
+    from conftest import tiny_run_config
+    from zoo.study.fingerprint import StaleRunError
+    from zoo.trainer import train
+
+    cfg = tiny_run_config(tiny_model_dir, tmp_path / "r", budget={"steps": 1})
+    train(cfg, progress=False)
+    changed = tiny_run_config(tiny_model_dir, tmp_path / "r", budget={"steps": 1}, optim={"lr": 2e-3})
+    with pytest.raises(StaleRunError, match=r"write it elsewhere \(--set output_dir=NEW_DIR\)"):
+        train(changed, progress=False)

@@ -246,8 +246,9 @@ def _train(cfg: RunConfig, resume: bool, *, progress: bool, on_step: Callable[[i
     from zoo.study import fingerprint as fp
 
     out = cfg.out_dir()
+    other = "--set output_dir=NEW_DIR" if cfg.output_dir else "--set name=NEW"  # name does not move an output_dir
     reuse = fp.check_reuse(out, cfg, fresh_hint=fresh_hint or "add --fresh to retrain it with this config (its results "
-                           "are deleted), or give the run another name (--set name=NEW)") if resume else "new"
+                           f"are deleted), or write it elsewhere ({other})") if resume else "new"
     if not resume and dist.rank() == 0:
         fp.clear_results(out)
     done = _finished_summary(out, cfg) if reuse == "same" else None
