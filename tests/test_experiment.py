@@ -510,3 +510,19 @@ def test_an_arm_folder_written_by_another_study_is_refused(tmp_path):
     (d / "config.yaml").write_text("study: someone-else\n")
     with pytest.raises(VariantError, match="written by study 'someone-else', not 'demo'"):
         R.run_study(st, train_fn=FakeTrain(), console=_console())
+
+
+def test_ctrl_c_keeps_the_fresh_arms_not_reached_in_the_resume(tmp_path):
+    """`--fresh grpo` over 3 seeds, interrupted in seed 1: seed 0 was retrained, seed 1 resumes from its
+    new checkpoint, but seed 2 still holds its old results, so the resume must still say --fresh for it."""
+    st = E.load_study(_write(tmp_path, STUDY, {"variants": ["grpo"], "ablations": {}, "seeds": [0, 1, 2]}))
+    done = FakeTrain()
+
+    def train(cfg, resume=True):
+        if cfg.name == "grpo-s1":
+            raise KeyboardInterrupt
+        return done(cfg, resume)
+
+    with pytest.raises(KeyboardInterrupt) as e:
+        R.run_study(st, train_fn=train, console=_console(), fresh=("grpo",))
+    assert e.value.pending_fresh == ["grpo-s2"]

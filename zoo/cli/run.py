@@ -166,10 +166,12 @@ def ablate(
         from zoo.faults import os_error_message
 
         fail(os_error_message(e))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         import shlex
 
+        pending = getattr(e, "pending_fresh", fresh)  # --fresh arms not reached yet keep their --fresh
         again = shlex.join(["zoo", "ablate", str(study), *(a for x in set_ for a in ("--set", x)),
+                            *(a for x in pending for a in ("--fresh", x)),
                             *(["--shard", shard] if shard else []), *(["--ray"] if ray or ray_address else []),
                             *(["--ray-address", ray_address] if ray_address else [])])
         fail(f"interrupted; finished arms are kept and the interrupted one resumes from its last checkpoint: {again}", 130)

@@ -168,10 +168,13 @@ def run_study(st: Study, *, dry_run: bool = False, shard: tuple[int, int] | None
         return _summarise(st, arms, results, console)
     train_fn = train_fn or _default_train()
     results = {}
-    for a in arms:
+    for i, a in enumerate(arms):
         try:
             results[a.label] = _run_arm(a, train_fn, console, fresh=a.label in fresh or a.group in fresh,
                                         study_file=st.path)
+        except KeyboardInterrupt as e:  # the resume command must still retrain the --fresh arms not reached
+            e.pending_fresh = [b.label for b in arms[i + 1:] if b.label in fresh or b.group in fresh]  # type: ignore[attr-defined]
+            raise
         finally:  # also on Ctrl-C: study.json then shows the arm interrupted, not pending
             write_index(st, all_arms)
     _final_report(st, console)
