@@ -263,7 +263,7 @@ def _train(cfg: RunConfig, resume: bool, *, progress: bool, on_step: Callable[[i
     if state is not None:
         with ckpt.restoring(out / "checkpoint" / ckpt.FILE):
             restore_checkpoint(st, state, out / "checkpoint")
-        log.info("resumed %s at step %d", out, st.step)
+        log.warning("resuming %s from its checkpoint at step %d of %d", out, st.step, cfg.budget.steps)
     elif main:
         ckpt.clear(out / "checkpoint")  # a fresh start: an older run's checkpoint must not become state.prev.pt
     saved_step = st.step if state is not None else None  # the last good checkpoint (for a write error's message)
