@@ -286,3 +286,12 @@ def test_dual_clip_eps_sets_both_sides_and_conflicts_are_errors():
     assert res.loss.tolist()[0] == pytest.approx([3.0, -1.2, 0.8, -1.1], abs=1e-6)  # case C5
     with pytest.raises(ComponentError, match="either eps or eps_low"):
         build("clip", {"name": "dual_clip", "eps": 0.2, "eps_low": 0.1})
+
+
+@pytest.mark.parametrize("spec", [{"name": "ppo", "eps": 5}, {"name": "clip_higher", "eps_low": 1.0, "eps_high": 2.0}])
+def test_a_lower_bound_at_or_below_zero_is_refused(spec):
+    """eps 5 puts the lower bound 1 - eps at -4: no ratio (> 0) reaches it, the clip acts on one side only."""
+    from zoo.registry import ComponentError, build
+
+    with pytest.raises(ComponentError, match=r"must be < 1: the lower clip bound"):
+        build("clip", spec)

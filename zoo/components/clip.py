@@ -60,13 +60,22 @@ def _positive(name: str, value: Any) -> None:
         raise ValueError(f"{name} must be a finite number > 0, got {value!r} (clip 'none' turns clipping off)")
 
 
+def _below_one(name: str, v: float) -> None:
+    if v >= 1:
+        raise ValueError(f"{name} must be < 1: the lower clip bound 1 - {name} = {1 - v:g} is <= 0, which no ratio "
+                         f"reaches, so the clip would act on one side only (a wide upper bound alone: clip_higher "
+                         f"with eps_high), got {name}={v}")
+
+
 def _check_ppo(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
     _positive("eps", params["eps"])
+    _below_one("eps", params["eps"])
 
 
 def _check_low_high(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
     lo, hi = params["eps_low"], params["eps_high"]
     _positive("eps_low", lo)
+    _below_one("eps_low", lo)
     _positive("eps_high", hi)
     if hi < lo:
         raise ValueError(f"eps_high ({hi}) must be >= eps_low ({lo})")
