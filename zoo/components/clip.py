@@ -112,7 +112,7 @@ def ppo(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps: float
     """PPO clip: loss = -min(r A, clip(r, 1-eps, 1+eps) A), r = exp(logp - logp_old).
 
     logp, logp_old, adv, mask: [N, T]. Returns ClipResult with [N, T] fields.
-    Raises ValueError when shapes differ or eps <= 0.
+    Raises ValueError when shapes differ or eps is not in (0, 1).
     Source: Schulman et al. arXiv 1707.06347 eq. 7; Ziegler et al. arXiv 1909.08593 (eps 0.2)."""
     _check_ppo({"eps": eps}, {})
     return _ppo_family(logp, logp_old, adv, mask, eps, eps)
@@ -124,7 +124,7 @@ def clip_higher(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *,
     """Decoupled clip: loss = -min(r A, clip(r, 1-eps_low, 1+eps_high) A); eps_low == eps_high is ppo.
 
     logp, logp_old, adv, mask: [N, T]. Returns ClipResult with [N, T] fields.
-    Raises ValueError when shapes differ or unless eps_high >= eps_low > 0.
+    Raises ValueError when shapes differ or unless eps_high >= eps_low, 0 < eps_low < 1.
     Source: DAPO arXiv 2503.14476 §3.1 (eps_low 0.2, eps_high 0.28)."""
     _check_low_high({"eps_low": eps_low, "eps_high": eps_high}, {})
     return _ppo_family(logp, logp_old, adv, mask, eps_low, eps_high)
@@ -185,7 +185,7 @@ def gspo(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *,
     -min(s_i A_i, clip(s_i, 1-eps_low, 1+eps_high) A_i), so `seq_mean_token_mean` gives the GSPO
     objective (1/G) sum_i min(...). Flags are per row, broadcast; `ratio` holds s_i broadcast.
     logp, logp_old, adv, mask: [N, T]. Returns ClipResult with [N, T] fields.
-    Raises ValueError when shapes differ or unless eps_high >= eps_low > 0.
+    Raises ValueError when shapes differ or unless eps_high >= eps_low, 0 < eps_low < 1.
     Source: Zheng et al. arXiv 2507.18071 eq. 5-7 (eps 3e-4 / 4e-4, §5.1)."""
     _check_low_high({"eps_low": eps_low, "eps_high": eps_high}, {})
     m, _, log_ratio, a = _prepare(logp, logp_old, adv, mask)
