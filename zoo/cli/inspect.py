@@ -156,10 +156,10 @@ def _is_study(data: dict[str, Any]) -> bool:
 
 @app.command()
 def validate(
-    files: List[Path] = typer.Argument(..., help="variant or study YAML files"),
-    as_json: bool = typer.Option(False, "--json"),
+    files: List[Path] = typer.Argument(..., help="variant, run or study YAML files"),
+    as_json: bool = typer.Option(False, "--json", help="print a JSON list of {file, ok, errors, warnings, notes}"),
 ) -> None:
-    """Check variant and study files without loading any model. Exit 1 if any has an error."""
+    """Check variant, run and study files without loading any model. Exit 1 if any has an error."""
     from zoo.config import checks, variant
 
     results = []
