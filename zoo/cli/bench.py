@@ -130,10 +130,15 @@ def bench(
         spec = replace(spec, rewards=list(spec.rewards) + [{"name": "reward_model", "model": reward_model}])
     if memory and not names:
         names = ["ppo", "grpo", "dapo"]
+    if memory and updates is None:
+        spec = replace(spec, updates="1x1")
     try:  # every variant and the reward model, before any worker starts
         from zoo.bench.precheck import check_bench
 
-        check_bench(spec, [zb.TRL_MATCHED_VARIANT] if vs else names or [spec.variant])
+        if vs:  # the race runs the TRL-matched variant, one update per rollout (zoo.bench.compare.vs_trl)
+            check_bench(replace(spec, updates="1x1"), [zb.TRL_MATCHED_VARIANT])
+        else:
+            check_bench(spec, names or [spec.variant])
     except ValueError as e:
         fail(str(e))
     log = (lambda msg: err.print(f"[dim]{msg}[/]", highlight=False))
@@ -149,8 +154,6 @@ def bench(
             res = zb.vs_trl(spec, rounds=rounds, log=log)
             show = print_vs
         elif memory:
-            if updates is None:
-                spec = replace(spec, updates="1x1")
             modes_ = (False, True) if lora is None else (bool(lora),)
             res = zb.compare_memory(spec, names, modes_, log=log)
             show = print_memory
