@@ -158,3 +158,30 @@ def test_the_memory_breakdown_has_a_reward_model_line(rm_dir):
     assert m["weights_mb"] == pytest.approx(policy_mb, rel=1e-9)
     assert m["activations_mb"] == pytest.approx(100.0 - 10.0 - policy_mb - want - m["gradients_mb"], rel=1e-9)
     close_rewards(live)
+
+
+def test_a_causal_lm_is_refused_from_its_config_alone(tiny_model_dir, rm_dir, tmp_path):
+    # the tiny policy (LlamaForCausalLM) as a reward model: refused when the reward resolves (zoo validate)
+    with pytest.raises(ComponentError, match="is a causal language model, not a reward model .*: train one with `zoo rm train`"):
+        resolve_rewards([{"name": "reward_model", "model": str(tiny_model_dir)}])
+    # config.json only, no weights: the same error, so nothing but the config was read
+    (tmp_path / "config.json").write_text((tiny_model_dir / "config.json").read_text())
+    with pytest.raises(ComponentError, match="is a causal language model"):
+        resolve_rewards([{"name": "reward_model", "model": str(tmp_path)}])
+    with pytest.raises(ValueError, match="is a causal language model"):  # at load too, before the weights
+        load_reward_model(str(tiny_model_dir))  # (it said "num_labels=2" after transformers' load report)
+    resolve_rewards([{"name": "reward_model", "model": str(rm_dir)}])  # a one-label classifier passes
+
+
+def test_a_two_label_classifier_is_refused_at_validate(tmp_path):
+    import json
+
+    from transformers import LlamaConfig
+
+    cfg = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, num_labels=2)
+    cfg.architectures = ["LlamaForSequenceClassification"]
+    cfg.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["LlamaForSequenceClassification"]
+    with pytest.raises(ComponentError, match="num_labels=2"):
+        resolve_rewards([{"name": "reward_model", "model": str(tmp_path)}])

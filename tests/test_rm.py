@@ -156,3 +156,48 @@ def test_a_datasets_source_reads_the_same_pairs_as_the_jsonl(tmp_path, monkeypat
     assert got[2].margin == 2.0 and got[0].chosen[-1] == {"role": "assistant", "content": "good 0"}
     with pytest.raises(ValueError, match=r"data.dataset '.*missing' \(split 'train'\): could not load it"):
         read_dataset_pairs(str(tmp_path / "missing"), None, "train")
+
+
+@pytest.mark.parametrize("line, match", [
+    ({"prompt": "p", "chosen": "x", "rejected": "x"}, "chosen and rejected are identical: the pair carries no preference"),
+    # the same text after formatting: a string response is the assistant turn a message list states
+    ({"prompt": "p", "chosen": "x", "rejected": [{"role": "assistant", "content": "x"}]}, "chosen and rejected are identical"),
+    ({"prompt": "p", "chosen": "", "rejected": "y"}, "'chosen' is empty"),
+    ({"prompt": "p", "chosen": "x", "rejected": "  "}, "'rejected' is empty"),
+    ({"prompt": "p", "chosen": "x", "rejected": "y", "extra": 1},
+     "unknown key 'extra'; allowed: prompt, chosen, rejected, margin"),
+])
+def test_useless_pairs_are_errors_naming_the_file_and_line(tmp_path, line, match):
+    from zoo.rm.data import read_jsonl_pairs
+
+    ok = {"prompt": "p", "chosen": "a", "rejected": "b"}
+    (tmp_path / "p.jsonl").write_text(json.dumps(ok) + "\n" + json.dumps(line) + "\n")
+    with pytest.raises(ValueError, match=r"p.jsonl:2: " + match):
+        read_jsonl_pairs(tmp_path / "p.jsonl")
+
+
+def test_the_keys_rm_pairs_writes_are_accepted(tmp_path):
+    from zoo.rm.data import read_jsonl_pairs
+
+    rec = {"prompt": [{"role": "user", "content": "1+1"}], "chosen": "2", "rejected": "3", "chosen_correct": True,
+           "chosen_longer": False, "question": "1+1", "answer": "2", "margin": 0.5}  # make_pairs' record + margin
+    (tmp_path / "p.jsonl").write_text(json.dumps(rec) + "\n")
+    assert read_jsonl_pairs(tmp_path / "p.jsonl")[0].margin == 0.5
+
+
+def test_held_out_pairs_seen_in_training_are_counted_in_a_warning(tmp_path, caplog):
+    from zoo.rm.data import load_pairs
+
+    train = [{"prompt": "p", "chosen": f"c{i}", "rejected": f"r{i}"} for i in range(4)]
+    held = [train[0], train[2], {"prompt": "p", "chosen": "new", "rejected": "other"}]  # 2 of 3 also trained on
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps(p) + "\n" for p in train))
+    (tmp_path / "e.jsonl").write_text("".join(json.dumps(p) + "\n" for p in held))
+    with caplog.at_level("WARNING", logger="zoo.rm.data"):
+        pairs, ev = load_pairs(PairData(path=str(tmp_path / "t.jsonl"), eval_path=str(tmp_path / "e.jsonl")), seed=0)
+    assert (len(pairs), len(ev)) == (4, 3)
+    assert "2 of 3 held-out pairs also appear in the training pairs: the held-out accuracy is not held out" in caplog.text
+    caplog.clear()
+    (tmp_path / "e.jsonl").write_text(json.dumps(held[2]) + "\n")  # disjoint: no warning
+    with caplog.at_level("WARNING", logger="zoo.rm.data"):
+        load_pairs(PairData(path=str(tmp_path / "t.jsonl"), eval_path=str(tmp_path / "e.jsonl")), seed=0)
+    assert "held-out pairs also appear" not in caplog.text

@@ -58,7 +58,8 @@ DTensor its local shard, `to_local()`); rank 0 gathers every rank's row and prin
 
 The package, a module a job: spec.py (BenchSpec, run_config), probe.py (the hooks), run.py (run_bench,
 the worker), decode.py and bound.py (the decode row and its bound), memory.py, machine.py, workers.py
-(subprocesses), compare.py (compare_memory, scan, vs_trl), plots.py (plot_scan), trl.py (TRL's side,
+(subprocesses), precheck.py (variants, rewards and the reward-model path checked before any worker;
+a failed worker's exception as one line), compare.py (compare_memory, scan, vs_trl), plots.py (plot_scan), trl.py (TRL's side,
 imported only by vs_trl and its worker), ranks.py (bench_ranks: the per-rank bench under a launcher).
 """
 from __future__ import annotations

@@ -37,7 +37,8 @@ class BenchSpec:
     lora: bool = False
     checkpointing: bool = False  # activation (gradient) checkpointing
     ignore_eos: bool = False  # every completion runs to max_new_tokens
-    autocast: str = "none"
+    autocast: str = "none"  # the concrete choice (none | bf16), `auto` resolved (resolve_bench_autocast)
+    autocast_setting: str | None = None  # what was asked: "auto" makes the run resolve it too and say why
     micro_batch: int = 8
     updates: str | None = None  # "EPOCHSxMINIBATCHES"; None: the variant's own
     sets: dict[str, Any] = field(default_factory=dict)  # slot overrides, as `zoo run --set set.X=...`
@@ -57,13 +58,17 @@ class BenchSpec:
 
 
 def parse_updates(text: str | None) -> dict[str, int] | None:
-    """"1x1" -> {"epochs": 1, "minibatches": 1}; None -> None. Raises ValueError."""
+    """"1x1" -> {"epochs": 1, "minibatches": 1}; None -> None. Raises ValueError (one line naming --updates)
+    for another form or a count below 1."""
     if text is None:
         return None
     m = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", str(text))
     if not m:
         raise ValueError(f"--updates {text!r}: expected EPOCHSxMINIBATCHES, e.g. 1x1")
-    return {"epochs": int(m.group(1)), "minibatches": int(m.group(2))}
+    epochs, minibatches = int(m.group(1)), int(m.group(2))
+    if epochs < 1 or minibatches < 1:
+        raise ValueError(f"--updates {text}: EPOCHS and MINIBATCHES must be >= 1")
+    return {"epochs": epochs, "minibatches": minibatches}
 
 
 def resolve_bench_autocast(setting: str) -> tuple[str, str]:
@@ -87,7 +92,7 @@ def run_config(spec: BenchSpec, out_dir: str | os.PathLike):
         "variant": spec.variant,
         "set": dict(spec.sets),
         "model": spec.model,
-        "model_opts": {"autocast": spec.autocast, "lora": dict(BENCH_LORA) if spec.lora else None,
+        "model_opts": {"autocast": "auto" if spec.autocast_setting == "auto" else spec.autocast, "lora": dict(BENCH_LORA) if spec.lora else None,
                        "gradient_checkpointing": spec.checkpointing},
         "task": dict(spec.task),
         "rewards": list(spec.rewards),

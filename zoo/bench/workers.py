@@ -13,6 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
+from zoo.bench.precheck import worker_error
 from zoo.bench.spec import BenchSpec
 
 
@@ -30,8 +31,8 @@ def worker_env() -> dict[str, str]:
 
 def run_worker(module: str, spec: dict[str, Any], *, log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run `python -m <module> SPEC.json OUT.json` in a fresh process (under `flock $ZOO_BENCH_LOCK`
-    when set); returns OUT's JSON. Raises RuntimeError with the end of the worker's stderr when it
-    fails."""
+    when set); returns OUT's JSON. Raises RuntimeError, one line naming the worker's label (variant,
+    mode, autocast) and the exception it ended with (`zoo.bench.precheck.worker_error`), when it fails."""
     with tempfile.TemporaryDirectory(prefix="zoo-bench-w-") as tmp:
         sp, op = Path(tmp) / "spec.json", Path(tmp) / "out.json"
         sp.write_text(json.dumps(spec))
@@ -43,8 +44,9 @@ def run_worker(module: str, spec: dict[str, Any], *, log: Callable[[str], None] 
             log(f"worker: {module} {spec.get('label', '')}")
         proc = subprocess.run(cmd, env=worker_env(), capture_output=True, text=True)
         if proc.returncode != 0 or not op.exists():
-            tail = (proc.stderr or "")[-4000:]
-            raise RuntimeError(f"benchmark worker {module} failed (exit {proc.returncode}):\n{tail}")
+            what = f"{module} {spec.get('label', '')}".strip()
+            raise RuntimeError(f"benchmark worker {what} failed (exit {proc.returncode}): "
+                               f"{worker_error(proc.stderr or '') or 'no error message'}")
         return json.loads(op.read_text())
 
 

@@ -85,8 +85,10 @@ def bench(
         fail(str(e))
     if nproc is not None and not launch.launched():
         raise typer.Exit(launch.relaunch(nproc, sys.argv[1:]))
-    autocast, why = zb.resolve_bench_autocast(autocast)
-    err.print(f"autocast {autocast}: {why}", highlight=False)
+    setting = autocast
+    autocast, why = zb.resolve_bench_autocast(setting)
+    why = f"auto: {why}" if setting == "auto" else f"--autocast {setting}"
+    err.print(f"autocast {autocast} ({why})", highlight=False)
     names = list(variants or [])
     if vs is not None and vs.lower() != "trl":
         fail(f"--vs {vs!r}: only 'trl' is supported")
@@ -123,25 +125,35 @@ def bench(
                         max_new_tokens=max_new_tokens, steps=steps, warmup=warmup, lora=bool(lora), autocast=autocast, checkpointing=checkpointing,
                         ignore_eos=ignore_eos,
                         micro_batch=micro_batch, updates=updates, sets=parse_sets(set_), seed=seed, threads=threads,
-                        strategy=strategy, backend=backends[0])
+                        strategy=strategy, backend=backends[0], autocast_setting=setting)
     if reward_model:
         spec = replace(spec, rewards=list(spec.rewards) + [{"name": "reward_model", "model": reward_model}])
+    if memory and not names:
+        names = ["ppo", "grpo", "dapo"]
+    if memory and updates is None:
+        spec = replace(spec, updates="1x1")
+    try:  # every variant and the reward model, before any worker starts
+        from zoo.bench.precheck import check_bench
+
+        if vs:  # the race runs the TRL-matched variant, one update per rollout (zoo.bench.compare.vs_trl)
+            check_bench(replace(spec, updates="1x1"), [zb.TRL_MATCHED_VARIANT])
+        else:
+            check_bench(spec, names or [spec.variant])
+    except ValueError as e:
+        fail(str(e))
     log = (lambda msg: err.print(f"[dim]{msg}[/]", highlight=False))
+    if vs:
+        from zoo.bench.trl import INSTALL_HINT, trl_available
+
+        if not trl_available():  # here, not in the try below: typer.Exit is a RuntimeError
+            fail(INSTALL_HINT)
     try:
         if vs:
-            from zoo.bench.trl import INSTALL_HINT, trl_available
-
-            if not trl_available():
-                fail(INSTALL_HINT)
             if names:
                 err.print("[yellow]note:[/] --vs trl always races the TRL-matched GRPO settings; the variant is ignored")
             res = zb.vs_trl(spec, rounds=rounds, log=log)
             show = print_vs
         elif memory:
-            if not names:
-                names = ["ppo", "grpo", "dapo"]
-            if updates is None:
-                spec = replace(spec, updates="1x1")
             modes_ = (False, True) if lora is None else (bool(lora),)
             res = zb.compare_memory(spec, names, modes_, log=log)
             show = print_memory

@@ -65,7 +65,8 @@ def print_bench(res: dict[str, Any]) -> None:
     m = res["memory"]
     console.print("memory at peak (GB): " + ", ".join(
         f"{k.removesuffix('_mb')} {_gb(m[k])}" for k in ("weights_mb", "reward_model_mb", "gradients_mb", "optimizer_mb",
-                                                         "runtime_mb", "activations_mb", "peak_mb")), highlight=False)
+                                                         "runtime_mb", "activations_mb", "peak_mb")
+        if k != "reward_model_mb" or has_reward_model(res["spec"])), highlight=False)
     met = res["metrics"]
     console.print(f"reward {_f(met.get('reward/total'), '.3f')}, completion length {_f(met.get('completion/len_mean'), '.1f')}, "
                   f"setup {res['setup_s']:.1f} s, torch threads {res['machine']['torch_threads']}, "
@@ -73,19 +74,26 @@ def print_bench(res: dict[str, Any]) -> None:
                   highlight=False)
 
 
+def has_reward_model(spec: dict[str, Any]) -> bool:
+    """Whether a bench spec (`BenchSpec` as a dict) scores with a `reward_model` reward (a model whose
+    weights are a line of the memory breakdown)."""
+    return any(isinstance(r, dict) and r.get("name") == "reward_model" for r in spec.get("rewards", []))
+
+
 def print_memory(res: dict[str, Any]) -> None:
     s = res["spec"]
     t = Table(title="Peak memory and step time per variant (each in its own process)\n"
                     f"{s['prompts']} prompts x {s['group_size']} completions, {s['max_new_tokens']} new tokens, "
                     f"autocast {s['autocast']}, micro-batch {s['micro_batch']}, updates {s['updates'] or 'per variant'}")
-    for c in ("variant", "mode", "step s", "train s", "peak GB", "weights", "reward model", "grads", "optimizer",
-              "runtime", "activations", f"vs {res.get('baseline')}"):
+    rm = has_reward_model(s)  # the "reward model" column only where a reward model is loaded
+    for c in ("variant", "mode", "step s", "train s", "peak GB", "weights", *(("reward model",) if rm else ()),
+              "grads", "optimizer", "runtime", "activations", f"vs {res.get('baseline')}"):
         t.add_column(c, justify="left" if c in ("variant", "mode") else "right")
     for r in res["rows"]:
         ratio = res["ratio_to_first"].get(r["mode"], {}).get(r["variant"])
         t.add_row(r["variant"], r["mode"], _f(r["step_s"]), _f(r["phases"].get("train")), _gb(r["peak_mb"]),
-                  _gb(r["weights_mb"]), _gb(r.get("reward_model_mb")), _gb(r["gradients_mb"]), _gb(r["optimizer_mb"]), _gb(r["runtime_mb"]),
-                  _gb(r["activations_mb"]), _f(ratio))
+                  _gb(r["weights_mb"]), *((_gb(r.get("reward_model_mb")),) if rm else ()), _gb(r["gradients_mb"]),
+                  _gb(r["optimizer_mb"]), _gb(r["runtime_mb"]), _gb(r["activations_mb"]), _f(ratio))
     console.print(t)
 
 

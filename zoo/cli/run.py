@@ -121,7 +121,7 @@ def ablate(
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads"),
     fresh: List[str] = typer.Option([], "--fresh", help="ARM: delete this arm's results and retrain it (a label like grpo-s0, or grpo for all its seeds); repeatable"),
     ray: bool = typer.Option(False, "--ray", help="each arm a Ray task with the study's `resources`, on a local Ray "
-                             "started here unless --ray-address; shared filesystem assumed (pip install 'variant-zoo[ray]')"),
+                             "started here unless --ray-address; shared filesystem assumed (pip install 'variant-zoo\\[ray]')"),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", metavar="ADDRESS",
                                               help="with --ray (implied): join this cluster, 'auto' or 'ray://head:10001'"),
 ) -> None:

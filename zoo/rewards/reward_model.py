@@ -35,13 +35,17 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 def load_reward_model(model: str, dtype: str = "float32", device: torch.device | str = "cpu") -> tuple[nn.Module, Any]:
     """(model in eval mode on `device`, tokenizer with left padding and a pad token) from an HF id or a
     local directory holding a sequence-classification checkpoint with one label.
-    Raises ValueError naming the model when it cannot be loaded or has num_labels != 1."""
+    Raises ValueError naming the model when it cannot be loaded, is a causal LM rather than a sequence
+    classifier (`checkpoint_error`, from config.json before any weight loads) or has num_labels != 1."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from zoo.load_errors import model_load_error
     from zoo.models.sources import EMBEDDED_MODEL, resolve_model
 
     src = resolve_model(model)
+    bad = checkpoint_error(src.path)  # before the weights: no load report of mismatched keys first
+    if bad:
+        raise ValueError(f"reward_model {model!r}: {bad}")
     try:
         tok = AutoTokenizer.from_pretrained(src.path)
         rm = AutoModelForSequenceClassification.from_pretrained(src.path, dtype=DTYPES[dtype])
@@ -172,9 +176,40 @@ def missing_models(specs: Sequence[Any]) -> list[str]:
     return out
 
 
+def checkpoint_error(path: Any) -> str | None:
+    """Why the checkpoint in local directory `path` is not a reward model, from its config.json alone
+    (`transformers.AutoConfig`, no weights): its `architectures` name a causal LM (...ForCausalLM) and
+    no sequence classifier, or a sequence classifier with num_labels != 1. None when it is one, or
+    when `path` is not a local directory with a config.json (an HF id, or not built yet)."""
+    from pathlib import Path
+
+    from transformers import AutoConfig
+
+    d = Path(str(path)).expanduser()
+    if not (d / "config.json").is_file():
+        return None
+    try:
+        cfg = AutoConfig.from_pretrained(str(d))
+    except (OSError, ValueError) as e:
+        return f"{d}: config.json does not load ({' '.join(str(e).split())[:200]})"
+    archs = list(getattr(cfg, "architectures", None) or [])
+    if any(a.endswith("ForSequenceClassification") for a in archs):
+        if cfg.num_labels != 1:
+            return (f"{d}: a reward model has one label (a scalar score), this checkpoint has "
+                    f"num_labels={cfg.num_labels}")
+        return None
+    if any(a.endswith("ForCausalLM") for a in archs):
+        return (f"{d} is a causal language model, not a reward model (a one-label "
+                "AutoModelForSequenceClassification): train one with `zoo rm train`")
+    return None
+
+
 def _check_reward_model(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
     if not str(params["model"]).strip():
         raise ValueError("model must name an HF id or a local directory with a reward model")
+    bad = checkpoint_error(params["model"])
+    if bad:
+        raise ValueError(bad)
     if not isinstance(params["batch_size"], int) or params["batch_size"] < 1:
         raise ValueError(f"batch_size must be an integer >= 1, got {params['batch_size']!r}")
     if params["dtype"] not in DTYPES:

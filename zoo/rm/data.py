@@ -10,6 +10,7 @@ The text is `zoo.rewards.reward_model.chat_text` of those messages: the same for
 from __future__ import annotations
 
 import json
+import logging
 import math
 import random
 from dataclasses import dataclass
@@ -18,7 +19,11 @@ from typing import Any, Mapping
 
 from zoo.rewards.reward_model import as_messages, chat_text
 
+log = logging.getLogger(__name__)
+
 KEYS = ("chosen", "rejected")
+#: the keys a pair may have (`zoo rm pairs` also writes the last four, as a record of how it was made)
+ALLOWED_KEYS = ("prompt", "chosen", "rejected", "margin", "chosen_correct", "chosen_longer", "question", "answer")
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,8 @@ class Pair:
 
 
 def _response(prompt: list[dict[str, Any]], r: Any, where: str, key: str) -> tuple[dict[str, Any], ...]:
+    if isinstance(r, str) and not r.strip() or isinstance(r, list) and not r:
+        raise ValueError(f"{where}: {key!r} is empty: a pair compares two responses")
     if isinstance(r, str):
         return tuple(prompt + [{"role": "assistant", "content": r}])
     if isinstance(r, list) and r and all(isinstance(m, Mapping) and "role" in m and "content" in m for m in r):
@@ -39,10 +46,18 @@ def _response(prompt: list[dict[str, Any]], r: Any, where: str, key: str) -> tup
                      f"got {type(r).__name__}")
 
 
-def parse_pair(row: Mapping[str, Any], where: str) -> Pair:
-    """One row -> Pair. Raises ValueError naming `where` (file:line) and the key."""
+def parse_pair(row: Mapping[str, Any], where: str, strict: bool = True) -> Pair:
+    """One row -> Pair. Raises ValueError naming `where` (file:line) and the key: a missing or empty
+    chosen/rejected, chosen identical to rejected (the same messages, so the same text: no preference),
+    and with `strict` (a JSONL file; not a `datasets` source, whose extra columns are not the user's) a
+    key not in ALLOWED_KEYS."""
     if not isinstance(row, Mapping):
         raise ValueError(f"{where}: a pair is a mapping with prompt, chosen, rejected; got {type(row).__name__}")
+    unknown = [k for k in row if k not in ALLOWED_KEYS]
+    if strict and unknown:
+        raise ValueError(f"{where}: unknown {'key' if len(unknown) == 1 else 'keys'} {', '.join(map(repr, unknown))}; "
+                         f"allowed: {', '.join(ALLOWED_KEYS[:4])} (and {', '.join(ALLOWED_KEYS[4:])}, which zoo rm "
+                         "pairs writes)")
     missing = [k for k in KEYS if k not in row]
     if missing:
         raise ValueError(f"{where}: missing {', '.join(map(repr, missing))} (a pair has prompt, chosen, rejected)")
@@ -54,8 +69,10 @@ def parse_pair(row: Mapping[str, Any], where: str) -> Pair:
     if margin is not None and (isinstance(margin, bool) or not isinstance(margin, (int, float))
                                or not math.isfinite(margin)):
         raise ValueError(f"{where}: 'margin' must be a finite number, got {margin!r}")
-    return Pair(_response(prompt, row["chosen"], where, "chosen"), _response(prompt, row["rejected"], where, "rejected"),
-                None if margin is None else float(margin))
+    chosen, rejected = _response(prompt, row["chosen"], where, "chosen"), _response(prompt, row["rejected"], where, "rejected")
+    if chosen == rejected:
+        raise ValueError(f"{where}: chosen and rejected are identical: the pair carries no preference")
+    return Pair(chosen, rejected, None if margin is None else float(margin))
 
 
 def read_jsonl_pairs(path: str | Path) -> list[Pair]:
@@ -86,13 +103,15 @@ def read_dataset_pairs(name: str, config: str | None, split: str) -> list[Pair]:
         ds = datasets.load_dataset(name, config, split=split)
     except Exception as e:  # noqa: BLE001 - datasets raises many kinds; one line naming the source
         raise ValueError(f"data.dataset {name!r} (split {split!r}): could not load it: {str(e).splitlines()[0]}") from None
-    return [parse_pair(row, f"{name}[{split}] row {i}") for i, row in enumerate(ds)]
+    return [parse_pair(row, f"{name}[{split}] row {i}", strict=False) for i, row in enumerate(ds)]
 
 
 def load_pairs(data: Any, seed: int) -> tuple[list[Pair], list[Pair]]:
     """(training pairs, held-out pairs) for a `PairData` (zoo.rm.config). Without `eval_path` the
     held-out pairs are `eval_size` pairs drawn with `seed`; raises ValueError when fewer than
-    eval_size + 1 pairs exist."""
+    eval_size + 1 pairs exist. Held-out pairs that are also training pairs (same chosen and rejected
+    messages: an eval_path repeating the training file, or repeated lines) are counted in a warning
+    (log `zoo.rm.data`)."""
     pairs = read_jsonl_pairs(data.path) if data.path else read_dataset_pairs(data.dataset, data.config, data.split)
     if data.eval_path:
         held = read_jsonl_pairs(data.eval_path)
@@ -104,7 +123,18 @@ def load_pairs(data: Any, seed: int) -> tuple[list[Pair], list[Pair]]:
         random.Random(seed).shuffle(order)
         held = [pairs[i] for i in order[:data.eval_size]]
         pairs = [pairs[i] for i in sorted(order[data.eval_size:])]
-    return pairs[:data.limit] if data.limit else pairs, held
+    pairs = pairs[:data.limit] if data.limit else pairs
+    seen = {pair_key(p) for p in pairs}
+    both = sum(pair_key(h) in seen for h in held)
+    if both:
+        log.warning("%d of %d held-out pairs also appear in the training pairs: the held-out accuracy is not held out",
+                    both, len(held))
+    return pairs, held
+
+
+def pair_key(p: Pair) -> str:
+    """A pair's chosen and rejected messages as one string (JSON): equal keys, the same comparison."""
+    return json.dumps([p.chosen, p.rejected], sort_keys=True, default=str)
 
 
 def pair_texts(tok: Any, pairs: list[Pair]) -> tuple[list[str], list[str]]:
