@@ -148,9 +148,11 @@ def sqrt_seq_kl(r: RunData) -> dict[int, float]:
 
 
 def not_shown_note(groups: list[ArmGroup]) -> str:
-    """" (not shown: dr_grpo, no kl/ref logged)" naming the arms none of whose runs has a sqrt(KL) point
-    (`sqrt_seq_kl`: no kl/ref, e.g. a variant with kl: none, or no completion/len_mean); "" if none."""
-    missing = [g.name for g in groups if not any(sqrt_seq_kl(r) for r in (g.ok_runs or g.runs))]
+    """" (not shown: dr_grpo, no kl/ref logged)" naming the arms that logged training steps but none of
+    whose runs has a sqrt(KL) point (`sqrt_seq_kl`: no kl/ref, e.g. a variant with kl: none); "" if none.
+    An arm without any step (failed at once, pending) is in no plot and not named."""
+    missing = [g.name for g in groups if any(r.series("reward/total") for r in g.ok_runs)
+               and not any(sqrt_seq_kl(r) for r in g.ok_runs)]
     return f" (not shown: {', '.join(missing)}, no kl/ref logged)" if missing else ""
 
 
