@@ -9,7 +9,7 @@ from scipy import stats as sps
 from zoo.study.intervals import (BOOTSTRAP_SEED, N_RESAMPLES, difference, estimate, iqm,
                                  probability_of_improvement, seeds_needed)
 from zoo.study.runs import ArmGroup, RunData
-from zoo.study.seed_stats import pairing_note, seed_statistics
+from zoo.study.seed_stats import ArmComparison, pairing_note, seed_statistics
 from zoo.study.stats_table import compare_rows, stats_rows
 
 
@@ -209,7 +209,7 @@ def test_verdicts_from_fewer_than_5_pairs_are_marked_indicative():
     assert difference({0: 0.4, 1: 0.2}, {0: 0.5, 1: 0.5}, paired=True).verdict == "lower† (n < 5: indicative)"
     five = difference({s: 0.6 + 0.01 * s for s in range(5)}, {s: 0.5 for s in range(5)}, paired=True)
     assert five.verdict == "higher"
-    header, rows = compare_rows([__import__("zoo.study.seed_stats", fromlist=["x"]).ArmComparison("m", "a", "b", two)])
+    header, rows = compare_rows([ArmComparison("m", "a", "b", two)])
     assert dict(zip(header, rows[0]))["verdict"] == "higher† (n < 5: indicative)"
 
 

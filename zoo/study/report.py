@@ -12,8 +12,8 @@ counted, and each problem is a warning naming the file (terminal and report.md).
 final numbers come from its summary.json (written once at the end), not from the last metrics line.
 
 Runs whose labels differ only by the `-s<seed>` suffix form one arm: numbers in the side-by-side
-table are mean +- sample std (n-1) over its seeds that did not fail; the statistics tables give the
-IQM with a 95% bootstrap interval per metric and each arm against the baseline arm (study.json's
+table are mean +- sample std (n-1) over its seeds that did not fail; the statistics tables, over its
+finished seeds only (the others named under Warnings: zoo.study.left_out), give the IQM with a 95% bootstrap interval per metric and each arm against the baseline arm (study.json's
 `baseline`, default the first arm) paired by seed (zoo.study.seed_stats); curves are the mean over
 seeds with a 95% bootstrap band of the mean.
 Output: `report.md`, `report.json` (the statistics, for scripts: `zoo report --json`), `plots/*.png`
