@@ -234,13 +234,39 @@ def test_sqrt_kl_axis_and_proxy_gold_plot(study):
     assert plots.sqrt_seq_kl(run)[1] == 0.0
     md = report.write_report(study, console=Console(file=io.StringIO())).read_text()
     assert "proxy_gold_vs_sqrt_kl.png" not in md  # no gold reward logged: no reward-hacking plot
-    for label in RUNS:  # now every run logs a gold reward next to the proxy
+    for label in RUNS:  # now every run logs a gold reward next to the proxy; dapo (as kl: none) no kl/ref
         p = study / label / "metrics.jsonl"
         recs = [json.loads(line) for line in p.read_text().splitlines()]
         for rec in recs:
             if "reward/total" in rec:
                 rec["gold/correctness"] = 0.5 - rec["kl/ref"]
+                if label.startswith("dapo"):
+                    del rec["kl/ref"]
         p.write_text("".join(json.dumps(r) + "\n" for r in recs))
     md = report.write_report(study, console=Console(file=io.StringIO())).read_text()
     assert "plots/proxy_gold_vs_sqrt_kl.png" in md
+    # dapo has no point there, and the title says so (ppo failed before a step: in no plot, not named)
+    assert "## Proxy and gold reward vs sqrt(KL to reference) (not shown: dapo, no kl/ref logged)\n" in md
     assert (study / "plots" / "proxy_gold_vs_sqrt_kl.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_a_killed_seed_is_listed_but_left_out_of_the_statistics(study):
+    """grpo-s1 killed after step 1 of 4 (steps 0-1 logged, summary.json still 'running'): the table
+    keeps it ("1 finished, 1 unfinished"), the statistics use grpo-s0 only (final reward 0.4, eval
+    after 0.50, not grpo-s1's before-training 0.35), and report.md, report.json and the terminal say why."""
+    d = study / "grpo-s1"
+    recs = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs[:3]))  # before-eval, steps 0, 1
+    (d / "summary.json").write_text(json.dumps({"status": "running", "steps": 0,
+                                                "eval/before": {"eval/greedy_acc": 0.35}}))
+    out = io.StringIO()
+    md = report.write_report(study, console=Console(file=out, width=200)).read_text()
+    msg = "grpo-s1 unfinished at step 1 of 4: left out of the statistics"
+    assert "1 finished, 1 unfinished" in _row(md, "grpo")[2]
+    assert f"- {msg}" in md.split("## Warnings", 1)[1] and f"warning: {msg}" in out.getvalue()
+    js = json.loads((study / "report.json").read_text())
+    assert js["left_out"][0] == {"arm": "grpo", "run": "grpo-s1", "status": "unfinished", "step": 1, "steps": 4,
+                                 "message": msg}
+    vals = {(s["metric"], s["arm"]): s["values"] for s in js["stats"]}
+    assert vals[("final reward", "grpo")] == {"0": 0.4} and vals[("eval accuracy", "grpo")] == {"0": 0.5}
+    assert vals[("final reward", "dapo")] == {"0": 0.3, "1": 0.5}

@@ -9,7 +9,7 @@ from scipy import stats as sps
 from zoo.study.intervals import (BOOTSTRAP_SEED, N_RESAMPLES, difference, estimate, iqm,
                                  probability_of_improvement, seeds_needed)
 from zoo.study.runs import ArmGroup, RunData
-from zoo.study.seed_stats import pairing_note, seed_statistics
+from zoo.study.seed_stats import ArmComparison, pairing_note, seed_statistics
 from zoo.study.stats_table import compare_rows, stats_rows
 
 
@@ -34,7 +34,7 @@ def test_paired_difference_interval_verdict_and_probability_of_improvement():
     # bootstrap means of 3 draws from {0.5, 0.5, 1.5}: P(all 0.5) = 8/27 > 2.5% and P(all 1.5) = 1/27 > 2.5%,
     # so the 2.5% and 97.5% percentiles are 0.5 and 1.5: the interval excludes 0
     assert (d.low, d.high) == (pytest.approx(0.5), pytest.approx(1.5))
-    assert d.verdict == "higher"
+    assert d.verdict == "higher† (n < 5: indicative)"  # 3 pairs: the interval is about [min d, max d]
     # P(arm > base) over the 9 pairs: 1 beats 0.5; 2 beats 0.5, 1.5; 4 beats all three -> 6/9
     assert d.p_improve == pytest.approx(6 / 9)
     assert probability_of_improvement([1.0], [1.0]) == 0.5  # a tie counts 1/2
@@ -140,3 +140,135 @@ def test_stats_tables_wrap_in_a_narrow_terminal_and_never_cut_a_cell():
     text = buf.getvalue()
     assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
     assert "[-0.20" in text and "0.000]" in text  # the interval folded over lines, not cut
+
+
+def _killed(label, seed, totals, steps, evals=()):
+    """A run killed mid-training: metrics up to len(totals) of `steps`, no final summary."""
+    recs = [{"step": i + 1, "reward/total": t} for i, t in enumerate(totals)] + list(evals)
+    return RunData(label, None, recs, {"status": "running", "steps": 0},
+                   {"seed": seed, "budget": {"steps": steps, "group_size": 4, "prompts_per_step": 4}, "task": {"name": "t"}},
+                   seed, "unfinished")
+
+
+def test_unfinished_seed_is_left_out_of_the_statistics_and_named():
+    """grpo-s1 was killed at step 2 of 3 with reward 0.9 there: the final-reward IQM is over s0 and s2
+    only, (0.4 + 0.6) / 2 = 0.5 (with s1's 0.9 it would be 0.633); its before-training eval (0.25, the
+    only eval record) is not its 'after' eval."""
+    from zoo.study.left_out import left_out
+    from zoo.study.stats import eval_acc
+
+    before = {"step": 0, "eval/greedy_acc": 0.25, "eval/phase": 0.0}
+    killed = _killed("grpo-s1", 1, [0.3, 0.9], steps=3, evals=[before])
+    g = ArmGroup("grpo", [_run("grpo-s0", 0, 4, [0.1, 0.2, 0.4]), killed, _run("grpo-s2", 2, 4, [0.2, 0.3, 0.6])])
+    stats, comps, warning = seed_statistics([g])
+    final = next(s for s in stats if s.metric == "final reward")
+    assert final.values == {0: 0.4, 2: 0.6} and final.estimate.iqm == pytest.approx(0.5)
+    assert eval_acc(killed, "after") is None and eval_acc(killed, "before") == 0.25
+    unmarked = _killed("x-s0", 0, [0.3], steps=3, evals=[{"step": 1, "eval/greedy_acc": 0.5}])  # a mid-training eval
+    assert eval_acc(unmarked, "after") is None
+    assert [x.message for x in left_out([g])] == ["grpo-s1 unfinished at step 2 of 3: left out of the statistics"]
+    pending = RunData("grpo-s3", None, [], {}, {}, 3, "pending")
+    assert left_out([ArmGroup("grpo", [pending])])[0].message == "grpo-s3 pending before its first step: left out of the statistics"
+
+
+def test_a_baseline_without_finished_runs_warns():
+    base = ArmGroup("grpo", [_killed("grpo-s0", 0, [0.1], steps=3)])
+    other = ArmGroup("dapo", [_run("dapo-s0", 0, 4, [0.2, 0.3])])
+    stats, comps, warning = seed_statistics([base, other], baseline="grpo")
+    assert comps == [] and warning == ("baseline arm grpo has no finished run (grpo-s0 unfinished): "
+                                       "no comparisons against the baseline")
+
+
+def test_rounding_noise_is_a_zero_difference_and_huge_counts_print_short():
+    """Per-seed values of two arms whose exact differences (-1, -1, -1, 3, 0)/320 sum to 0, read back
+    from float32 metrics (a fresh user's study): their mean is 2.98e-09, not 0, and n = 7.85 sigma^2 /
+    delta^2 was 25889815944021. |delta| <= 1e-6 * 0.78 is rounding: seeds_needed inf, JSON null."""
+    from zoo.study.seed_stats import ArmComparison, to_json
+    from zoo.study.stats_table import fmt_seeds_needed
+
+    base = {0: 0.7250000387430191, 1: 0.78125, 2: 0.7281250208616257, 3: 0.7218749821186066, 4: 0.7250000387430191}
+    arm = {0: 0.7218750417232513, 1: 0.7781250029802322, 2: 0.7250000238418579, 3: 0.731249988079071, 4: 0.7250000387430191}
+    d = difference(arm, base, paired=True)
+    assert 0 < d.delta < 1e-8 and math.isinf(d.seeds_needed) and d.verdict == "not distinguishable at this budget"
+    js = to_json([], [ArmComparison("m", "a", "b", d)], "b")["comparisons"][0]["diff"]
+    assert (js["seeds_needed"], js["seeds_needed_note"]) == (None, "delta is 0")
+    # a real (if small) difference is not noise: d = 0.001, 0.002 -> mean 0.0015, sd 0.000707:
+    # n = 7.849 * 5e-7 / 2.25e-6 = 1.74 -> 2
+    small = difference({0: 0.501, 1: 0.502}, {0: 0.5, 1: 0.5}, paired=True)
+    assert small.seeds_needed == 2
+    assert fmt_seeds_needed(25889815944021) == "> 10^6" and fmt_seeds_needed(1e6) == "1000000"
+    assert fmt_seeds_needed(math.inf) == "∞" and fmt_seeds_needed(None) == "-"
+
+
+def test_verdicts_from_fewer_than_5_pairs_are_marked_indicative():
+    """2 pairs with d = 0.1, 0.3: the percentile interval is [0.1, 0.3] (every resample mean lies in it),
+    which two positive differences give with chance 1/4 under no effect: "higher†"; 5 pairs: "higher"."""
+    two = difference({0: 0.6, 1: 0.8}, {0: 0.5, 1: 0.5}, paired=True)
+    assert (two.low, two.high) == (pytest.approx(0.1), pytest.approx(0.3))
+    assert two.verdict == "higher† (n < 5: indicative)"
+    assert difference({0: 0.4, 1: 0.2}, {0: 0.5, 1: 0.5}, paired=True).verdict == "lower† (n < 5: indicative)"
+    five = difference({s: 0.6 + 0.01 * s for s in range(5)}, {s: 0.5 for s in range(5)}, paired=True)
+    assert five.verdict == "higher"
+    header, rows = compare_rows([ArmComparison("m", "a", "b", two)])
+    assert dict(zip(header, rows[0]))["verdict"] == "higher† (n < 5: indicative)"
+
+
+def test_baseline_names_are_checked_with_hints():
+    from zoo.config.variant import VariantError
+    from zoo.study import experiment
+    from zoo.study.baseline_check import check_baseline
+
+    with pytest.raises(VariantError, match=r"'grpo-s0' is not an arm .*; drop the seed suffix: baseline: grpo "):
+        check_baseline("grpo-s0", ["grpo", "dr_grpo"], "s.yaml")
+    with pytest.raises(VariantError, match=r"'grpoo' is not an arm .* \(did you mean 'grpo'\?\)"):
+        check_baseline("grpoo", ["grpo", "dr_grpo"], "s.yaml")
+    check_baseline("grpo", ["grpo"], "s.yaml")  # an arm: no error
+    study = {"variants": ["grpo"], "sweep": {"optim.lr": [1e-5, 1e-4]}, "output_dir": "/tmp/x"}
+    with pytest.raises(VariantError, match=r"key 'baseline': 'grpo' is not an arm .*one sweep point's arm: "
+                                           r"grpo-optim.lr=1e-05 or grpo-optim.lr=0.0001"):
+        experiment.parse_study({**study, "baseline": "grpo"}, "s.yaml")
+    assert experiment.parse_study({**study, "baseline": "grpo-optim.lr=0.0001"}, "s.yaml").baseline == "grpo-optim.lr=0.0001"
+    assert {a.group for a in experiment.expand_arms(experiment.parse_study(study, "s.yaml"))} == {
+        "grpo-optim.lr=1e-05", "grpo-optim.lr=0.0001"}  # the names the check accepts are the arms' names
+
+
+def test_column_groups_fit_the_room():
+    from zoo.study.console_fit import column_groups
+
+    # widths [4, 5, 5, 5], each + 3: the arm (7) + one column (8) = 15, + another = 23
+    assert column_groups([4, 5, 5, 5], 20) == [[1], [2], [3]]
+    assert column_groups([4, 5, 5, 5], 23) == [[1, 2], [3]]
+    assert column_groups([4, 5, 5, 5], 1000) == [[1, 2, 3]]
+    assert column_groups([4, 50, 5], 20) == [[1], [2]]  # too wide alone: its own group, folded
+    assert column_groups([4, 4, 5, 5], 30, keep=2) == [[2, 3]] and column_groups([4, 4, 5, 5], 22, keep=2) == [[2], [3]]
+
+
+def test_side_by_side_table_in_80_columns_keeps_arms_whole_and_cuts_nothing():
+    """16 columns of "0.376 ± 0.066" need ~230 columns: an 80-column terminal gets column groups, each
+    with the arm column; piped (not a terminal) the table is one block, every row on one line."""
+    import io
+
+    from rich.console import Console
+
+    from zoo.study.report import print_table
+
+    header = ["arm", "seeds", "status", "final reward", "best reward", "mean reward 1st → 2nd half",
+              "final reward/correctness", "accuracy", "eval greedy before → after", "time/step (s)",
+              "peak mem (MB)", "group_size", "updates", "lr", "max_new_tokens"]
+    cells = ["0,1,2,3,4", "finished", "0.376 ± 0.066", "0.438 ± 0.054", "0.383 ± 0.040 → 0.379 ± 0.030",
+             "0.025 ± 0.056", "0.025 ± 0.056", "0.000 ± 0.000 → 0.025", "0.11 ± 0.01", "492 ± 0", "4", "1x1",
+             "0.001", "16"]
+    rows = [["grpo", *cells], ["mo_grpo_with_a_long_name", *cells]]
+    buf = io.StringIO()
+    print_table("s", header, rows, Console(file=buf, width=80, force_terminal=True, color_system=None))
+    text = buf.getvalue()
+    lines = text.splitlines()
+    assert "…" not in text and max(len(x) for x in lines) <= 80
+    n_groups = sum(1 for x in lines if x.lstrip().startswith("arm "))
+    assert n_groups > 1 and sum("mo_grpo_with_a_long_name" in x for x in lines) == n_groups  # whole, in each group
+    for c in cells:  # every number whole somewhere (not split mid-digit)
+        assert all(w in text for w in c.split()), c
+    buf = io.StringIO()
+    print_table("s", header, rows, Console(file=buf, width=80))  # a log file: not a terminal
+    line = next(x for x in buf.getvalue().splitlines() if "mo_grpo_with_a_long_name" in x)
+    assert "…" not in buf.getvalue() and all(c in line for c in cells)

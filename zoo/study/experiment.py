@@ -39,6 +39,7 @@ from zoo.config.run import RunConfig, parse_run_config, set_dotted
 from zoo.config.overrides import OverrideError, apply_dotted, did_you_mean
 from zoo.config.schema import Strict
 from zoo.config.schema import format_validation
+from zoo.study.baseline_check import check_baseline
 from zoo.study.study_checks import PER_ARM_KEYS, duplicate_sweep_arms
 from zoo.config.variant import VariantError, read_yaml_file
 
@@ -165,9 +166,8 @@ def _check_structure(st: Study, where: str, explicit_variant: bool) -> None:
             raise VariantError(f"{where}: key 'sweep.{key}': needs at least one value")
         route_key(key, f"{where}: key 'sweep.{key}'")
     bases = [*(_base_name(v) for v in st.variants), *st.ablations]
-    if st.baseline is not None and not st.sweep and st.baseline not in bases:
-        raise VariantError(f"{where}: key 'baseline': {st.baseline!r} is not an arm of this study "
-                           f"(known: {', '.join(bases)})")
+    names = [b + "".join(f"-{k}={fmt_value(v)}" for k, v in p.items()) for b in bases for p in sweep_points(st)]
+    check_baseline(st.baseline, names, where)  # with a sweep: the full arm name, as expand_arms labels it
 
 
 def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Study:

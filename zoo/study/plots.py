@@ -147,6 +147,15 @@ def sqrt_seq_kl(r: RunData) -> dict[int, float]:
     return {s: math.sqrt(max(v, 0.0) * length[s]) for s, v in kl.items() if s in length}
 
 
+def not_shown_note(groups: list[ArmGroup]) -> str:
+    """" (not shown: dr_grpo, no kl/ref logged)" naming the arms that logged training steps but none of
+    whose runs has a sqrt(KL) point (`sqrt_seq_kl`: no kl/ref, e.g. a variant with kl: none); "" if none.
+    An arm without any step (failed at once, pending) is in no plot and not named."""
+    missing = [g.name for g in groups if any(r.series("reward/total") for r in g.ok_runs)
+               and not any(sqrt_seq_kl(r) for r in g.ok_runs)]
+    return f" (not shown: {', '.join(missing)}, no kl/ref logged)" if missing else ""
+
+
 def make_plots(groups: list[ArmGroup], out: Path) -> list[tuple[str, Path]]:
     """Every plot with data: (title, png path)."""
     rk = reward_keys(r for g in groups for r in g.runs)
@@ -176,7 +185,7 @@ def make_plots(groups: list[ArmGroup], out: Path) -> list[tuple[str, Path]]:
     ]
     gold = [(k, t) for k, t in mech if k.startswith("gold/")]
     if gold:  # reward hacking: proxy (the trained rewards) and gold against the distance from the reference
-        made.append(("Proxy and gold reward vs sqrt(KL to reference)",
+        made.append(("Proxy and gold reward vs sqrt(KL to reference)" + not_shown_note(groups),
                      plot_curves(groups, rpanels + gold, out / "proxy_gold_vs_sqrt_kl.png",
                                  "sqrt(KL to reference per completion) (sqrt nats)", sqrt_seq_kl, scatter=True)))
     return [(t, p) for t, p in made if p is not None]

@@ -12,8 +12,8 @@ counted, and each problem is a warning naming the file (terminal and report.md).
 final numbers come from its summary.json (written once at the end), not from the last metrics line.
 
 Runs whose labels differ only by the `-s<seed>` suffix form one arm: numbers in the side-by-side
-table are mean +- sample std (n-1) over its seeds that did not fail; the statistics tables give the
-IQM with a 95% bootstrap interval per metric and each arm against the baseline arm (study.json's
+table are mean +- sample std (n-1) over its seeds that did not fail; the statistics tables, over its
+finished seeds only (the others named under Warnings: zoo.study.left_out), give the IQM with a 95% bootstrap interval per metric and each arm against the baseline arm (study.json's
 `baseline`, default the first arm) paired by seed (zoo.study.seed_stats); curves are the mean over
 seeds with a 95% bootstrap band of the mean.
 Output: `report.md`, `report.json` (the statistics, for scripts: `zoo report --json`), `plots/*.png`
@@ -28,7 +28,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from zoo.study.console_fit import print_fitted, wide_if_piped
 from zoo.study.fingerprint import mixed_keys, read_record
+from zoo.study.left_out import left_out
+from zoo.study.left_out import to_json as left_out_json
 from zoo.study.plots import make_plots
 from zoo.study.runs import ArmGroup, ReportError, RunData, discover, group_runs
 from zoo.study.seed_stats import seed_statistics, to_json
@@ -55,14 +58,20 @@ STATS_TEXT = ("Each run gives one number per metric; over an arm's seeds the tab
 COMPARE_TEXT = ("Each arm minus the baseline arm `{base}`: the mean of the per-seed differences (paired by seed: the arms "
                 "drew the same prompts at each seed and step), its 95% bootstrap interval, the probability of improvement "
                 "P(arm > baseline) over all pairs of runs, and the seeds a difference of this size needs for 80% power "
-                "at the observed spread, n = (z_0.975 + z_0.8)² σ_d² / δ². *not distinguishable at this budget*: the "
-                "interval holds 0.")
+                "at the observed spread, n = (z_0.975 + z_0.8)² σ_d² / δ² (∞ when δ is 0 or rounding noise, "
+                "|δ| ≤ 1e-6 max(1, max |value|), below float32 resolution). *not distinguishable at this budget*: "
+                "the interval holds 0. *higher† / lower† (n < 5: indicative)*: from fewer than 5 pairs the interval "
+                "is about the range of the differences (with 2 pairs exactly [min d, max d], so two positive "
+                "differences read higher with chance 1/4 when there is no effect): a hint, not a result. Only "
+                "finished runs count (see Warnings).")
 
 
 def markdown(name: str, header: list[str], rows: list[list[str]], plots: list[tuple[str, Path]],
-             runs: list[RunData], base: Path, stats: tuple[Any, Any, str, str] | None = None) -> str:
+             runs: list[RunData], base: Path, stats: tuple[Any, Any, str, str] | None = None,
+             notes: list[str] | None = None) -> str:
     """report.md text: the table, the statistics over seeds (`stats`: (stats table, comparison table,
-    baseline name, warning)), the plots (relative links) and the failed runs."""
+    baseline name, warning)), the plots (relative links), the warnings (the runs' own, then `notes`:
+    the runs left out of the statistics and the baseline's) and the failed runs."""
     lines = [f"# Study `{name}`", "",
              f"{len(rows)} arm(s), {len(runs)} run(s); generated {time.strftime('%Y-%m-%d %H:%M:%S')}.", "",
              "Numbers are mean ± sample std (n−1) over the seeds that did not fail; *final* is the last "
@@ -79,7 +88,7 @@ def markdown(name: str, header: list[str], rows: list[list[str]], plots: list[tu
             lines += ([f"Warning: {_md_cell(warning)}", ""] if warning else []) + _md_table(ch, crows)
     for title, p in plots:
         lines += ["", f"## {title}", "", f"![{title}]({p.relative_to(base).as_posix()})"]
-    warned = [w for r in runs for w in r.warnings]
+    warned = [w for r in runs for w in r.warnings] + list(notes or [])
     if warned:
         lines += ["", "## Warnings", ""] + [f"- {_md_cell(w)}" for w in warned]
     failed = [r for r in runs if r.status == "failed"]
@@ -99,52 +108,34 @@ SHORT = {"final reward": "final R", "best reward": "best R", "mean reward 1st �
 
 def print_table(name: str, header: list[str], rows: list[list[str]], console: Any = None) -> None:
     """The side-by-side table in the terminal (rich, short headers; errors listed below the table).
-    Without a console: a rich Console at least 200 columns wide when stdout is not a terminal."""
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
-
-    if console is None:
-        console = Console()
-    if not console.is_terminal:  # a log file or pipe: do not squeeze the table to 80 columns
-        console = Console(file=console.file, width=max(console.width, 200))
-    t = Table(title=f"study {name}", box=box.SIMPLE_HEAD, pad_edge=False)
-    for i, h in enumerate(header):
-        t.add_column(SHORT.get(h, h.replace("final reward/", "final ")), style="bold cyan" if i == 0 else None,
-                     no_wrap=True, min_width=max(len(r[0]) for r in rows) if i == 0 and rows else None)
+    Never cuts a cell with "…": a console that is not a terminal gets PIPE_WIDTH columns; a terminal
+    narrower than the table gets it in column groups that fit (zoo.study.console_fit.column_groups),
+    the arm column whole in each, other cells folded between words if they must."""
+    console = wide_if_piped(console)
     status_col = header.index("status")
-    errors = []
+    errors, cells = [], []
     for row in rows:
-        cells = list(row)
-        if ": " in cells[status_col]:
-            cells[status_col], err = cells[status_col].split(": ", 1)
+        row = list(row)
+        if ": " in row[status_col]:
+            row[status_col], err = row[status_col].split(": ", 1)
             errors.append(f"{row[0]}: {err}")
-        t.add_row(*cells)
-    console.print(t)
+        cells.append(row)
+    titles = [SHORT.get(h, h.replace("final reward/", "final ")) for h in header]
+    print_fitted(console, f"study {name}", titles, cells)
     for e in errors:
         console.print(f"[red]failed[/] {e}", highlight=False)
 
 
 def print_stats(tables: tuple[Any, Any, str, str], console: Any = None) -> None:
     """The statistics over seeds and the comparisons against the baseline in the terminal (rich)."""
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
-
-    console = console or Console()
-    if not console.is_terminal:  # as print_table: a log file or pipe gets the whole width
-        console = Console(file=console.file, width=max(console.width, 200))
+    console = wide_if_piped(console)  # as print_table: a log file or pipe gets the whole width
     (sh, srows), (ch, crows), base_name, warning = tables
     for title, header, rows in (("IQM and 95% bootstrap CI over seeds", sh, srows),
                                 (f"against the baseline {base_name}", ch, crows)):
         if not rows:
             continue
-        t = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
-        for h in header:
-            t.add_column(h, overflow="fold")  # a narrow terminal wraps a cell, never cuts it with "…"
-        for r in rows:
-            t.add_row(*r)
-        console.print(t)
+        # a narrow terminal gets column groups with metric and arm repeated, cells folded between words
+        print_fitted(console, title, header, rows, keep=2)
     if warning:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
 
@@ -177,17 +168,20 @@ def write_report(study_dir: Path | str, console: Any = None) -> Path:
     st, comps, warning = seed_statistics(groups, read_json(study_dir / "study.json").get("baseline"))
     base_name = comps[0].baseline if comps else (groups[0].name if groups else None)
     tables = (stats_rows(st), compare_rows(comps), base_name, warning)
+    dropped = left_out(groups)
+    notes = [x.message for x in dropped] + ([warning] if warning else [])
     out = study_dir / "report.md"
-    out.write_text(markdown(name, header, rows, plots, runs, study_dir, tables), encoding="utf-8")
+    out.write_text(markdown(name, header, rows, plots, runs, study_dir, tables, notes), encoding="utf-8")
     arms = [{"arm": g.name, "seeds": [r.seed for r in g.runs], "status": [r.status for r in g.runs]} for g in groups]
-    (study_dir / "report.json").write_text(json.dumps({"study": name, "arms": arms, **to_json(st, comps, base_name)},
+    (study_dir / "report.json").write_text(json.dumps({"study": name, "arms": arms, **to_json(st, comps, base_name),
+                                                       "left_out": left_out_json(dropped), "warnings": notes},
                                                       indent=1), encoding="utf-8")
     print_table(name, header, rows, console)
     print_stats(tables, console)
-    if any(r.warnings for r in runs):
+    if any(r.warnings for r in runs) or dropped:
         from rich.console import Console
         from rich.markup import escape
 
-        for w in (w for r in runs for w in r.warnings):
+        for w in [w for r in runs for w in r.warnings] + [x.message for x in dropped]:
             (console or Console(stderr=True)).print(f"[yellow]warning:[/] {escape(w)}", highlight=False, soft_wrap=True)
     return out

@@ -10,6 +10,7 @@ bootstrap interval; for each arm against the study's baseline, the difference pa
     <diagnostic>          the mean over the run's steps of each diagnostic it logged (adv/corr/*,
                           completion/len_correct, len_incorrect, len_reward_corr, gold/*)
 
+Only finished runs count (zoo.study.left_out): a run killed mid-training has no final numbers.
 Pairing by seed holds when both arms drew the same prompts at each (seed, step): the same task,
 prompts_per_step and group size. Otherwise the arms are compared as independent samples and the
 report says why.
@@ -22,6 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 from zoo.study.intervals import Difference, Estimate, difference, estimate
+from zoo.study.left_out import finished_runs
 from zoo.study.runs import ArmGroup, RunData
 from zoo.study.stats import eval_acc, reward_keys
 from zoo.study.table import used_values
@@ -90,10 +92,10 @@ class ArmComparison:
 
 
 def per_seed(g: ArmGroup, fn: Callable[[RunData], float | None]) -> dict[int, float]:
-    """{seed: value} over the arm's runs that did not fail and have a finite value (seed: the run's
-    seed, else its position)."""
+    """{seed: value} over the arm's finished runs with a finite value (seed: the run's seed, else its
+    position); unfinished, failed and pending runs are left out (zoo.study.left_out)."""
     out = {}
-    for i, r in enumerate(g.ok_runs):
+    for i, r in enumerate(finished_runs(g)):
         v = fn(r)
         if v is not None and math.isfinite(v):
             out[r.seed if r.seed is not None else i] = float(v)
@@ -120,14 +122,21 @@ def pairing_note(a: ArmGroup, b: ArmGroup) -> str:
 
 
 def baseline_of(groups: list[ArmGroup], named: str | None) -> tuple[ArmGroup | None, str]:
-    """(the baseline arm, a warning or ''): the arm `named` (study.json's `baseline`), else the first."""
+    """(the baseline arm, a warning or ''): the arm `named` (study.json's `baseline`), else the first.
+    A baseline without finished runs gives no comparisons, and the warning says so."""
     if not groups:
         return None, ""
     by_name = {g.name: g for g in groups}
+    warning = ""
     if named and named not in by_name:
-        return groups[0], (f"baseline {named!r} is not an arm of this report (arms: {', '.join(by_name)}); "
-                           f"comparing against the first arm, {groups[0].name}")
-    return by_name.get(named or "", groups[0]), ""
+        warning = (f"baseline {named!r} is not an arm of this report (arms: {', '.join(by_name)}); "
+                   f"comparing against the first arm, {groups[0].name}")
+    base = by_name.get(named or "", groups[0])
+    if not finished_runs(base) and len(groups) > 1:
+        states = ", ".join(f"{r.label} {r.status}" for r in base.runs)
+        warning = "; ".join(filter(None, [warning, f"baseline arm {base.name} has no finished run ({states}): "
+                                                   "no comparisons against the baseline"]))
+    return base, warning
 
 
 def seed_statistics(groups: list[ArmGroup], baseline: str | None = None

@@ -31,17 +31,26 @@ def fmt_ms(values: Iterable[float], digits: int = 3) -> str:
 
 
 def eval_acc(run: RunData, when: str) -> float | None:
-    """Greedy eval accuracy 'before' or 'after' training: summary["eval/<when>"], else the first /
-    last eval record in metrics.jsonl."""
+    """Greedy eval accuracy 'before' or 'after' training: summary["eval/<when>"], else the eval record
+    in metrics.jsonl marked "eval/phase" 0 (before) or 1 (after), else (records without the mark) the
+    first eval record for 'before' and, only for a finished run, the last for 'after'. A run that did
+    not finish has no after-training eval: None, never its before-training or a mid-training eval."""
     d = run.summary.get(f"eval/{when}")
     if isinstance(d, dict):
         for k in ("eval/greedy_acc", "greedy_acc"):
             if isinstance(d.get(k), (int, float)):
                 return float(d[k])
-    s = run.series("eval/greedy_acc")
-    if not s:
+    evals = [r for r in run.records if isinstance(r.get("eval/greedy_acc"), (int, float))
+             and not isinstance(r.get("eval/greedy_acc"), bool) and math.isfinite(r["eval/greedy_acc"])]
+    phase = 0.0 if when == "before" else 1.0
+    marked = [r for r in evals if r.get("eval/phase") == phase]
+    if marked:
+        return float(marked[-1]["eval/greedy_acc"])
+    if not evals or any("eval/phase" in r for r in evals):  # marked records, none of this phase
         return None
-    return list(s.values())[0 if when == "before" else -1]
+    if when == "before":
+        return float(evals[0]["eval/greedy_acc"])
+    return float(evals[-1]["eval/greedy_acc"]) if run.status == "finished" else None
 
 
 def reward_keys(runs: Iterable[RunData]) -> list[str]:

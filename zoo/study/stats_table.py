@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import math
 
+from zoo.study.intervals import FEW_MARK, FEW_SEEDS
 from zoo.study.seed_stats import ArmComparison, ArmStat
 
 STATS_HEADER = ["metric", "arm", "seeds", "IQM", "95% CI"]
 COMPARE_HEADER = ["metric", "arm", "vs", "pairs", "Δ mean", "95% CI", "P(improve)", "verdict", "seeds for 80% power"]
 NO_INTERVAL = "1 seed: no interval"
-FEW_SEEDS = 5  # below this many seeds an interval is marked FEW_MARK (report.STATS_TEXT says why)
-FEW_MARK = "†"
+# FEW_SEEDS, FEW_MARK (zoo.study.intervals): below FEW_SEEDS seeds an interval is marked FEW_MARK
+# (report.STATS_TEXT says why) and so is a "higher" / "lower" verdict
+MANY_SEEDS = 10 ** 6  # seeds_needed above this prints as "> 10^6" (report.json keeps the number)
 
 
 def fmt(v: float | None, digits: int = 3) -> str:
@@ -27,6 +29,15 @@ def fmt_ci(low: float | None, high: float | None, n: int, digits: int = 3) -> st
     return f"[{low:.{digits}f}, {high:.{digits}f}]" + (FEW_MARK if n < FEW_SEEDS else "")
 
 
+def fmt_seeds_needed(n: float | None) -> str:
+    """"-" (no estimate), "∞" (delta 0 or rounding noise), "> 10^6" above MANY_SEEDS, else the count."""
+    if n is None:
+        return "-"
+    if math.isinf(n):
+        return "∞"
+    return "> 10^6" if n > MANY_SEEDS else str(int(n))
+
+
 def stats_rows(stats: list[ArmStat]) -> tuple[list[str], list[list[str]]]:
     """(STATS_HEADER, one row per metric and arm): seeds used, IQM, 95% bootstrap interval."""
     rows = [[s.metric, s.arm, str(s.estimate.n), fmt(s.estimate.iqm),
@@ -41,7 +52,7 @@ def compare_rows(comps: list[ArmComparison]) -> tuple[list[str], list[list[str]]
     rows = []
     for c in comps:
         d = c.diff
-        need = "-" if d.seeds_needed is None else ("∞" if math.isinf(d.seeds_needed) else str(int(d.seeds_needed)))
+        need = fmt_seeds_needed(d.seeds_needed)
         verdict = d.verdict + (f" ({c.note})" if c.note else "")
         rows.append([c.metric, c.arm, c.baseline, f"{d.pairs}" + ("" if d.paired else " (unpaired)"),
                      fmt(d.delta), fmt_ci(d.low, d.high, d.pairs), fmt(d.p_improve, 2), verdict, need])
