@@ -104,6 +104,8 @@ def discover(study_dir: Path) -> list[RunData]:
         raise ReportError(f"{study_dir}: no such folder (expected runs/<study>)")
     marker = ("metrics.jsonl", "summary.json", "config.yaml")
     if (study_dir / "metrics.jsonl").exists():
+        logging.getLogger(__name__).warning("report %s: a run folder, not a study folder: a one-run report "
+                                            "(report.md, plots/) is written into it", study_dir)
         return [load_run(study_dir)]
     dirs = {d.name: d for d in sorted(study_dir.iterdir()) if d.is_dir() and any((d / m).exists() for m in marker)}
     own = read_json(study_dir / "study.json").get("name")
