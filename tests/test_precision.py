@@ -149,7 +149,7 @@ def test_zoo_bench_resolves_auto_prints_and_records_the_choice(cpuinfo, tiny_mod
     out = json.loads(r.stdout)
     assert out["spec"]["autocast"] == "none"  # the bench ran (and records) the resolved choice
     assert out["precision"]["autocast"] == "none" and "lacks avx512_bf16" in out["precision"]["reason"]
-    assert "autocast none: CPU lacks avx512_bf16" in " ".join((r.stderr or "").split())
+    assert "autocast none (auto: CPU lacks avx512_bf16" in " ".join((r.stderr or "").split())
 
 
 def test_zoo_bench_rejects_an_unknown_autocast():
