@@ -153,7 +153,7 @@ def test_check_study_file_unknown_variant_and_bad_override(tmp_path):
     assert not rep.ok and len(rep.errors) == 2
     assert "arm grpoo (seeds 0, 1)" in rep.errors[0] and "did you mean 'grpo'" in rep.errors[0]
     assert rep.errors[1].startswith("arm bad (seeds 0, 1):") and "eps_hgh" in rep.errors[1]
-    assert "(with ablations.bad.set: clip.eps_hgh=0.3)" in rep.errors[1]  # where the typo was written
+    assert rep.errors[1].startswith("arm bad (seeds 0, 1): ablations.bad.set: clip.eps_hgh=0.3: ")  # where the typo was written, first
 
 
 def test_bad_override_key_names_the_ablation_not_the_registry_file(tmp_path):

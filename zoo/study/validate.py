@@ -73,9 +73,9 @@ def _override_origin(msg: str, arm: Arm) -> str:
     """An override error names the registry file it was applied to; say where the override was written."""
     where = arm.origin
     out, n = re.subn(r"^\S+ \(overrides\): ", f"{where}: ", msg, count=1)
-    if n == 0 and arm.config.set:  # raised while building the overridden variant
+    if n == 0 and arm.config.set:  # raised while building the overridden variant: the user's key first
         sets = ", ".join(f"{k}={v}" for k, v in arm.config.set.items())
-        out = f"{msg} (with {where}: {sets})"
+        out = f"{where}: {sets}: {msg}"
     return out
 
 
