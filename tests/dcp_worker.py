@@ -5,6 +5,7 @@
 1. `zoo.trainer.train` on two ranks with today's data-parallel path (plain modules): per case an
    uninterrupted 3-step run (`OUT/<case>-full`) and one that crashes after step 1 (ZOO_FAIL_AT_STEP)
    and is resumed from its sharded checkpoint (`OUT/<case>-cut`); the test compares metrics.jsonl.
+   Cases: grpo full fine-tuning and ppo LoRA under ddp, grpo LoRA under fsdp (through the trainer).
 2. FSDP2: the tiny model wrapped by `fully_shard` (each decoder layer, then the root; its weights and
    AdamW states are DTensor shards), trained by a small loop of its own (LM loss on rows from a
    PromptStream plus noise from each rank's torch RNG) and checkpointed with zoo.run_checkpoint's
@@ -31,6 +32,9 @@ CASES = {  # name -> tiny_run_config overrides (3 steps, a checkpoint after ever
     "grpo-full": dict(variant="grpo", ref_reset_every=1, training={"strategy": "ddp"}),
     "ppo-lora": dict(variant="ppo", budget={"group_size": 2}, training={"strategy": "ddp"},
                      model_opts={"lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}}),
+    # FSDP2 through the trainer: LoRA adapters on frozen, sharded base weights (DTensor shards in DCP)
+    "grpo-lora-fsdp": dict(variant="grpo", training={"strategy": "fsdp"},
+                           model_opts={"lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}}),
 }
 
 
