@@ -1,5 +1,6 @@
 """Test-wide settings: nothing may reach the network, W&B stays offline, two CPU threads."""
 import os
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -76,3 +77,37 @@ def gloo_unavailable() -> str | None:
     except OSError as e:
         return f"no localhost sockets: {e}"
     return None
+
+
+TESTS = Path(__file__).resolve().parent  # tests/; its parent is the repository root
+
+
+def launch_two_ranks(script, *args: str, timeout: float = 120):
+    """`torchrun --standalone --nproc_per_node 2 SCRIPT ARGS` from the repository root: one OpenMP
+    thread per rank, the repository and tests/ importable, offline, no inherited ZOO_FAIL_AT_STEP.
+    Returns the CompletedProcess (output captured); raises subprocess.TimeoutExpired after `timeout` s."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)]),
+           "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "TOKENIZERS_PARALLELISM": "false"}
+    env.pop("ZOO_FAIL_AT_STEP", None)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script), *args]
+    return subprocess.run(cmd, env=env, cwd=TESTS.parent, capture_output=True, text=True, timeout=timeout)
+
+
+def run_two_ranks(script, *args: str, timeout: float = 120):
+    """`launch_two_ranks`, skipping the test where gloo cannot run here or the ranks outlast `timeout`,
+    and failing it with the output's tail on a non-zero exit."""
+    import subprocess
+
+    why = gloo_unavailable()
+    if why:
+        pytest.skip(why)
+    try:
+        proc = launch_two_ranks(script, *args, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.skip("two gloo processes did not finish in time on this machine")
+    if proc.returncode != 0:
+        pytest.fail(f"torchrun failed ({proc.returncode}):\n{(proc.stdout + proc.stderr)[-4000:]}")
+    return proc

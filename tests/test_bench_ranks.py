@@ -5,9 +5,6 @@ a strategy without processes. No timing asserts."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,28 +14,15 @@ from typer.testing import CliRunner
 from zoo.bench.ranks import bench_ranks, gather_rows
 from zoo.bench.spec import BenchSpec
 from zoo.cli import launch
-from conftest import gloo_unavailable
+from conftest import run_two_ranks
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 
 
 @pytest.fixture(scope="module")
 def rank_counts(tmp_path_factory):
-    why = gloo_unavailable()
-    if why:
-        pytest.skip(why)
     out = tmp_path_factory.mktemp("bench-ranks")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1",
-           "WANDB_MODE": "offline", "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           str(HERE / "bench_ranks_worker.py"), str(out)]
-    try:
-        proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    except subprocess.TimeoutExpired:
-        pytest.skip("two gloo processes did not finish in time on this machine")
-    if proc.returncode != 0:
-        pytest.fail(f"torchrun failed ({proc.returncode}):\n{(proc.stdout + proc.stderr)[-4000:]}")
+    run_two_ranks(HERE / "bench_ranks_worker.py", str(out), timeout=300)
     return {s: json.loads((out / f"{s}.json").read_text()) for s in ("ddp", "fsdp")}
 
 

@@ -3,10 +3,7 @@
 and with the model wrapped by FSDP2's `fully_shard` (DTensor shards); the files are data only; a
 resume under another world size is refused. One torchrun launch (tests/dcp_worker.py) for all."""
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,10 +12,9 @@ import torch
 
 from dcp_worker import CASES
 from test_trainer import assert_same_metrics
-from conftest import gloo_unavailable
+from conftest import run_two_ranks
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 
 
 def _records(run: Path) -> list[dict]:
@@ -40,21 +36,8 @@ def _shard_tensors(folder: Path) -> dict[str, list[tuple[list[int], torch.Tensor
 
 @pytest.fixture(scope="module")
 def dcp_runs(tmp_path_factory, tiny_model_dir):
-    why = gloo_unavailable()
-    if why:
-        pytest.skip(why)
     out = tmp_path_factory.mktemp("dcp")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)]),
-           "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "TOKENIZERS_PARALLELISM": "false"}
-    env.pop("ZOO_FAIL_AT_STEP", None)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           str(HERE / "dcp_worker.py"), str(out), str(tiny_model_dir)]
-    try:
-        proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=400)
-    except subprocess.TimeoutExpired:
-        pytest.skip("two gloo processes did not finish in time on this machine")
-    if proc.returncode != 0:
-        pytest.fail(f"torchrun failed ({proc.returncode}):\n{(proc.stdout + proc.stderr)[-4000:]}")
+    run_two_ranks(HERE / "dcp_worker.py", str(out), str(tiny_model_dir), timeout=400)
     return out
 
 

@@ -1,24 +1,14 @@
 """clip_cov / kl_cov select over the whole optimizer step on every rank: two gloo ranks holding 1 and
 4 of the 5 rows make the same update, and select the same share of tokens, as one process on all rows."""
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import gloo_unavailable
+from conftest import gloo_unavailable, launch_two_ranks
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 WORKER = HERE / "clip_cov_dist_worker.py"
-
-
-def _run(args: list[str]) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)]),
-           "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "TOKENIZERS_PARALLELISM": "false"}
-    return subprocess.run([sys.executable, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=180)
 
 
 def test_two_ranks_select_like_one_process(tmp_path):
@@ -32,7 +22,7 @@ def test_two_ranks_select_like_one_process(tmp_path):
         main(tmp_path, "single")  # one process, all rows, here (the worker sets 1 thread)
     finally:
         torch.set_num_threads(threads)
-    two = _run(["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(WORKER), str(tmp_path), "dist"])
+    two = launch_two_ranks(WORKER, str(tmp_path), "dist", timeout=180)
     if two.returncode != 0 and not (tmp_path / "report_dist0.json").exists():
         pytest.skip(f"gloo could not start here:\n{(two.stdout + two.stderr)[-2000:]}")
     assert two.returncode == 0, two.stderr[-3000:]

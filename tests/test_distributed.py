@@ -3,28 +3,18 @@ process doing the step on all rows (C2/C3 across ranks: gradients summed, normal
 step's totals on every rank), with rows of different lengths split unevenly between the ranks."""
 import json
 import math
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import gloo_unavailable
+from conftest import gloo_unavailable, launch_two_ranks
 from dist_worker import AGGREGATES, DIAG_ARGS, SHARES, build_case, correction_case, normalizer_case, run_update
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 
 
-
-
-def _launch(script: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)]),
-           "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script), *args]
-    return subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +24,7 @@ def two_ranks(tmp_path_factory, tiny_model_dir):
         pytest.skip(why)
     out = tmp_path_factory.mktemp("dist")
     try:
-        proc = _launch(HERE / "dist_worker.py", str(out), str(tiny_model_dir))
+        proc = launch_two_ranks(HERE / "dist_worker.py", str(out), str(tiny_model_dir))
     except subprocess.TimeoutExpired:
         pytest.skip("two gloo processes did not finish in time on this machine")
     if proc.returncode != 0:

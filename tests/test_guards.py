@@ -192,20 +192,14 @@ def test_guards_config_bounds():
 # ---------------------------------------------------------------- data parallel: one decision for all ranks
 def test_two_ranks_skip_together_when_only_one_has_a_nan_loss(tmp_path):
     import json
-    import os
     import subprocess
-    import sys
-    from pathlib import Path
 
     if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
         pytest.skip("torch.distributed with gloo is not available")
-    here = Path(__file__).resolve().parent
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(here.parent), str(here)]),
-           "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           str(here / "guards_dist_worker.py"), str(tmp_path)]
+    from conftest import TESTS, launch_two_ranks
+
     try:
-        proc = subprocess.run(cmd, env=env, cwd=here.parent, capture_output=True, text=True, timeout=180)
+        proc = launch_two_ranks(TESTS / "guards_dist_worker.py", str(tmp_path), timeout=180)
     except subprocess.TimeoutExpired:
         pytest.skip("two gloo processes did not finish in time on this machine")
     if proc.returncode != 0 and not (tmp_path / "guards_rank0.json").exists() and "rendezvous" in proc.stderr:

@@ -13,8 +13,7 @@ import pytest
 import torch
 
 from parallel_worker import CASES, case_name, injected_correct, run_case, run_dynamic_sampling
-from conftest import gloo_unavailable
-from test_distributed import HERE, _launch
+from conftest import TESTS as HERE, gloo_unavailable, launch_two_ranks
 
 
 def _run(strategy: str, tmp_path_factory, model_dir) -> Path:
@@ -22,7 +21,7 @@ def _run(strategy: str, tmp_path_factory, model_dir) -> Path:
     if why:
         pytest.skip(why)
     out = tmp_path_factory.mktemp(strategy)
-    proc = _launch(HERE / "parallel_worker.py", strategy, str(out), str(model_dir), timeout=600)
+    proc = launch_two_ranks(HERE / "parallel_worker.py", strategy, str(out), str(model_dir), timeout=600)
     if proc.returncode != 0:
         pytest.fail(f"torchrun ({strategy}) failed ({proc.returncode}):\n{(proc.stdout + proc.stderr)[-4000:]}")
     return out
