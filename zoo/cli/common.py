@@ -17,6 +17,8 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
+from zoo.study.console_fit import PIPE_WIDTH
+
 app = typer.Typer(
     help=(
         "Variant Zoo: RL post-training algorithms (PPO, GRPO, DAPO, MO-GRPO, ...) as named combinations of "
@@ -29,8 +31,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 # Written to a log file or a pipe (not a terminal), tables keep their width instead of rich's 80 columns,
-# which cut cells to "…"; COLUMNS still wins where set.
-console = Console() if Console().is_terminal or os.environ.get("COLUMNS") else Console(width=200)
+# which cut cells to "…" (the report's rule, zoo.study.console_fit); COLUMNS still wins where set.
+console = Console() if Console().is_terminal or os.environ.get("COLUMNS") else Console(width=PIPE_WIDTH)  # no file=: follows sys.stdout
 err = Console(stderr=True)
 
 
