@@ -1,5 +1,7 @@
 """Held-out evaluation: greedy accuracy and avg@k (mean accuracy of k samples at a fixed temperature).
 
+Completions come from a generator (`eval.backend`, by default the run's `sampling.backend`, a
+wrapper such as `noisy` through what it wraps), so every backend is evaluated with itself.
 Accuracy counts a completion correct when its `correctness` score is exactly 1 (reasoning_gym gives
 partial credit; environment.md). The training RNG is not disturbed: sampling runs under a forked RNG
 seeded with the eval seed, so every evaluation of a run sees the same prompts and noise.
@@ -10,13 +12,12 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from zoo.backends.generate.types import SamplingParams
 from zoo.rewards.compute import accuracy
-from zoo.backends.generate.hf import generate_rollout
 
 
 def evaluate(
-    model: torch.nn.Module,
-    tokenizer: Any,
+    generator: Any,
     rows: Sequence[dict],
     correctness: Callable[[list[str], list[dict]], list[float | None]],
     *,
@@ -24,21 +25,27 @@ def evaluate(
     samples: int,
     temperature: float,
     seed: int,
-    micro_batch: int = 16,
+    batch_size: int = 16,
+    device: torch.device | None = None,
 ) -> dict[str, float]:
     """{"eval/greedy_acc", "eval/avg_at_k", "eval/k", "eval/n", "eval/unscored"} on `rows` (empty rows
     -> {}). Accuracy is `zoo.rewards.accuracy`: scores == 1.0 among the scored ones; a completion the
-    reward could not score (None) is left out and counted in eval/unscored, as in training."""
+    reward could not score (None) is left out and counted in eval/unscored, as in training.
+
+    generator: a `zoo.kinds.Generator` (the run's `eval.backend`, by default its `sampling.backend`:
+    `zoo.backends.generate.backend.eval_generator`); greedy is `do_sample=False`, avg@k samples at
+    `temperature` with top-p 1 and no top-k. batch_size: rows per underlying generate call. device:
+    whose RNG is forked besides the CPU's (a CUDA device; None: the CPU's alone)."""
     if not rows:
         return {}
     prompts = [r["prompt"] for r in rows]
-    devices = [model.device] if getattr(model, "device", None) is not None and model.device.type == "cuda" else []
+    devices = [device] if device is not None and torch.device(device).type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
-        greedy = generate_rollout(model, tokenizer, prompts, group_size=1, max_new_tokens=max_new_tokens,
-                                  do_sample=False, micro_batch=micro_batch)
-        sampled = generate_rollout(model, tokenizer, prompts, group_size=samples, max_new_tokens=max_new_tokens,
-                                   temperature=temperature, micro_batch=micro_batch)
+        greedy = generator.generate(prompts, 1, SamplingParams(max_new_tokens=max_new_tokens, do_sample=False,
+                                                               micro_batch=batch_size))
+        sampled = generator.generate(prompts, samples, SamplingParams(max_new_tokens=max_new_tokens,
+                                                                      temperature=temperature, micro_batch=batch_size))
     g = correctness(greedy.texts, list(rows))
     rep = [r for r in rows for _ in range(samples)]
     s = correctness(sampled.texts, rep)

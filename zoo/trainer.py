@@ -66,6 +66,9 @@ def validate_run(cfg: RunConfig) -> tuple[Variant, list[str]]:
     gen_error = backend_error(cfg.sampling.backend)
     if gen_error:
         rep.errors.append(gen_error)
+    eval_error = backend_error(cfg.eval.backend, "eval.backend") if cfg.eval.backend is not None else None
+    if eval_error:
+        rep.errors.append(eval_error)
     try:
         rewards = [c for c, _ in resolve_rewards(cfg.rewards, cfg.plugins)]
     except ValueError as e:

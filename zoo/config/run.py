@@ -86,6 +86,9 @@ class Eval(Strict):
     temperature: float = Field(1.0, gt=0)
     seed: int = 1234
     enabled: bool = True
+    backend: Spec | None = Field(None, description="the generator evaluation samples with (registry kind `generator`, "
+                                 "like sampling.backend); null: the run's sampling.backend, a wrapper such as noisy "
+                                 "through the generator it wraps")
 
 
 class Guards(Strict):

@@ -102,6 +102,9 @@ def run_checks(cfg: RunConfig, v: V.Variant) -> list[str]:
     gen_error = backend_error(cfg.sampling.backend)
     if gen_error:
         errors.append(gen_error)
+    eval_error = backend_error(cfg.eval.backend, "eval.backend") if cfg.eval.backend is not None else None
+    if eval_error:
+        errors.append(eval_error)
     g = cfg.budget.group_size or v.group_size
     upd = cfg.budget.updates or v.updates
     n = cfg.budget.prompts_per_step * g
