@@ -89,7 +89,7 @@ def test_the_runs_evaluator_samples_with_eval_backend(backend, eval_backend, sam
     st = evaluator_state(model, tok, backend, eval_backend)
     res = evaluator(st)()
     texts = st.rewards[0][0].calls  # [greedy texts, sampled texts]
-    hf = direct_hf_texts(model, tok, batch=8)  # the eval batch: max(budget.micro_batch 2, 8)
+    hf = direct_hf_texts(model, tok, batch=st.cfg.eval.batch_size)  # eval.batch_size (16), not budget.micro_batch
     assert res["eval/n"] == 5.0 and res["eval/k"] == float(K)
     assert (texts == hf) == same_as_hf
 

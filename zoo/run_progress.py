@@ -39,7 +39,7 @@ def evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, fl
         with autocast(st.settings.autocast, st.device):
             res = evaluate(gen, rows, correctness, max_new_tokens=cfg.budget.max_new_tokens, samples=cfg.eval.samples,
                            temperature=cfg.eval.temperature, seed=cfg.eval.seed,
-                           batch_size=max(cfg.budget.micro_batch, 8), device=st.device)
+                           batch_size=cfg.eval.batch_size, device=st.device)
         strategy.release_weights(st.models.parallel)
         if announce:
             console.print("  ".join(f"{k.removeprefix('eval/')} {res[k]:.3f}" for k in ("eval/greedy_acc", "eval/avg_at_k")
