@@ -44,7 +44,8 @@ def max_change(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) 
 
 
 def needs_values(variant: str) -> bool:
-    return bool(Slots.of(load_variant(variant)).advantage.meta.get("needs_values"))
+    """Whether some component of the variant reads the critic's values (so the run builds a critic)."""
+    return Slots.of(load_variant(variant)).reads("values")
 
 
 def small_updates(variant: str, completions: int = 8) -> dict:
