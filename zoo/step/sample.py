@@ -109,7 +109,7 @@ def sample(st: RunState, hooks: Hooks = NO_HOOKS) -> tuple[Batch, dict[str, Any]
                 for i, (t, r) in enumerate(zip(b.texts, b.rows))
             ]
         local_done[0] += b.size
-        local_done[1] += float(b.lengths.sum())
+        local_done[1] += float(b.policy_tokens.sum())
         n_groups += int(len(torch.unique(b.group_ids)))
         if bool(keep.any()):
             kb = b.select(keep)
@@ -130,5 +130,5 @@ def sample(st: RunState, hooks: Hooks = NO_HOOKS) -> tuple[Batch, dict[str, Any]
 
 
 def _completion_metrics(b: Batch) -> dict[str, float]:
-    return {"completion/len_mean": float(b.lengths.float().mean()), "completion/len_max": float(b.lengths.max()),
+    return {"completion/len_mean": float(b.policy_tokens.float().mean()), "completion/len_max": float(b.policy_tokens.max()),
             "completion/truncated_frac": float(b.truncated.float().mean())}
