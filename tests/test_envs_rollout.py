@@ -38,7 +38,7 @@ def test_two_turn_layout_and_loss_mask():
     first, second = _enc(tok, CALL), _enc(tok, ANSWER) + [tok.eos_token_id]
     env = _enc(tok, "<|im_end|>\n<|im_start|>user\n<result>84</result><|im_end|>\n<|im_start|>assistant\n")
     n = len(first) + len(env) + len(second)
-    assert b.lengths.tolist() == [n]
+    assert b.lengths.tolist() == [n] and b.policy_tokens.tolist() == [len(first) + len(second)]
     assert b.completion_ids[0, :n].tolist() == first + env + second
     assert b.loss_mask[0, :n].tolist() == [True] * len(first) + [False] * len(env) + [True] * len(second)
     # the trained ids are exactly the sampled ids

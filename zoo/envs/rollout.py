@@ -5,7 +5,7 @@ Each trajectory's tokens after the prompt are, turn by turn, the sampled ids (tr
 with their `logp_rollout`) and the ids the template and the environment add (`zoo.envs.tokens`: the
 `<|im_end|>` after a stop tag, role headers, tool messages; loss mask 0, attended to). The result is
 one `Batch` whose completion is the whole conversation after the prompt: `lengths` [N] is its
-attention extent, `loss_mask` [N, T] the policy's tokens. The G trajectories of a prompt are one group.
+attention extent, `loss_mask` [N, T] the policy's tokens and `policy_tokens` [N] their count. The G trajectories of a prompt are one group.
 `texts` are the final assistant turns; each row gains `transcript` (every message) and `env_info`
 (the env's counters summed) for rewards that read them.
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import math
 from concurrent.futures import ThreadPoolExecutor, TimeoutError as FutureTimeout
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -228,11 +228,9 @@ def _batch(trajs: list[_Trajectory], tokenizer: Any, group_size: int) -> Batch:
         "env_tokens": [len(t.ids) - sum(t.trained) for t in trajs],
     }
     rows = [{**t.row, "transcript": t.messages, "env_info": dict(t.info), "env_failed": t.failed} for t in trajs]
-    extra: dict[str, Any] = {}
-    if "policy_tokens" in {f.name for f in fields(Batch)}:
-        extra["policy_tokens"] = loss.sum(1)
     return Batch(prompt_ids=prompt, prompt_mask=pmask, completion_ids=comp, loss_mask=loss,
                  group_ids=torch.arange(N) // group_size, truncated=torch.tensor([t.truncated for t in trajs]),
                  lengths=torch.tensor([len(t.ids) for t in trajs], dtype=torch.long),
                  texts=[t.text for t in trajs], rows=rows, logp_rollout=logp,
-                 extras={k: torch.tensor(v, dtype=torch.float32) for k, v in flags.items()}, **extra)
+                 extras={k: torch.tensor(v, dtype=torch.float32) for k, v in flags.items()},
+                 policy_tokens=loss.sum(1))
