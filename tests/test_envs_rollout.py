@@ -3,6 +3,7 @@ layout, loss mask, log-probs against one forward over the whole conversation, ze
 environment tokens, the flags that end a trajectory, failures."""
 import math
 import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -157,6 +158,9 @@ def test_raising_and_slow_envs_fail_only_their_trajectories(monkeypatch):
     out, n_failed = unscore_failed(b, obj, [0, 0])
     assert torch.isnan(out[2:]).all() and (out[:2] == 1).all() and n_failed == [4, 4]
     met = env_metrics(b)
+    assert not any(k.startswith("env/reward_calls") for k in met)  # not scored yet
+    met = env_metrics(replace(b, objectives=torch.tensor([[1.0], [0.0], [1.0], [1.0], [1.0], [math.nan]])))
+    assert met["env/reward_calls_1"] == 0.5 and met["env/reward_calls_0"] == 1.0 and "env/reward_calls_2plus" not in met
     assert met["env/failed_frac"] == pytest.approx(4 / 6, rel=1e-6) and met["env/timeouts"] == pytest.approx(2 / 6)
 
 

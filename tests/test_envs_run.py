@@ -60,3 +60,25 @@ def test_zoo_run_rejects_a_bad_env_before_loading_a_model(tiny_model_dir, tmp_pa
     cfg = tiny_run_config(tiny_model_dir, tmp_path / "r", task={**TASK, "env": {"name": "calculater"}})
     with pytest.raises(VariantError, match="task.env.name: env 'calculater' is not registered; did you mean 'calculator'"):
         validate_run(cfg)
+
+
+def test_resume_mid_run_with_the_calculator_matches_an_uninterrupted_run(tiny_model_dir, tmp_path, monkeypatch):
+    """Environments keep no state across steps: a resumed run's env metrics and losses are the
+    uninterrupted run's."""
+    from test_trainer import _step_records, assert_same_metrics
+    from zoo.trainer import train
+
+    kw = dict(task={**TASK, "env": {"name": "calculator", "max_turns": 2, "max_total_tokens": 200}},
+              budget={"steps": 3}, eval={"enabled": False})
+    train(tiny_run_config(tiny_model_dir, tmp_path / "full", **kw), progress=False)
+    cut = tiny_run_config(tiny_model_dir, tmp_path / "cut", **kw)
+    monkeypatch.setenv("ZOO_FAIL_AT_STEP", "2")
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train(cut, progress=False)
+    monkeypatch.delenv("ZOO_FAIL_AT_STEP")
+    ran = []
+    train(cut, resume=True, progress=False, on_step=lambda s, m: ran.append(s))
+    assert ran == [3]
+    a, b = _step_records(tmp_path / "full"), _step_records(tmp_path / "cut")
+    assert all("env/turns" in r for r in a)
+    assert_same_metrics(a, b)

@@ -35,8 +35,11 @@ def run_rollout(st: Any, generator: Any, rows: list[dict[str, Any]], group_offse
 
 def env_metrics(b: Batch) -> dict[str, float]:
     """Per-trajectory means of the env flags ({} without an env): env/turns, env/tool_calls,
-    env/tool_errors, env/timeouts, env/failed_frac, env/max_turns_frac, and env/token_frac (the
-    tokens after the prompt that the environment and template added, over all of them)."""
+    env/tool_errors, env/timeouts, env/failed_frac, env/max_turns_frac, env/token_frac (the
+    tokens after the prompt that the environment and template added, over all of them) and, once the
+    batch is scored, env/reward_calls_{0,1,2plus}: the mean raw value of the run's first reward
+    (objectives[:, 0], usually correctness) over the trajectories with that many tool calls (absent
+    when there are none)."""
     x = b.extras
     if "env_turns" not in x or b.size == 0:
         return {}
@@ -44,6 +47,13 @@ def env_metrics(b: Batch) -> dict[str, float]:
     out["env/failed_frac"] = float(x["env_failed"].float().mean())
     out["env/max_turns_frac"] = float(x["env_max_turns"].float().mean())
     out["env/token_frac"] = float(x["env_tokens"].sum()) / max(float(b.lengths.sum()), 1.0)
+    if b.objectives is not None and b.objectives.shape[1]:  # the first reward by number of tool calls
+        first = b.objectives[:, 0]
+        calls = x["env_tool_calls"].to(first.device).clamp(max=2)
+        for k, name in ((0, "0"), (1, "1"), (2, "2plus")):
+            r = first[(calls == k) & ~torch.isnan(first)]
+            if r.numel():
+                out[f"env/reward_calls_{name}"] = float(r.float().mean())
     return out
 
 
