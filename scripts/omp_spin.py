@@ -4,8 +4,8 @@ per setting (the wait policy and thread count only take effect when set before t
     python scripts/omp_spin.py                 # idle-ish, then with one CPU-bound process pinned to CPU 1
     python scripts/omp_spin.py --iters 150 --reps 3 --no-busy
 
-Prints one row per setting: median seconds over --reps runs of --iters iterations, and the 1-minute load
-average (os.getloadavg) read before each run, so a figure taken on a shared machine says how busy it was.
+Prints one row per setting: median seconds over --reps runs of --iters iterations (the settings take
+turns), and the median 1-minute load average (os.getloadavg) read before each run, so a figure taken on a shared machine says how busy it was.
 Numbers are printed, never asserted. Linux only for the busy part (`taskset`).
 """
 from __future__ import annotations
@@ -46,15 +46,21 @@ def one(threads: str, policy: str | None, iters: int) -> tuple[float, int]:
 
 
 def table(title: str, iters: int, reps: int) -> None:
-    print(f"\n{title} ({iters} iterations, median of {reps})")
+    """One row per setting; the settings take turns within each repetition, so a load that drifts
+    (a shared machine) reaches them alike."""
+    print(f"\n{title} ({iters} iterations, median of {reps}, settings interleaved)")
     print(f"{'setting':<26} {'seconds':>8} {'torch threads':>14} {'load 1m':>8}")
-    for name, threads, policy in SETTINGS:
-        loads, secs, n = [], [], 0
-        for _ in range(reps):
-            loads.append(os.getloadavg()[0])
-            s, n = one(threads, policy, iters)
-            secs.append(s)
-        print(f"{name:<26} {statistics.median(secs):8.2f} {n:14d} {statistics.median(loads):8.2f}", flush=True)
+    secs: dict[str, list[float]] = {name: [] for name, _, _ in SETTINGS}
+    loads: dict[str, list[float]] = {name: [] for name, _, _ in SETTINGS}
+    n: dict[str, int] = {}
+    for _ in range(reps):
+        for name, threads, policy in SETTINGS:
+            loads[name].append(os.getloadavg()[0])
+            s, n[name] = one(threads, policy, iters)
+            secs[name].append(s)
+    for name, _, _ in SETTINGS:
+        print(f"{name:<26} {statistics.median(secs[name]):8.2f} {n[name]:14d} {statistics.median(loads[name]):8.2f}",
+              flush=True)
 
 
 def main() -> None:
