@@ -117,3 +117,18 @@ def test_the_task_loader_ignores_the_env_key():
     spec = {"name": "reasoning_gym", "dataset": "basic_arithmetic", "size": 4, "eval_size": 2, "fewshot": 0}
     a, b = load_task(spec), load_task({**spec, "env": "calculator"})
     assert [r["question"] for r in a.train] == [r["question"] for r in b.train]
+
+
+def test_retry_asks_again_until_the_tasks_scorer_accepts():
+    from zoo.envs.base import env_spec as spec_of
+    from zoo.tasks import load_task
+
+    row = load_task({"name": "reasoning_gym", "dataset": "basic_arithmetic", "size": 1, "eval_size": 0,
+                     "fewshot": 0}).train[0]
+    env = spec_of({"env": {"name": "retry", "message": "Wrong."}}).build()
+    msgs, state = env.reset(row, 0)
+    assert msgs == row["prompt"] and msgs is not row["prompt"]
+    wrong = str(int(float(row["answer"])) + 1)
+    assert env.step(state, f"\\boxed{{{wrong}}}") == ([{"role": "user", "content": "Wrong."}], False, {"retries": 1})
+    assert env.step(state, f"\\boxed{{{row['answer']}}}") == (None, True, {"solved": 1})
+    assert env_errors({"env": {"name": "retry", "fallback": "boxed"}})[0].startswith("task.env: env 'retry': fallback")

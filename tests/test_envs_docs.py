@@ -1,4 +1,4 @@
-"""docs/extending.md §7 runs as written: the `retry` environment through the multi-turn rollout, its
+"""docs/extending.md §7 runs as written: the `try_again` environment through the multi-turn rollout, its
 run file's `task.env` validated, and the Gymnasium wrapper on a stand-in environment."""
 import sys
 
@@ -22,7 +22,7 @@ def mylab(tmp_path, monkeypatch):
     (pkg / "gym_wrap.py").write_text(blocks["gym"][1])
     monkeypatch.syspath_prepend(str(tmp_path))
     yield blocks
-    registry._REGISTRY["env"].pop("retry", None)
+    registry._REGISTRY["env"].pop("try_again", None)
     for mod in [m for m in sys.modules if m == "mylab" or m.startswith("mylab.")]:
         del sys.modules[mod]
 
@@ -31,11 +31,11 @@ def test_the_documented_env_is_short(mylab):
     assert mylab["env"][0] == "python" and len(mylab["env"][1].strip().splitlines()) < 40
 
 
-def test_the_retry_env_runs_through_the_rollout(mylab):
-    import mylab.envs  # noqa: F401  (registers retry)
+def test_the_try_again_env_runs_through_the_rollout(mylab):
+    import mylab.envs  # noqa: F401  (registers try_again)
 
     _, tok = tiny_model_and_tokenizer()
-    spec = env_spec({"env": {"name": "retry", "max_turns": 3, "message": "No. Again."}})
+    spec = env_spec({"env": {"name": "try_again", "max_turns": 3, "message": "No. Again."}})
     rows = [{"prompt": [{"role": "user", "content": "12*7?"}], "id": "0", "answer": "84"}]
     gen = ScriptedGenerator(tok, ["\\boxed{74}", "\\boxed{84}", "never reached"])
     b = rollout(gen, tok, spec.build(), spec, rows, 2, SamplingParams(max_new_tokens=32), 0)
@@ -50,9 +50,9 @@ def test_the_documented_run_file_validates(mylab):
 
     import mylab.envs  # noqa: F401
 
-    run = yaml.safe_load(next(b for b in _yaml_blocks() if "name: retry" in b))
+    run = yaml.safe_load(next(b for b in _yaml_blocks() if "name: try_again" in b))
     assert run["plugins"] == ["mylab.envs"]
-    assert env_spec(run["task"]).env == {"name": "retry", "message": "No. Again."}
+    assert env_spec(run["task"]).env == {"name": "try_again", "message": "No. Again."}
 
 
 def _yaml_blocks():
