@@ -13,6 +13,7 @@ from zoo.backends.generate.hf import generate_rollout
 from zoo.backends.generate.hf_generator import HFGenerator
 from zoo.config.run import RunConfig
 from zoo.config.variant import VariantError
+from zoo.declarations import Declaration
 from zoo.evaluate import evaluate
 from zoo.testing import tiny_model_and_tokenizer
 
@@ -25,7 +26,7 @@ class Recorder:
 
     def __init__(self) -> None:
         self.calls: list[list[str]] = []
-        self.meta = {"accuracy": True}
+        self.decl = Declaration(accuracy=True)
 
     def __call__(self, texts, rows):
         self.calls.append(list(texts))
@@ -42,9 +43,9 @@ def direct_hf_texts(model, tok, batch: int = BATCH) -> list[list[str]]:
     return [g.texts, s.texts]
 
 
-def eval_texts(gen) -> list[list[str]]:
+def eval_texts(gen, tok) -> list[list[str]]:
     rec = Recorder()
-    evaluate(gen, ROWS, rec, max_new_tokens=MAX_NEW, samples=K, temperature=TEMP, seed=SEED, batch_size=BATCH)
+    evaluate(gen, tok, ROWS, rec, max_new_tokens=MAX_NEW, samples=K, temperature=TEMP, seed=SEED, batch_size=BATCH)
     return rec.calls
 
 
@@ -52,7 +53,7 @@ def test_hf_evaluation_is_the_direct_hf_path_token_for_token():
     model, tok = tiny_model_and_tokenizer()
     before = direct_hf_texts(model, tok)
     assert len(before[0]) == 5 and len(before[1]) == 15 and len(set(before[1])) > 1  # sampled, not all alike
-    assert eval_texts(HFGenerator(model, tok)) == before
+    assert eval_texts(HFGenerator(model, tok), tok) == before
 
 
 def test_noisy_is_evaluated_through_its_inner_generator():
@@ -60,8 +61,8 @@ def test_noisy_is_evaluated_through_its_inner_generator():
     noisy = build_generator({"name": "noisy", "sigma": 20.0}, model, tok)
     inner = eval_generator(noisy)
     assert isinstance(inner, HFGenerator) and inner is noisy.inner
-    assert eval_texts(inner) == direct_hf_texts(model, tok)  # rollout_correction's eval numbers do not move
-    assert eval_texts(noisy) != direct_hf_texts(model, tok)  # the noise would have changed them
+    assert eval_texts(inner, tok) == direct_hf_texts(model, tok)  # rollout_correction's eval numbers do not move
+    assert eval_texts(noisy, tok) != direct_hf_texts(model, tok)  # the noise would have changed them
     hf = HFGenerator(model, tok)
     assert eval_generator(hf) is hf
 

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from zoo.declarations import of as declared
 from zoo import strategy
 from zoo.backends.generate.backend import build_generator, eval_generator
 from zoo.backends.generate.hf_generator import HFGenerator
+from zoo.envs.base import env_spec
 from zoo.evaluate import evaluate
 from zoo.step.forwards import autocast
 from zoo.step.types import RunState
@@ -16,7 +18,7 @@ def evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, fl
     `announce` it says on stderr what it evaluates and what it measured (the pause before the first
     step and after the last is the evaluation)."""
     cfg = st.cfg
-    correctness = next((c for c, _ in st.rewards if c.meta.get("accuracy")), None)  # the reward that judges it
+    correctness = next((c for c, _ in st.rewards if declared(c).accuracy), None)  # the reward that judges it
     if not cfg.eval.enabled or cfg.eval.size == 0 or correctness is None or not st.task.eval:
         return lambda: {}
     rows = st.task.eval[: cfg.eval.size]
@@ -37,9 +39,9 @@ def evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, fl
         if own:  # the run's generator is synced by the step after each update; this one here
             gen.sync(st.models.policy)
         with autocast(st.settings.autocast, st.device):
-            res = evaluate(gen, rows, correctness, max_new_tokens=cfg.budget.max_new_tokens, samples=cfg.eval.samples,
-                           temperature=cfg.eval.temperature, seed=cfg.eval.seed,
-                           batch_size=cfg.eval.batch_size, device=st.device)
+            res = evaluate(gen, st.models.tokenizer, rows, correctness, max_new_tokens=cfg.budget.max_new_tokens,
+                           samples=cfg.eval.samples, temperature=cfg.eval.temperature, seed=cfg.eval.seed,
+                           batch_size=cfg.eval.batch_size, device=st.device, env=env_spec(cfg.task))
         strategy.release_weights(st.models.parallel)
         if announce:
             console.print("  ".join(f"{k.removeprefix('eval/')} {res[k]:.3f}" for k in ("eval/greedy_acc", "eval/avg_at_k")
