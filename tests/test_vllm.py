@@ -188,3 +188,43 @@ def test_a_grpo_run_with_vllm_and_tis_has_weights_near_one_in_fp32(tmp_path):
         assert 0.98 <= r["rollout/weight_mean"] <= 1.02, r["rollout/weight_mean"]
         assert r["rollout/mismatch_kl"] < 1e-4  # the sampler's log-probs are the trainer's (fp32)
     assert all(r.get("time/sync", 0) > 0 for r in rows)
+
+
+def test_a_resumed_vllm_run_samples_step_3_as_the_uninterrupted_run(tmp_path, monkeypatch):
+    """Killed after step 2 and resumed: the engine restarts from the restored policy, the request seeds
+    come from the restored torch RNG, so step 3 draws what the uninterrupted run drew (on this CPU:
+    the same batch shapes, so the same kernels and bits)."""
+    import json
+
+    from conftest import tiny_run_config
+
+    from zoo.study.tracking import read_jsonl
+    from zoo.trainer import train
+
+    model, tok = tiny_vllm_model_and_tokenizer(seed=0)
+    path = tmp_path / "tiny-vllm"
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    kw = dict(eval={"enabled": False}, budget={"steps": 3},
+              sampling={"backend": {"name": "vllm", "max_model_len": 256}, "temperature": 1.0})
+    train(tiny_run_config(path, tmp_path / "full", **kw), progress=False)
+    cut = tiny_run_config(path, tmp_path / "cut", **kw)
+    monkeypatch.setenv("ZOO_FAIL_AT_STEP", "2")
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train(cut, progress=False)
+    monkeypatch.delenv("ZOO_FAIL_AT_STEP")
+    assert train(cut, resume=True, progress=False)["status"] == "finished"
+
+    def records(run):
+        return {r["step"]: r for r in read_jsonl(tmp_path / run / "metrics.jsonl") if "reward/total" in r}
+
+    full, resumed = records("full"), records("cut")
+    assert sorted(full) == sorted(resumed) == [1, 2, 3]
+    for k in sorted(full[3]):  # the samples' rewards, lengths and token counts, and the update on them
+        if k.startswith(("reward/", "completion/", "count/", "loss/")) and isinstance(full[3][k], (int, float)):
+            assert resumed[3][k] == pytest.approx(full[3][k], rel=1e-5, abs=1e-6, nan_ok=True), k
+    assert full[3]["completion/len_mean"] > 0 and full[3]["count/tokens"] > full[2]["count/tokens"]
+    samples = [[json.dumps(r, sort_keys=True) for r in read_jsonl(tmp_path / run / "samples.jsonl")
+                if r["step"] == 3] for run in ("full", "cut")] if (tmp_path / "full" / "samples.jsonl").exists() else []
+    if samples:
+        assert samples[0] == samples[1]

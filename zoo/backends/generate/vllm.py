@@ -28,16 +28,13 @@ from zoo.backends.generate.hf import completion_mask, decode_completions, encode
 from zoo.backends.generate.types import Continuation, SamplingParams
 from zoo.backends.generate.vllm_engine import (EngineOptions, check_options, engine_environment, engine_kwargs,
                                                import_vllm, model_folder, remove_folder, resolve_dtype)
-from zoo.backends.generate.weights import PolicyVersion, chunks, named_weights
+from zoo.backends.generate.weights import PolicyVersion, named_weights
 from zoo.batch import Batch
 from zoo.checkpoint import rng_state, set_rng_state
 from zoo.models.forward import inner_lm
 from zoo.registry import register
 
 log = logging.getLogger(__name__)
-
-CHUNK_BYTES = 256 * 2**20  # tensors per weight-transfer call
-
 
 def row_seed(base: int, row: int) -> int:
     """The seed of request `row` of a call whose torch-RNG draw is `base` (a 64-bit mix, < 2**63)."""
@@ -99,11 +96,10 @@ class VLLMGenerator:
         return self.llm.collective_rpc(method, args=args)
 
     def _push(self, version: int, pairs=None) -> None:
-        """Stream (name, tensor) pairs (default: the policy's) to the workers in chunks, then mark
-        `version` served and reset the prefix cache."""
-        for group in chunks(named_weights(self.policy) if pairs is None else pairs, CHUNK_BYTES):
-            self._rpc("zoo_load_weights", version, [n for n, _ in group], [t for _, t in group], False)
-        served = self._rpc("zoo_load_weights", version, [], [], True)
+        """Send (name, tensor) pairs (default: the policy's, streamed one tensor at a time) to the
+        workers in one reload, mark `version` served, reset the prefix cache."""
+        pairs = named_weights(self.policy) if pairs is None else pairs
+        served = self._rpc("zoo_load_weights", version, pairs)
         if any(int(v) != version for v in served):
             raise RuntimeError(f"vllm workers report policy versions {served}, expected {version}")
         self.llm.reset_prefix_cache()

@@ -5,7 +5,7 @@ load it. The contract is `zoo.backends.generate.weights.PolicyVersion`: an integ
 (name, tensor) pairs in the base model's names."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterable
 
 import torch
 
@@ -15,26 +15,16 @@ class ZooWeightSync:
 
     zoo_version: int = -1
 
-    def _zoo_model(self):
-        runner = self.model_runner  # type: ignore[attr-defined]
-        get = getattr(runner, "get_model", None)
-        return get() if callable(get) else runner.model
-
-    def zoo_load_weights(self, version: int, names: Sequence[str], tensors: Sequence[torch.Tensor],
-                         done: bool = True) -> int:
-        """Load (name, tensor) pairs through the model's own weight loader (it fuses q/k/v and gate/up
-        and casts to the engine's dtype); with `done`, record `version` as the one now served.
-        Returns the version served (the previous one while a multi-part transfer is incomplete)."""
-        model = self._zoo_model()
-        model.load_weights(weights=list(zip(names, tensors)))
-        if done:
-            self.zoo_version = int(version)
+    def zoo_load_weights(self, version: int, pairs: Iterable[tuple[str, torch.Tensor]]) -> int:
+        """Load every (name, tensor) pair of a policy version (base-model names, any dtype) through vLLM's
+        in-place reload (`Worker.reload_weights`: layer by layer through the model's own weight
+        loader, which fuses q/k/v and gate/up, casts, and redoes the kernel-format processing vLLM
+        applied after the first load), then record `version` as the one served. `pairs` may be a
+        generator (in the trainer's process nothing is copied before vLLM reads it). Returns `version`."""
+        self.reload_weights(weights_iterator=iter(pairs))  # type: ignore[attr-defined]
+        self.zoo_version = int(version)
         return self.zoo_version
 
     def zoo_weight_version(self) -> int:
         """The last version fully loaded (-1: none, the engine still holds its initial weights)."""
         return self.zoo_version
-
-    def zoo_weight_checksum(self) -> float:
-        """The float64 sum of every parameter of the served model (a test reads it)."""
-        return float(sum(p.detach().double().sum() for p in self._zoo_model().parameters()))

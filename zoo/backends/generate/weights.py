@@ -14,7 +14,7 @@ themselves skipped), so the receiver needs no adapter support and the trainer's 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Protocol
+from typing import Iterator, Protocol
 
 import torch
 from torch import Tensor, nn
@@ -110,18 +110,3 @@ def policy_version(policy: nn.Module, version: int) -> PolicyVersion:
     """`PolicyVersion(version, named_weights(policy))` materialised (for a receiver in another process,
     or a test). The in-process sync streams `named_weights` instead."""
     return PolicyVersion(int(version), tuple(named_weights(policy)))
-
-
-def chunks(pairs: Iterable[tuple[str, Tensor]], max_bytes: int) -> Iterator[list[tuple[str, Tensor]]]:
-    """Consecutive groups of (name, tensor) pairs, each at most `max_bytes` (one bigger tensor alone)."""
-    group: list[tuple[str, Tensor]] = []
-    size = 0
-    for name, t in pairs:
-        n = t.numel() * t.element_size()
-        if group and size + n > max_bytes:
-            yield group
-            group, size = [], 0
-        group.append((name, t))
-        size += n
-    if group:
-        yield group
