@@ -37,6 +37,7 @@ from zoo.registry import load_plugins
 from zoo.rewards.compute import resolve_rewards
 from zoo.rewards.session import close_rewards, open_rewards
 from zoo.step import pipeline
+from zoo.envs.base import env_errors
 from zoo.step.sample import GENERATE_BATCH
 from zoo.step.types import Models, RunState, Slots, StepSettings
 from zoo.rollout_preflight import check_before_rollout
@@ -66,6 +67,7 @@ def validate_run(cfg: RunConfig) -> tuple[Variant, list[str]]:
     gen_error = backend_error(cfg.sampling.backend)
     if gen_error:
         rep.errors.append(gen_error)
+    rep.errors += env_errors(cfg.task)  # task.env: the environment's name and keys
     try:
         rewards = [c for c, _ in resolve_rewards(cfg.rewards, cfg.plugins)]
     except ValueError as e:
