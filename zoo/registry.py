@@ -135,6 +135,7 @@ def load_builtins() -> None:
     importlib.import_module("zoo.components")
     importlib.import_module("zoo.rewards")
     importlib.import_module("zoo.backends.generate.registered")
+    importlib.import_module("zoo.envs")
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         ep.load()
 

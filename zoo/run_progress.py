@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from zoo import strategy
+from zoo.envs.base import env_spec
 from zoo.evaluate import evaluate
 from zoo.step.forwards import autocast
 from zoo.step.types import RunState
@@ -33,7 +34,7 @@ def evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, fl
             res = evaluate(st.models.policy, st.models.tokenizer, rows, correctness,
                            max_new_tokens=cfg.budget.max_new_tokens, samples=cfg.eval.samples,
                            temperature=cfg.eval.temperature, seed=cfg.eval.seed,
-                           micro_batch=max(cfg.budget.micro_batch, 8))
+                           micro_batch=max(cfg.budget.micro_batch, 8), env=env_spec(cfg.task))
         strategy.release_weights(st.models.parallel)
         if announce:
             console.print("  ".join(f"{k.removeprefix('eval/')} {res[k]:.3f}" for k in ("eval/greedy_acc", "eval/avg_at_k")

@@ -125,3 +125,43 @@ def tiny_reward_model_and_tokenizer(
         torch.nn.init.normal_(model.score.weight, std=1.0)  # scores of order 1, not ~0.02
     model.eval()
     return model, tok
+
+
+class ScriptedGenerator:
+    """A deterministic test generator (`zoo.kinds.Generator`'s `continue_` only): call k of `continue_`
+    gives every row the assistant text `script[k]` (the last one repeated), tokenized with `tokenizer`;
+    a text that does not end with one of the call's stop strings gets the EOS id appended (a sampled
+    EOS). `max_new_tokens` cuts a text (truncated). With `model`, `logp_rollout` is the model's
+    log-softmax of each emitted token after its own prefix (one forward per row); else 0.
+    `calls` records each call's prefix ids."""
+
+    def __init__(self, tokenizer, script, model=None) -> None:
+        self.tokenizer, self.script, self.model = tokenizer, list(script), model
+        self.calls: list[list[list[int]]] = []
+
+    def continue_(self, prefix_ids, sampling, stop=(), /):
+        from zoo.backends.generate.types import Continuation
+
+        text = self.script[min(len(self.calls), len(self.script) - 1)]
+        self.calls.append([list(p) for p in prefix_ids])
+        new = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        if not any(text.endswith(s) for s in stop):
+            new.append(int(self.tokenizer.eos_token_id))
+        truncated = len(new) > sampling.max_new_tokens
+        new = new[: sampling.max_new_tokens]
+        n, T = len(prefix_ids), len(new)
+        ids = torch.tensor([new] * n, dtype=torch.long)
+        logp = torch.zeros(n, T)
+        if self.model is not None:
+            with torch.no_grad():
+                for i, p in enumerate(prefix_ids):
+                    full = torch.tensor([list(p) + new])
+                    lp = torch.log_softmax(self.model(full).logits[0, len(p) - 1 : -1].float(), -1)
+                    logp[i] = lp.gather(1, full[0, len(p):, None])[:, 0]
+        shown = new[:-1] if new and new[-1] == self.tokenizer.eos_token_id else new
+        return Continuation(ids=ids, mask=torch.ones(n, T, dtype=torch.bool), logp_rollout=logp,
+                            truncated=torch.full((n,), truncated), lengths=torch.full((n,), T),
+                            stopped_by=[None] * n, texts=[self.tokenizer.decode(shown, skip_special_tokens=True)] * n)
+
+    def sync(self, policy, /) -> None:
+        pass

@@ -4,7 +4,7 @@
     rep = after_load(cfg, variant, model_config, tokenizer, rows=..., available=...)
 
 `before_load` checks the variant and its slots, declared reads, rewards and gold, the generator,
-budget and minibatches, strategy and world size, the model path and the critic init; `after_load`
+the task's environment, budget and minibatches, strategy and world size, the model path and the critic init; `after_load`
 the context length, the rollout's memory and the parameter count, from the model's config.json and
 tokenizer and a meta-device model (`zoo validate` loads no weights: `model_files`). A study checks
 each arm with `before_load` (zoo.study.validate). Which checks run, in order: `zoo.checks.registry`.
@@ -14,14 +14,14 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
-from zoo.checks import budget, critic, generator, model_path, reward_reads, strategy, variant, warnings  # noqa: F401
+from zoo.checks import budget, critic, env, generator, model_path, reward_reads, strategy, variant, warnings  # noqa: F401
 from zoo.checks import context, memory, params  # noqa: F401  (after_load checks register on import)
 from zoo.checks.registry import run_stage
 from zoo.checks.report import Report
 from zoo.checks.subject import AfterLoad, BeforeLoad
 
 #: the order of the stages' checks (a later check reads what an earlier one built; others run last)
-BEFORE_LOAD = ("plugins", "variant", "rewards", "reward_reads", "generator", "minibatches", "prompts_per_rank",
+BEFORE_LOAD = ("plugins", "variant", "rewards", "reward_reads", "generator", "env", "minibatches", "prompts_per_rank",
                "strategy", "model_path", "critic_init", "run_warnings")
 AFTER_LOAD = ("context_length", "memory_estimate", "critic_tokenizer", "parameter_count")
 

@@ -105,7 +105,7 @@ def coefficients(st: RunState) -> dict[str, dict[str, float]]:
 
 def _count(st: RunState, m: dict[str, Any], batch: Any, seconds: float) -> None:
     """Throughput, memory and the run's running totals into the step's metrics."""
-    gen_tokens = float(batch.lengths.sum()) if batch.size else 0.0
+    gen_tokens = float(batch.policy_tokens.sum()) if batch.size else 0.0  # sampled by the policy
     m["perf/tokens_per_s"] = gen_tokens / max(seconds, 1e-9)
     m["perf/peak_mem_mb"] = peak_memory_mb(st.device)
     st.totals["elapsed"] += seconds
