@@ -23,6 +23,7 @@ from importlib.metadata import entry_points
 from typing import Any, Callable, Mapping
 
 from zoo import kinds
+from zoo.declarations import Declaration, declare
 
 KINDS = kinds.registry_kinds()  # the slot table (zoo/kinds.py) is the one list
 ENTRY_POINT_GROUP = "zoo.components"
@@ -39,16 +40,16 @@ class Entry:
     kind: str
     name: str
     fn: Callable[..., Any]
-    meta: Mapping[str, Any] = field(default_factory=dict)
+    decl: Declaration = field(default_factory=Declaration)
     check: Callable[..., None] | None = None
 
     def hyperparameters(self) -> dict[str, Any]:
         """Keyword-only parameters with their defaults (`inspect.Parameter.empty` if required); a
         component registered with `selects=True` takes keyword `step` (the update's StepView), and a
-        clip rule a keyword per field it declares in `reads=` (e.g. dppo's logp_rollout): data, not
-        hyperparameters."""
+        clip rule or stage a keyword per field it declares in `reads=` (e.g. dppo's logp_rollout): data,
+        not hyperparameters."""
         sig = inspect.signature(self.fn)
-        data = (("step",) if self.meta.get("selects") else ()) + tuple(self.meta.get("reads", ()))
+        data = (("step",) if self.decl.selects else ()) + self.decl.reads
         return {
             p.name: p.default for p in sig.parameters.values()
             if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in data
@@ -76,8 +77,8 @@ class Component:
         return self.entry.name
 
     @property
-    def meta(self) -> Mapping[str, Any]:
-        return self.entry.meta
+    def decl(self) -> Declaration:
+        return self.entry.decl
 
     def resolved(self) -> dict[str, Any]:
         """Every hyperparameter with the value in use (defaults filled in)."""
@@ -96,18 +97,23 @@ _REGISTRY: dict[str, dict[str, Entry]] = {k: {} for k in KINDS}
 _loaded_builtins = False
 
 
-def register(kind: str, name: str, *, check: Callable[..., None] | None = None, **meta: Any):
+def register(kind: str, name: str, *, check: Callable[..., None] | None = None, **declared: Any):
     """Decorator: register `fn` as component `name` of `kind`.
 
     `check(params, context)` (optional) validates hyperparameters beyond their names, e.g. c > 1;
     it raises ValueError. `context` holds run values such as `max_new_tokens` when known, else {}.
-    `meta` declares what the component needs, e.g. `needs_values=True` for GAE or
-    `level="sequence"` for estimators that use one score per completion.
+    The other keywords are the component's declarations (`zoo.declarations.Declaration`), e.g.
+    `reads=("values",)` for GAE or `level="sequence"` for estimators that use one score per completion.
 
-    Raises ComponentError for an unknown kind, or a name already taken by a different function.
+    Raises ComponentError for an unknown kind, an unknown declaration key (with a did-you-mean), or a
+    name already taken by a different function.
     """
     if kind not in _REGISTRY:
         raise ComponentError(f"unknown component kind {kind!r}; kinds: {', '.join(KINDS)}")
+    try:
+        decl = declare(f"register({kind!r}, {name!r})", declared)
+    except (ValueError, TypeError) as e:
+        raise ComponentError(str(e)) from None
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         old = _REGISTRY[kind].get(name)
@@ -116,7 +122,7 @@ def register(kind: str, name: str, *, check: Callable[..., None] | None = None, 
                 f"{kind} {name!r} is already registered by {_qualname(old.fn)}; "
                 f"cannot register {_qualname(fn)} under the same name"
             )
-        _REGISTRY[kind][name] = Entry(kind, name, fn, dict(meta), check)
+        _REGISTRY[kind][name] = Entry(kind, name, fn, decl, check)
         return fn
 
     return deco

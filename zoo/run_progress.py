@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from zoo.declarations import of as declared
 from zoo import strategy
 from zoo.envs.base import env_spec
 from zoo.evaluate import evaluate
@@ -15,7 +16,7 @@ def evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, fl
     `announce` it says on stderr what it evaluates and what it measured (the pause before the first
     step and after the last is the evaluation)."""
     cfg = st.cfg
-    correctness = next((c for c, _ in st.rewards if c.meta.get("accuracy")), None)  # the reward that judges it
+    correctness = next((c for c, _ in st.rewards if declared(c).accuracy), None)  # the reward that judges it
     if not cfg.eval.enabled or cfg.eval.size == 0 or correctness is None or not st.task.eval:
         return lambda: {}
     rows = st.task.eval[: cfg.eval.size]

@@ -105,7 +105,7 @@ def setup(cfg: RunConfig, device: torch.device | None = None,
         log.info(n)
     reference = zm.make_reference(policy) if slots.reads("logp_ref") else None
     critic = None
-    if slots.advantage.meta.get("needs_values"):
+    if slots.reads("values"):  # some component reads the critic's values (gae, a loss term, ...)
         critic = _make_critic(cfg, v, policy, tok, lora, device)
     par = strategy.wrap(policy, critic, reference.model if reference is not None and not reference.shares_policy
                         else None, cfg.training.strategy, device, precision)

@@ -36,6 +36,22 @@ console = Console() if Console().is_terminal or os.environ.get("COLUMNS") else C
 err = Console(stderr=True)
 
 
+def print_threads() -> None:
+    """The process's thread choice (zoo.threads, made when zoo.cli was imported) as one line on stderr,
+    once per process and only on rank 0 under a launcher."""
+    global _THREADS_PRINTED
+    from zoo import threads
+
+    choice = threads.current()
+    if choice is None or _THREADS_PRINTED or os.environ.get("RANK", "0") != "0":
+        return
+    _THREADS_PRINTED = True
+    err.print(escape(choice.line()), highlight=False, soft_wrap=True)
+
+
+_THREADS_PRINTED = False
+
+
 def fail(msg: str, code: int = 1) -> None:
     """Print `error: msg` on stderr (one line, markup escaped) and exit with `code` (typer.Exit)."""
     err.print(f"[bold red]error:[/] {escape(str(msg))}", highlight=False, soft_wrap=True)  # a path stays copyable

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 import numpy as np
 import torch
 
+from zoo.declarations import of as declared
 from zoo.guards import RewardError
 from zoo.registry import Component, ComponentError, available, build, get, parse_spec, register
 
@@ -144,7 +145,7 @@ def accuracy(scores: torch.Tensor | Sequence[float]) -> float:
 def accuracy_index(rewards: Sequence[Any]) -> int | None:
     """The column of the reward that judges correctness (registered with `accuracy=True`, e.g.
     `correctness`: score 1.0 means correct), or None. rewards: built reward components in column order."""
-    return next((k for k, c in enumerate(rewards) if getattr(c, "meta", {}).get("accuracy")), None)
+    return next((k for k, c in enumerate(rewards) if declared(c).accuracy), None)
 
 
 def accuracy_metrics(objectives: torch.Tensor, rewards: Sequence[Any]) -> dict[str, float]:
