@@ -30,7 +30,7 @@ def _bad_cases(tmp_path, model_dir):
         "model folder without config.json": ({"model": str(empty)}, "has no config.json", False),
         "fsdp without a launcher": ({"training": {"strategy": "fsdp"}}, "training.strategy fsdp needs a launcher", False),
         "fp16": ({"model_opts": {"autocast": "fp16"}}, "model_opts.autocast fp16 is not supported", False),
-        "generator": ({"sampling": {"backend": "vllm"}}, "generator 'vllm' is not registered", False),
+        "generator": ({"sampling": {"backend": "vlm"}}, "generator 'vlm' is not registered", False),
         "filter metric": ({"variant": "dapo", "budget": {"updates": {"epochs": 1, "minibatches": 2}},
                            "set": {"filter": [{"name": "dynamic_sampling", "metric": "lenght"}]}},
                           "metric 'lenght' will not exist", False),
