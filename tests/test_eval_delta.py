@@ -67,3 +67,39 @@ def test_cache_key_changes_with_any_part_and_cache_round_trips(tmp_path):
     got = read_cached(tmp_path, k)
     assert got["metrics"]["eval/greedy_acc"] == 0.5 and got["scores"] == {"a": 1.0, "b": 0.0}
     assert math.isclose(sum(v for v in got["scores"].values()), 1.0)
+
+
+def test_a_study_evaluates_before_training_once_and_reports_the_paired_change(tmp_path, tiny_model_dir, monkeypatch):
+    """Two arms start from the same model: the first evaluates before training and caches it, the
+    second reuses it (3 evaluations, not 4); each arm records per-prompt scores before and after, and
+    report.md gains the paired after - before table."""
+    import json
+    import os
+
+    from rich.console import Console
+
+    import zoo.run_progress as rp
+    from tests.test_study_e2e import _study
+    from zoo.study import experiment, runner
+
+    calls = []
+    real = rp.evaluate
+
+    def counting(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(rp, "evaluate", counting)
+    path = _study(tmp_path, tiny_model_dir, ["grpo", "dr_grpo"], wandb=False)
+    assert runner.run_study(experiment.load_study(path), console=Console(file=open(os.devnull, "w"))) == 0
+    root = tmp_path / "runs" / "tiny-study"
+    cached = list((root / "eval_before").glob("*.json"))
+    assert len(calls) == 3 and len(cached) == 1
+    shared = json.loads(cached[0].read_text())
+    for arm in ("grpo-s0", "dr_grpo-s0"):
+        summary = json.loads((root / arm / "summary.json").read_text())
+        assert summary["eval/before"] == shared["metrics"]
+        rec = read_record(root / arm)
+        assert rec["before"] == shared["scores"] and set(rec["after"]) == set(rec["before"]) and len(rec["before"]) == 2
+    md = (root / "report.md").read_text()
+    assert "after − before, per prompt" in md and "grpo-s0" in md.split("after − before, per prompt")[1]
