@@ -77,10 +77,11 @@ def model_files(cfg: Any) -> tuple[Any, Any] | None:
         return None
 
 
-def check_loadable(cfg: Any, variant: Any, device: Any = None) -> Report:
+def check_loadable(cfg: Any, variant: Any, device: Any = None, *, memory: bool = True) -> Report:
     """`after_load` as `zoo validate` and `zoo ablate` run it before any weights load: the model's
     files (`model_files`; a note and nothing else when they are not local), the task's prompts, the
-    memory of `device` (default: CUDA when available, else the host)."""
+    memory of `device` (default: CUDA when available, else the host; not checked with memory=False,
+    for a run on another machine)."""
     import torch
 
     from zoo.memory_estimate import available_memory
@@ -96,4 +97,5 @@ def check_loadable(cfg: Any, variant: Any, device: Any = None) -> Report:
         return Report(notes=[f"task: could not load it to check prompt lengths ({str(e).splitlines()[0][:200]})"])
     if device is None:
         device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-    return after_load(cfg, variant, *files, rows=task.train + task.eval, available=available_memory(device))
+    return after_load(cfg, variant, *files, rows=task.train + task.eval,
+                      available=available_memory(device) if memory else None)

@@ -21,11 +21,13 @@ def variant_context(cfg: RunConfig, v: V.Variant) -> dict[str, Any]:
 
 
 def check_arms(arms: list[Arm], plugins: list[str] | tuple[str, ...] = (), *, world_size: int | None = None,
-               launched: bool | None = None, load_files: bool = True) -> Report:
+               launched: bool | None = None, load_files: bool = True, local_memory: bool = True) -> Report:
     """Check every distinct arm (seeds sharing a configuration are checked once) with
     `zoo.checks.before_load` and, when it passes and `load_files`, `zoo.checks.check_loadable` (the
     model's config.json and tokenizer; no weights). world_size / launched: the processes the arms
-    will run with (default: this process's launcher). Every message starts with `arm NAME: `."""
+    will run with (default: this process's launcher); local_memory: the arms run on this machine, so
+    their rollout is checked against its memory (False for arms sent elsewhere, e.g. Ray tasks).
+    Every message starts with `arm NAME: `."""
     rep = Report()
     seen: dict[str, list[str]] = {}
     for arm in arms:
@@ -42,7 +44,7 @@ def check_arms(arms: list[Arm], plugins: list[str] | tuple[str, ...] = (), *, wo
         if sub.ok and load_files:
             key = cfg.model_dump_json(include={"model", "task", "budget", "model_opts", "rewards", "variant", "set"})
             if key not in loaded:
-                loaded[key] = checks.check_loadable(cfg, v)
+                loaded[key] = checks.check_loadable(cfg, v, memory=local_memory)
             after = loaded[key]
             sub.errors += after.errors
             sub.warnings += after.warnings
