@@ -176,3 +176,23 @@ def test_after_load_reads_config_json_and_no_weights(tiny_model_dir, tmp_path, m
     assert rep.notes == [f"model: {n / 1e6:.1f}M parameters (LlamaForCausalLM, float32 weights {n * 4 / 1e9:.2f} GB)"]
     rep = checks.after_load(cfg, v, model_config, tok, rows=[{"prompt": "1 + 2 ="}], available=10**3)
     assert len(rep.errors) == 1 and "more than the 0.0 GB available" in rep.errors[0]
+
+
+def test_a_plugin_modules_check_runs_in_validate_and_run(tiny_model_dir, tmp_path, monkeypatch):
+    """docs/extending.md §8: a check registered by a `plugins:` module refuses the run in both."""
+    from zoo.checks import registry
+
+    (tmp_path / "lab_checks_plugin.py").write_text(
+        "from zoo.checks import check\n\n\n@check('lab_lr_ceiling', 'before_load')\n"
+        "def lr_ceiling(s, rep):\n    if s.cfg.optim.lr > 1e-4:\n"
+        "        rep.errors.append(f'optim.lr {s.cfg.optim.lr} > 1e-4: lower optim.lr')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    data = tiny_run_config(tiny_model_dir, tmp_path / "out", plugins=["lab_checks_plugin"]).model_dump(mode="json")
+    f = _write(tmp_path, "lab", data)
+    try:
+        (res,) = json.loads(runner.invoke(app, ["validate", str(f), "--json"]).stdout)
+        r = runner.invoke(app, ["run", str(f)])
+        assert res["errors"] == [f"arm {data['name']}: optim.lr 0.001 > 1e-4: lower optim.lr"]
+        assert r.exit_code == 1 and _error_lines(r) == ["optim.lr 0.001 > 1e-4: lower optim.lr"]
+    finally:
+        registry.CHECKS["before_load"][:] = [c for c in registry.CHECKS["before_load"] if c.name != "lab_lr_ceiling"]
