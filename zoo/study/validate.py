@@ -34,6 +34,7 @@ def check_arms(arms: list[Arm], plugins: list[str] | tuple[str, ...] = (), *, wo
         seen.setdefault(arm.group, []).append(arm.label)
     firsts = {a.group: a for a in reversed(arms)}
     loaded: dict[str, Report] = {}
+    said: set[str] = set()
     for group, labels in seen.items():
         arm = firsts[group]
         who = f"arm {group}" + (f" (seeds {', '.join(str(seed_of(x)) for x in labels)})" if len(labels) > 1 else "")
@@ -48,7 +49,8 @@ def check_arms(arms: list[Arm], plugins: list[str] | tuple[str, ...] = (), *, wo
             after = loaded[key]
             sub.errors += after.errors
             sub.warnings += after.warnings
-            sub.notes += after.notes
+            sub.notes += [n for n in after.notes if n not in said]  # e.g. the model's size: once per study
+            said.update(after.notes)
         rep.extend(sub, f"{who}: ")
     return rep
 
