@@ -41,10 +41,10 @@ def generate(st: RunState, rows: list[dict[str, Any]], group_offset: int) -> Bat
     sampling = SamplingParams(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=cfg.sampling.top_p,
                               micro_batch=max(s.micro_batch, G, GENERATE_BATCH),
                               min_new_tokens=s.max_new_tokens if cfg.sampling.ignore_eos else 0)
-    if has_env(cfg):  # multi-turn: the task's environment answers each turn (zoo/envs/rollout.py)
-        return run_rollout(st, gen, rows, group_offset, sampling)
     with autocast(s.autocast, st.device):
         try:
+            if has_env(cfg):  # multi-turn: the task's environment answers each turn (zoo/envs/rollout.py)
+                return run_rollout(st, gen, rows, group_offset, sampling)
             b = gen.generate([r["prompt"] for r in rows], G, sampling)
         except RuntimeError as e:  # torch.multinomial on NaN/inf probabilities: the weights diverged
             if "probability tensor contains" not in str(e):
