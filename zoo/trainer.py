@@ -27,6 +27,7 @@ from zoo import dist, guards, strategy
 from zoo.components.reward_reads import check_reward_reads
 from zoo.config.checks import check_variant
 from zoo.config.run import RunConfig, WandbOpts, effective_variant
+from zoo.config.user_keys import user_key_first
 from zoo.config.run_checks import run_warnings
 from zoo.models.critic_init import critic_init, critic_init_errors, critic_from_reward_model, reward_model_spec
 from zoo.config.variant import Variant, VariantError
@@ -60,6 +61,7 @@ def validate_run(cfg: RunConfig) -> tuple[Variant, list[str]]:
     v = effective_variant(cfg)
     ctx = {"max_new_tokens": cfg.budget.max_new_tokens}
     rep = check_variant(v, ctx)
+    rep.errors = [user_key_first(m, cfg) for m in rep.errors]  # `run.yaml: budget.group_size = 1: ...` first
     n = cfg.budget.prompts_per_step * v.group_size
     if v.updates.minibatches > n:
         rep.errors.append(f"updates.minibatches {v.updates.minibatches} > {n} completions per step "

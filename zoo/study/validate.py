@@ -9,6 +9,7 @@ from typing import Any
 from zoo.config import variant as V
 from zoo.config.run import RunConfig, effective_variant, parse_run_config
 from zoo.config.run_checks import run_warnings
+from zoo.config.user_keys import source_of, user_key_first
 from zoo.study.experiment import STUDY_KEYS, Arm, expand_arms, load_study, read_study_file, seed_of
 from zoo.config.checks import Report, check_variant
 from zoo.config.variant import VariantError
@@ -70,7 +71,10 @@ def _filter_checks(cfg: RunConfig, v: V.Variant) -> tuple[list[str], list[str]]:
 
 
 def _override_origin(msg: str, arm: Arm) -> str:
-    """An override error names the registry file it was applied to; say where the override was written."""
+    """An override error names the registry file it was applied to; say where the override was written
+    (a run file's: the file and the user's key first, zoo.config.user_keys)."""
+    if source_of(arm.config):
+        return user_key_first(msg, arm.config)
     where = arm.origin
     out, n = re.subn(r"^\S+ \(overrides\): ", f"{where}: ", msg, count=1)
     if n == 0 and arm.config.set:  # raised while building the overridden variant: the user's key first
@@ -130,6 +134,7 @@ def check_study_file(path: str | Path) -> Report:
             arms, plugins = expand_arms(st), st.plugins
         else:  # a plain run file (e.g. an arm's written config.yaml): one arm
             cfg = parse_run_config(data, str(path))
+            cfg._source = str(path)  # a run file: its errors lead with the file and the user's key
             arms, plugins = [Arm(cfg.name, cfg.arm or cfg.name, cfg.seed, {}, cfg, dict(cfg.set))], cfg.plugins
     except VariantError as e:
         rep.errors.append(str(e))
