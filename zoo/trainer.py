@@ -293,8 +293,8 @@ def _train(cfg: RunConfig, resume: bool, *, progress: bool, on_step: Callable[[i
         last: dict[str, Any] = {}
         with progress_bar(progress and main, cfg.budget.steps, st.step) as bar:
             while st.step < cfg.budget.steps:
-                m = pipeline.step(st)
-                samples = m.pop("_samples", [])
+                res = pipeline.step(st)
+                m, samples = res.metrics, res.samples
                 tracker.log(m, step=st.step)
                 guards.after_step(st.guard, cfg.guards, st.step, m)  # metrics reduced over ranks: all agree
                 guards.check_finite_weights(st.models, st.step, saved_step)
