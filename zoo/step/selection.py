@@ -17,8 +17,7 @@ from zoo import dist, strategy
 from zoo.batch import Batch
 from zoo.components import StepView
 from zoo.declarations import of as declared
-from zoo import fields
-from zoo.fields import declared_reads
+from zoo.fields import BATCH, BY_NAME, declared_reads
 from zoo.kinds import by_kind
 from zoo.step.forwards import forward_logp, micro_rows
 from zoo.step.types import Models, Slots, StepSettings
@@ -93,15 +92,15 @@ def clip_kwargs(fields: dict[str, Tensor] | None, clip: Any, mb: Batch, rows: Te
     by hand (arguments as `view`)."""
     decl = declared(clip)
     kw: dict[str, Any] = {f: rollout_field(mb, f) for f in decl.reads
-                          if f not in CLIP_POSITIONAL and (f in fields.BATCH or f not in fields.BY_NAME)}
+                          if f not in CLIP_POSITIONAL and (f in BATCH or f not in BY_NAME)}
     if decl.selects:
         kw["step"] = view(fields, clip, mb, rows, offset, update_fields)
     return kw
 
 
 def rollout_field(b: Batch, name: str) -> Any:
-    """Rollout field `name` of `b`: a Batch attribute (fields.BATCH) or a `Batch.extras` key; None when absent."""
-    return getattr(b, name) if name in fields.BATCH else b.extras.get(name)
+    """Rollout field `name` of `b`: a Batch attribute (BATCH) or a `Batch.extras` key; None when absent."""
+    return getattr(b, name) if name in BATCH else b.extras.get(name)
 
 
 def rank_offset(n_rows: int) -> int:
@@ -116,7 +115,7 @@ def _rollout_fields(b: Batch, reads: Any = ()) -> dict[str, Tensor]:
     if b.logp_old is not None:
         out["logp_old"] = b.logp_old.detach().float().cpu()
     for f in reads:  # the rollout-time fields a selecting component declares it reads (Batch or extras)
-        if f not in out and (f in fields.BATCH or f not in fields.BY_NAME):
+        if f not in out and (f in BATCH or f not in BY_NAME):
             v = rollout_field(b, f)
             if v is not None:
                 out[f] = v.detach().float().cpu()
