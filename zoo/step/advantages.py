@@ -40,7 +40,7 @@ def advantage(batch: Batch, slots: Slots) -> Batch:
     tr = batch.token_rewards if batch.token_rewards is not None else outcome_token_rewards(batch.scores, batch.loss_mask)
     inp = AdvantageInputs(scores=batch.scores, mask=batch.loss_mask, group_ids=batch.group_ids,
                           kl_reward=batch.kl_reward, values=batch.values, token_rewards=tr,
-                          objectives=batch.objectives)
+                          objectives=batch.objectives, extras=batch.extras)
     res = slots.advantage(inp)
     return replace(batch, advantages=res.advantages, returns=res.returns, token_rewards=tr)
 

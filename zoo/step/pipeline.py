@@ -5,11 +5,14 @@
       reward                     the run's rewards -> objectives [N, K]
       length                     length shaping: extra objective columns and/or loss-mask rows
       objectives                 objective normalizer + weights -> scores [N]
+      (stages after reward)      plugin stages (zoo/stages.py) write Batch.extras, here and below
       filter                     sampling filters keep whole groups
     rollout_forwards             old / reference log-probs, critic values (only what some component reads)
+    (stages after forwards)
     kl_reward                    KL placement "reward": batch.kl_reward [N, T]
     advantage                    the estimator -> batch.advantages [N, T] (+ returns for a critic)
     normalize                    the normalizer, over the global batch under data parallelism
+    (stages after advantage)
     diagnostics                  adv/corr/<objective>, length by correctness (zoo/step/diagnostics.py)
     update                       epochs x minibatches optimizer steps (clip rule, KL in the loss,
                                  entropy bonus, aggregation over the whole optimizer step), critic;
@@ -34,6 +37,7 @@ from zoo.envs.run import unscore_failed
 from zoo.models.reference import reset_reference
 from zoo.provenance import peak_memory_mb
 from zoo.rewards.compute import accuracy_index, compute_rewards
+from zoo.stages import run as run_stages
 from zoo.step.advantages import advantage, empty_rows, kl_reward, normalize, normalize_global
 from zoo.step.diagnostics import step_diagnostics
 from zoo.step.forwards import rollout_forwards
@@ -73,6 +77,7 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> StepResult:
             b, obj, names, w, lm = length_shaping(b, objectives, st.reward_names, weights, st.slots,
                                                   st.settings.max_new_tokens, acc)                 # length
             b, sm = objective_scores(b, obj, names, w, st.slots)                                   # objectives
+            b = run_stages(st.slots.stages, "reward", b)                    # plugin stages after reward
             keep = keep_rows(per_row_metrics(objectives, st.reward_names, b.scores, acc), b.group_ids,
                              st.slots)                                                             # filter
             ph.batch = b
@@ -86,6 +91,7 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> StepResult:
     if batch.size:
         with hooks.phase("forward"):
             batch = rollout_forwards(batch, st.models, st.slots, st.settings, hooks)   # forwards
+            batch = run_stages(st.slots.stages, "forwards", batch)          # plugin stages after forwards
     strategy.release_weights(st.models.parallel)
     t2 = time.perf_counter()
     if batch.size:
@@ -94,6 +100,7 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> StepResult:
             batch, km = kl_reward(batch, st.slots, coefs)                   # kl_reward
             batch = advantage(batch, st.slots)                              # advantage
             batch, am = normalize(batch, st.slots)                          # normalize
+            batch = run_stages(st.slots.stages, "advantage", batch)         # plugin stages after advantage
         m.update({**km, **am})
     elif dist.is_distributed():
         normalize_global(st.slots.normalizer, *empty_rows(st.device))  # join the other ranks' gather

@@ -12,6 +12,7 @@ from zoo import guards, registry
 from zoo.config.desugar import KL_NAME, kl_parts
 from zoo.declarations import Declaration
 from zoo.declarations import of as declared
+from zoo.stages import active as active_stages
 from zoo.config.variant import KLSpec, Variant, build_components
 
 
@@ -24,6 +25,7 @@ class KLReward:
     estimator: registry.Component
     beta: float
     name: str = KL_NAME
+    kind: str = "kl_estimator"
     decl: Declaration = Declaration(reads=("logp_old", "logp_ref"))
 
     def resolved(self) -> dict[str, float]:
@@ -56,6 +58,7 @@ class Slots:
     controllers: list[registry.Component]
     kl: KLSpec
     kl_reward: KLReward | None = None
+    stages: list[registry.Component] = field(default_factory=list)  # plugin stages some component reads (zoo/stages.py)
 
     @staticmethod
     def of(v: Variant, context: Mapping[str, Any] | None = None) -> "Slots":
@@ -67,13 +70,16 @@ class Slots:
         if parts.controller is not None:
             c["controllers"] = c["controllers"] + [registry.build("controller", parts.controller)]
         est = registry.build("kl_estimator", parts.reward_estimator) if parts.reward_estimator else None
-        return Slots(kl=kl, kl_reward=KLReward(est, kl.beta) if est is not None else None, **c)
+        s = Slots(kl=kl, kl_reward=KLReward(est, kl.beta) if est is not None else None, **c)
+        s.stages = active_stages(s.step_components())
+        return s
 
     def step_components(self) -> list[Any]:
-        """The components that read fields of the step: the advantage estimator, clip rule, loss terms,
-        corrections, length components, filters, the critic and the KL in the reward."""
-        one = [c for c in (self.advantage, self.clip, self.critic, self.kl_reward) if c is not None]
-        return [*one, *self.loss, *self.correction, *self.length, *self.filter]
+        """The components that read fields of the step: every slot's but the aggregation and the
+        controllers, the KL in the reward, and the plugin stages some of them read (`stages`)."""
+        one = [c for c in (self.advantage, self.normalizer, self.objective_norm, self.clip, self.critic,
+                           self.kl_reward) if c is not None]
+        return [*one, *self.loss, *self.correction, *self.length, *self.filter, *self.stages]
 
     def reads(self, name: str) -> bool:
         """Whether any component of the variant reads field `name`, so the step computes it: "values"

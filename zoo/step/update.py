@@ -201,7 +201,7 @@ def _accumulate(sub: Batch, models: Models, slots: Slots, s: StepSettings, count
                          **selection.clip_kwargs(fields, slots.clip, mb, r, offset, {"logp": logp, "entropy": ent}))
         inp = TermInputs(logp=logp, logp_old=old, advantages=mb.advantages, mask=m, counts=counts, entropy=ent,
                          logp_ref=mb.logp_ref, scores=mb.scores, objectives=mb.objectives, values=mb.values,
-                         token_rewards=mb.token_rewards, logp_rollout=mb.logp_rollout)
+                         token_rewards=mb.token_rewards, logp_rollout=mb.logp_rollout, extras=mb.extras)
 
         def inputs(c: Any) -> TermInputs:  # a selecting component also gets its view of the step
             v = selection.view(fields, c, mb, r, offset, {"logp": logp, "entropy": ent})
