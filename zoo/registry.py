@@ -18,6 +18,7 @@ import difflib
 import importlib
 import inspect
 import math
+import traceback
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, Callable, Mapping
@@ -143,19 +144,58 @@ def load_builtins() -> None:
     importlib.import_module("zoo.backends.generate.registered")
     importlib.import_module("zoo.envs")
     for ep in entry_points(group=ENTRY_POINT_GROUP):
-        ep.load()
+        try:
+            ep.load()
+        except BaseException as e:  # noqa: BLE001 - SystemExit too: an installed plugin must not end zoo silently
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            raise ComponentError(f"entry point {ep.name!r} ({ep.value}, group {ENTRY_POINT_GROUP}): "
+                                 f"{import_failure(e)}") from None
+
+
+def import_user_module(mod: str, what: str = "plugin module") -> Any:
+    """`importlib.import_module(mod)` for a module the user named (a plugin, a reward's dotted path).
+
+    Raises ComponentError, one line naming `what`, the module, and the file and line where it failed:
+    for an ImportError, a SyntaxError, any other exception raised while the module runs, and a
+    `sys.exit()` / SystemExit at import (which would otherwise end zoo with no message). Ctrl-C
+    (KeyboardInterrupt) passes through."""
+    try:
+        return importlib.import_module(mod)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - SystemExit and GeneratorExit too, see the docstring
+        raise ComponentError(f"{what} {mod!r} could not be imported: {import_failure(e)}") from None
+
+
+def import_failure(e: BaseException) -> str:
+    """Why an import failed, in one line with the file and line: `SyntaxError in plug.py, line 3:
+    invalid syntax`, `it called sys.exit(0) at import (plug.py, line 2)`, `ValueError at import
+    (plug.py, line 5): boom`, or an ImportError's own message."""
+    if isinstance(e, SyntaxError):  # IndentationError, TabError included
+        where = f" in {e.filename}, line {e.lineno}" if e.filename else ""
+        return f"{type(e).__name__}{where}: {e.msg}"
+    frames = traceback.extract_tb(e.__traceback__)
+    user = [f for f in frames if "importlib" not in f.filename and not f.filename.startswith("<frozen")
+            and f.filename != __file__]  # the frames of the module being imported (and what it imports)
+    at = f"{user[-1].filename}, line {user[-1].lineno}" if user else ""
+    if isinstance(e, SystemExit):
+        return (f"it called sys.exit({e.code!r}) while being imported ({at}); a plugin module must only define "
+                "and register its components (put a script's code under `if __name__ == '__main__':`)")
+    if isinstance(e, ImportError) and not user:
+        return str(e)
+    first = (str(e).strip().splitlines() or [""])[0]
+    return f"{type(e).__name__} raised while importing it" + (f" ({at})" if at else "") + (f": {first}" if first else "")
 
 
 def load_plugins(modules: list[str] | tuple[str, ...] = ()) -> None:
     """Import user modules (dotted names) so their `@register` decorators run.
 
-    Raises ComponentError naming the module when it cannot be imported."""
+    Raises ComponentError naming the module, file and line when it cannot be imported (see
+    `import_user_module`: also a SyntaxError, an exception or a sys.exit() in the module)."""
     load_builtins()
     for mod in modules:
-        try:
-            importlib.import_module(mod)
-        except ImportError as e:
-            raise ComponentError(f"plugin module {mod!r} could not be imported: {e}") from e
+        import_user_module(mod)
 
 
 def available(kind: str | None = None) -> list[str] | dict[str, list[str]]:

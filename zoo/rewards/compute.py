@@ -24,7 +24,8 @@ import torch
 
 from zoo.declarations import of as declared
 from zoo.guards import RewardError
-from zoo.registry import Component, ComponentError, available, build, get, parse_spec, register
+from zoo.registry import (Component, ComponentError, available, build, get, import_user_module, parse_spec,
+                          register)
 
 log = logging.getLogger(__name__)
 
@@ -195,9 +196,9 @@ def _import_callable(path: str, params: Mapping[str, Any]) -> Callable[..., Any]
     Raises ComponentError naming the path."""
     mod_name, attr = _split_path(path)
     try:
-        obj: Any = importlib.import_module(mod_name)
-    except ImportError as e:
-        raise ComponentError(f"reward {path!r}: module {mod_name!r} could not be imported: {e}") from e
+        obj: Any = import_user_module(mod_name, "module")
+    except ComponentError as e:
+        raise ComponentError(f"reward {path!r}: {e}") from None
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)

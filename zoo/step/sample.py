@@ -21,7 +21,7 @@ from zoo.guards import RunFailed
 from zoo.rewards.compute import accuracy_metrics
 from zoo.backends.generate.hf_generator import HFGenerator
 from zoo.backends.generate.types import SamplingParams
-from zoo.envs.run import env_metrics, has_env, run_rollout
+from zoo.envs.run import conversation, env_metrics, has_env, run_rollout
 from zoo.step.diagnostics import gold_metrics
 from zoo.step.forwards import autocast
 from zoo.step.types import RunState
@@ -123,7 +123,7 @@ class Rounds:
         self.metrics["reward/unscored_frac"] = max(n_failed, default=0) / max(b.size, 1)  # the worst reward's
         self.objective_columns = (list(columns[0]), list(columns[1]))
         self.samples = [
-            {"prompt": r.get("question", ""), "completion": t,
+            {"prompt": r.get("question", ""), "completion": conversation(r, t),
              **{n: float(objectives[i, k]) for k, n in enumerate(st.reward_names)}}
             for i, (t, r) in enumerate(zip(b.texts, b.rows))
         ]
