@@ -127,6 +127,46 @@ def tiny_reward_model_and_tokenizer(
     return model, tok
 
 
+def tiny_vllm_model_and_tokenizer(seed: int = 0, **kw) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
+    """`tiny_model_and_tokenizer` in a shape vLLM's CPU attention accepts (head size 64 >= 32): hidden 128,
+    2 layers, 2 heads, 1 KV head. Keywords override (`tiny_model_and_tokenizer`'s)."""
+    shape = dict(hidden=128, layers=2, heads=2, kv_heads=1)
+    return tiny_model_and_tokenizer(seed, **{**shape, **kw})
+
+
+def set_counting(model: LlamaForCausalLM, tok: PreTrainedTokenizerFast, shift: int = 1, margin: float = 30.0) -> None:
+    """Make a `counting_model_and_tokenizer` model write, after token i, token i + `shift` (clamped to the
+    vocabulary) and EOS after 'e': lm_head column i gets +margin at that token and -margin elsewhere,
+    so the next token is certain (p = 1 - V e^-2margin) whatever the context. An in-place weight update."""
+    V, H = model.lm_head.weight.shape
+    e_id, eos = tok.convert_tokens_to_ids("e"), tok.eos_token_id
+    scale = margin / H ** 0.5  # the final RMSNorm maps a one-hot embedding to sqrt(H) * one-hot
+    w = torch.full((V, H), -scale)
+    for i in range(V):
+        w[eos if i == e_id else min(i + shift, V - 1), i] = scale
+    with torch.no_grad():
+        model.lm_head.weight.copy_(w)
+
+
+def counting_model_and_tokenizer(shift: int = 1) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
+    """A plain Llama (hidden 128, 1 layer, 2 heads, vLLM-compatible) whose weights count: it writes the
+    token `shift` ids after its last input token and EOS after 'e', so with the character tokenizer
+    '...a' continues 'bcde' EOS and '...0' continues '123456...'. Embeddings are one-hot (token i ->
+    unit vector i, vocab 105 <= hidden), attention and MLP outputs are zero (o_proj, down_proj = 0), so
+    the residual stream is the embedding and the logits are lm_head(RMSNorm(one-hot)) (`set_counting`).
+    The same weights count under transformers and under vLLM; eval mode, fp32, CPU."""
+    model, tok = tiny_model_and_tokenizer(0, hidden=128, layers=1, heads=2, kv_heads=1)
+    V, H = model.lm_head.weight.shape
+    with torch.no_grad():
+        model.model.embed_tokens.weight.copy_(torch.eye(V, H))
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+    set_counting(model, tok, shift)
+    model.eval()
+    return model, tok
+
+
 class ScriptedGenerator:
     """A deterministic test generator (`zoo.kinds.Generator`'s `continue_` only): call k of `continue_`
     gives every row the assistant text `script[k]` (the last one repeated), tokenized with `tokenizer`;

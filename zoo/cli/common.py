@@ -17,6 +17,7 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
+from zoo.config.yaml_strict import MAX_NESTING, too_deep
 from zoo.study.console_fit import PIPE_WIDTH
 
 app = typer.Typer(
@@ -75,6 +76,10 @@ def parse_sets(sets: list[str]) -> dict[str, Any]:
         except yaml.YAMLError as e:
             fail(f"--set {s!r}: the value is not valid YAML ({str(e).splitlines()[0]}); quote strings and "
                  "write lists as [a, b]")
+        except RecursionError:
+            fail(f"--set {k.strip()}=...: the value is nested too deeply to read")
+        if too_deep(out[k.strip()]) is not None:
+            fail(f"--set {k.strip()}=...: the value nests more than {MAX_NESTING} levels of lists or mappings")
     return out
 
 

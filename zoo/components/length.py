@@ -47,7 +47,7 @@ def _check_soft(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
     _cache_and_max(params, context.get("max_new_tokens"))
 
 
-@register("length", "overlong_soft", check=_check_soft, output="column")
+@register("length", "overlong_soft", check=_check_soft)
 def overlong_soft(lengths: Tensor, truncated: Tensor, max_new_tokens: int, rows: LengthRows | None = None, *,
                   cache_len: int | None = None, cache_frac: float | None = None,
                   max_len: int | None = None) -> LengthResult:
@@ -73,7 +73,7 @@ def overlong_soft(lengths: Tensor, truncated: Tensor, max_new_tokens: int, rows:
     return LengthResult(column=penalty.to(torch.get_default_dtype()), keep=None)
 
 
-@register("length", "overlong_filter", output="keep")
+@register("length", "overlong_filter")
 def overlong_filter(lengths: Tensor, truncated: Tensor, max_new_tokens: int,
                     rows: LengthRows | None = None) -> LengthResult:
     """Overlong filtering: truncated completions leave the loss (keep = ~truncated).

@@ -16,7 +16,7 @@ def _check_metric(params: Mapping[str, Any], context: Mapping[str, Any]) -> None
         raise ValueError(f"metric must be the name of a per-row reward metric (e.g. accuracy), got {params['metric']!r}")
 
 
-@register("length", "kimi_length", check=_check_metric, output="column", needs_groups=True, reads_metric=True)
+@register("length", "kimi_length", check=_check_metric, needs_groups=True, reads_metric=True)
 def kimi_length(lengths: Tensor, truncated: Tensor, max_new_tokens: int, rows: LengthRows, *,
                 metric: str = "accuracy") -> LengthResult:
     """Kimi k1.5's length reward, an extra objective column: within each group,

@@ -68,7 +68,9 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> dict[str, Any]:
     if st.variant.critic_warmup:
         m["critic/warmup"] = float(warmup)  # 1 while only the critic trains
     if st.generator is not None and not warmup and m.get("optim/updates", 0) > 0:  # the policy changed: sync
+        ts = time.perf_counter()
         st.generator.sync(st.models.policy)
+        m["time/sync"] = time.perf_counter() - ts  # part of time/train
     if st.critic_scheduler is not None:
         for _ in range(st.settings.epochs * st.settings.minibatches):
             st.critic_scheduler.step()
