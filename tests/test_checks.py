@@ -41,7 +41,8 @@ def _bad_cases(tmp_path, model_dir):
                                 "init must be policy or reward_model, got 'reference'", False),
         "critic init without a reward model": ({"variant": "ppo", "set": {"critic.init": "reward_model"}},
                                                "needs a reward model in rewards:", False),
-        "override typo": ({"set": {"clip.eps_hgh": 0.3}}, "set: clip.eps_hgh=0.3: ", False),
+        "override typo": ({"set": {"clip.eps_hgh": 0.3}}, "override_typo.yaml: set.clip.eps_hgh = 0.3: clip 'ppo': "
+                          "unknown parameter 'eps_hgh'", False),  # the run file and the user's key first
         "plugin": ({"plugins": ["zoo_no_such_plugin_module"]}, "plugins: ", False),
         "untrusted reward module": ({"rewards": ["subprocess:call"]},
                                     "module 'subprocess' is not among this run's plugins", False),

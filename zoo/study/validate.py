@@ -72,6 +72,7 @@ def check_study_file(path: str | Path, *, world_size: int | None = None, launche
             arms, plugins = expand_arms(st), st.plugins
         else:  # a plain run file (e.g. an arm's written config.yaml): one arm
             cfg = parse_run_config(data, str(path))
+            cfg._source = str(path)  # a run file: its errors lead with the file and the user's key
             arms, plugins = [Arm(cfg.name, cfg.arm or cfg.name, cfg.seed, {}, cfg, dict(cfg.set))], cfg.plugins
     except VariantError as e:
         rep.errors.append(str(e))
