@@ -1,4 +1,4 @@
-"""Plugin stages (zoo/stages.py) as docs/extending.md section 8 shows them: a `digits` stage writes
+"""Plugin stages (zoo/stages.py) as docs/extending.md section 9 shows them: a `digits` stage writes
 `Batch.extras["digits"]`, a `digit_penalty` loss term reads it; the stage runs because the term reads
 its field, the term's numbers match the hand-worked check, a 2-step run trains with both plugins,
 and `zoo validate` rejects a read nothing writes and a read whose producer runs after its reader."""
