@@ -6,6 +6,7 @@ seeded with the eval seed, so every evaluation of a run sees the same prompts an
 """
 from __future__ import annotations
 
+import copy
 from typing import Any, Callable, Sequence
 
 import torch
@@ -39,9 +40,9 @@ def evaluate(
                                   do_sample=False, micro_batch=micro_batch)
         sampled = generate_rollout(model, tokenizer, prompts, group_size=samples, max_new_tokens=max_new_tokens,
                                    temperature=temperature, micro_batch=micro_batch)
-    g = correctness(greedy.texts, list(rows))
+    g = correctness(greedy.texts, copy.deepcopy(list(rows)))  # copies: a reward that edits its rows changes nothing
     rep = [r for r in rows for _ in range(samples)]
-    s = correctness(sampled.texts, rep)
+    s = correctness(sampled.texts, copy.deepcopy(rep))
     g_t, s_t = _scores(g), _scores(s)  # [n], [n * k]; NaN = could not be scored
     return {"eval/greedy_acc": accuracy(g_t), "eval/avg_at_k": accuracy(s_t), "eval/k": float(samples),
             "eval/n": float(len(rows)), "eval/unscored": float(torch.isnan(g_t).sum() + torch.isnan(s_t).sum())}

@@ -1,9 +1,11 @@
 """What a run shows and measures around its steps: the held-out evaluator and the progress bar."""
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+from typing import Any, Callable, Iterator
 
 from zoo import strategy
+from zoo.guards import NONFINITE_SAMPLING, nonfinite_sampling
 from zoo.evaluate import evaluate
 from zoo.step.forwards import autocast
 from zoo.step.types import RunState
@@ -20,16 +22,16 @@ def evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, fl
     rows = st.task.eval[: cfg.eval.size]
 
     def run() -> dict[str, float]:
+        # from the run's step, not a count of calls: a resumed process's first call is not "before"
+        when = ("before training" if st.step == 0 else "after training" if st.step >= cfg.budget.steps
+                else f"at step {st.step}")
         if announce:
             from rich.console import Console
 
             console = Console(stderr=True)
-            # from the run's step, not a count of calls: a resumed process's first call is not "before"
-            when = ("before training" if st.step == 0 else "after training" if st.step >= cfg.budget.steps
-                    else f"at step {st.step}")
             console.print(f"eval ({when}): {len(rows)} held-out prompts ...", highlight=False, end=" ")
         strategy.gather_weights(st.models.parallel)  # fsdp: ranks may generate different numbers of tokens
-        with autocast(st.settings.autocast, st.device):
+        with autocast(st.settings.autocast, st.device), nonfinite_sampling_named(st, f"eval {when}"):
             res = evaluate(st.models.policy, st.models.tokenizer, rows, correctness,
                            max_new_tokens=cfg.budget.max_new_tokens, samples=cfg.eval.samples,
                            temperature=cfg.eval.temperature, seed=cfg.eval.seed,
@@ -41,6 +43,19 @@ def evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, fl
         return res
 
     return run
+
+
+@contextlib.contextmanager
+def nonfinite_sampling_named(st: RunState, where: str) -> Iterator[None]:
+    """Turn torch's "probability tensor contains either inf, nan or element < 0" from the evaluation's
+    sampling into one RunFailed naming `where` and the likely key (zoo.guards.nonfinite_sampling)."""
+    try:
+        yield
+    except RuntimeError as e:
+        if NONFINITE_SAMPLING not in str(e):
+            raise
+        raise nonfinite_sampling(where, st.cfg, temperature=st.cfg.eval.temperature, temperature_key="eval.temperature",
+                                 updated=st.guard.updates != 0) from None
 
 
 class progress_bar:

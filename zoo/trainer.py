@@ -294,7 +294,7 @@ def _train(cfg: RunConfig, resume: bool, *, progress: bool, on_step: Callable[[i
                 m = pipeline.step(st)
                 samples = m.pop("_samples", [])
                 tracker.log(m, step=st.step)
-                guards.after_step(st.guard, cfg.guards, st.step, m)  # metrics reduced over ranks: all agree
+                guards.after_run_step(st, m)  # metrics reduced over ranks: all agree
                 guards.check_finite_weights(st.models, st.step, saved_step)
                 every = (cfg.tracking.wandb_opts() or WandbOpts()).table_every
                 if samples and (st.step % every == 0 or st.step == 1):
@@ -315,7 +315,7 @@ def _train(cfg: RunConfig, resume: bool, *, progress: bool, on_step: Callable[[i
         if summary["eval/after"]:
             tracker.log({**summary["eval/after"], "eval/phase": 1.0}, step=st.step)
         summary.update({k: v for k, v in last.items()})
-        summary.update({"status": "finished", "steps": st.step, "time/total_s": st.totals["elapsed"],
+        summary.update({"status": "finished", "steps": st.step, "time/total_s": st.totals["elapsed"], **st.guard.totals(),
                         "config": rcfg})
         tracker.set_summary({k: v for k, v in summary.items() if k != "config"})
         _write_summary(out, summary)
@@ -327,7 +327,7 @@ def _train(cfg: RunConfig, resume: bool, *, progress: bool, on_step: Callable[[i
         tb, raised = traceback.format_exc()[-4000:], e
         if isinstance(e, WriteError):  # disk full / read-only: say which checkpoint survives
             e = with_last_checkpoint(e, saved_step, out / "checkpoint" / ckpt.FILE)
-        summary.update({"status": status, "error": f"{type(e).__name__}: {e}", "steps": st.step,
+        summary.update({"status": status, "error": f"{type(e).__name__}: {e}", "steps": st.step, **st.guard.totals(),
                         "traceback": tb, "config": rcfg})
         try:
             _write_summary(out, summary)
