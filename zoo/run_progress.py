@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Any, Callable, Iterator
 
-from zoo import strategy
+from zoo import step_progress, strategy
 from zoo.guards import NONFINITE_SAMPLING, nonfinite_sampling
 from zoo.evaluate import evaluate
 from zoo.step.forwards import autocast
@@ -59,10 +60,16 @@ def nonfinite_sampling_named(st: RunState, where: str) -> Iterator[None]:
 
 
 class progress_bar:
-    """A rich progress bar with step, reward and ETA, plus one metrics line per step."""
+    """A rich progress bar with step, reward and ETA, plus one metrics line per step. Inside a step it
+    listens to the generator's chunk reports (zoo.step_progress): the bar shows "generating d/N", and a
+    line "step k: generated d of N completions" is printed at most every `inner_every` seconds (so a
+    log file shows a long step moving too)."""
+
+    inner_every = 30.0  # seconds between the printed progress lines inside one step
 
     def __init__(self, enabled: bool, total: int, start: int):
         self.enabled, self.total, self.start = enabled, total, start
+        self.step, self._printed = start, 0.0
 
     def __enter__(self):
         if not self.enabled:
@@ -75,18 +82,35 @@ class progress_bar:
                           TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=self.console)
         self.p.__enter__()
         self.task = self.p.add_task("train", total=self.total, completed=self.start, info="")
+        self._listen = step_progress.listening(self.inner)
+        self._listen.__enter__()
+        self._printed = time.monotonic()
 
         def update(step: int, m: dict[str, Any]) -> None:
+            self.step = step
             info = f"reward {m.get('reward/total', float('nan')):.3f} acc {m.get('accuracy', float('nan')):.2f}"
             self.p.update(self.task, completed=step, info=info)
             keys = ["reward/total", "accuracy", "loss/policy", "kl/ref", "entropy", "clip/low_frac", "clip/high_frac",
                     "completion/len_mean", "time/step", "perf/peak_mem_mb"]
             self.p.console.print(f"step {step:>3} " + "  ".join(f"{k} {m[k]:.4g}" for k in keys if k in m), highlight=False,
                                  soft_wrap=True)  # one line per step, also in a log file
+            self._printed = time.monotonic()
 
         return update
 
+    def inner(self, phase: str, done: int, total: int) -> None:
+        """A report from inside step `self.step + 1` (zoo.step_progress): `done` of `total` completions
+        generated. Updates the bar; prints a line when `inner_every` seconds passed since the last."""
+        verb = "generated" if phase == "generate" else phase
+        self.p.update(self.task, info=f"{verb} {done}/{total}")
+        now = time.monotonic()
+        if now - self._printed >= self.inner_every:
+            self._printed = now
+            self.p.console.print(f"step {self.step + 1:>3}: {verb} {done} of {total} completions", highlight=False,
+                                 soft_wrap=True)
+
     def __exit__(self, *exc):
         if self.enabled:
+            self._listen.__exit__(*exc)
             self.p.__exit__(*exc)
         return False

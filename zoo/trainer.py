@@ -39,7 +39,7 @@ from zoo.rewards.session import close_rewards, open_rewards
 from zoo.step import pipeline
 from zoo.step.sample import GENERATE_BATCH
 from zoo.step.types import Models, RunState, Slots, StepSettings
-from zoo.rollout_preflight import check_before_rollout
+from zoo.rollout_preflight import check_before_rollout, work_warnings
 from zoo.run_checkpoint import restore_checkpoint, save_checkpoint
 from zoo.run_progress import evaluator, progress_bar
 from zoo.study.tracking import read_json
@@ -123,6 +123,8 @@ def setup(cfg: RunConfig, device: torch.device | None = None) -> RunState:
     slots = Slots.of(v, {"max_new_tokens": cfg.budget.max_new_tokens})
     _seed_everything(cfg.seed)  # the same on every rank until the models are built (LoRA, value head init)
     task = load_task(cfg.task)
+    for w in work_warnings(cfg, v.group_size, len(task.train)):  # a step far beyond the task's prompts
+        log.warning(w)
     stream = PromptStream(task.train, seed=cfg.seed)
     # extra rounds of dynamic sampling draw from their own stream, so step k's first-round prompts are
     # the same in every arm of a study (paired comparison), whatever the filters dropped before
