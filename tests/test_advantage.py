@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from zoo.components.advantage import reward_to_go, sequence_scores, token_rewards
 from zoo.components.types import AdvantageInputs
 from zoo.registry import ComponentError, available, build
+from zoo.declarations import Declaration
 
 NAN = float("nan")
 ESTIMATORS = ["gae", "group_mean", "rloo", "reinforce", "reinforce_pp", "pass_at_k", "pass_at_k_analytic"]
@@ -108,7 +109,7 @@ def test_reinforce_and_reinforce_pp_kl_shaped_reward_to_go():
         res = run(name, inp)
         torch.testing.assert_close(res.advantages, torch.tensor([[0.4, 0.5, 0.7, 0.0]]))
         assert res.returns is None
-    assert build("advantage", "reinforce_pp").meta["wants_kl"] == "reward"
+    assert build("advantage", "reinforce_pp").decl.reads == ("kl_reward",)
 
 
 # ---- sequence-level estimators ------------------------------------------------------------------
@@ -262,10 +263,10 @@ def test_bad_parameters_rejected(spec):
         build("advantage", spec)
 
 
-def test_meta_and_shape_errors():
-    assert build("advantage", "gae").meta == {"needs_values": True, "level": "token"}
-    assert build("advantage", "rloo").meta["level"] == "sequence"
-    assert build("advantage", "group_mean").meta["level"] == "sequence"
+def test_declarations_and_shape_errors():
+    assert build("advantage", "gae").decl == Declaration(reads=("values",), level="token")
+    assert build("advantage", "rloo").decl.level == "sequence"
+    assert build("advantage", "group_mean").decl.level == "sequence"
     bad = AdvantageInputs(torch.zeros(2), torch.ones(2, 3, dtype=torch.bool), torch.zeros(3), torch.zeros(2, 3))
     with pytest.raises(ValueError, match="group_ids"):
         run("group_mean", bad)

@@ -68,8 +68,8 @@ def test_parse_backends():
     assert parse_backends([]) == ["hf"]
     assert parse_backends(["hf,noisy"]) == ["hf", "noisy"]
     assert parse_backends(["hf", "{name: noisy, sigma: 0.2}"]) == ["hf", {"name": "noisy", "sigma": 0.2}]
-    with pytest.raises(ValueError, match=r"--backend: generator 'vllm' is not registered; known: hf, noisy"):
-        parse_backends(["hf,vllm"])
+    with pytest.raises(ValueError, match=r"--backend: generator 'sglang' is not registered; known: hf, noisy, vllm"):
+        parse_backends(["hf,sglang"])
     with pytest.raises(ValueError, match="empty name"):
         parse_backends(["hf,"])
     with pytest.raises(ValueError, match="sigma"):

@@ -126,7 +126,7 @@ def test_bad_parameters_are_rejected_when_built(spec, msg):
 
 def test_corrections_declare_what_they_read():
     for name in ("tis", "mis", "rs"):
-        assert registry.build("correction", name).meta["reads"] == ("logp_old", "logp_rollout")
+        assert registry.build("correction", name).decl.reads == ("logp_old", "logp_rollout")
 
 
 # ---------------------------------------------------------------- the metrics

@@ -83,7 +83,7 @@ def test_a_selection_over_the_step_does_not_depend_on_the_micro_batch_split(myla
 
 def test_validate_rejects_a_read_nothing_produces():
     @registry.register("loss", "test_reads_values", reads=("values",))
-    def _needs_values(inp, *, coef: float = 1.0):
+    def _reads_values(inp, *, coef: float = 1.0):
         raise AssertionError("never called")
 
     @registry.register("loss", "test_reads_nothing_known", reads=("logits_of_god",))

@@ -30,7 +30,7 @@ def _call(logp, rows, obj=OBJ, **hp):
     inp = TermInputs(logp=logp[rows], logp_old=z[rows], advantages=z[rows], mask=MASK[rows],
                      counts=StepCounts.of(MASK), step=view)
     term = registry.build("loss", {"name": "nll_positive", **hp})
-    agg = registry.build("aggregate", term.meta["aggregate"])
+    agg = registry.build("aggregate", term.decl.aggregate)
     return agg(term(inp).loss, MASK[rows], inp.counts)
 
 

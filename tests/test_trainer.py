@@ -43,8 +43,9 @@ def max_change(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) 
     return max(float((after[k].float() - before[k].float()).abs().max()) for k in shared)
 
 
-def needs_values(variant: str) -> bool:
-    return bool(Slots.of(load_variant(variant)).advantage.meta.get("needs_values"))
+def reads_values(variant: str) -> bool:
+    """Whether some component of the variant reads the critic's values (so the run builds a critic)."""
+    return Slots.of(load_variant(variant)).reads("values")
 
 
 def small_updates(variant: str, completions: int = 8) -> dict:
@@ -91,9 +92,9 @@ def test_grpo_with_kimi_length_trains_and_logs_the_column(tiny_model_dir, tmp_pa
 
 
 # ---------------------------------------------------------------- every variant, 2 steps
-def test_critic_only_where_the_advantage_needs_values():
-    assert needs_values("ppo")
-    assert not needs_values("grpo")
+def test_critic_only_where_a_component_reads_values():
+    assert reads_values("ppo")
+    assert not reads_values("grpo")
 
 
 @pytest.mark.parametrize("variant", available_variants())
@@ -131,14 +132,14 @@ def test_every_variant_trains_two_steps(variant, tiny_model_dir, tmp_path, monke
         assert "loss/policy" in r, "every step of this run should have taken an optimizer step"
         assert math.isfinite(r["reward/total"])
         assert r["optim/steps"] >= 1
-    assert ("loss/value" in steps[0]) == needs_values(variant)
+    assert ("loss/value" in steps[0]) == reads_values(variant)
 
     state = saved_state(out)
     assert state["step"] == 2
     assert max_change(initial_weights(tiny_model_dir), state["policy"]) > 1e-6, "policy did not change"
-    assert (state["critic"] is not None) == needs_values(variant)
+    assert (state["critic"] is not None) == reads_values(variant)
     params = summary["config"]["provenance"]["parameters"]
-    assert (params["critic"] is not None) == needs_values(variant)
+    assert (params["critic"] is not None) == reads_values(variant)
     json.loads((out / "summary.json").read_text())  # valid JSON
 
 

@@ -26,7 +26,14 @@ class Batch:
       group_ids:       [N] long, the group (prompt) each completion answers; prompt-major after
                        generation (rows p*G .. p*G+G-1 answer prompt p of the call)
       truncated:       [N] bool, reached max_new_tokens without EOS
-      lengths:         [N] long, completion tokens up to and including EOS (what attention covers)
+      lengths:         [N] long, the attention extent of the completion: its columns that are context,
+                       up to and including the first EOS (`completion_attention`); in a multi-turn
+                       trajectory it also covers the environment's tokens
+      policy_tokens:   [N] long, how many of those tokens the policy itself sampled (the loss mask's
+                       count at generation, before length shaping clears rows): what length shaping,
+                       the completion-length metrics and the throughput count. Single-turn it equals
+                       `lengths` (the default when not given); an environment's tokens are attended
+                       but never the policy's (docs/engine.md "Lengths and masks")
       texts, rows:     the decoded completions (to the first EOS, excluded) and their dataset rows
       logp_rollout:    [N, T] float, the sampler's log-probs of the drawn tokens: of the distribution it
                        drew from, after its warping (zoo.backends.generate.warping); 0 off the mask
@@ -56,6 +63,7 @@ class Batch:
     group_ids: Tensor
     truncated: Tensor
     lengths: Tensor
+    policy_tokens: Tensor | None = None  # [N]; None -> lengths (single-turn)
     texts: list[str] = field(default_factory=list)
     rows: list[dict[str, Any]] = field(default_factory=list)
     objectives: Tensor | None = None
@@ -69,6 +77,10 @@ class Batch:
     advantages: Tensor | None = None
     returns: Tensor | None = None
     extras: dict[str, Tensor] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.policy_tokens is None:  # single-turn: every attended completion token is the policy's
+            self.policy_tokens = self.lengths.clone()
 
     @property
     def size(self) -> int:

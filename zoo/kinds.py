@@ -136,6 +136,12 @@ class GeneratorFn(Protocol):
         """The policy module and its tokenizer -> a Generator (built once per run from `sampling.backend`)."""
 
 
+class EnvFn(Protocol):
+    def __call__(self) -> object:
+        """A fresh environment (`zoo.envs.base.Env`: `reset(row, seed)`, `step(state, assistant_text)`,
+        `stop`), built from `task.env` (hyperparameters only)."""
+
+
 @dataclass(frozen=True)
 class Kind:
     """One row of the slot table (see the module doc)."""
@@ -177,6 +183,8 @@ TABLE: tuple[Kind, ...] = (
          note="not a slot: the run file's rewards"),
     Kind("generator", GeneratorFn, None, ("prompts", "group_size", "sampling"),
          note="not a slot: the run file's sampling.backend"),
+    Kind("env", EnvFn, None, ("row", "seed", "assistant_text"),
+         note="not a slot: the run file's task.env"),
 )
 
 

@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from zoo import threads
+
 PACKAGES = ("variant-zoo", "torch", "transformers", "accelerate", "peft", "datasets", "wandb", "reasoning-gym", "math-verify")
 
 
@@ -48,6 +50,7 @@ def provenance(cfg: Any, source: Any, params: dict[str, Any], precision: dict[st
         "seed": cfg.seed,
         "device": "cuda" if torch.cuda.is_available() else "cpu",
         "torch_threads": torch.get_num_threads(),
+        "threads": threads.record(),  # the choice behind it: threads, wait_policy, source, why
         **({"precision": precision} if precision is not None else {}),
     }
 

@@ -18,11 +18,13 @@ import difflib
 import importlib
 import inspect
 import math
+import traceback
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, Callable, Mapping
 
 from zoo import kinds
+from zoo.declarations import Declaration, declare
 
 KINDS = kinds.registry_kinds()  # the slot table (zoo/kinds.py) is the one list
 ENTRY_POINT_GROUP = "zoo.components"
@@ -39,16 +41,16 @@ class Entry:
     kind: str
     name: str
     fn: Callable[..., Any]
-    meta: Mapping[str, Any] = field(default_factory=dict)
+    decl: Declaration = field(default_factory=Declaration)
     check: Callable[..., None] | None = None
 
     def hyperparameters(self) -> dict[str, Any]:
         """Keyword-only parameters with their defaults (`inspect.Parameter.empty` if required); a
         component registered with `selects=True` takes keyword `step` (the update's StepView), and a
-        clip rule a keyword per field it declares in `reads=` (e.g. dppo's logp_rollout): data, not
-        hyperparameters."""
+        clip rule or stage a keyword per field it declares in `reads=` (e.g. dppo's logp_rollout): data,
+        not hyperparameters."""
         sig = inspect.signature(self.fn)
-        data = (("step",) if self.meta.get("selects") else ()) + tuple(self.meta.get("reads", ()))
+        data = (("step",) if self.decl.selects else ()) + self.decl.reads
         return {
             p.name: p.default for p in sig.parameters.values()
             if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in data
@@ -76,8 +78,8 @@ class Component:
         return self.entry.name
 
     @property
-    def meta(self) -> Mapping[str, Any]:
-        return self.entry.meta
+    def decl(self) -> Declaration:
+        return self.entry.decl
 
     def resolved(self) -> dict[str, Any]:
         """Every hyperparameter with the value in use (defaults filled in)."""
@@ -96,18 +98,23 @@ _REGISTRY: dict[str, dict[str, Entry]] = {k: {} for k in KINDS}
 _loaded_builtins = False
 
 
-def register(kind: str, name: str, *, check: Callable[..., None] | None = None, **meta: Any):
+def register(kind: str, name: str, *, check: Callable[..., None] | None = None, **declared: Any):
     """Decorator: register `fn` as component `name` of `kind`.
 
     `check(params, context)` (optional) validates hyperparameters beyond their names, e.g. c > 1;
     it raises ValueError. `context` holds run values such as `max_new_tokens` when known, else {}.
-    `meta` declares what the component needs, e.g. `needs_values=True` for GAE or
-    `level="sequence"` for estimators that use one score per completion.
+    The other keywords are the component's declarations (`zoo.declarations.Declaration`), e.g.
+    `reads=("values",)` for GAE or `level="sequence"` for estimators that use one score per completion.
 
-    Raises ComponentError for an unknown kind, or a name already taken by a different function.
+    Raises ComponentError for an unknown kind, an unknown declaration key (with a did-you-mean), or a
+    name already taken by a different function.
     """
     if kind not in _REGISTRY:
         raise ComponentError(f"unknown component kind {kind!r}; kinds: {', '.join(KINDS)}")
+    try:
+        decl = declare(f"register({kind!r}, {name!r})", declared)
+    except (ValueError, TypeError) as e:
+        raise ComponentError(str(e)) from None
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         old = _REGISTRY[kind].get(name)
@@ -116,7 +123,7 @@ def register(kind: str, name: str, *, check: Callable[..., None] | None = None, 
                 f"{kind} {name!r} is already registered by {_qualname(old.fn)}; "
                 f"cannot register {_qualname(fn)} under the same name"
             )
-        _REGISTRY[kind][name] = Entry(kind, name, fn, dict(meta), check)
+        _REGISTRY[kind][name] = Entry(kind, name, fn, decl, check)
         return fn
 
     return deco
@@ -135,20 +142,60 @@ def load_builtins() -> None:
     importlib.import_module("zoo.components")
     importlib.import_module("zoo.rewards")
     importlib.import_module("zoo.backends.generate.registered")
+    importlib.import_module("zoo.envs")
     for ep in entry_points(group=ENTRY_POINT_GROUP):
-        ep.load()
+        try:
+            ep.load()
+        except BaseException as e:  # noqa: BLE001 - SystemExit too: an installed plugin must not end zoo silently
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            raise ComponentError(f"entry point {ep.name!r} ({ep.value}, group {ENTRY_POINT_GROUP}): "
+                                 f"{import_failure(e)}") from None
+
+
+def import_user_module(mod: str, what: str = "plugin module") -> Any:
+    """`importlib.import_module(mod)` for a module the user named (a plugin, a reward's dotted path).
+
+    Raises ComponentError, one line naming `what`, the module, and the file and line where it failed:
+    for an ImportError, a SyntaxError, any other exception raised while the module runs, and a
+    `sys.exit()` / SystemExit at import (which would otherwise end zoo with no message). Ctrl-C
+    (KeyboardInterrupt) passes through."""
+    try:
+        return importlib.import_module(mod)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - SystemExit and GeneratorExit too, see the docstring
+        raise ComponentError(f"{what} {mod!r} could not be imported: {import_failure(e)}") from None
+
+
+def import_failure(e: BaseException) -> str:
+    """Why an import failed, in one line with the file and line: `SyntaxError in plug.py, line 3:
+    invalid syntax`, `it called sys.exit(0) at import (plug.py, line 2)`, `ValueError at import
+    (plug.py, line 5): boom`, or an ImportError's own message."""
+    if isinstance(e, SyntaxError):  # IndentationError, TabError included
+        where = f" in {e.filename}, line {e.lineno}" if e.filename else ""
+        return f"{type(e).__name__}{where}: {e.msg}"
+    frames = traceback.extract_tb(e.__traceback__)
+    user = [f for f in frames if "importlib" not in f.filename and not f.filename.startswith("<frozen")
+            and f.filename != __file__]  # the frames of the module being imported (and what it imports)
+    at = f"{user[-1].filename}, line {user[-1].lineno}" if user else ""
+    if isinstance(e, SystemExit):
+        return (f"it called sys.exit({e.code!r}) while being imported ({at}); a plugin module must only define "
+                "and register its components (put a script's code under `if __name__ == '__main__':`)")
+    if isinstance(e, ImportError) and not user:
+        return str(e)
+    first = (str(e).strip().splitlines() or [""])[0]
+    return f"{type(e).__name__} raised while importing it" + (f" ({at})" if at else "") + (f": {first}" if first else "")
 
 
 def load_plugins(modules: list[str] | tuple[str, ...] = ()) -> None:
     """Import user modules (dotted names) so their `@register` decorators run.
 
-    Raises ComponentError naming the module when it cannot be imported."""
+    Raises ComponentError naming the module, file and line when it cannot be imported (see
+    `import_user_module`: also a SyntaxError, an exception or a sys.exit() in the module)."""
     load_builtins()
     for mod in modules:
-        try:
-            importlib.import_module(mod)
-        except ImportError as e:
-            raise ComponentError(f"plugin module {mod!r} could not be imported: {e}") from e
+        import_user_module(mod)
 
 
 def available(kind: str | None = None) -> list[str] | dict[str, list[str]]:

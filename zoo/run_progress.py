@@ -5,7 +5,9 @@ import contextlib
 import time
 from typing import Any, Callable, Iterator
 
+from zoo.declarations import of as declared
 from zoo import step_progress, strategy
+from zoo.envs.base import env_spec
 from zoo.guards import NONFINITE_SAMPLING, nonfinite_sampling
 from zoo.evaluate import evaluate
 from zoo.step.forwards import autocast
@@ -17,7 +19,7 @@ def evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, fl
     `announce` it says on stderr what it evaluates and what it measured (the pause before the first
     step and after the last is the evaluation)."""
     cfg = st.cfg
-    correctness = next((c for c, _ in st.rewards if c.meta.get("accuracy")), None)  # the reward that judges it
+    correctness = next((c for c, _ in st.rewards if declared(c).accuracy), None)  # the reward that judges it
     if not cfg.eval.enabled or cfg.eval.size == 0 or correctness is None or not st.task.eval:
         return lambda: {}
     rows = st.task.eval[: cfg.eval.size]
@@ -36,7 +38,7 @@ def evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, fl
             res = evaluate(st.models.policy, st.models.tokenizer, rows, correctness,
                            max_new_tokens=cfg.budget.max_new_tokens, samples=cfg.eval.samples,
                            temperature=cfg.eval.temperature, seed=cfg.eval.seed,
-                           micro_batch=max(cfg.budget.micro_batch, 8))
+                           micro_batch=max(cfg.budget.micro_batch, 8), env=env_spec(cfg.task))
         strategy.release_weights(st.models.parallel)
         if announce:
             console.print("  ".join(f"{k.removeprefix('eval/')} {res[k]:.3f}" for k in ("eval/greedy_acc", "eval/avg_at_k")

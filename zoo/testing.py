@@ -125,3 +125,83 @@ def tiny_reward_model_and_tokenizer(
         torch.nn.init.normal_(model.score.weight, std=1.0)  # scores of order 1, not ~0.02
     model.eval()
     return model, tok
+
+
+def tiny_vllm_model_and_tokenizer(seed: int = 0, **kw) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
+    """`tiny_model_and_tokenizer` in a shape vLLM's CPU attention accepts (head size 64 >= 32): hidden 128,
+    2 layers, 2 heads, 1 KV head. Keywords override (`tiny_model_and_tokenizer`'s)."""
+    shape = dict(hidden=128, layers=2, heads=2, kv_heads=1)
+    return tiny_model_and_tokenizer(seed, **{**shape, **kw})
+
+
+def set_counting(model: LlamaForCausalLM, tok: PreTrainedTokenizerFast, shift: int = 1, margin: float = 30.0) -> None:
+    """Make a `counting_model_and_tokenizer` model write, after token i, token i + `shift` (clamped to the
+    vocabulary) and EOS after 'e': lm_head column i gets +margin at that token and -margin elsewhere,
+    so the next token is certain (p = 1 - V e^-2margin) whatever the context. An in-place weight update."""
+    V, H = model.lm_head.weight.shape
+    e_id, eos = tok.convert_tokens_to_ids("e"), tok.eos_token_id
+    scale = margin / H ** 0.5  # the final RMSNorm maps a one-hot embedding to sqrt(H) * one-hot
+    w = torch.full((V, H), -scale)
+    for i in range(V):
+        w[eos if i == e_id else min(i + shift, V - 1), i] = scale
+    with torch.no_grad():
+        model.lm_head.weight.copy_(w)
+
+
+def counting_model_and_tokenizer(shift: int = 1) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
+    """A plain Llama (hidden 128, 1 layer, 2 heads, vLLM-compatible) whose weights count: it writes the
+    token `shift` ids after its last input token and EOS after 'e', so with the character tokenizer
+    '...a' continues 'bcde' EOS and '...0' continues '123456...'. Embeddings are one-hot (token i ->
+    unit vector i, vocab 105 <= hidden), attention and MLP outputs are zero (o_proj, down_proj = 0), so
+    the residual stream is the embedding and the logits are lm_head(RMSNorm(one-hot)) (`set_counting`).
+    The same weights count under transformers and under vLLM; eval mode, fp32, CPU."""
+    model, tok = tiny_model_and_tokenizer(0, hidden=128, layers=1, heads=2, kv_heads=1)
+    V, H = model.lm_head.weight.shape
+    with torch.no_grad():
+        model.model.embed_tokens.weight.copy_(torch.eye(V, H))
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+    set_counting(model, tok, shift)
+    model.eval()
+    return model, tok
+
+
+class ScriptedGenerator:
+    """A deterministic test generator (`zoo.kinds.Generator`'s `continue_` only): call k of `continue_`
+    gives every row the assistant text `script[k]` (the last one repeated), tokenized with `tokenizer`;
+    a text that does not end with one of the call's stop strings gets the EOS id appended (a sampled
+    EOS). `max_new_tokens` cuts a text (truncated). With `model`, `logp_rollout` is the model's
+    log-softmax of each emitted token after its own prefix (one forward per row); else 0.
+    `calls` records each call's prefix ids."""
+
+    def __init__(self, tokenizer, script, model=None) -> None:
+        self.tokenizer, self.script, self.model = tokenizer, list(script), model
+        self.calls: list[list[list[int]]] = []
+
+    def continue_(self, prefix_ids, sampling, stop=(), /):
+        from zoo.backends.generate.types import Continuation
+
+        text = self.script[min(len(self.calls), len(self.script) - 1)]
+        self.calls.append([list(p) for p in prefix_ids])
+        new = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        if not any(text.endswith(s) for s in stop):
+            new.append(int(self.tokenizer.eos_token_id))
+        truncated = len(new) > sampling.max_new_tokens
+        new = new[: sampling.max_new_tokens]
+        n, T = len(prefix_ids), len(new)
+        ids = torch.tensor([new] * n, dtype=torch.long)
+        logp = torch.zeros(n, T)
+        if self.model is not None:
+            with torch.no_grad():
+                for i, p in enumerate(prefix_ids):
+                    full = torch.tensor([list(p) + new])
+                    lp = torch.log_softmax(self.model(full).logits[0, len(p) - 1 : -1].float(), -1)
+                    logp[i] = lp.gather(1, full[0, len(p):, None])[:, 0]
+        shown = new[:-1] if new and new[-1] == self.tokenizer.eos_token_id else new
+        return Continuation(ids=ids, mask=torch.ones(n, T, dtype=torch.bool), logp_rollout=logp,
+                            truncated=torch.full((n,), truncated), lengths=torch.full((n,), T),
+                            stopped_by=[None] * n, texts=[self.tokenizer.decode(shown, skip_special_tokens=True)] * n)
+
+    def sync(self, policy, /) -> None:
+        pass

@@ -37,6 +37,7 @@ from zoo.registry import load_plugins
 from zoo.rewards.compute import resolve_rewards
 from zoo.rewards.session import close_rewards, open_rewards
 from zoo.step import pipeline
+from zoo.envs.base import env_errors
 from zoo.step.sample import GENERATE_BATCH
 from zoo.step.types import Models, RunState, Slots, StepSettings
 from zoo.rollout_preflight import check_before_rollout, work_warnings
@@ -66,6 +67,7 @@ def validate_run(cfg: RunConfig) -> tuple[Variant, list[str]]:
     gen_error = backend_error(cfg.sampling.backend)
     if gen_error:
         rep.errors.append(gen_error)
+    rep.errors += env_errors(cfg.task)  # task.env: the environment's name and keys
     try:
         rewards = [c for c, _ in resolve_rewards(cfg.rewards, cfg.plugins)]
     except ValueError as e:
@@ -144,7 +146,7 @@ def setup(cfg: RunConfig, device: torch.device | None = None) -> RunState:
                          next(policy.parameters()).element_size(), device)
     reference = zm.make_reference(policy) if slots.reads("logp_ref") else None
     critic = None
-    if slots.advantage.meta.get("needs_values"):
+    if slots.reads("values"):  # some component reads the critic's values (gae, a loss term, ...)
         critic = _make_critic(cfg, v, policy, tok, lora, device)
     par = strategy.wrap(policy, critic, reference.model if reference is not None and not reference.shares_policy
                         else None, cfg.training.strategy, device, precision)

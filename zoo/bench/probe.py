@@ -3,7 +3,7 @@ tokens it handled and its peak memory, without replacing any function of the ste
 
 Per phase (`pop()` returns {phase: {"seconds", "tokens", "peak_mb", "real_tokens"}} per step):
 
-    generate   tokens = completion tokens generated (to EOS): the phase's batch `lengths.sum()`
+    generate   tokens = completion tokens the policy sampled (to EOS): the phase's batch `policy_tokens.sum()`
     score      tokens = completion tokens scored: `loss_mask.sum()` after length shaping
     advantage  tokens = the estimator's batch `loss_mask.sum()`
     forward    tokens = positions the models ran (forward pre-hooks on policy, reference copy and
@@ -35,11 +35,11 @@ COUNTED = ("forward", "train", "critic")
 
 def phase_tokens(ph: Phase) -> float:
     """The tokens a phase handled, from the batch the stage put on its record (0 without one):
-    generated tokens (`lengths [N]`) for generate, loss-mask tokens (`loss_mask [N, T]`) otherwise."""
+    the policy's sampled tokens (`policy_tokens [N]`) for generate, loss-mask tokens (`loss_mask [N, T]`) otherwise."""
     b = ph.batch
     if b is None:
         return 0.0
-    return float(b.lengths.sum()) if ph.name == "generate" else float(b.loss_mask.sum())
+    return float(b.policy_tokens.sum()) if ph.name == "generate" else float(b.loss_mask.sum())
 
 
 def attended(kwargs: dict) -> int:

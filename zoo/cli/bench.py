@@ -11,7 +11,7 @@ import typer
 
 from zoo.cli.bench_options import check_launch, parse_backends
 from zoo.cli.bench_tables import print_bench, print_decode, print_memory, print_ranks, print_scan, print_vs
-from zoo.cli.common import app, err, fail, parse_sets, quiet_logs
+from zoo.cli.common import app, err, fail, parse_sets, print_threads, quiet_logs
 from zoo.models import EMBEDDED_MODEL
 
 
@@ -46,7 +46,8 @@ def bench(
     plot: Optional[Path] = typer.Option(None, "--plot", help="--scan: PNG path (default bench-scan-KEY.png)"),
     task: Optional[str] = typer.Option(None, "--task", help="task spec as a YAML/JSON mapping or a YAML file "
                                        "(default: worked 2-shot, 2-term arithmetic with 1-2 digit numbers)"),
-    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: torch's choice)"),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: the CPUs this "
+                                         "process may use minus other zoo runs' threads)"),
     strategy: str = typer.Option("single", "--strategy", help="single | ddp | fsdp (training.strategy; ddp and "
                                  "fsdp need --nproc N or a launcher): per-rank memory and step time"),
     nproc: Optional[int] = typer.Option(None, "--nproc", min=1, help="start N processes of this machine under "
@@ -89,6 +90,7 @@ def bench(
     autocast, why = zb.resolve_bench_autocast(setting)
     why = f"auto: {why}" if setting == "auto" else f"--autocast {setting}"
     err.print(f"autocast {autocast} ({why})", highlight=False)
+    print_threads()
     names = list(variants or [])
     if vs is not None and vs.lower() != "trl":
         fail(f"--vs {vs!r}: only 'trl' is supported")

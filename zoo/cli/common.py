@@ -17,6 +17,7 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
+from zoo.config.yaml_strict import MAX_NESTING, too_deep
 from zoo.study.console_fit import PIPE_WIDTH
 
 app = typer.Typer(
@@ -34,6 +35,22 @@ app = typer.Typer(
 # which cut cells to "…" (the report's rule, zoo.study.console_fit); COLUMNS still wins where set.
 console = Console() if Console().is_terminal or os.environ.get("COLUMNS") else Console(width=PIPE_WIDTH)  # no file=: follows sys.stdout
 err = Console(stderr=True)
+
+
+def print_threads() -> None:
+    """The process's thread choice (zoo.threads, made when zoo.cli was imported) as one line on stderr,
+    once per process and only on rank 0 under a launcher."""
+    global _THREADS_PRINTED
+    from zoo import threads
+
+    choice = threads.current()
+    if choice is None or _THREADS_PRINTED or os.environ.get("RANK", "0") != "0":
+        return
+    _THREADS_PRINTED = True
+    err.print(escape(choice.line()), highlight=False, soft_wrap=True)
+
+
+_THREADS_PRINTED = False
 
 
 def fail(msg: str, code: int = 1) -> None:
@@ -59,6 +76,10 @@ def parse_sets(sets: list[str]) -> dict[str, Any]:
         except yaml.YAMLError as e:
             fail(f"--set {s!r}: the value is not valid YAML ({str(e).splitlines()[0]}); quote strings and "
                  "write lists as [a, b]")
+        except RecursionError:
+            fail(f"--set {k.strip()}=...: the value is nested too deeply to read")
+        if too_deep(out[k.strip()]) is not None:
+            fail(f"--set {k.strip()}=...: the value nests more than {MAX_NESTING} levels of lists or mappings")
     return out
 
 

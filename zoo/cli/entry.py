@@ -26,7 +26,7 @@ def main() -> None:
             RecursionError) as e:  # VariantError, ComponentError, TaskError, ReportError are ValueErrors
         if os.environ.get("ZOO_DEBUG"):
             raise
-        err.print(f"[bold red]error:[/] {escape(str(e) or type(e).__name__)}", highlight=False)
+        err.print(f"[bold red]error:[/] {escape(str(e) or type(e).__name__)}", highlight=False, soft_wrap=True)
         raise SystemExit(1) from None
     except OSError as e:  # disk full, read-only folder, permissions: zoo.faults names the file
         if os.environ.get("ZOO_DEBUG"):

@@ -6,7 +6,7 @@ from typing import List, Optional
 
 import typer
 
-from zoo.cli.common import app, console, fail, parse_sets, quiet_logs
+from zoo.cli.common import app, console, fail, parse_sets, print_threads, quiet_logs
 
 
 def _sigterm_as_interrupt() -> None:
@@ -28,7 +28,8 @@ def run(
     set_: List[str] = typer.Option([], "--set", help="dotted override: budget.steps=3, variant=ppo, set.clip.eps_high=0.3"),
     resume: Optional[Path] = typer.Option(None, "--resume", help="continue the run in this directory from its last checkpoint"),
     fresh: bool = typer.Option(False, "--fresh", help="delete the output directory's checkpoint and results and train from scratch"),
-    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: torch's choice)"),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: the CPUs this "
+                                         "process may use minus other zoo runs' threads; docs/performance.md)"),
     nproc: Optional[int] = typer.Option(None, "--nproc", min=1, help="start N processes of this machine under torchrun "
                                         "(with training.strategy ddp or fsdp)"),
 ) -> None:
@@ -61,6 +62,7 @@ def run(
                      "add --set training.strategy=ddp (or fsdp)")
         raise typer.Exit(launch.relaunch(nproc, sys.argv[1:]))
     quiet_logs()
+    print_threads()
     _sigterm_as_interrupt()
     if threads:
         torch.set_num_threads(threads)
@@ -118,7 +120,8 @@ def ablate(
     dry_run: bool = typer.Option(False, "--dry-run", help="print the arms and the `zoo run` command for each; run nothing"),
     shard: Optional[str] = typer.Option(None, "--shard", help="i/n: run only arms i, i+n, ... (0-based), for clusters"),
     set_: List[str] = typer.Option([], "--set", help="dotted override applied to every arm, e.g. budget.steps=2"),
-    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads"),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: the CPUs this "
+                                         "process may use minus other zoo runs' threads)"),
     fresh: List[str] = typer.Option([], "--fresh", help="ARM: delete this arm's results and retrain it (a label like grpo-s0, or grpo for all its seeds); repeatable"),
     ray: bool = typer.Option(False, "--ray", help="each arm a Ray task with the study's `resources`, on a local Ray "
                              "started here unless --ray-address; shared filesystem assumed (pip install 'variant-zoo\\[ray]')"),
@@ -137,6 +140,7 @@ def ablate(
     from zoo.config.variant import VariantError
 
     quiet_logs()
+    print_threads()
     _sigterm_as_interrupt()
     if threads:
         torch.set_num_threads(threads)

@@ -122,7 +122,7 @@ def length_adaptive_lambda(lengths: Tensor, alpha: float) -> Tensor:
     return torch.where(lf > 0, lam.clamp(0.0, 1.0), torch.zeros_like(lf))
 
 
-@register("advantage", "gae", check=_check_gae, needs_values=True, level="token")
+@register("advantage", "gae", check=_check_gae, reads=("values",), level="token")
 def gae(inp: AdvantageInputs, *, gamma: float = 1.0, lam: float = 0.95, critic_lam: float | None = None,
         length_alpha: float | None = None) -> AdvantageResult:
     """Generalised advantage estimation with a critic.
@@ -175,10 +175,10 @@ def reinforce(inp: AdvantageInputs, *, gamma: float = 1.0) -> AdvantageResult:
     return _reward_to_go_advantage(inp, gamma)
 
 
-@register("advantage", "reinforce_pp", check=_check_unit("gamma"), level="token", wants_kl="reward")
+@register("advantage", "reinforce_pp", check=_check_unit("gamma"), level="token", reads=("kl_reward",))
 def reinforce_pp(inp: AdvantageInputs, *, gamma: float = 1.0) -> AdvantageResult:
     """REINFORCE++: A_t = score - beta sum_{i >= t} KL(i), the KL-shaped reward-to-go (with
-    kl_reward = -beta KL(i), k1 of old vs ref, placed in the reward: meta wants_kl="reward").
+    kl_reward = -beta KL(i), k1 of old vs ref, placed in the reward: it declares reads=("kl_reward",)).
     inp.scores [N], inp.mask [N, T], inp.kl_reward [N, T]. Returns advantages [N, T] (0 on padding),
     returns None. The global batch normalisation is the `batch_std` normalizer, not done here.
     Source: REINFORCE++ arXiv 2501.03262 eq. 9. Raises ValueError on shapes that break the contract.

@@ -71,7 +71,9 @@ def _check_norm(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
 def seq_mean_token_sum_norm(loss: Tensor, mask: Tensor, counts: StepCounts, *, L: float | None = None) -> Tensor:
     """sum_i sum_t loss_{i,t} / (counts.sequences * L), L a constant (None -> counts.max_new_tokens).
 
-    Dr. GRPO's unbiased "const-norm": no per-sequence length in the denominator.
+    Dr. GRPO's unbiased "const-norm": no per-sequence length in the denominator. The sum runs over
+    `mask`, the policy's trained tokens (an environment's tokens in a multi-turn row are not in it),
+    so L is a budget of the policy's own tokens, like `max_new_tokens`, not of the attention extent.
     loss, mask: [N, T]; counts: the step's StepCounts. Returns a scalar (this micro-batch's share).
     Raises ValueError when shapes differ or L is not None and <= 0.
     Source: Dr. GRPO arXiv 2503.20783 §3.1 (mask.sum() replaced by a constant MAX_TOKENS)."""

@@ -14,6 +14,7 @@ from typing import Any, Mapping, Sequence
 
 from torch import Tensor
 
+from zoo.declarations import of as declared
 from zoo.components.stats import group_constant
 from zoo.registry import Component, register
 
@@ -47,9 +48,9 @@ def step_metric_kinds(rewards: Sequence[Component]) -> dict[str, bool | None]:
     """The per-row metrics a step will have (`zoo.step.scoring.per_row_metrics`) -> whether each is discrete
     (True: few distinct values, ties are common; False: continuous; None: not declared).
     rewards: the run's built reward components; a reward declares `discrete=` in its registration."""
-    kinds: dict[str, bool | None] = {c.name: c.meta.get("discrete") for c in rewards}
-    if any(c.meta.get("accuracy") for c in rewards):  # a reward that judges correctness (e.g. correctness)
+    kinds: dict[str, bool | None] = {c.name: declared(c).discrete for c in rewards}
+    if any(declared(c).accuracy for c in rewards):  # a reward that judges correctness (e.g. correctness)
         kinds["accuracy"] = True
-    declared = list(kinds.values())
-    kinds["reward"] = True if all(k is True for k in declared) else (False if False in declared else None)
+    stated = list(kinds.values())
+    kinds["reward"] = True if all(k is True for k in stated) else (False if False in stated else None)
     return kinds

@@ -47,7 +47,7 @@ def _check_soft(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
     _cache_and_max(params, context.get("max_new_tokens"))
 
 
-@register("length", "overlong_soft", check=_check_soft, output="column")
+@register("length", "overlong_soft", check=_check_soft)
 def overlong_soft(lengths: Tensor, truncated: Tensor, max_new_tokens: int, rows: LengthRows | None = None, *,
                   cache_len: int | None = None, cache_frac: float | None = None,
                   max_len: int | None = None) -> LengthResult:
@@ -57,7 +57,7 @@ def overlong_soft(lengths: Tensor, truncated: Tensor, max_new_tokens: int, rows:
 
     L_max = max_len (None -> max_new_tokens); L_cache = cache_len, or cache_frac * L_max (not
     rounded). Exactly one of cache_len / cache_frac must be set.
-    lengths: [N] completion lengths (tokens, EOS included); truncated: [N] bool (unused: the penalty
+    lengths: [N] the policy's own tokens per completion (`Batch.policy_tokens`, EOS included); truncated: [N] bool (unused: the penalty
     depends on the length alone); max_new_tokens: the generation budget; rows: unused.
     Returns LengthResult(column [N] float, keep None).
     Raises ValueError unless exactly one of cache_len / cache_frac is set and 0 < L_cache < L_max.
@@ -73,12 +73,12 @@ def overlong_soft(lengths: Tensor, truncated: Tensor, max_new_tokens: int, rows:
     return LengthResult(column=penalty.to(torch.get_default_dtype()), keep=None)
 
 
-@register("length", "overlong_filter", output="keep")
+@register("length", "overlong_filter")
 def overlong_filter(lengths: Tensor, truncated: Tensor, max_new_tokens: int,
                     rows: LengthRows | None = None) -> LengthResult:
     """Overlong filtering: truncated completions leave the loss (keep = ~truncated).
 
-    lengths: [N]; truncated: [N] bool (from generation); max_new_tokens, rows: unused.
+    lengths: [N] the policy's tokens (unused); truncated: [N] bool (from generation); max_new_tokens, rows: unused.
     Returns LengthResult(column None, keep [N] bool). Raises ValueError when shapes differ.
     Source: DAPO arXiv 2503.14476 §3.4 (overlong filtering masks the loss of truncated samples)."""
     if lengths.shape != truncated.shape:

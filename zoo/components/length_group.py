@@ -16,7 +16,7 @@ def _check_metric(params: Mapping[str, Any], context: Mapping[str, Any]) -> None
         raise ValueError(f"metric must be the name of a per-row reward metric (e.g. accuracy), got {params['metric']!r}")
 
 
-@register("length", "kimi_length", check=_check_metric, output="column", needs_groups=True, reads_metric=True)
+@register("length", "kimi_length", check=_check_metric, needs_groups=True, reads_metric=True)
 def kimi_length(lengths: Tensor, truncated: Tensor, max_new_tokens: int, rows: LengthRows, *,
                 metric: str = "accuracy") -> LengthResult:
     """Kimi k1.5's length reward, an extra objective column: within each group,
@@ -29,8 +29,8 @@ def kimi_length(lengths: Tensor, truncated: Tensor, max_new_tokens: int, rows: L
     Kimi also warms this reward up (off at first, then on); that schedule is not part of this
     component.
 
-    lengths: [N] completion tokens (EOS included); truncated: [N] bool (unused); max_new_tokens:
-    unused; rows.group_ids [N]; rows.metrics[metric] [N]. Returns LengthResult(column [N] float,
+    lengths: [N] the policy's own tokens per completion (`Batch.policy_tokens`, EOS included);
+    truncated: [N] bool (unused); max_new_tokens: unused; rows.group_ids [N]; rows.metrics[metric] [N]. Returns LengthResult(column [N] float,
     keep None). Raises ValueError naming the available metrics when `metric` is not among them.
     Source: Kimi k1.5 arXiv 2501.12599 §2.3.3 ("Length Penalty").
     """

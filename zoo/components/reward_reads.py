@@ -1,12 +1,13 @@
 """Checks, before any model loads, that what a variant's components read from the rewards will exist:
 the per-row metric a sampling filter or a length reward names (`filter: dynamic_sampling` on
-`accuracy`, `length: kimi_length` on `accuracy`: meta `reads_metric`), and the reward column a loss
-term reads (`nll_positive`'s `column`: meta `reads_column`). `zoo validate` and `zoo run` call
+`accuracy`, `length: kimi_length` on `accuracy`: declared `reads_metric`), and the reward column a loss
+term reads (`nll_positive`'s `column`: declared `reads_column`). `zoo validate` and `zoo run` call
 `check_reward_reads`; without it these surface only at the first step, after the models loaded."""
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from zoo.declarations import of as declared
 from zoo.components.filter import step_metric_kinds
 from zoo.registry import Component, build
 
@@ -16,12 +17,12 @@ def check_reward_reads(slots: Any, rewards: Sequence[Component],
     """(errors, warnings) for `slots` (a variant's slots: `filter`, `length`, `loss` lists of specs)
     against the run's built reward components, in the order of the run file's `rewards:`.
 
-    - A filter or length component with meta `reads_metric` names a metric
+    - A filter or length component declaring `reads_metric` names a metric
       (`zoo.step.scoring.per_row_metrics`): an error when no reward will produce it (`accuracy`
       needs a reward registered with `accuracy=True`, e.g. `correctness`); for a filter, a warning
       when the metric is continuous (an equality filter then keeps nearly every group); for a length
       reward, a warning when it is not a 0/1 score (kimi_length reads 1.0 as correct).
-    - A loss term with meta `reads_column` reads reward column `column` (0-based): an error when the
+    - A loss term declaring `reads_column` reads reward column `column` (0-based): an error when the
       run has no such column, a warning when that reward does not judge correctness.
     Raises ComponentError for a spec that does not build (check_variant reports that first)."""
     kinds = step_metric_kinds(rewards)
@@ -29,7 +30,7 @@ def check_reward_reads(slots: Any, rewards: Sequence[Component],
     warnings: list[str] = []
     for slot in ("filter", "length"):
         for comp in (build(slot, s, context) for s in getattr(slots, slot, None) or []):
-            if not comp.meta.get("reads_metric"):
+            if not comp.decl.reads_metric:
                 continue
             metric = comp.resolved()["metric"]
             if metric not in kinds:
@@ -45,13 +46,13 @@ def check_reward_reads(slots: Any, rewards: Sequence[Component],
                                 "as correct when it is 1.0, so a continuous metric makes nearly every row incorrect "
                                 "(Kimi k1.5 uses accuracy)")
     for comp in (build("loss", s, context) for s in getattr(slots, "loss", None) or []):
-        if comp.meta.get("reads_column"):
+        if comp.decl.reads_column:
             col, n = comp.resolved()["column"], len(rewards)
             if col >= n:
                 errors.append(f"loss {comp.name}: column {col} does not exist; the run has {n} reward column(s), "
                               f"numbered 0 .. {n - 1} in the order of the run file's `rewards:`")
-            elif not rewards[col].meta.get("accuracy"):
-                judges = [i for i, r in enumerate(rewards) if r.meta.get("accuracy")]
+            elif not declared(rewards[col]).accuracy:
+                judges = [i for i, r in enumerate(rewards) if declared(r).accuracy]
                 hint = f"set column: {judges[0]} ({rewards[judges[0]].name})" if judges else "add a correctness reward"
                 warnings.append(f"loss {comp.name}: column {col} is {rewards[col].name!r}, not a correctness reward, "
                                 f"yet a row counts as correct when its score is >= the threshold: {hint}")

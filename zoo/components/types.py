@@ -85,8 +85,8 @@ class LengthResult:
 class StepCounts:
     """Totals over one whole optimizer step (all micro-batches, all data-parallel ranks).
 
-    tokens: real completion tokens; sequences: completions; max_new_tokens: the generation budget
-    (Dr. GRPO's constant L). Aggregators divide by these, never by micro-batch counts (C2, C3)."""
+    tokens: the loss mask's tokens (the policy's trained tokens, never an environment's); sequences:
+    completions; max_new_tokens: the budget of the policy's tokens per completion (Dr. GRPO's constant L). Aggregators divide by these, never by micro-batch counts (C2, C3)."""
 
     tokens: float
     sequences: float

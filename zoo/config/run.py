@@ -11,7 +11,8 @@ from typing import Annotated, Any, Literal, Mapping, Union
 from pydantic import Field, ValidationError, field_validator
 
 from zoo.config.overrides import OverrideError, apply_dotted, did_you_mean
-from zoo.config.schema import Spec, Strict, finite_number, format_validation
+from zoo.config.schema import (MIN_TEMPERATURE, Spec, Strict, finite_number, format_validation,
+                               sampling_temperature)
 from zoo.config.variant import Slots, Updates, Variant, VariantError, load_variant, read_yaml_file
 
 
@@ -71,10 +72,15 @@ class Training(Strict):
 class Sampling(Strict):
     backend: Spec = Field("hf", description="the generator (registry kind `generator`): a name or "
                           "{name, params}, e.g. hf (default) or {name: noisy, sigma: 0.1}; `zoo list` lists them")
-    temperature: float = Field(1.0, gt=0)
+    temperature: float = Field(1.0, description=f"logits / temperature, >= {MIN_TEMPERATURE}")
     top_p: float = Field(1.0, gt=0, le=1)
     ignore_eos: bool = Field(False, description="generate every completion to max_new_tokens (EOS suppressed): "
                              "for benchmarks of cost per token, like verl's rollout.ignore_eos")
+
+    @field_validator("temperature")
+    @classmethod
+    def _temperature(cls, v: float) -> float:
+        return sampling_temperature(v)
 
 
 class Eval(Strict):
@@ -83,9 +89,14 @@ class Eval(Strict):
     every: int = Field(0, ge=0, description="steps between evaluations (0: only before and after)")
     size: int = Field(32, ge=0)
     samples: int = Field(4, ge=1, description="k for avg@k")
-    temperature: float = Field(1.0, gt=0)
+    temperature: float = Field(1.0, description=f"logits / temperature for avg@k, >= {MIN_TEMPERATURE}")
     seed: int = 1234
     enabled: bool = True
+
+    @field_validator("temperature")
+    @classmethod
+    def _temperature(cls, v: float) -> float:
+        return sampling_temperature(v)
 
 
 class Guards(Strict):
@@ -158,6 +169,17 @@ class RunConfig(Strict):
         if bad:
             raise ValueError(f"{v!r} names the output folder runs/<name>: no newlines or other control characters "
                              f"(found {', '.join(repr(c) for c in bad)})")
+        return v
+
+    @field_validator("rewards", "gold")
+    @classmethod
+    def _reward_has_a_name(cls, v: list[Any]) -> list[Any]:
+        for i, spec in enumerate(v):
+            if isinstance(spec, dict) and not spec.get("name"):
+                shown = ", ".join(f"{k}: {x}" for k, x in spec.items())
+                raise ValueError(f"item {i}, {{{shown}}}, has no 'name': each reward is a name (`correctness`) or a "
+                                 "mapping `{name: <reward>, weight: <w>, <its parameters>}` (`zoo list` lists the "
+                                 "rewards)")
         return v
 
     def out_dir(self) -> Path:

@@ -6,7 +6,9 @@ that hold across the whole schema:
 - numeric strings are numbers where the schema expects a float (PyYAML 1.1 reads `1e-3` as the
   string "1e-3"; pydantic's lax mode turns it into 0.001);
 - booleans and numbers do not stand in for each other: `steps: true` is not 1 and `enabled: 1` is not
-  True (pydantic's lax mode would accept both); a field typed `X | bool` still takes a bool.
+  True (pydantic's lax mode would accept both); a field typed `X | bool` still takes a bool;
+- every integer fits in 64 bits (`INT64`): torch's seeds and counters are C `long long`s, so
+  `seed: 1180591620717411303424` would fail later as "Overflow when unpacking long long".
 
 `Spec` is a component spec as files write it: a name, or a mapping with `name` and parameters.
 
@@ -29,6 +31,7 @@ from typing import Any, Union
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
 Spec = Union[str, dict[str, Any]]
+INT64 = (-(2**63), 2**63 - 1)  # the range of an integer field (torch.manual_seed and counters are int64)
 
 
 def union_members(ann: Any) -> tuple[Any, ...]:
@@ -52,9 +55,14 @@ def _number_types(ann: Any) -> set[type]:
 
 
 def bool_number_mixup(value: Any, ann: Any) -> str | None:
-    """Why `value` must not be read as `ann` (a bool for a number, a number for a bool), else None.
+    """Why `value` must not be read as `ann` (a bool for a number, a number for a bool, an integer
+    outside `INT64` for an integer field), else None.
     Looks into tuples and lists of numbers (`betas: [true, 0.9]`)."""
     accepted = _number_types(ann)
+    if isinstance(value, int) and not isinstance(value, bool) and int in accepted \
+            and not INT64[0] <= value <= INT64[1]:
+        return (f"{value} does not fit in a 64-bit integer (torch's seeds and counters): "
+                "use a value between -2**63 and 2**63 - 1")
     if isinstance(value, bool):
         if accepted & {int, float} and bool not in accepted:
             return f"expected a number, got the boolean {str(value).lower()}"
@@ -89,6 +97,20 @@ class Strict(BaseModel):
             if why:
                 raise ValueError(why)
         return v
+
+
+MIN_TEMPERATURE = 0.01  # logits / T for T below this overflows float32 or makes every sample the argmax
+
+
+def sampling_temperature(v: float) -> float:
+    """A sampling temperature (`sampling.temperature`, `eval.temperature`): at least MIN_TEMPERATURE.
+    Logits are divided by T; `1e-300` turns them into inf and NaN at the first step, which then reads as
+    diverged updates. Raises ValueError giving the allowed range."""
+    if not v >= MIN_TEMPERATURE:
+        raise ValueError(f"{v!r} is too small: a sampling temperature must be >= {MIN_TEMPERATURE} (the logits are "
+                         f"divided by it: below that they overflow float32 to inf/NaN, or every sample is the "
+                         f"argmax); use {MIN_TEMPERATURE} or more (1.0 samples the policy as it is)")
+    return v
 
 
 def finite_number(value: Any, what: str) -> float:

@@ -22,6 +22,7 @@ from pydantic import Field, ValidationError, create_model, field_validator
 from zoo import kinds, registry
 from zoo.config import overrides
 from zoo.config import yaml_strict as strict_yaml
+from zoo.config.yaml_strict import MAX_NESTING, too_deep
 from zoo.config.desugar import hand_written
 from zoo.config.schema import Spec, Strict, format_validation
 
@@ -161,7 +162,7 @@ def available_variants() -> list[str]:
 
 def read_yaml_file(path: str | Path) -> Any:
     """The parsed YAML of a file (None when empty). Raises VariantError naming the file when it is
-    missing, a directory, not UTF-8, or not valid YAML."""
+    missing, a directory, not UTF-8, not valid YAML, or nested too deeply for the parser's recursion."""
     p = Path(path)
     if p.is_dir():
         hint = (f"; to resume the run in it: zoo run --resume {p}; to check it: zoo validate {p / 'config.yaml'}"
@@ -171,11 +172,19 @@ def read_yaml_file(path: str | Path) -> Any:
         raise VariantError(f"{p}: file not found")
     try:
         with open(p, encoding="utf-8") as fh:  # a file object: the YAML error names the file
-            return strict_yaml.load(fh)  # a key given twice is an error, not a silent replacement
+            data = strict_yaml.load(fh)  # a key given twice is an error, not a silent replacement
     except UnicodeDecodeError as e:
         raise VariantError(f"{p}: not UTF-8 text (byte {e.object[e.start:e.start + 1]!r} at offset {e.start})") from None
     except yaml.YAMLError as e:
         raise VariantError(f"{p}: not valid YAML: {' '.join(str(e).split())}") from None
+    except RecursionError:  # PyYAML builds nested nodes recursively: thousands of levels exhaust the stack
+        raise VariantError(f"{p}: nested too deeply to read (more levels of mappings or lists than Python's "
+                           f"recursion limit); a zoo file nests a few levels, at most {MAX_NESTING}") from None
+    deep = too_deep(data)
+    if deep is not None:
+        raise VariantError(f"{p}: key {deep!r}: nested more than {MAX_NESTING} levels deep; a zoo file nests a few "
+                           "levels (is a bracket or an indentation repeated?)")
+    return data
 
 
 def read_yaml_mapping(path: Path) -> dict[str, Any]:

@@ -1,9 +1,14 @@
 """A YAML loader for zoo's own files (variants, runs, studies, reward-model configs) that refuses a
 key given twice in one mapping: PyYAML's safe loader keeps the last one silently, so a second
-`budget:` or `variant:` would replace the first without a word."""
+`budget:` or `variant:` would replace the first without a word. `too_deep` finds nesting deeper than
+`MAX_NESTING`, which would exhaust Python's recursion in whatever reads the value next."""
 from __future__ import annotations
 
+from typing import Any
+
 import yaml
+
+MAX_NESTING = 64  # levels of mappings/lists a zoo file may nest (deeper input would exhaust recursion downstream)
 
 
 class StrictSafeLoader(yaml.SafeLoader):
@@ -34,3 +39,24 @@ StrictSafeLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 def load(stream) -> object:
     """Parse one YAML document like `yaml.safe_load`, refusing duplicate keys."""
     return yaml.load(stream, Loader=StrictSafeLoader)  # noqa: S506 (a SafeLoader subclass)
+
+
+def too_deep(data: Any, limit: int | None = None) -> str | None:
+    """The start of the key path (`set.a.0.b.<...>`) along which mappings and lists in `data` nest more than `limit`
+    (default MAX_NESTING) levels, else None. Iterative, so it cannot itself exhaust the stack; a node
+    shared through YAML aliases is walked again only when reached deeper, so an alias bomb stays cheap
+    and an alias cycle counts as too deep."""
+    limit = MAX_NESTING if limit is None else limit
+    stack: list[tuple[Any, tuple[str, ...]]] = [(data, ())]
+    deepest: dict[int, int] = {}
+    while stack:
+        node, path = stack.pop()
+        if len(path) > limit:
+            return ".".join(path[:4]) + ".<...>"
+        if isinstance(node, (dict, list)):
+            if deepest.get(id(node), -1) >= len(path):
+                continue
+            deepest[id(node)] = len(path)
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        stack.extend((v, path + (str(k),)) for k, v in items)
+    return None

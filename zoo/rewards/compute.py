@@ -23,8 +23,10 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 import numpy as np
 import torch
 
+from zoo.declarations import of as declared
 from zoo.guards import RewardError
-from zoo.registry import Component, ComponentError, available, build, get, parse_spec, register
+from zoo.registry import (Component, ComponentError, available, build, get, import_user_module, parse_spec,
+                          register)
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +168,7 @@ def accuracy(scores: torch.Tensor | Sequence[float]) -> float:
 def accuracy_index(rewards: Sequence[Any]) -> int | None:
     """The column of the reward that judges correctness (registered with `accuracy=True`, e.g.
     `correctness`: score 1.0 means correct), or None. rewards: built reward components in column order."""
-    return next((k for k, c in enumerate(rewards) if getattr(c, "meta", {}).get("accuracy")), None)
+    return next((k for k, c in enumerate(rewards) if declared(c).accuracy), None)
 
 
 def accuracy_metrics(objectives: torch.Tensor, rewards: Sequence[Any]) -> dict[str, float]:
@@ -216,9 +218,9 @@ def _import_callable(path: str, params: Mapping[str, Any]) -> Callable[..., Any]
     Raises ComponentError naming the path."""
     mod_name, attr = _split_path(path)
     try:
-        obj: Any = importlib.import_module(mod_name)
-    except ImportError as e:
-        raise ComponentError(f"reward {path!r}: module {mod_name!r} could not be imported: {e}") from e
+        obj: Any = import_user_module(mod_name, "module")
+    except ComponentError as e:
+        raise ComponentError(f"reward {path!r}: {e}") from None
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)

@@ -27,13 +27,15 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from zoo.declarations import of as declared
+
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class LiveReward:
     """A stateful reward component with its session open: called like the component (same name,
-    meta and resolved spec), scoring through `session`."""
+    declarations and resolved spec), scoring through `session`."""
 
     component: Any  # zoo.registry.Component
     session: Any
@@ -43,8 +45,8 @@ class LiveReward:
         return self.component.name
 
     @property
-    def meta(self) -> Mapping[str, Any]:
-        return self.component.meta
+    def decl(self) -> Any:  # zoo.declarations.Declaration
+        return self.component.decl
 
     @property
     def params(self) -> Mapping[str, Any]:
@@ -62,7 +64,7 @@ class LiveReward:
 
 def session_class(component: Any) -> Callable[..., Any] | None:
     """The session class a reward registered with `session=`, or None for a plain reward."""
-    return getattr(component, "meta", {}).get("session")
+    return declared(component).session
 
 
 def open_rewards(rewards: Sequence[tuple[Any, float]], device: torch.device) -> list[tuple[Any, float]]:

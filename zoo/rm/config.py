@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from zoo.config.run import Lora, Tracking
-from zoo.config.schema import Spec, Strict, format_validation
+from zoo.config.schema import MIN_TEMPERATURE, Spec, Strict, format_validation, sampling_temperature
 from zoo.config.variant import VariantError, read_yaml_mapping
 
 
@@ -71,13 +71,18 @@ class PairsConfig(Strict):
     prompts: int = Field(64, ge=1, description="prompts drawn from the task's training rows")
     samples: int = Field(8, ge=2, description="completions sampled per prompt")
     max_new_tokens: int = Field(64, ge=1)
-    temperature: float = Field(1.0, gt=0)
+    temperature: float = Field(1.0, description=f"logits / temperature, >= {MIN_TEMPERATURE}")
     length_bias: float | None = Field(None, ge=0, le=1, description="fraction of pairs whose chosen completion is the "
                                       "longer (characters); null: chosen and rejected drawn at random")
     label_noise: float = Field(0.0, ge=0, le=1, description="q: a pair whose rejected (incorrect) completion is the "
                                "longer is flipped (the longer incorrect preferred) with probability q")
     seed: int = 0
     output: str | None = Field(None, description="the JSONL written (default runs/pairs/<name>.jsonl); never overwritten")
+
+    @field_validator("temperature")
+    @classmethod
+    def _temperature(cls, v: float) -> float:
+        return sampling_temperature(v)
 
     def out_path(self) -> Path:
         return Path(self.output or Path("runs") / "pairs" / f"{self.name}.jsonl")

@@ -76,18 +76,27 @@ def parse_pair(row: Mapping[str, Any], where: str, strict: bool = True) -> Pair:
 
 
 def read_jsonl_pairs(path: str | Path) -> list[Pair]:
-    """Every pair of a JSONL file. Raises FileNotFoundError, or ValueError naming the file and line."""
+    """Every pair of a JSONL file. Raises FileNotFoundError, or ValueError naming the file and line (also
+    for a line that is not UTF-8 text)."""
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"pairs file not found: {p}")
     out = []
-    for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+    for i, raw in enumerate(p.read_bytes().splitlines(), 1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{p}:{i}: not UTF-8 text (byte {raw[e.start:e.start + 1]!r} at column {e.start + 1}); "
+                             "re-save the file as UTF-8") from None
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{p}:{i}: not valid JSON ({e.msg})") from None
+            raise ValueError(f"{p}:{i}: not valid JSON ({e.msg}); expected one pair per line, "
+                             '{"prompt": ..., "chosen": ..., "rejected": ...}') from None
+        except RecursionError:
+            raise ValueError(f"{p}:{i}: nested too deeply to read; a pair is a flat mapping") from None
         out.append(parse_pair(row, f"{p}:{i}"))
     if not out:
         raise ValueError(f"{p}: no pairs in the file")
@@ -102,8 +111,29 @@ def read_dataset_pairs(name: str, config: str | None, split: str) -> list[Pair]:
     try:
         ds = datasets.load_dataset(name, config, split=split)
     except Exception as e:  # noqa: BLE001 - datasets raises many kinds; one line naming the source
-        raise ValueError(f"data.dataset {name!r} (split {split!r}): could not load it: {str(e).splitlines()[0]}") from None
+        local = local_json_problem(name)
+        why = local or str(e).splitlines()[0]
+        raise ValueError(f"data.dataset {name!r} (split {split!r}): could not load it: {why}") from None
     return [parse_pair(row, f"{name}[{split}] row {i}", strict=False) for i, row in enumerate(ds)]
+
+
+def local_json_problem(source: str) -> str | None:
+    """For a local `datasets` source (a .json/.jsonl file, or a folder of them) that failed to load: the
+    first file and line that is not JSON, with the format expected; None when none is found (or the
+    source is not local)."""
+    from zoo.tasks.base import TaskError
+    from zoo.tasks.files import check_json_file
+
+    p = Path(source)
+    files = sorted(p.rglob("*.json*")) if p.is_dir() else [p] if p.is_file() else []
+    for f in files:
+        try:
+            check_json_file(str(f), row='{"prompt": ..., "chosen": ..., "rejected": ...}')
+        except (TaskError, UnicodeDecodeError) as e:
+            if isinstance(e, UnicodeDecodeError):
+                return f"data file {str(f)!r} is not UTF-8 text (byte offset {e.start}); re-save it as UTF-8"
+            return str(e)
+    return None
 
 
 def load_pairs(data: Any, seed: int) -> tuple[list[Pair], list[Pair]]:

@@ -72,7 +72,7 @@ def row_table(batch: Batch, n_rewards: int, weights: Sequence[float], accuracy_c
     adv = torch.where(n_tok > 0, adv, torch.full_like(adv, math.nan)).cpu()
     obj = batch.objectives.double().cpu()
     gid = batch.group_ids.cpu()
-    length = batch.lengths.double().cpu()
+    length = batch.policy_tokens.double().cpu()  # the policy's own tokens
     if accuracy_col is None:
         correct = torch.full((batch.size,), math.nan, dtype=torch.float64)
     else:
@@ -91,7 +91,7 @@ def step_diagnostics(batch: Batch | None, names: Sequence[str], weights: Sequenc
     """The module's metrics for the rows that train. A collective under data parallelism (every rank
     calls it, also with an empty batch).
 
-    batch: after the advantages (advantages [N, T], objectives [N, K], lengths [N], group_ids [N]), or
+    batch: after the advantages (advantages [N, T], objectives [N, K], policy_tokens [N], group_ids [N]), or
     None / empty when nothing trains on this rank. names: the K objective columns (the rewards, then
     the length-shaping columns); weights: their K weights; n_rewards: how many of them are rewards
     (the weighted raw reward of `len_reward_corr` sums those); accuracy_col: the column of the

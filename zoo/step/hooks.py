@@ -26,7 +26,7 @@ ROLES = ("policy", "reference", "critic")
 @dataclass
 class Phase:
     """One span of a stage, as the hooks see it. `batch`: the rows the phase produced (generate:
-    the completions, `Batch` with `lengths [N]`) or worked on (score: after length shaping, with
+    the completions, `Batch` with `policy_tokens [N]`) or worked on (score: after length shaping, with
     `loss_mask [N, T]`; advantage: the batch the estimator read), set by the stage; None where
     the phase has no single batch (forward, train, critic)."""
 

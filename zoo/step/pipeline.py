@@ -68,7 +68,9 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> dict[str, Any]:
     if st.variant.critic_warmup:
         m["critic/warmup"] = float(warmup)  # 1 while only the critic trains
     if st.generator is not None and not warmup and m.get("optim/updates", 0) > 0:  # the policy changed: sync
+        ts = time.perf_counter()
         st.generator.sync(st.models.policy)
+        m["time/sync"] = time.perf_counter() - ts  # part of time/train
     if st.critic_scheduler is not None:
         for _ in range(st.settings.epochs * st.settings.minibatches):
             st.critic_scheduler.step()
@@ -105,7 +107,7 @@ def coefficients(st: RunState) -> dict[str, dict[str, float]]:
 
 def _count(st: RunState, m: dict[str, Any], batch: Any, seconds: float) -> None:
     """Throughput, memory and the run's running totals into the step's metrics."""
-    gen_tokens = float(batch.lengths.sum()) if batch.size else 0.0
+    gen_tokens = float(batch.policy_tokens.sum()) if batch.size else 0.0  # sampled by the policy
     m["perf/tokens_per_s"] = gen_tokens / max(seconds, 1e-9)
     m["perf/peak_mem_mb"] = peak_memory_mb(st.device)
     st.totals["elapsed"] += seconds

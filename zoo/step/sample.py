@@ -19,6 +19,7 @@ from zoo.guards import NONFINITE_SAMPLING, nonfinite_sampling
 from zoo.rewards.compute import accuracy_index, accuracy_metrics, compute_rewards
 from zoo.backends.generate.hf_generator import HFGenerator
 from zoo.backends.generate.types import SamplingParams
+from zoo.envs.run import env_metrics, has_env, run_rollout, unscore_failed
 from zoo.step.diagnostics import gold_metrics
 from zoo.step.forwards import autocast
 from zoo.step.hooks import NO_HOOKS, Hooks
@@ -40,6 +41,8 @@ def generate(st: RunState, rows: list[dict[str, Any]], group_offset: int) -> Bat
     sampling = SamplingParams(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=cfg.sampling.top_p,
                               micro_batch=max(s.micro_batch, G, GENERATE_BATCH),
                               min_new_tokens=s.max_new_tokens if cfg.sampling.ignore_eos else 0)
+    if has_env(cfg):  # multi-turn: the task's environment answers each turn (zoo/envs/rollout.py)
+        return run_rollout(st, gen, rows, group_offset, sampling)
     with autocast(s.autocast, st.device):
         try:
             b = gen.generate([r["prompt"] for r in rows], G, sampling)
@@ -85,7 +88,7 @@ def sample(st: RunState, hooks: Hooks = NO_HOOKS) -> tuple[Batch, dict[str, Any]
             b = ph.batch = generate(st, rows, n_groups)                                       # generate
         t1 = time.perf_counter()
         with hooks.phase("score") as ph:
-            objectives, n_failed = compute_rewards(reward_fns, b.texts, b.rows)               # reward
+            objectives, n_failed = unscore_failed(b, *compute_rewards(reward_fns, b.texts, b.rows))  # reward
             b, obj, names, w, m = length_shaping(b, objectives, st.reward_names, weights, st.slots,
                                                  s.max_new_tokens, accuracy_index(reward_fns))  # length
             b, sm = objective_scores(b, obj, names, w, st.slots)                              # objectives
@@ -95,7 +98,7 @@ def sample(st: RunState, hooks: Hooks = NO_HOOKS) -> tuple[Batch, dict[str, Any]
         t_gen += t1 - t0
         t_score += time.perf_counter() - t1
         if rnd == 0:
-            first = {**sm, **m, **accuracy_metrics(objectives, reward_fns), **_completion_metrics(b),
+            first = {**sm, **m, **accuracy_metrics(objectives, reward_fns), **_completion_metrics(b), **env_metrics(b),
                      **gold_metrics(st.gold, b.texts, b.rows)}
             first["_objectives"] = (list(names), list(w))  # the columns the diagnostics correlate (pipeline)
             first["reward/unscored_frac"] = max(n_failed, default=0) / max(b.size, 1)  # the worst reward's
@@ -105,7 +108,7 @@ def sample(st: RunState, hooks: Hooks = NO_HOOKS) -> tuple[Batch, dict[str, Any]
                 for i, (t, r) in enumerate(zip(b.texts, b.rows))
             ]
         local_done[0] += b.size
-        local_done[1] += float(b.lengths.sum())
+        local_done[1] += float(b.policy_tokens.sum())
         n_groups += int(len(torch.unique(b.group_ids)))
         if bool(keep.any()):
             kb = b.select(keep)
@@ -126,5 +129,5 @@ def sample(st: RunState, hooks: Hooks = NO_HOOKS) -> tuple[Batch, dict[str, Any]
 
 
 def _completion_metrics(b: Batch) -> dict[str, float]:
-    return {"completion/len_mean": float(b.lengths.float().mean()), "completion/len_max": float(b.lengths.max()),
+    return {"completion/len_mean": float(b.policy_tokens.float().mean()), "completion/len_max": float(b.policy_tokens.max()),
             "completion/truncated_frac": float(b.truncated.float().mean())}

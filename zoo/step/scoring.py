@@ -21,7 +21,9 @@ def length_shaping(batch: Batch, objectives: Tensor, names: list[str], weights: 
                    max_new_tokens: int, accuracy_col: int | None = None
                    ) -> tuple[Batch, Tensor, list[str], list[float], dict[str, float]]:
     """The length slot's components in order: each may add an objective column (weight 1) and/or
-    clear loss-mask rows (e.g. DAPO's overlong filter). Each gets `LengthRows`: the group ids and
+    clear loss-mask rows (e.g. DAPO's overlong filter). Each gets the policy's own tokens per row
+    (`Batch.policy_tokens` [N], not the attention extent `lengths`: environment tokens are not the
+    policy's length) and `LengthRows`: the group ids and
     the raw reward columns' per-row metrics (`objective_metrics`, with `accuracy` from column
     `accuracy_col`), e.g. for Kimi k1.5's length reward within a group.
 
@@ -31,7 +33,7 @@ def length_shaping(batch: Batch, objectives: Tensor, names: list[str], weights: 
     mask = batch.loss_mask
     rows = LengthRows(group_ids=batch.group_ids, metrics=objective_metrics(objectives, names, accuracy_col))
     for comp in slots.length:
-        res = comp(batch.lengths, batch.truncated, max_new_tokens, rows)
+        res = comp(batch.policy_tokens, batch.truncated, max_new_tokens, rows)  # the policy's own tokens
         if res.column is not None:
             cols.append(res.column.to(objectives.dtype)[:, None])  # [N, 1]
             names.append(comp.name)

@@ -16,6 +16,7 @@ from torch import Tensor
 from zoo import dist, strategy
 from zoo.batch import Batch
 from zoo.components import StepView
+from zoo.declarations import of as declared
 from zoo.fields import declared_reads
 from zoo.step.forwards import forward_logp, micro_rows
 from zoo.step.types import Models, Slots, StepSettings
@@ -29,7 +30,7 @@ CLIP_FIELDS = ("logp_rollout", "logp_ref", "values", "token_rewards")
 
 def selectors(slots: Slots) -> list[Any]:
     """The variant's components registered with `selects=True` (the clip rule, corrections, loss terms)."""
-    return [c for c in (slots.clip, *slots.correction, *slots.loss) if getattr(c, "meta", {}).get("selects")]
+    return [c for c in (slots.clip, *slots.correction, *slots.loss) if declared(c).selects]
 
 
 def scope(component: Any) -> str:
@@ -72,7 +73,7 @@ def view(fields: dict[str, Tensor] | None, component: Any, mb: Batch, rows: Tens
     """The StepView a selecting `component` gets for micro-batch `mb` (rows `rows` of this rank's
     step, `offset` = this rank's first row in the gathered step); None for other components.
     update_fields: the micro-batch's own detached logp/entropy (for scope micro)."""
-    if not component.meta.get("selects"):
+    if not declared(component).selects:
         return None
     if scope(component) == "micro" or fields is None:
         local = _rollout_fields(mb, declared_reads(component))
@@ -88,9 +89,9 @@ def clip_kwargs(fields: dict[str, Tensor] | None, clip: Any, mb: Batch, rows: Te
     Batch the rule declares in `reads=` (CLIP_FIELDS, e.g. dppo's logp_rollout [n, T], None when
     absent), and {"step": its StepView} for a rule registered with `selects=True` (e.g. clip_cov);
     {} for a plain function put in the slot by hand (arguments as `view`)."""
-    meta = getattr(clip, "meta", {})
-    kw: dict[str, Any] = {f: getattr(mb, f) for f in meta.get("reads", ()) if f in CLIP_FIELDS}
-    if meta.get("selects"):
+    decl = declared(clip)
+    kw: dict[str, Any] = {f: getattr(mb, f) for f in decl.reads if f in CLIP_FIELDS}
+    if decl.selects:
         kw["step"] = view(fields, clip, mb, rows, offset, update_fields)
     return kw
 

@@ -9,6 +9,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 from zoo import guards, registry
+from zoo.declarations import of as declared
 from zoo.config.desugar import kl_parts
 from zoo.config.variant import KLSpec, Variant, build_components
 
@@ -46,19 +47,22 @@ class Slots:
         est = registry.build("kl_estimator", parts.reward_estimator) if parts.reward_estimator else None
         return Slots(kl=kl, kl_reward=est, **c)
 
-    def step_components(self) -> list[registry.Component]:
-        """The components that read fields of the step (clip rule, loss terms, corrections, KL in the reward)."""
-        return [*([self.clip] if hasattr(self.clip, "meta") else []), *self.loss, *self.correction, *([self.kl_reward] if self.kl_reward is not None else [])]
+    def step_components(self) -> list[Any]:
+        """The components that read fields of the step: the advantage estimator, clip rule, loss terms,
+        corrections, length components, filters, the critic and the KL in the reward."""
+        one = [c for c in (self.advantage, self.clip, self.critic, self.kl_reward) if c is not None]
+        return [*one, *self.loss, *self.correction, *self.length, *self.filter]
 
     def reads(self, name: str) -> bool:
-        """Whether any loss term, correction or the KL in the reward reads field `name` (so the step
-        computes it: e.g. "logp_ref" needs the reference model)."""
-        return any(name in c.meta.get("reads", ()) for c in self.step_components()) or (
+        """Whether any component of the variant reads field `name`, so the step computes it: "values"
+        builds and runs the critic, "logp_ref" the reference model, "logp_old" the old forward (the
+        KL in the reward reads both)."""
+        return any(name in declared(c).reads for c in self.step_components()) or (
             name in ("logp_ref", "logp_old") and self.kl_reward is not None)
 
     def needs_grad(self, name: str) -> bool:
         """Whether a loss term needs the gradient of field `name` (e.g. the entropy bonus)."""
-        return any(name in c.meta.get("grad", ()) for c in self.loss)
+        return any(name in declared(c).grad for c in self.loss)
 
 
 @dataclass

@@ -17,6 +17,7 @@ from zoo import dist, guards, registry, strategy
 from zoo.batch import Batch
 from zoo.components import StepCounts, TermInputs
 from zoo.components.stats import masked_sum, sanitize
+from zoo.declarations import of as declared
 from zoo.step import selection
 from zoo.step.forwards import critic_values, forward_logp, micro_rows
 from zoo.step.hooks import NO_HOOKS, Hooks
@@ -51,7 +52,7 @@ class TokenTally:
         """A tally with a zero for every token stat the variant's loss terms declare (`stats=`), so
         every rank reduces the same keys, also a rank without rows."""
         comps = (*slots.loss, slots.clip)  # a clip rule may declare token stats too (clip_cov: clip/selected_frac)
-        return TokenTally(stats={k: 0.0 for t in comps for k in getattr(t, "meta", {}).get("stats", ())})
+        return TokenTally(stats={k: 0.0 for t in comps for k in declared(t).stats})
 
     def add(self, res: Any, logp: Tensor, old: Tensor, ent: Tensor, mask: Tensor) -> None:
         """One micro-batch: res = the clip rule's ClipResult; logp, old, ent, mask: [n, T]."""
@@ -186,7 +187,7 @@ def _accumulate(sub: Batch, models: Models, slots: Slots, s: StepSettings, count
         critic_optimizer.zero_grad(set_to_none=True)
     losses = {"loss/policy": 0.0, "loss/value": 0.0, **{f"loss/{t.name}": 0.0 for t in slots.loss}}
     # loss terms that declare their own aggregation (`aggregate=` in register), built once per step
-    own_rule = {t.name: registry.build("aggregate", t.meta["aggregate"]) for t in slots.loss if t.meta.get("aggregate")}
+    own_rule = {t.name: registry.build("aggregate", declared(t).aggregate) for t in slots.loss if declared(t).aggregate}
     fields = selection.step_fields(sub, models, slots, s)  # the step's detached view, for selections
     offset = selection.rank_offset(sub.size) if fields is not None else 0
     # ddp/fsdp: the same number of micro-batches on every rank (zero-loss ones pad), no_sync under ddp

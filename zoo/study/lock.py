@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,6 +35,8 @@ log = logging.getLogger(__name__)
 DEFAULT_TTL = float(os.environ.get("ZOO_LOCK_TTL", "60"))
 #: the lease file in a run folder
 LOCK_NAME = ".zoo.lock"
+#: seconds after which a lease file that names no owner is taken for corrupt (not one being written)
+GRACE = 2.0
 
 
 class LockedError(VariantError):
@@ -50,15 +53,77 @@ def _lease(path: Path, ttl: float) -> filelock.SoftFileLease:
                                   on_compromise=_warn_lost)
 
 
+def _record(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
 def holder(path: Path) -> str:
     """Who holds the lease at `path`: "pid 123 on host h, renewed 4s ago" (or why it is unknown)."""
     try:
         text, st = Path(path).read_text(errors="replace"), os.stat(path)
     except OSError:
         return "no one (the lease was just released)"
-    rec = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
-    return (f"pid {rec.get('pid', '?')} on host {rec.get('host', '?')}, renewed "
-            f"{max(0.0, time.time() - st.st_mtime):.0f}s ago")
+    rec, age = _record(text), max(0.0, time.time() - st.st_mtime)
+    if "pid" not in rec or "host" not in rec:
+        return f"an unknown owner (the lease file names no pid and host), written {age:.0f}s ago"
+    return f"pid {rec['pid']} on host {rec['host']}, renewed {age:.0f}s ago"
+
+
+def _this_host() -> set[str]:
+    names = {socket.gethostname()}
+    try:  # filelock writes the host with its pid namespace in a container ("vm?pidns-...")
+        from filelock._identity import host_name
+
+        names.add(host_name())
+    except ImportError:  # another filelock layout: the plain host name still matches
+        pass
+    return names
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: it exists, as another user's process
+        return True
+    return True
+
+
+def unowned(path: Path, ttl: float) -> str | None:
+    """Why the marker at `path` holds no one, so it may be removed at once, else None.
+
+    A lease this module writes (`mode=lease` with a token, pid and host) is left to filelock's rules
+    (a dead pid on this host is taken over at once, another host's after `ttl`). Anything else under
+    the name is not a live lease: a record naming a pid of this host that does not run, a file that
+    names no pid and host (corrupt, truncated, hand-written) once it is `GRACE` seconds old (a lease
+    being written is complete within microseconds), or another host's non-lease record older than `ttl`."""
+    try:
+        text, st = Path(path).read_text(errors="replace"), os.stat(path)
+    except OSError:
+        return None
+    rec, age = _record(text), time.time() - st.st_mtime
+    if rec.get("mode") == "lease" and rec.get("token") and text.endswith("\n"):
+        return None
+    pid, host = rec.get("pid", "").strip(), rec.get("host", "").strip()
+    if not (pid.isdigit() and int(pid) >= 1 and host):
+        return "it names no owner (no pid and host: corrupt or not written by zoo)" if age >= GRACE else None
+    if host in _this_host():
+        return None if _pid_alive(int(pid)) else f"pid {pid} does not run on this host ({host})"
+    return f"it is not a zoo lease and host {host} has not renewed it for {age:.0f}s" if age >= ttl else None
+
+
+def _clear_unowned(path: Path, ttl: float) -> None:
+    why = unowned(path, ttl)
+    if why is None:
+        return
+    try:
+        if unowned(path, ttl) is None:  # replaced meanwhile (a contender took it over): keep it
+            return
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    log.warning("%s: removed a stale lease file: %s", path, why)
 
 
 def acquire(path: Path, ttl: float = DEFAULT_TTL, wait: float = 0.0) -> filelock.SoftFileLease | None:
@@ -70,6 +135,7 @@ def acquire(path: Path, ttl: float = DEFAULT_TTL, wait: float = 0.0) -> filelock
     Release the lease with `.release()`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _clear_unowned(path, ttl)
     lease = _lease(path, ttl)
     try:
         lease.acquire(timeout=wait, poll_interval=min(0.05, ttl / 8))

@@ -7,7 +7,8 @@
 `zoo.study.runner.run_study` plans as always (variants checked, config changes refused, shard
 selected); then each selected arm is one Ray task (`max_retries=0`) asking for the study's
 `resources: {cpus: N, gpus: M}` (defaults: 1 GPU where the cluster has GPUs, else none; CPUs = the
-run's thread count, `--threads`, else 1). The task pins torch to that many threads and runs
+run's thread count, `--threads`, else 1). The task pins torch to that many threads (recorded as the
+run's thread choice, zoo.threads; a local Ray's workers get OMP_WAIT_POLICY=PASSIVE) and runs
 `runner.run_arm`: the arm's lease (zoo.study.lock, safe across hosts), the skip/resume rules
 (zoo.study.arm_claim) and the failure record are the sequential runner's. A task that dies (a
 killed worker, a lost node) is recorded failed in the arm's summary.json; the other arms go on. The
@@ -55,7 +56,10 @@ def _arm_task(arm: Arm, train_fn: Callable[..., Any] | None, fresh: bool, study_
     import torch
     from rich.console import Console
 
+    from zoo import threads as zt
+
     torch.set_num_threads(threads)
+    zt.adopt(threads, "ray task", f"the arm's {threads} Ray CPU(s) (resources.cpus, else --threads, else 1)")
     return run_arm(arm, train_fn, Console(force_terminal=False, width=120), fresh, study_file)
 
 
@@ -82,7 +86,9 @@ def run_arms_on_ray(arms: Sequence[Arm], *, train_fn: Callable[..., Any] | None 
         if address is None:
             root = str(Path(__file__).resolve().parents[2])  # the folder holding the zoo package
             path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-            kwargs.setdefault("runtime_env", {"env_vars": {"PYTHONPATH": path}})
+            # the workers' OpenMP threads sleep when idle, as the driver's do (zoo.threads): set before torch loads
+            policy = os.environ.get("OMP_WAIT_POLICY") or "PASSIVE"
+            kwargs.setdefault("runtime_env", {"env_vars": {"PYTHONPATH": path, "OMP_WAIT_POLICY": policy}})
         ray.init(address=address, **kwargs)
     try:
         cluster = ray.cluster_resources()

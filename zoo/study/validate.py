@@ -102,6 +102,9 @@ def run_checks(cfg: RunConfig, v: V.Variant) -> list[str]:
     gen_error = backend_error(cfg.sampling.backend)
     if gen_error:
         errors.append(gen_error)
+    from zoo.envs.base import env_errors
+
+    errors += env_errors(cfg.task)  # task.env: the environment's name and keys
     g = cfg.budget.group_size or v.group_size
     upd = cfg.budget.updates or v.updates
     n = cfg.budget.prompts_per_step * g

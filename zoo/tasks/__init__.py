@@ -73,4 +73,4 @@ def load_task(spec: Mapping[str, Any] | str) -> Task:
         close = difflib.get_close_matches(str(name), list(LOADERS), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise TaskError(f"unknown task {name!r}{hint}; known tasks: {', '.join(known_tasks())}")
-    return LOADERS[name](dict(spec))
+    return LOADERS[name]({k: v for k, v in spec.items() if k != "env"})  # `env`: the rollout's (zoo.envs)

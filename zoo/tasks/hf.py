@@ -23,7 +23,7 @@ from typing import Any, Iterator, Mapping
 
 from zoo.tasks.base import Task, TaskError, check_int, check_keys, derive_seed, draw, keys_of
 from zoo.tasks.fewshot import DEFAULT_FEWSHOT_ANSWER, DEFAULT_INSTRUCTION, check_fewshot, finish_rows, given_fewshot
-from zoo.tasks.files import check_data_file
+from zoo.tasks.files import check_data_file, check_json_file
 
 DEFAULTS: dict[str, Any] = {
     "name": "hf",
@@ -59,6 +59,7 @@ def _load_split(path: str, subset: str | None, split: str, local_only: bool) -> 
             if ext not in FILE_BUILDERS:
                 raise TaskError(f"file {path!r}: unknown format {ext!r}; known: {', '.join(FILE_BUILDERS)}")
             check_data_file(path)
+            check_json_file(path)
             # a local file has one split, "train"
             return datasets.load_dataset(FILE_BUILDERS[ext], data_files=path, split="train")
         return datasets.load_dataset(path, subset, split=split)
@@ -92,6 +93,24 @@ def _rows(ds: Any, s: Mapping[str, Any], source: str) -> list[dict[str, Any]]:
             a = (m.group(1) if m.groups() else m.group(0)).strip() if m else a
         out.append({"question": str(q), "answer": a, "source": source})
     return out
+
+
+def no_training_rows(name: str, path: str, pool: list[dict[str, Any]], eval_rows: list[dict[str, Any]],
+                     fewshot: list[dict[str, Any]], separate_eval: bool) -> str:
+    """Why a task has no training rows: no usable rows at all, or every question is also an eval or
+    few-shot question (those are kept out of training; repeated questions count once)."""
+    if not pool:
+        return (f"{name} task {path!r}: no training rows: no row has both a question and an answer "
+                "(rows with a null in either are skipped)")
+    distinct = len(keys_of(pool))
+    repeats = (f"its {len(pool)} rows hold {distinct} distinct question{'s' if distinct != 1 else ''} "
+               f"(repeats count once)" if distinct < len(pool) else f"its {len(pool)} rows")
+    taken = [f"{len(eval_rows)} eval" if eval_rows else "", f"{len(fewshot)} few-shot" if fewshot else ""]
+    by = " and ".join(t for t in taken if t) or "no"
+    fix = "give rows with other questions, or lower fewshot" if separate_eval else \
+        "give rows with other questions, lower eval_size or fewshot, or hold eval rows out in eval_split"
+    return (f"{name} task {path!r}: no training rows left: {repeats}, and the {by} question(s) are kept out of "
+            f"training (a question is never both trained on and evaluated); {fix}")
 
 
 def _shuffled(rows: list[dict[str, Any]], seed: int) -> Iterator[dict[str, Any]]:
@@ -138,7 +157,7 @@ def load(spec: Mapping[str, Any]) -> Task:
     train_rows = draw(_shuffled(pool, derive_seed(seed, "train")), s["size"],
                       exclude=shot_keys | keys_of(eval_rows), distinct=False)
     if not train_rows:
-        raise TaskError(f"{name} task {path!r}: no training rows left after the eval and few-shot rows")
+        raise TaskError(no_training_rows(name, path, pool, eval_rows, fewshot, separate_eval=bool(s["eval_split"])))
     for split, rows, want in (("eval", eval_rows, s["eval_size"]), ("train", train_rows, s["size"])):
         if want is not None and len(rows) < want:
             log.warning("%s task %r: only %d %s rows of %d requested", name, path, len(rows), split, want)

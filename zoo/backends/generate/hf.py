@@ -230,7 +230,7 @@ def generate_rollout(
     texts = decode_completions(tokenizer, completion_ids, cmask, truncated)
     logp_rollout = torch.cat([_pad_right(x, T, 0) for x in logps], dim=0).to(cmask.device) * cmask  # [N, T]
     return Batch(prompt_ids=ids, prompt_mask=mask.bool(), completion_ids=completion_ids, loss_mask=cmask,
-                 group_ids=prompt_index, truncated=truncated, lengths=lengths, texts=texts,
+                 group_ids=prompt_index, truncated=truncated, lengths=lengths, policy_tokens=cmask.sum(1), texts=texts,
                  logp_rollout=logp_rollout)
 
 

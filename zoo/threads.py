@@ -1,0 +1,360 @@
+"""CPU threads and the OpenMP wait policy of a zoo process, chosen before torch is imported.
+
+Torch's OpenMP threads spin at every barrier by default. With one other CPU-bound process on a
+2-core machine, two spinning threads made a 64x576 @ 576x1536 forward+backward loop 9x slower
+(9.4 s against 1.0 s on one thread); with `OMP_WAIT_POLICY=PASSIVE` (idle threads sleep) it took
+1.3 s (docs/performance.md). Both settings are read once, when torch loads its OpenMP runtime, so
+`apply` must run before the first `import torch`: the `zoo` command does it first thing
+(zoo/cli/__init__.py), the bench workers and the Ray tasks get it through their environment.
+
+    choice = apply()          # idempotent; sets os.environ, takes a lease, returns the Choice
+    choice.line()             # 'threads: 1 (auto: 2 usable CPUs ... - 1 held by other zoo processes) ...'
+    record()                  # for provenance: {"threads", "wait_policy", "source", "why"}
+
+The choice, first rule that applies:
+  1. `--threads N` on the command line;
+  2. `OMP_NUM_THREADS` set by the user (not the value a zoo parent process chose, see ENV_CHOSEN);
+  3. auto: the CPUs this process may use (`os.sched_getaffinity`, capped by the cgroup v2 `cpu.max`
+     or v1 `cpu.cfs_quota_us` quota) minus the threads other live zoo processes of this user hold;
+     under torchrun at most usable // LOCAL_WORLD_SIZE; never fewer than 1.
+`OMP_WAIT_POLICY` is set to PASSIVE unless the user set it.
+
+Leases: each process that applies a choice writes `<pid>.lease` ("pid threads start_time") into a
+per-user folder under the temp dir (`$ZOO_THREADS_DIR` overrides), removed at exit; a lease whose
+pid is dead, or now belongs to another process (a different start time), is ignored and removed.
+
+Stdlib only: importing this module never imports torch.
+"""
+from __future__ import annotations
+
+import atexit
+import fcntl
+import math
+import os
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+ENV_CHOSEN = "ZOO_THREADS_CHOSEN"  # the OMP_NUM_THREADS value zoo itself set: a child re-chooses
+ENV_DIR = "ZOO_THREADS_DIR"
+PASSIVE = "PASSIVE"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One process's threads and wait policy. source: "--threads", "OMP_NUM_THREADS" or "auto";
+    policy_source: "user" (OMP_WAIT_POLICY was set) or "zoo default"; why: the numbers behind it."""
+
+    threads: int
+    wait_policy: str
+    source: str
+    why: str
+    policy_source: str = "zoo default"
+
+    def line(self) -> str:
+        """The one console line a run prints about it."""
+        return (f"threads: {self.threads} ({self.source}: {self.why}); "
+                f"OMP_WAIT_POLICY={self.wait_policy} ({self.policy_source})")
+
+    def record(self) -> dict[str, object]:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------- CPUs this process may use
+
+def parse_cpu_max(text: str) -> float | None:
+    """cgroup v2 `cpu.max` ("200000 100000" -> 2.0 CPUs; "max 100000" -> None, no quota)."""
+    parts = text.split()
+    if len(parts) != 2 or parts[0] == "max":
+        return None
+    try:
+        quota, period = int(parts[0]), int(parts[1])
+    except ValueError:
+        return None
+    return quota / period if quota > 0 and period > 0 else None
+
+
+def parse_cfs(quota: str, period: str) -> float | None:
+    """cgroup v1 `cpu.cfs_quota_us` / `cpu.cfs_period_us` ("-1" quota -> None, no quota)."""
+    try:
+        q, p = int(quota.strip()), int(period.strip())
+    except ValueError:
+        return None
+    return q / p if q > 0 and p > 0 else None
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return None
+
+
+def cgroup_cpus(proc_cgroup: str, read: Callable[[str], str | None] = _read, root: str = "/sys/fs/cgroup") -> float | None:
+    """The tightest CPU quota (in CPUs) on this process's cgroup and its ancestors, v2 or v1, or None.
+
+    proc_cgroup: the text of /proc/self/cgroup ("0::/a/b" for v2, "4:cpu,cpuacct:/a" for v1).
+    read: path -> text or None (tests pass a dict's get)."""
+    limits: list[float] = []
+    for line in proc_cgroup.splitlines():
+        hier, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if not path:
+            continue
+        parts = [p for p in path.split("/") if p]
+        paths = ["/".join(parts[:i]) for i in range(len(parts), -1, -1)]  # the cgroup, then each ancestor
+        if hier == "0" and controllers == "":
+            for mount in (root, f"{root}/unified"):
+                for p in paths:
+                    text = read(f"{mount}/{p}/cpu.max".replace("//", "/"))
+                    q = parse_cpu_max(text) if text else None
+                    if q:
+                        limits.append(q)
+        elif "cpu" in controllers.split(","):
+            for mount in (f"{root}/cpu", f"{root}/cpu,cpuacct", f"{root}/cpuacct,cpu"):
+                for p in paths:
+                    base = f"{mount}/{p}".rstrip("/")
+                    quota, period = read(f"{base}/cpu.cfs_quota_us"), read(f"{base}/cpu.cfs_period_us")
+                    q = parse_cfs(quota, period) if quota and period else None
+                    if q:
+                        limits.append(q)
+    return min(limits) if limits else None
+
+
+def affinity_cpus() -> int:
+    """How many CPUs the scheduler lets this process run on (os.cpu_count where affinity is unknown)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def usable_cpus(affinity: int, quota: float | None) -> int:
+    """min(affinity, floor(quota)), at least 1: a 1.5-CPU quota runs one thread without throttling."""
+    n = affinity if quota is None else min(affinity, math.floor(quota))
+    return max(1, n)
+
+
+# --------------------------------------------------------------------------- the choice (pure)
+
+def threads_from_argv(argv: Sequence[str]) -> int | None:
+    """The value of `--threads N` / `--threads=N` in argv (a positive int), else None."""
+    for i, a in enumerate(argv):
+        if a == "--threads":
+            v = argv[i + 1] if i + 1 < len(argv) else ""
+        elif a.startswith("--threads="):
+            v = a.removeprefix("--threads=")
+        else:
+            continue
+        try:
+            n = int(v)
+        except ValueError:
+            return None  # the command's own parser reports it
+        return n if n >= 1 else None
+    return None
+
+
+def _env_threads(env: Mapping[str, str]) -> int | None:
+    """The user's OMP_NUM_THREADS (first level of "4,2"), or None when unset, invalid, or zoo's own."""
+    raw = env.get("OMP_NUM_THREADS", "").strip()
+    if not raw or raw == env.get(ENV_CHOSEN):
+        return None
+    try:
+        n = int(raw.split(",")[0])
+    except ValueError:
+        return None
+    return n if n >= 1 else None
+
+
+def choose(*, affinity: int, quota: float | None, held: Mapping[int, int], env: Mapping[str, str],
+           argv_threads: int | None = None) -> Choice:
+    """The threads and wait policy for a process (module docstring's rules).
+
+    affinity: CPUs in the affinity mask; quota: cgroup quota in CPUs or None; held: {pid: threads}
+    of the other live zoo processes; env: the environment; argv_threads: `--threads`."""
+    user_policy = env.get("OMP_WAIT_POLICY", "").strip()
+    policy, policy_source = (user_policy.upper(), "user") if user_policy else (PASSIVE, "zoo default")
+    if argv_threads is not None:
+        return Choice(argv_threads, policy, "--threads", f"--threads {argv_threads}", policy_source)
+    env_n = _env_threads(env)
+    if env_n is not None:
+        return Choice(env_n, policy, "OMP_NUM_THREADS", f"OMP_NUM_THREADS={env['OMP_NUM_THREADS']}", policy_source)
+    usable = usable_cpus(affinity, quota)
+    taken = sum(held.values())
+    why = (f"{usable} usable CPUs (affinity {affinity}, cgroup quota "
+           f"{'none' if quota is None else f'{quota:g}'}) - {taken} held by other zoo processes")
+    n = usable - taken
+    try:
+        local = int(env.get("LOCAL_WORLD_SIZE", "1"))
+    except ValueError:
+        local = 1
+    if local > 1:
+        n = min(n, usable // local)
+        why += f", at most {usable} // {local} torchrun ranks"
+    return Choice(max(1, n), policy, "auto", why, policy_source)
+
+
+# --------------------------------------------------------------------------- leases
+
+def lease_dir(env: Mapping[str, str] = os.environ) -> Path:
+    """The per-user folder of leases: $ZOO_THREADS_DIR, else <tmp>/zoo-threads-<uid>."""
+    if env.get(ENV_DIR):
+        return Path(env[ENV_DIR])
+    return Path(tempfile.gettempdir()) / f"zoo-threads-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
+
+
+def start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22), None if unknown."""
+    text = _read(f"/proc/{pid}/stat")
+    if not text or ")" not in text:
+        return None
+    fields = text.rsplit(")", 1)[1].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def parse_lease(text: str) -> tuple[int, int, str | None] | None:
+    """"pid threads start_time" -> (pid, threads, start_time); None when malformed."""
+    parts = text.split()
+    try:
+        pid, n = int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
+    return pid, n, (parts[2] if len(parts) > 2 and parts[2] != "-" else None)
+
+
+def live_leases(d: Path, self_pid: int, alive: Callable[[int], bool] = pid_alive,
+                started: Callable[[int], str | None] = start_time) -> dict[int, int]:
+    """{pid: threads} of the other live processes' leases in `d`; stale or malformed ones are removed."""
+    out: dict[int, int] = {}
+    for f in sorted(d.glob("*.lease")):
+        parsed = parse_lease(_read(str(f)) or "")
+        if parsed is not None and parsed[0] == self_pid:
+            continue
+        if parsed is None or not alive(parsed[0]) or (parsed[2] is not None and started(parsed[0]) not in (None, parsed[2])):
+            try:
+                f.unlink()
+            except OSError:
+                pass
+            continue
+        out[parsed[0]] = parsed[1]
+    return out
+
+
+class _Locked:
+    """An exclusive flock on `d/.lock` while leases are read and written (None if the folder is unusable)."""
+
+    def __init__(self, d: Path):
+        self.d, self.fd = d, None
+
+    def __enter__(self) -> "_Locked":
+        try:
+            self.d.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self.fd = os.open(self.d / ".lock", os.O_CREAT | os.O_RDWR, 0o600)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        except OSError:
+            self.fd = None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing releases the flock
+
+
+# --------------------------------------------------------------------------- this process
+
+_CHOICE: Choice | None = None
+_LEASE: Path | None = None
+
+
+def apply(argv: Sequence[str] | None = None, env: dict[str, str] | None = None) -> Choice:
+    """Choose (module docstring), set OMP_WAIT_POLICY and OMP_NUM_THREADS in `env` (os.environ), and
+    hold a lease for the threads until exit. Once per process: later calls return the first choice.
+    When torch is already imported the environment comes too late: the choice is still recorded, and
+    torch is set to its thread count with `torch.set_num_threads`."""
+    global _CHOICE, _LEASE
+    if _CHOICE is not None:
+        return _CHOICE
+    env = os.environ if env is None else env
+    argv = sys.argv[1:] if argv is None else argv
+    d, pid = lease_dir(env), os.getpid()
+    quota = cgroup_cpus(_read("/proc/self/cgroup") or "")
+    with _Locked(d) as lock:
+        held = live_leases(d, pid) if lock.fd is not None else {}
+        choice = choose(affinity=affinity_cpus(), quota=quota, held=held, env=env,
+                        argv_threads=threads_from_argv(argv))
+        if lock.fd is not None:
+            lease = d / f"{pid}.lease"
+            try:
+                lease.write_text(f"{pid} {choice.threads} {start_time(pid) or '-'}\n")
+                _LEASE = lease
+                atexit.register(release)
+            except OSError:
+                pass
+    env["OMP_WAIT_POLICY"] = choice.wait_policy
+    if choice.source != "OMP_NUM_THREADS":
+        env["OMP_NUM_THREADS"] = str(choice.threads)
+        env[ENV_CHOSEN] = str(choice.threads)
+    if "torch" in sys.modules:  # too late for the environment; the thread count can still be set
+        sys.modules["torch"].set_num_threads(choice.threads)
+        choice = Choice(choice.threads, choice.wait_policy, choice.source,
+                        choice.why + " (torch was already imported: wait policy not applied)", choice.policy_source)
+    _CHOICE = choice
+    return choice
+
+
+def release() -> None:
+    """Remove this process's lease (at exit, and before exec'ing another program in this pid)."""
+    global _LEASE
+    if _LEASE is not None:
+        try:
+            _LEASE.unlink()
+        except OSError:
+            pass
+        _LEASE = None
+
+
+def current() -> Choice | None:
+    """This process's choice, None before `apply`."""
+    return _CHOICE
+
+
+def adopt(threads: int, source: str, why: str) -> Choice:
+    """Record a choice made elsewhere (a Ray task's CPUs) without a lease: torch is set to `threads`
+    (when imported) and the wait policy is whatever the environment says."""
+    global _CHOICE
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(threads)
+    policy = os.environ.get("OMP_WAIT_POLICY", "").strip().upper()
+    _CHOICE = Choice(threads, policy or "unset", source, why, "environment")
+    return _CHOICE
+
+
+def record() -> dict[str, object]:
+    """What provenance records: this process's choice; else (a bench worker, zoo used as a library)
+    what the environment and torch say, with source "zoo parent process" where the thread count is
+    the one a zoo parent chose, else "not chosen by zoo"."""
+    if _CHOICE is not None:
+        return _CHOICE.record()
+    torch = sys.modules.get("torch")
+    env_n = os.environ.get("OMP_NUM_THREADS")
+    n = torch.get_num_threads() if torch is not None else env_n
+    inherited = env_n is not None and env_n == os.environ.get(ENV_CHOSEN)
+    policy = os.environ.get("OMP_WAIT_POLICY", "").strip().upper()
+    return {"threads": n, "wait_policy": policy or "unset", "source": "zoo parent process" if inherited
+            else "not chosen by zoo", "why": f"OMP_NUM_THREADS={env_n}" if env_n else "torch's default",
+            "policy_source": "environment"}
