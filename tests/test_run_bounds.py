@@ -149,13 +149,14 @@ def test_the_progress_bar_prints_progress_inside_a_long_step(capsys):
     assert "step   1: generated 64 of 1000 completions" in err and "128 of 1000" not in err
 
 
-def test_budget_steps_of_1e30_warns(tiny_model_dir, tmp_path):
+def test_budget_steps_of_1e18_warns(tiny_model_dir, tmp_path):
+    """10**30 is refused by the config (integers are 64-bit); 10**18, inside int64, warns."""
     from zoo.config.run_checks import unbounded_steps
     from zoo.trainer import validate_run
 
-    cfg = tiny_run_config(tiny_model_dir, tmp_path, budget={"steps": 10**30})
+    cfg = tiny_run_config(tiny_model_dir, tmp_path, budget={"steps": 10**18})
     _, warnings = validate_run(cfg)
-    assert any(w.startswith("budget.steps = 1e+30 is more than 1000000 rollout steps") for w in warnings), warnings
+    assert any(w.startswith("budget.steps = 1e+18 is more than 1000000 rollout steps") for w in warnings), warnings
     assert unbounded_steps(tiny_run_config(tiny_model_dir, tmp_path, budget={"steps": 1_000_000})) == []
 
 

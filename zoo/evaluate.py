@@ -69,7 +69,7 @@ def _evaluate_env(model, tokenizer, rows, correctness, env, *, max_new_tokens: i
             max_new_tokens=max_new_tokens, do_sample=False, micro_batch=micro_batch), seed)
         sampled = rollout(gen, tokenizer, built, env, rows, samples, SamplingParams(
             max_new_tokens=max_new_tokens, temperature=temperature, micro_batch=micro_batch), seed)
-    g_t, s_t = (_scores([None if failed else x for x, failed in zip(correctness(b.texts, b.rows),
+    g_t, s_t = (_scores([None if failed else x for x, failed in zip(correctness(b.texts, copy.deepcopy(b.rows)),
                                                                    b.extras["env_failed"].tolist())])
                 for b in (greedy, sampled))
     return {"eval/greedy_acc": accuracy(g_t), "eval/avg_at_k": accuracy(s_t), "eval/k": float(samples),
