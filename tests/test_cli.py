@@ -333,6 +333,7 @@ def test_ctrl_c_before_the_run_saved_anything_does_not_offer_a_resume(tmp_path, 
         raise KeyboardInterrupt
 
     monkeypatch.setattr(trainer, "setup", interrupted_setup)
+    (tmp_path / "config.json").write_text("{}")  # a model folder as far as the checks before setup look
     run_file = tmp_path / "run.yaml"
     run_file.write_text(f"name: early\nvariant: grpo\nmodel: {tmp_path}\noutput_dir: {tmp_path / 'out'}\n"
                         "tracking: {wandb: false}\n")

@@ -68,14 +68,16 @@ def test_tool_reply_counts_errors_and_ends_on_a_turn_without_a_call():
 
 
 def test_calculator_reset_states_the_format_and_shows_a_worked_call():
-    row = {"prompt": [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}]}
+    shot = [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "\\boxed{2}"}]
+    row = {"prompt": [{"role": "system", "content": "S"}, *shot, {"role": "user", "content": "Q"}]}
     msgs, state = Calculator().reset(row, 0)
-    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user", "assistant", "user"]
-    assert msgs[2]["content"] == "<calc>12*7</calc>" and msgs[3]["content"] == "<result>84</result>"
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user", "assistant", "user", "assistant", "user"]
+    assert msgs[1:3] == shot  # the task's few-shot turns first, then the demonstration
+    assert msgs[4]["content"] == "<calc>12*7</calc>" and msgs[5]["content"] == "<result>84</result>"
     assert msgs[-1]["content"].startswith("Q") and "<calc>expression</calc>" in msgs[-1]["content"]
-    assert row["prompt"][1]["content"] == "Q"  # the row is not changed
+    assert row["prompt"][-1]["content"] == "Q"  # the row is not changed
     msgs, _ = Calculator(demo=False).reset(row, 0)
-    assert len(msgs) == 2
+    assert len(msgs) == 4
 
 
 def test_env_spec_defaults_and_parameters():

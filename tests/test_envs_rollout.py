@@ -52,6 +52,9 @@ def test_two_turn_layout_and_loss_mask():
     whole = tok.decode(b.input_ids()[0][b.attention_mask()[0].bool()].tolist())
     assert whole + "\n" == render(tok, msgs, False)
     assert [m["role"] for m in msgs] == ["user", "assistant", "user", "assistant"]
+    from zoo.envs.run import conversation  # what the sample tables show
+    assert conversation(b.rows[0], b.texts[0]) == f"assistant: {CALL}\nuser: <result>84</result>\nassistant: {ANSWER}"
+    assert conversation({"question": "q"}, "just text") == "just text"
     assert b.texts == [ANSWER] and b.extras["env_tokens"].tolist() == [len(env)]
     assert b.extras["env_turns"].tolist() == [2] and b.extras["env_tool_calls"].tolist() == [1]
     assert not b.truncated.any() and b.extras["env_max_turns"].tolist() == [0]

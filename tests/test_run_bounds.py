@@ -115,17 +115,18 @@ def test_prompts_per_step_far_beyond_the_task_warns_and_steps_show_progress(tiny
     step; a step of several generate chunks reports each one to the progress listener."""
     from zoo import step_progress, trainer
     from zoo.backends.generate.hf import generate_rollout
-    from zoo.rollout_preflight import work_warnings
+    from zoo.checks.bounds import work_warnings
     from zoo.testing import tiny_model_and_tokenizer
 
-    monkeypatch.setattr("zoo.rollout_preflight.available_memory", lambda device: 10**15)  # not this test's check
+    monkeypatch.setattr("zoo.trainer.available_memory", lambda device: 10**15)  # not this test's check
     cfg = tiny_run_config(tiny_model_dir, tmp_path, budget={"prompts_per_step": 1_000_000})
     with caplog.at_level(logging.WARNING, logger="zoo.trainer"):
         trainer.setup(cfg)
-    assert ("budget.prompts_per_step = 1000000 is 3.12e+04x the task's 32 training prompts: each step repeats every "
-            "prompt about 31250 times (4000000 completions per step") in caplog.text
-    assert work_warnings(cfg.model_copy(update={"budget": cfg.budget.model_copy(update={"prompts_per_step": 128})}),
-                         4, 32) == []  # 4x the task: the limit itself is allowed
+    # the task: 32 training + 4 eval prompts
+    assert ("budget.prompts_per_step = 1000000 is 2.78e+04x the task's 36 prompts: each step repeats every "
+            "prompt about 27777 times (4000000 completions per step") in caplog.text
+    assert work_warnings(cfg.model_copy(update={"budget": cfg.budget.model_copy(update={"prompts_per_step": 144})}),
+                         4, 36) == []  # 4x the task: the limit itself is allowed
     model, tok = tiny_model_and_tokenizer()
     seen = []
     with step_progress.listening(lambda phase, done, total: seen.append((phase, done, total))):
@@ -190,13 +191,25 @@ def test_a_lora_rank_above_the_layer_width_warns(r, targets, narrowest, tiny_mod
 
     cfg = tiny_run_config(tiny_model_dir, tmp_path, model_opts={"autocast": "none",
                                                                 "lora": {"r": r, "alpha": 16, "target_modules": targets}})
-    with caplog.at_level(logging.WARNING, logger="zoo.rollout_preflight"):
+    with caplog.at_level(logging.WARNING, logger="zoo.trainer"):
         trainer.setup(cfg)
     assert f"model_opts.lora.r = {r} is larger than the width of the layers it adapts" in caplog.text
     assert f"min(in, out) = {narrowest}" in caplog.text and f"use r <= {narrowest}" in caplog.text
     caplog.clear()
     ok = tiny_run_config(tiny_model_dir, tmp_path / "ok", model_opts={"autocast": "none", "lora": {"r": 32, "alpha": 16,
                                                                                                    "target_modules": targets}})
-    with caplog.at_level(logging.WARNING, logger="zoo.rollout_preflight"):
+    with caplog.at_level(logging.WARNING, logger="zoo.trainer"):
         trainer.setup(ok)
     assert "lora.r" not in caplog.text
+
+
+def test_validate_warns_about_the_lora_rank_from_the_meta_model(tiny_model_dir, tmp_path):
+    """Variation: `zoo validate`'s after_load stage (a meta-device model, no LoRA wrapped) sees the same widths."""
+    from zoo import checks
+    from zoo.checks.pipeline import check_loadable
+
+    cfg = tiny_run_config(tiny_model_dir, tmp_path, model_opts={"autocast": "none",
+                                                                "lora": {"r": 48, "alpha": 16, "target_modules": ["v_proj"]}})
+    v = checks.before_load(cfg)[1]
+    rep = check_loadable(cfg, v)
+    assert any("model_opts.lora.r = 48" in w and "min(in, out) = 32" in w for w in rep.warnings), rep

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 from torch import Tensor, nn
@@ -50,22 +50,12 @@ class Parallel:
 SINGLE = Parallel()
 
 
-def check_strategy(name: str, world_size: int, autocast: str, launched: bool = True) -> None:
-    """Raise ValueError where `training.strategy` cannot work: an unknown name, several processes with
-    `single` (nothing would combine their gradients), fsdp without a launcher (FSDP2 needs a process
-    group, also of one process: `launched` = WORLD_SIZE is set), or fp16 autocast (no gradient scaling
-    here: fp16 gradients underflow silently without a GradScaler)."""
-    if name not in STRATEGIES:
-        raise ValueError(f"training.strategy {name!r}: expected one of {', '.join(STRATEGIES)}")
-    if name == "fsdp" and not launched:
-        raise ValueError("training.strategy fsdp needs a launcher, also for one process: zoo run RUN.yaml --nproc 1 "
-                         "(or torchrun --standalone --nproc_per_node 1 -m zoo.cli run RUN.yaml)")
-    if name == "single" and world_size > 1:
-        raise ValueError(f"training.strategy single runs one process, but the launcher started {world_size}: "
-                         "set training.strategy ddp or fsdp (--set training.strategy=ddp)")
-    if autocast == "fp16":
-        raise ValueError("model_opts.autocast fp16 is not supported: training in fp16 needs a gradient scaler, "
-                         "which zoo does not have; use bf16 (or auto, none)")
+def __getattr__(name: str) -> Any:  # moved to zoo.checks.strategy; lazy: zoo.checks sits above this module
+    if name == "check_strategy":
+        from zoo.checks.strategy import check_strategy
+
+        return check_strategy
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def decoder_layers(model: nn.Module) -> list[nn.Module]:

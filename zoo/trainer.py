@@ -22,25 +22,19 @@ import torch
 import yaml
 
 from zoo import checkpoint as ckpt
-from zoo.backends.generate.backend import backend_error, build_generator
-from zoo import dist, guards, strategy
-from zoo.components.reward_reads import check_reward_reads
-from zoo.config.checks import check_variant
-from zoo.config.run import RunConfig, WandbOpts, effective_variant
-from zoo.config.run_checks import run_warnings
-from zoo.models.critic_init import critic_init, critic_init_errors, critic_from_reward_model, reward_model_spec
+from zoo.backends.generate.backend import build_generator
+from zoo import checks, dist, guards, strategy
+from zoo.config.run import RunConfig, WandbOpts
+from zoo.memory_estimate import available_memory
+from zoo.models.critic_init import critic_init, critic_from_reward_model, reward_model_spec
 from zoo.config.variant import Variant, VariantError
 from zoo.faults import WriteError, say_unrecorded, with_last_checkpoint, write_guard
 from zoo.precision import describe, resolve_autocast
 from zoo.provenance import provenance, reset_peak_memory
-from zoo.registry import load_plugins
 from zoo.rewards.compute import resolve_rewards
 from zoo.rewards.session import close_rewards, open_rewards
 from zoo.step import pipeline
-from zoo.envs.base import env_errors
-from zoo.step.sample import GENERATE_BATCH
 from zoo.step.types import Models, RunState, Slots, StepSettings
-from zoo.rollout_preflight import check_before_rollout, work_warnings
 from zoo.run_checkpoint import restore_checkpoint, save_checkpoint
 from zoo.run_progress import evaluator, progress_bar
 from zoo.study.tracking import read_json
@@ -52,47 +46,9 @@ log = logging.getLogger(__name__)
 
 
 def validate_run(cfg: RunConfig) -> tuple[Variant, list[str]]:
-    """Check the variant against the run before any model loads: the variant, minibatches against
-    completions per step, the generator (`sampling.backend`), the rewards (registered, or in a plugin
-    module) and the metric each sampling filter names (it must be a metric the rewards produce; a continuous one warns).
-    Raises VariantError; returns warnings."""
-    load_plugins(cfg.plugins)
-    v = effective_variant(cfg)
-    ctx = {"max_new_tokens": cfg.budget.max_new_tokens}
-    rep = check_variant(v, ctx)
-    n = cfg.budget.prompts_per_step * v.group_size
-    if v.updates.minibatches > n:
-        rep.errors.append(f"updates.minibatches {v.updates.minibatches} > {n} completions per step "
-                          f"(budget.prompts_per_step x group_size)")
-    gen_error = backend_error(cfg.sampling.backend)
-    if gen_error:
-        rep.errors.append(gen_error)
-    rep.errors += env_errors(cfg.task)  # task.env: the environment's name and keys
-    try:
-        rewards = [c for c, _ in resolve_rewards(cfg.rewards, cfg.plugins)]
-    except ValueError as e:
-        rep.errors.append(f"rewards: {e}")
-    else:
-        if not rep.errors:  # the components build (check_variant passed)
-            errors, warnings = check_reward_reads(v.slots, rewards, ctx)
-            rep.errors += errors
-            rep.warnings += warnings
-    if cfg.gold:
-        try:
-            resolve_rewards(cfg.gold, cfg.plugins)
-        except ValueError as e:
-            rep.errors.append(f"gold: {e}")
-    rep.warnings += run_warnings(cfg, v)
-    rep.errors += critic_init_errors(cfg, v, check_tokenizers=False)  # setup compares the loaded tokenizers
-    try:  # the launcher's process count: torchrun / accelerate launch set WORLD_SIZE
-        strategy.check_strategy(cfg.training.strategy, int(os.environ.get("WORLD_SIZE", "1") or 1),
-                                cfg.model_opts.autocast, launched="WORLD_SIZE" in os.environ)
-    except ValueError as e:
-        rep.errors.append(str(e))
-    ws = int(os.environ.get("WORLD_SIZE", "1") or 1)
-    if ws > 1 and cfg.budget.prompts_per_step % ws:
-        rep.errors.append(f"budget.prompts_per_step {cfg.budget.prompts_per_step} is not a multiple of the {ws} "
-                          f"processes (each rank samples prompts_per_step / {ws} prompts): use a multiple of {ws}")
+    """The `before_load` checks (zoo.checks) of `cfg` for this process's launcher (WORLD_SIZE): nothing
+    loads. Raises VariantError with every error, one per line; returns (effective variant, warnings)."""
+    rep, v = checks.before_load(cfg)
     if rep.errors:
         raise VariantError("\n".join(rep.errors))
     return v, rep.warnings
@@ -112,21 +68,21 @@ def _adamw(params, lr: float, cfg: RunConfig) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=lr, betas=cfg.optim.betas, weight_decay=cfg.optim.weight_decay)
 
 
-def setup(cfg: RunConfig, device: torch.device | None = None) -> RunState:
-    """Load everything one run needs (models last, after every config check has passed)."""
+def setup(cfg: RunConfig, device: torch.device | None = None,
+          checked: tuple[Variant, list[str]] | None = None) -> RunState:
+    """Load everything one run needs (models last, after every config check has passed). checked:
+    what `validate_run(cfg)` returned when the caller ran it already (else it runs here)."""
     from zoo import models as zm
     from zoo.tasks import PromptStream, load_task
     from zoo.tasks.base import derive_seed
 
-    v, warnings = validate_run(cfg)
+    v, warnings = checked or validate_run(cfg)
     for w in warnings:
         log.warning(w)
     dist.init_from_env()  # under torchrun / accelerate launch: join the process group
     slots = Slots.of(v, {"max_new_tokens": cfg.budget.max_new_tokens})
     _seed_everything(cfg.seed)  # the same on every rank until the models are built (LoRA, value head init)
     task = load_task(cfg.task)
-    for w in work_warnings(cfg, v.group_size, len(task.train)):  # a step far beyond the task's prompts
-        log.warning(w)
     stream = PromptStream(task.train, seed=cfg.seed)
     # extra rounds of dynamic sampling draw from their own stream, so step k's first-round prompts are
     # the same in every arm of a study (paired comparison), whatever the filters dropped before
@@ -141,9 +97,14 @@ def setup(cfg: RunConfig, device: torch.device | None = None) -> RunState:
     lora = cfg.model_opts.lora.model_dump() if cfg.model_opts.lora else None
     policy, tok = zm.load_policy(src, dtype=cfg.model_opts.dtype, lora=lora,
                                  gradient_checkpointing=cfg.model_opts.gradient_checkpointing, device=device)
-    check_before_rollout(cfg, v.group_size, max(cfg.budget.micro_batch, v.group_size, GENERATE_BATCH), policy, tok,
-                         task.train + task.eval, 2 if cfg.model_opts.autocast in ("bf16", "fp16") else
-                         next(policy.parameters()).element_size(), device)
+    rep = checks.after_load(cfg, v, policy.config, tok, rows=task.train + task.eval,
+                            available=available_memory(device), model=policy)
+    if rep.errors:
+        raise VariantError("\n".join(rep.errors))
+    for w in rep.warnings:  # e.g. a LoRA rank above the layer width (zoo.checks.bounds)
+        log.warning(w)
+    for n in rep.notes:
+        log.info(n)
     reference = zm.make_reference(policy) if slots.reads("logp_ref") else None
     critic = None
     if slots.reads("values"):  # some component reads the critic's values (gae, a loss term, ...)
@@ -181,19 +142,12 @@ def setup(cfg: RunConfig, device: torch.device | None = None) -> RunState:
 def _make_critic(cfg: RunConfig, v: Variant, policy: torch.nn.Module, tok: Any, lora: dict | None,
                  device: torch.device) -> torch.nn.Module:
     """The value model: from the policy (default) or, with `critic.init: reward_model`, from the run's
-    reward model (zoo.models.critic_init). Raises VariantError when the tokenizers differ."""
+    reward model (zoo.models.critic_init; `after_load` checked that the tokenizers agree)."""
     from zoo import models as zm
 
     if critic_init(v) != "reward_model":
         return zm.make_critic(policy, lora).to(device)
-    from transformers import AutoTokenizer
-
-    from zoo.models.critic_init import tokenizer_mismatch
-
-    spec = reward_model_spec(list(cfg.rewards)) or {}
-    why = tokenizer_mismatch(tok, AutoTokenizer.from_pretrained(zm.resolve_model(spec["model"]).path))
-    if why:
-        raise VariantError(f"critic.init: reward_model: {spec['model']!r} and the policy do not share a tokenizer ({why})")
+    spec = reward_model_spec(list(cfg.rewards)) or {}  # its tokenizer is the policy's (zoo.checks.critic)
     return critic_from_reward_model(spec["model"], dtype=next(policy.parameters()).dtype, device=device, lora=lora,
                                     checkpointing=cfg.model_opts.gradient_checkpointing)
 
@@ -249,6 +203,7 @@ def _train(cfg: RunConfig, resume: bool, *, progress: bool, on_step: Callable[[i
 
     from zoo.study import fingerprint as fp
 
+    checked = validate_run(cfg)  # before the run folder is read: a bad config is refused as `zoo validate` refuses it
     out = cfg.out_dir()
     other = "--set output_dir=NEW_DIR" if cfg.output_dir else "--set name=NEW"  # name does not move an output_dir
     reuse = fp.check_reuse(out, cfg, fresh_hint=fresh_hint or "add --fresh to retrain it with this config (its results "
@@ -261,7 +216,7 @@ def _train(cfg: RunConfig, resume: bool, *, progress: bool, on_step: Callable[[i
         return done
     out.mkdir(parents=True, exist_ok=True)
     reset_peak_memory(torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu"))
-    st = setup(cfg)
+    st = setup(cfg, checked=checked)
     main = dist.rank() == 0
     state = ckpt.load(out / "checkpoint") if resume else None
     if state is not None:

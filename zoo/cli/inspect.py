@@ -158,13 +158,18 @@ def _is_study(data: dict[str, Any]) -> bool:
 def validate(
     files: List[Path] = typer.Argument(..., help="variant, run or study YAML files"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON list of {file, ok, errors, warnings, notes}"),
+    nproc: Optional[int] = typer.Option(None, "--nproc", min=1, help="check as `zoo run --nproc N` would run it "
+                                        "(N processes under a launcher); default: as `zoo run` in this process"),
 ) -> None:
-    """Check variant, run and study files without loading any model. Exit 1 if any has an error."""
-    from zoo.config import checks, variant
+    """Check variant, run and study files without loading any weights, with the checks `zoo run` makes
+    (zoo.checks; the model's config.json and tokenizer are read when local). Exit 1 if any has an error."""
+    from zoo.checks.report import Report
+    from zoo.checks.variant import check_variant
+    from zoo.config import variant
 
     results = []
     for f in files:
-        rep = checks.Report()
+        rep = Report()
         try:
             data = variant.read_yaml_file(f)
             if data is None or data == {}:
@@ -174,10 +179,10 @@ def validate(
             if isinstance(data, dict) and _is_study(data):
                 from zoo.study.validate import check_study_file
 
-                rep = check_study_file(f)
+                rep = check_study_file(f, world_size=nproc, launched=True if nproc else None)
             else:
                 v = variant.load_variant(f)
-                rep = checks.check_variant(v)
+                rep = check_variant(v)
         except (variant.VariantError, yaml.YAMLError, ValueError) as e:
             rep.errors.append(str(e))
         results.append((str(f), rep))

@@ -53,13 +53,18 @@ def run(
 
     if nproc is not None and not launch.launched():
         if nproc > 1 and config is not None and resume is None:  # refuse before torchrun starts N copies of the error
+            from zoo.checks import before_load
+
             try:
-                strategy = load_run_config(config, parse_sets(set_)).training.strategy
+                cfg = load_run_config(config, parse_sets(set_))
             except VariantError as e:
                 fail(str(e))
-            if strategy == "single":
+            if cfg.training.strategy == "single":
                 fail(f"--nproc {nproc} with training.strategy single: nothing would combine the ranks' gradients; "
                      "add --set training.strategy=ddp (or fsdp)")
+            errors = before_load(cfg, world_size=nproc, launched=True)[0].errors  # what each rank would refuse
+            if errors:
+                fail("\n".join(errors))
         raise typer.Exit(launch.relaunch(nproc, sys.argv[1:]))
     quiet_logs()
     print_threads()

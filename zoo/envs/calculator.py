@@ -4,7 +4,8 @@ only, bounded, never `eval`/`exec`); a malformed or refused call gets `<error>..
 as a tool error. A turn without `<calc>` is the final answer and ends the trajectory.
 
 The format is stated in the last user message and shown in one worked demonstration (a user turn,
-the assistant's call, the result, the assistant's answer) inserted before it.
+the assistant's call, the result, the assistant's answer) inserted just before it, after the task's
+own few-shot turns (the model imitates the nearest example most).
 """
 from __future__ import annotations
 
@@ -53,9 +54,8 @@ class Calculator:
         msgs = [dict(m) for m in prompt]
         last = msgs[-1]
         msgs[-1] = {**last, "content": str(last["content"]) + HINT}
-        head = 1 if self.demo and msgs[0].get("role") == "system" else 0
         demo = [dict(m, role=self.role) if i == 2 else dict(m) for i, m in enumerate(DEMO)] if self.demo else []
-        return msgs[:head] + demo + msgs[head:], None
+        return msgs[:-1] + demo + msgs[-1:], None  # the demonstration is the last worked example
 
     def step(self, state: Any, assistant_text: str, /) -> tuple[list[dict] | None, bool, dict]:
         reply, error = tool_reply(assistant_text)

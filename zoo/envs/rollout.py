@@ -6,8 +6,9 @@ with their `logp_rollout`) and the ids the template and the environment add (`zo
 `<|im_end|>` after a stop tag, role headers, tool messages; loss mask 0, attended to). The result is
 one `Batch` whose completion is the whole conversation after the prompt: `lengths` [N] is its
 attention extent, `loss_mask` [N, T] the policy's tokens and `policy_tokens` [N] their count. The G trajectories of a prompt are one group.
-`texts` are the final assistant turns; each row gains `transcript` (every message) and `env_info`
-(the env's counters summed) for rewards that read them.
+`texts` are the final assistant turns; each row gains `transcript` (every message; the trajectory's
+own turns from index `transcript_start`) and `env_info` (the env's counters summed) for rewards that
+read them.
 
 Flags [N] in `Batch.extras` (float): env_turns, env_tool_calls, env_tool_errors, env_timeouts,
 env_failed (the env raised, broke its contract or timed out: the row is unscored, never scored 0),
@@ -56,6 +57,7 @@ class _Trajectory:
     truncated: bool = False
     max_turns: bool = False
     done: bool = False
+    start: int = 0  # messages the trajectory started from (the rest are its turns)
 
 
 @dataclass(frozen=True)
@@ -95,9 +97,9 @@ def _start(tokenizer: Any, env: Env, row: Mapping[str, Any], seed: int) -> _Traj
         log.warning("env reset raised %s: %s (the trajectory is failed)", type(e).__name__, e)
         messages, state = [dict(m) for m in row["prompt"]], None
         ids, text = prompt_ids(tokenizer, messages)
-        return _Trajectory(row, messages, state, text, ids, failed=True, done=True)
+        return _Trajectory(row, messages, state, text, ids, failed=True, done=True, start=len(messages))
     ids, text = prompt_ids(tokenizer, messages)
-    return _Trajectory(row, messages, state, text, ids)
+    return _Trajectory(row, messages, state, text, ids, start=len(messages))
 
 
 def _sample_turn(generator: Any, tokenizer: Any, env: Env, spec: EnvSpec, active: list[_Trajectory],
@@ -227,7 +229,8 @@ def _batch(trajs: list[_Trajectory], tokenizer: Any, group_size: int) -> Batch:
         "env_max_turns": [t.max_turns for t in trajs],
         "env_tokens": [len(t.ids) - sum(t.trained) for t in trajs],
     }
-    rows = [{**t.row, "transcript": t.messages, "env_info": dict(t.info), "env_failed": t.failed} for t in trajs]
+    rows = [{**t.row, "transcript": t.messages, "transcript_start": t.start, "env_info": dict(t.info),
+             "env_failed": t.failed} for t in trajs]
     return Batch(prompt_ids=prompt, prompt_mask=pmask, completion_ids=comp, loss_mask=loss,
                  group_ids=torch.arange(N) // group_size, truncated=torch.tensor([t.truncated for t in trajs]),
                  lengths=torch.tensor([len(t.ids) for t in trajs], dtype=torch.long),

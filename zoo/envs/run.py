@@ -33,6 +33,15 @@ def run_rollout(st: Any, generator: Any, rows: list[dict[str, Any]], group_offse
     return replace(b, group_ids=b.group_ids + group_offset).to(st.device)
 
 
+def conversation(row: dict[str, Any], text: str) -> str:
+    """What a sample table shows as the completion: `text` (the final turn), or with an env the whole
+    conversation after the prompt, one `role: content` line per message."""
+    turns = row.get("transcript")
+    if not turns:
+        return text
+    return "\n".join(f"{m['role']}: {m['content']}" for m in turns[row.get("transcript_start", 0):])
+
+
 def env_metrics(b: Batch) -> dict[str, float]:
     """Per-trajectory means of the env flags ({} without an env): env/turns, env/tool_calls,
     env/tool_errors, env/timeouts, env/failed_frac, env/max_turns_frac, env/token_frac (the

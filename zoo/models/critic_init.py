@@ -3,8 +3,8 @@
 - `policy` (default): the policy's base backbone + a zero head (zoo.models.critic.make_critic).
 - `reward_model`: the reward model's backbone AND its scalar head (InstructGPT arXiv 2203.02155 §3.5:
   "we initialize the value function from the RM"), so V(s) starts as the RM's score of the prefix.
-  The critic reads the policy's token ids, so the two must share a tokenizer (checked by `zoo validate`
-  and again at setup). VAPO (arXiv 2504.05118 §4.1) reports that a critic initialised from a reward
+  The critic reads the policy's token ids, so the two must share a tokenizer (checked by
+  zoo.checks.critic, for `zoo validate` and `zoo run` alike). VAPO (arXiv 2504.05118 §4.1) reports that a critic initialised from a reward
   model starts biased (the RM scores a finished answer, the critic must value an unfinished prefix)
   and pretrains the value model instead: `budget.critic_warmup` (value pretraining) is that option,
   and the two combine.
@@ -49,35 +49,6 @@ def tokenizer_mismatch(policy_tok: Any, rm_tok: Any) -> str | None:
     return None
 
 
-def critic_init_errors(cfg: Any, v: Any, *, check_tokenizers: bool = True) -> list[str]:
-    """What is wrong with `critic.init` for this run (cfg: RunConfig, v: its effective variant): an
-    unknown init (the registry check reports it), `reward_model` without a `reward_model` reward in
-    `rewards:`, or (check_tokenizers: loads both tokenizers, no model) tokenizers that differ. A reward
-    model directory that does not exist yet is not compared (`run_warnings` warns about it)."""
-    from zoo.rewards.reward_model import missing_models
-
-    if critic_init(v) != "reward_model":
-        return []
-    spec = reward_model_spec(list(cfg.rewards))
-    if spec is None:
-        return ["critic.init: reward_model needs a reward model in rewards: (add {name: reward_model, model: DIR}); "
-                f"rewards are {list(cfg.rewards)}"]
-    if not check_tokenizers or "model" not in spec or missing_models([spec]):  # not built yet: a warning says so
-        return []
-    from transformers import AutoTokenizer
-
-    from zoo.models.sources import resolve_model
-
-    try:
-        pt = AutoTokenizer.from_pretrained(resolve_model(cfg.model).path)
-        rt = AutoTokenizer.from_pretrained(resolve_model(spec["model"]).path)
-    except (OSError, ValueError) as e:
-        return [f"critic.init: reward_model: could not load the tokenizers to compare them: {str(e).splitlines()[0]}"]
-    why = tokenizer_mismatch(pt, rt)
-    return [f"critic.init: reward_model: the reward model {spec['model']!r} and the policy {cfg.model!r} do not share a "
-            f"tokenizer ({why}); the critic reads the policy's tokens (use init: policy)"] if why else []
-
-
 def critic_from_reward_model(model: str, *, dtype: torch.dtype, device: torch.device | str, lora: dict | None = None,
                              checkpointing: bool = False) -> ValueModel:
     """A `ValueModel` whose backbone and head are the reward model's (a fresh load in `dtype`, the
@@ -102,3 +73,11 @@ def critic_from_reward_model(model: str, *, dtype: torch.dtype, device: torch.de
             critic.head.bias.copy_(head.bias.float())
     critic.train()
     return critic
+
+
+def __getattr__(name: str) -> Any:  # moved to zoo.checks.critic; lazy: zoo.checks sits above zoo.models
+    if name == "critic_init_errors":
+        from zoo.checks.critic import critic_init_errors
+
+        return critic_init_errors
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -179,13 +179,17 @@ def missing_models(specs: Sequence[Any]) -> list[str]:
 def checkpoint_error(path: Any) -> str | None:
     """Why the checkpoint in local directory `path` is not a reward model, from its config.json alone
     (`transformers.AutoConfig`, no weights): its `architectures` name a causal LM (...ForCausalLM) and
-    no sequence classifier, or a sequence classifier with num_labels != 1. None when it is one, or
-    when `path` is not a local directory with a config.json (an HF id, or not built yet)."""
+    no sequence classifier, or a sequence classifier with num_labels != 1, or it is a local directory
+    without config.json. None when it is one, or when `path` is not a local directory (an HF id, or not
+    built yet)."""
     from pathlib import Path
 
     from transformers import AutoConfig
 
     d = Path(str(path)).expanduser()
+    if d.is_dir() and not (d / "config.json").is_file():
+        return (f"{d}: no config.json in this directory; a reward model directory holds config.json, the weights "
+                "and the tokenizer files (zoo rm train writes one)")
     if not (d / "config.json").is_file():
         return None
     try:

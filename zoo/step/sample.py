@@ -19,7 +19,7 @@ from zoo.guards import NONFINITE_SAMPLING, nonfinite_sampling
 from zoo.rewards.compute import accuracy_index, accuracy_metrics, compute_rewards
 from zoo.backends.generate.hf_generator import HFGenerator
 from zoo.backends.generate.types import SamplingParams
-from zoo.envs.run import env_metrics, has_env, run_rollout, unscore_failed
+from zoo.envs.run import conversation, env_metrics, has_env, run_rollout, unscore_failed
 from zoo.step.diagnostics import gold_metrics
 from zoo.step.forwards import autocast
 from zoo.step.hooks import NO_HOOKS, Hooks
@@ -103,7 +103,7 @@ def sample(st: RunState, hooks: Hooks = NO_HOOKS) -> tuple[Batch, dict[str, Any]
             first["_objectives"] = (list(names), list(w))  # the columns the diagnostics correlate (pipeline)
             first["reward/unscored_frac"] = max(n_failed, default=0) / max(b.size, 1)  # the worst reward's
             first["_samples"] = [
-                {"prompt": r.get("question", ""), "completion": t,
+                {"prompt": r.get("question", ""), "completion": conversation(r, t),
                  **{n: float(objectives[i, k]) for k, n in enumerate(st.reward_names)}}
                 for i, (t, r) in enumerate(zip(b.texts, b.rows))
             ]

@@ -1,17 +1,17 @@
-"""`zoo validate` and `zoo ablate`'s checks of a study before anything runs: every arm's variant with
-its overrides and budget, its rewards and filters, and what `zoo run` would reject (no model loaded)."""
+"""`zoo validate` and `zoo ablate`'s checks of a study before anything runs: every distinct arm
+through the same stages `zoo run` uses (zoo.checks: `before_load`, then `after_load` from the
+model's config.json and tokenizer, no weights), with messages that name the arm."""
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
+from zoo import checks
+from zoo.checks.report import Report
 from zoo.config import variant as V
-from zoo.config.run import RunConfig, effective_variant, parse_run_config
-from zoo.config.run_checks import run_warnings
-from zoo.study.experiment import STUDY_KEYS, Arm, expand_arms, load_study, read_study_file, seed_of
-from zoo.config.checks import Report, check_variant
+from zoo.config.run import RunConfig, parse_run_config
 from zoo.config.variant import VariantError
+from zoo.study.experiment import STUDY_KEYS, Arm, expand_arms, load_study, read_study_file, seed_of
 
 
 def variant_context(cfg: RunConfig, v: V.Variant) -> dict[str, Any]:
@@ -20,108 +20,46 @@ def variant_context(cfg: RunConfig, v: V.Variant) -> dict[str, Any]:
             "max_new_tokens": cfg.budget.max_new_tokens}
 
 
-def check_arms(arms: list[Arm], plugins: list[str] | tuple[str, ...] = ()) -> Report:
-    """Load and check every distinct arm's variant with its overrides and budget (no model loaded).
-    Messages name the arms (seeds sharing a configuration are checked once)."""
-    from zoo import registry
-
+def check_arms(arms: list[Arm], plugins: list[str] | tuple[str, ...] = (), *, world_size: int | None = None,
+               launched: bool | None = None, load_files: bool = True) -> Report:
+    """Check every distinct arm (seeds sharing a configuration are checked once) with
+    `zoo.checks.before_load` and, when it passes and `load_files`, `zoo.checks.check_loadable` (the
+    model's config.json and tokenizer; no weights). world_size / launched: the processes the arms
+    will run with (default: this process's launcher). Every message starts with `arm NAME: `."""
     rep = Report()
-    try:
-        registry.load_plugins(list(plugins))
-    except registry.ComponentError as e:
-        rep.errors.append(f"plugins: {e}")
-        return rep
     seen: dict[str, list[str]] = {}
     for arm in arms:
         seen.setdefault(arm.group, []).append(arm.label)
     firsts = {a.group: a for a in reversed(arms)}
+    loaded: dict[str, Report] = {}
     for group, labels in seen.items():
         arm = firsts[group]
         who = f"arm {group}" + (f" (seeds {', '.join(str(seed_of(x)) for x in labels)})" if len(labels) > 1 else "")
-        try:
-            v = effective_variant(arm.config)  # the budget's group_size / updates / critic_warmup applied, as zoo run does
-            sub = check_variant(v, variant_context(arm.config, v))
-        except VariantError as e:
-            rep.errors.append(f"{who}: {_override_origin(str(e), arm)}")
-            continue
-        rep.errors += [f"{who}: {_override_origin(m, arm)}" for m in sub.errors]
-        rep.warnings += [f"{who}: {m}" for m in sub.warnings]
-        rep.notes += [f"{who}: {m}" for m in sub.notes]
-        rep.errors += [f"{who}: {m}" for m in run_checks(arm.config, v)]
-        errors, warnings = _filter_checks(arm.config, v)
-        rep.errors += [f"{who}: {m}" for m in errors]
-        rep.warnings += [f"{who}: {m}" for m in warnings]
-        rep.warnings += [f"{who}: {m}" for m in run_warnings(arm.config, v)]
+        cfg = arm.config
+        if plugins and not cfg.plugins:  # the study's plugins apply to every arm
+            cfg = cfg.model_copy(update={"plugins": list(plugins)})
+        sub, v = checks.before_load(cfg, world_size=world_size, launched=launched, origin=arm.origin)
+        if sub.ok and load_files:
+            key = cfg.model_dump_json(include={"model", "task", "budget", "model_opts", "rewards", "variant", "set"})
+            if key not in loaded:
+                loaded[key] = checks.check_loadable(cfg, v)
+            after = loaded[key]
+            sub.errors += after.errors
+            sub.warnings += after.warnings
+            sub.notes += after.notes
+        rep.extend(sub, f"{who}: ")
     return rep
 
 
-def _filter_checks(cfg: RunConfig, v: V.Variant) -> tuple[list[str], list[str]]:
-    """What the variant's components read from the rewards (a filter's or length reward's metric, a loss
-    term's reward column) against the arm's rewards (zoo.components.reward_reads); nothing when the
-    rewards do not resolve (run_checks reports that)."""
-    from zoo.components.reward_reads import check_reward_reads
-    from zoo.rewards.compute import resolve_rewards
-
-    try:
-        rewards = [c for c, _ in resolve_rewards(cfg.rewards, cfg.plugins)]
-        return check_reward_reads(v.slots, rewards, {"max_new_tokens": cfg.budget.max_new_tokens})
-    except ValueError:  # run_checks / check_variant report it
-        return [], []
+def run_checks(cfg: RunConfig, v: V.Variant | None = None) -> list[str]:
+    """The errors `zoo run` would stop `cfg` with before loading a model (`zoo.checks.before_load`).
+    `v` is accepted for older callers and not used: the checks build the effective variant."""
+    return checks.before_load(cfg)[0].errors
 
 
-def _override_origin(msg: str, arm: Arm) -> str:
-    """An override error names the registry file it was applied to; say where the override was written."""
-    where = arm.origin
-    out, n = re.subn(r"^\S+ \(overrides\): ", f"{where}: ", msg, count=1)
-    if n == 0 and arm.config.set:  # raised while building the overridden variant: the user's key first
-        sets = ", ".join(f"{k}={v}" for k, v in arm.config.set.items())
-        out = f"{where}: {sets}: {msg}"
-    return out
-
-
-def run_checks(cfg: RunConfig, v: V.Variant) -> list[str]:
-    """What `zoo run` would reject before loading a model: reward names, the generator
-    (`sampling.backend`), minibatches vs completions per step, a local model path that does not exist,
-    `critic.init: reward_model` without a reward model or with one whose tokenizer differs from the
-    policy's (the tokenizers load; no model)."""
-    from zoo.models import EMBEDDED_ALIASES
-    from zoo.rewards.compute import resolve_rewards
-
-    errors = []
-    try:
-        resolve_rewards(cfg.rewards, cfg.plugins)
-    except ValueError as e:
-        errors.append(f"rewards: {e}")
-    if cfg.gold:
-        try:
-            resolve_rewards(cfg.gold, cfg.plugins)
-        except ValueError as e:
-            errors.append(f"gold: {e}")
-    from zoo.backends.generate.backend import backend_error
-
-    gen_error = backend_error(cfg.sampling.backend)
-    if gen_error:
-        errors.append(gen_error)
-    from zoo.envs.base import env_errors
-
-    errors += env_errors(cfg.task)  # task.env: the environment's name and keys
-    g = cfg.budget.group_size or v.group_size
-    upd = cfg.budget.updates or v.updates
-    n = cfg.budget.prompts_per_step * g
-    if upd.minibatches > n:
-        errors.append(f"budget: updates.minibatches {upd.minibatches} > {n} completions per step "
-                      "(prompts_per_step x group_size)")
-    m = str(cfg.model)
-    if m not in EMBEDDED_ALIASES and (m.startswith((".", "/", "~")) and not Path(m).expanduser().exists()):
-        errors.append(f"model: local path {m!r} does not exist")
-    from zoo.models.critic_init import critic_init_errors
-
-    errors += critic_init_errors(cfg, v)  # critic.init: reward_model: a reward model sharing the policy's tokenizer
-    return errors
-
-
-def check_study_file(path: str | Path) -> Report:
-    """`zoo validate STUDY.yaml`: schema, arms and every arm's variant; problems go into the Report."""
+def check_study_file(path: str | Path, *, world_size: int | None = None, launched: bool | None = None) -> Report:
+    """`zoo validate STUDY.yaml`: schema, arms and every arm's checks; problems go into the Report.
+    world_size / launched as in `check_arms` (`zoo validate --nproc N`)."""
     rep = Report()
     try:
         data = read_study_file(Path(path))
@@ -134,10 +72,7 @@ def check_study_file(path: str | Path) -> Report:
     except VariantError as e:
         rep.errors.append(str(e))
         return rep
-    sub = check_arms(arms, plugins)
-    rep.errors += sub.errors
-    rep.warnings += sub.warnings
-    rep.notes += sub.notes
+    rep.extend(check_arms(arms, plugins, world_size=world_size, launched=launched))
     if rep.ok:
         rep.notes.append(f"{path}: {len(arms)} arm(s): {', '.join(a.label for a in arms)}")
     return rep

@@ -59,7 +59,9 @@ def continue_rows(model: nn.Module, tokenizer, prefix_ids: Sequence[Sequence[int
 
     with eval_no_grad(model), neutral_generation_config(model):
         out = model.generate(input_ids=ids, attention_mask=mask, generation_config=gen_config,
-                             logits_processor=procs, stopping_criteria=StoppingCriteriaList([crit]))
+                             logits_processor=procs, stopping_criteria=StoppingCriteriaList([crit]),
+                             # ranks make different numbers of calls (multi-turn): never a per-token collective
+                             synced_gpus=False)
     rec.finish(out[:, -1])
     new = out[:, P:]  # [n, T]
     T = new.shape[1]

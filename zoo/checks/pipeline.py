@@ -1,0 +1,100 @@
+"""The two stages every entry point runs (`zoo run`, `zoo validate`, `zoo ablate`, `zoo bench`):
+
+    rep = before_load(cfg)                       # the config alone: nothing loads
+    rep = after_load(cfg, variant, model_config, tokenizer, rows=..., available=...)
+
+`before_load` checks the variant and its slots, declared reads, rewards and gold, the generator,
+the task's environment, budget and minibatches, strategy and world size, the model path and the critic init; `after_load`
+the context length, the rollout's memory, the parameter count, a LoRA rank or prompts_per_step
+beyond what the model or task holds (warnings), from the model's config.json and
+tokenizer and a meta-device model (`zoo validate` loads no weights: `model_files`). A study checks
+each arm with `before_load` (zoo.study.validate). Which checks run, in order: `zoo.checks.registry`.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+from zoo.checks import budget, critic, env, generator, model_path, reward_reads, strategy, variant, warnings  # noqa: F401
+from zoo.checks import bounds, context, memory, params  # noqa: F401  (after_load checks register on import)
+from zoo.checks.registry import run_stage
+from zoo.checks.report import Report
+from zoo.checks.subject import AfterLoad, BeforeLoad
+
+#: the order of the stages' checks (a later check reads what an earlier one built; others run last)
+BEFORE_LOAD = ("plugins", "variant", "rewards", "reward_reads", "generator", "env", "minibatches", "prompts_per_rank",
+               "strategy", "model_path", "critic_init", "run_warnings")
+AFTER_LOAD = ("context_length", "memory_estimate", "critic_tokenizer", "parameter_count")
+
+
+def launch_env() -> tuple[int, bool]:
+    """(world size, launched) of this process: torchrun / accelerate launch set WORLD_SIZE."""
+    return int(os.environ.get("WORLD_SIZE", "1") or 1), "WORLD_SIZE" in os.environ
+
+
+def before_load(cfg: Any, *, world_size: int | None = None, launched: bool | None = None,
+                origin: str = "set") -> tuple[Report, Any]:
+    """Every `before_load` check of run config `cfg` (nothing loads). world_size / launched: the
+    processes the run will have (default: this process's launcher, `launch_env`); origin: where the
+    run's `set:` overrides were written, for messages. Returns (report, the effective variant or
+    None when it does not build). Raises nothing: problems are the report's lines."""
+    ws, env_launched = launch_env()
+    s = BeforeLoad(cfg, world_size=ws if world_size is None else world_size,
+                   launched=env_launched if launched is None else launched, origin=origin)
+    rep = run_stage("before_load", s, BEFORE_LOAD)
+    return rep, s.variant
+
+
+def after_load(cfg: Any, variant: Any, model_config: Any, tokenizer: Any, *, rows: Sequence[dict[str, Any]] = (),
+               available: int | None = None, model: Any = None) -> Report:
+    """Every `after_load` check: cfg and its effective variant (from `before_load`), the policy's
+    transformers config and tokenizer, the task's prompts `rows` (train and eval), `available` bytes
+    on the run's device (None: the memory check is skipped), and the model when it is loaded (else a
+    meta-device one is built from model_config). Raises nothing."""
+    s = AfterLoad(cfg, variant, model_config, tokenizer, rows=rows, available=available, model=model)
+    return run_stage("after_load", s, AFTER_LOAD)
+
+
+def model_files(cfg: Any) -> tuple[Any, Any] | None:
+    """(transformers config, tokenizer) of the run's policy from local files only (config.json and
+    the tokenizer files; no weights): a local directory, or the embedded model once converted. None
+    when they are not on this machine (a Hub id, `arms:`, the embedded model not converted yet)."""
+    from pathlib import Path
+
+    from transformers import AutoConfig, AutoTokenizer
+
+    from zoo.models.sources import EMBEDDED_ALIASES, EMBEDDED_MODEL, cache_root
+
+    m = str(cfg.model).strip()
+    if m in EMBEDDED_ALIASES:
+        d: Path | None = cache_root() / "models" / EMBEDDED_MODEL
+    else:
+        d = model_path.local_path(m)
+    if d is None or not (d / "config.json").is_file():
+        return None
+    try:
+        return AutoConfig.from_pretrained(str(d)), AutoTokenizer.from_pretrained(str(d))
+    except (OSError, ValueError):
+        return None
+
+
+def check_loadable(cfg: Any, variant: Any, device: Any = None) -> Report:
+    """`after_load` as `zoo validate` and `zoo ablate` run it before any weights load: the model's
+    files (`model_files`; a note and nothing else when they are not local), the task's prompts, the
+    memory of `device` (default: CUDA when available, else the host)."""
+    import torch
+
+    from zoo.memory_estimate import available_memory
+    from zoo.tasks import load_task
+
+    files = model_files(cfg)
+    if files is None:
+        return Report(notes=[f"model {cfg.model}: no local config.json, so the context length and memory are "
+                             "checked when the model loads"])
+    try:
+        task = load_task(cfg.task)
+    except Exception as e:  # noqa: BLE001 - a task that does not load here is the run's error, said once
+        return Report(notes=[f"task: could not load it to check prompt lengths ({str(e).splitlines()[0][:200]})"])
+    if device is None:
+        device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    return after_load(cfg, variant, *files, rows=task.train + task.eval, available=available_memory(device))
