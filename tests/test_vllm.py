@@ -165,6 +165,29 @@ def test_sync_moves_logprobs_to_the_new_weights_also_for_a_cached_prompt(tiny):
     assert to_new <= 1e-4 and to_old >= 10 * 1e-4, (to_new, to_old)
 
 
+def test_tied_embeddings_reach_the_output_head_at_start_and_after_a_sync():
+    # SmolLM2 ties lm_head to embed_tokens; vLLM's reload skips lm_head.* then, and the head must follow
+    model, tok = tiny_vllm_model_and_tokenizer(seed=0)
+    model.config.tie_word_embeddings = True
+    model.lm_head.weight = model.model.embed_tokens.weight
+    model.eval()
+    gen = _vllm(model, tok, dtype="float32")
+    try:
+        for step in range(2):
+            torch.manual_seed(step)
+            b = gen.generate(PROMPTS, 2, SamplingParams(max_new_tokens=8))
+            with torch.no_grad():
+                lp, _ = token_logprobs(model, b.input_ids(), b.attention_mask(), b.completion_ids.shape[1])
+            diff = float(((b.logp_rollout - lp) * b.loss_mask).abs().max())
+            assert diff <= 1e-4, (step, diff)
+            with torch.no_grad(), torch.random.fork_rng():
+                torch.manual_seed(10 + step)
+                model.model.embed_tokens.weight.add_(0.5 * torch.randn_like(model.model.embed_tokens.weight))
+            gen.sync(model)
+    finally:
+        gen.close()
+
+
 # --------------------------------------------------------------------------- a run
 def test_a_grpo_run_with_vllm_and_tis_has_weights_near_one_in_fp32(tmp_path):
     from conftest import tiny_run_config

@@ -7,6 +7,8 @@ from typing import Any, Callable, Iterator
 
 from zoo.declarations import of as declared
 from zoo import step_progress, strategy
+from zoo.backends.generate.backend import build_generator, eval_generator
+from zoo.backends.generate.hf_generator import HFGenerator
 from zoo.envs.base import env_spec
 from zoo.guards import NONFINITE_SAMPLING, nonfinite_sampling
 from zoo.evaluate import evaluate
@@ -23,6 +25,9 @@ def evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, fl
     if not cfg.eval.enabled or cfg.eval.size == 0 or correctness is None or not st.task.eval:
         return lambda: {}
     rows = st.task.eval[: cfg.eval.size]
+    own = cfg.eval.backend is not None  # a generator of its own, else the run's (a wrapper's inner)
+    gen = (build_generator(cfg.eval.backend, st.models.policy, st.models.tokenizer) if own else
+           eval_generator(st.generator if st.generator is not None else HFGenerator(st.models.policy, st.models.tokenizer)))
 
     def run() -> dict[str, float]:
         # from the run's step, not a count of calls: a resumed process's first call is not "before"
@@ -34,11 +39,12 @@ def evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, fl
             console = Console(stderr=True)
             console.print(f"eval ({when}): {len(rows)} held-out prompts ...", highlight=False, end=" ")
         strategy.gather_weights(st.models.parallel)  # fsdp: ranks may generate different numbers of tokens
+        if own:  # the run's generator is synced by the step after each update; this one here
+            gen.sync(st.models.policy)
         with autocast(st.settings.autocast, st.device), nonfinite_sampling_named(st, f"eval {when}"):
-            res = evaluate(st.models.policy, st.models.tokenizer, rows, correctness,
-                           max_new_tokens=cfg.budget.max_new_tokens, samples=cfg.eval.samples,
-                           temperature=cfg.eval.temperature, seed=cfg.eval.seed,
-                           micro_batch=max(cfg.budget.micro_batch, 8), env=env_spec(cfg.task))
+            res = evaluate(gen, st.models.tokenizer, rows, correctness, max_new_tokens=cfg.budget.max_new_tokens,
+                           samples=cfg.eval.samples, temperature=cfg.eval.temperature, seed=cfg.eval.seed,
+                           batch_size=cfg.eval.batch_size, device=st.device, env=env_spec(cfg.task))
         strategy.release_weights(st.models.parallel)
         if announce:
             console.print("  ".join(f"{k.removeprefix('eval/')} {res[k]:.3f}" for k in ("eval/greedy_acc", "eval/avg_at_k")

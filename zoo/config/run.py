@@ -16,6 +16,17 @@ from zoo.config.schema import (MIN_TEMPERATURE, Spec, Strict, finite_number, for
 from zoo.config.variant import Slots, Updates, Variant, VariantError, load_variant, read_yaml_file
 
 
+#: completions per `generate` call in training when `sampling.batch_size` is unset (at least G, so a
+#: group is never split). Decoding reads every weight once per token whatever the batch, so up to the
+#: point where it becomes compute-bound a bigger batch is nearly free (docs/performance.md: 32 rows in
+#: one call vs 4 calls of 8); without gradients a row needs only its KV cache, far less than a training
+#: forward.
+GENERATE_BATCH = 32
+#: completions per `generate` call in evaluation (`eval.batch_size`): what the shipped studies used
+#: (their budget.micro_batch 16, when evaluation took max(micro_batch, 8))
+EVAL_BATCH = 16
+
+
 class Budget(Strict):
     """How much work one run does. `group_size`, `updates` and `critic_warmup` override the variant's when set."""
 
@@ -24,7 +35,10 @@ class Budget(Strict):
     group_size: int | None = Field(None, ge=1, description="completions per prompt G (default: the variant's)")
     updates: Updates | None = Field(None, description="epochs x minibatches per rollout (default: the variant's)")
     max_new_tokens: int = Field(64, ge=1, description="generation budget per completion (tokens)")
-    micro_batch: int = Field(8, ge=1, description="completions per forward/backward pass")
+    micro_batch: int = Field(8, ge=1, description="completions per forward of the training models over the rollout: "
+                             "each forward/backward of the update, and the no-grad rollout forwards (old and reference "
+                             "log-probs, values); generation and evaluation have their own (sampling.batch_size, "
+                             "eval.batch_size)")
     max_resample_rounds: int = Field(4, ge=0, description="dynamic sampling: extra generation rounds per step")
     critic_warmup: int | None = Field(None, ge=0, description="rollout steps at the start in which only the critic "
                                       "trains, the policy frozen (value pretraining; default: the variant's)")
@@ -76,6 +90,9 @@ class Sampling(Strict):
     top_p: float = Field(1.0, gt=0, le=1)
     ignore_eos: bool = Field(False, description="generate every completion to max_new_tokens (EOS suppressed): "
                              "for benchmarks of cost per token, like verl's rollout.ignore_eos")
+    batch_size: int | None = Field(None, ge=1, description="completions per generate call in training (null: "
+                                   f"max(group_size, {GENERATE_BATCH})); not in the fingerprint, a resume that "
+                                   "changes it warns")
 
     @field_validator("temperature")
     @classmethod
@@ -92,6 +109,10 @@ class Eval(Strict):
     temperature: float = Field(1.0, description=f"logits / temperature for avg@k, >= {MIN_TEMPERATURE}")
     seed: int = 1234
     enabled: bool = True
+    batch_size: int = Field(EVAL_BATCH, ge=1, description="completions per generate call in evaluation")
+    backend: Spec | None = Field(None, description="the generator evaluation samples with (registry kind `generator`, "
+                                 "like sampling.backend); null: the run's sampling.backend, a wrapper such as noisy "
+                                 "through the generator it wraps")
 
     @field_validator("temperature")
     @classmethod
@@ -184,6 +205,19 @@ class RunConfig(Strict):
 
     def out_dir(self) -> Path:
         return Path(self.output_dir or Path("runs") / self.name)
+
+
+def generate_batch_size(cfg: RunConfig, group_size: int) -> int:
+    """Completions per generate call in training: `sampling.batch_size`, else max(G, GENERATE_BATCH)."""
+    return cfg.sampling.batch_size if cfg.sampling.batch_size is not None else max(group_size, GENERATE_BATCH)
+
+
+def batch_sizes(cfg: RunConfig, group_size: int) -> dict[str, int]:
+    """The batch sizes as the run resolves them, by their keys (recorded in provenance): generation and
+    evaluation change the sampled tokens (a different split draws the random numbers in another order,
+    and under bf16 a row's numerics depend on its batch), the micro-batch the training forwards."""
+    return {"sampling.batch_size": generate_batch_size(cfg, group_size), "eval.batch_size": cfg.eval.batch_size,
+            "budget.micro_batch": cfg.budget.micro_batch}
 
 
 def reward_specs(cfg: RunConfig) -> list[tuple[str, dict[str, Any], float]]:

@@ -33,6 +33,7 @@ from zoo.study.fingerprint import mixed_keys, read_record
 from zoo.study.left_out import left_out
 from zoo.study.left_out import to_json as left_out_json
 from zoo.study.plots import make_plots
+from zoo.study.tool_use import tool_use_lines
 from zoo.study.runs import ArmGroup, ReportError, RunData, discover, group_runs
 from zoo.study.seed_stats import seed_statistics, to_json
 from zoo.study.stats_table import compare_rows, stats_rows
@@ -86,6 +87,7 @@ def markdown(name: str, header: list[str], rows: list[list[str]], plots: list[tu
         if crows:
             lines += ["", f"## Against the baseline `{base_name}`", "", COMPARE_TEXT.format(base=base_name), ""]
             lines += ([f"Warning: {_md_cell(warning)}", ""] if warning else []) + _md_table(ch, crows)
+    lines += tool_use_lines(runs)  # only when an arm ran with an environment (task.env)
     for title, p in plots:
         lines += ["", f"## {title}", "", f"![{title}]({p.relative_to(base).as_posix()})"]
     warned = [w for r in runs for w in r.warnings] + list(notes or [])

@@ -19,7 +19,8 @@ import logging
 import os
 import time
 import weakref
-from typing import Any, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -43,6 +44,16 @@ def row_seed(base: int, row: int) -> int:
     return x % (2**63 - 1)
 
 
+@contextmanager
+def no_autocast() -> Iterator[None]:
+    """The trainer samples under its autocast; vLLM runs in its own dtype, so autocast is off inside."""
+    with ExitStack() as stack:
+        stack.enter_context(torch.autocast("cpu", enabled=False))
+        if torch.cuda.is_available():
+            stack.enter_context(torch.autocast("cuda", enabled=False))
+        yield
+
+
 def _pad(rows: list[list], width: int, value) -> list[list]:
     return [r + [value] * (width - len(r)) for r in rows]
 
@@ -58,6 +69,7 @@ class VLLMGenerator:
         self.startup_s = self.last_sync_s = 0.0
         self._asleep = self._stale = False
         self._folder: str | None = None
+        self._dtype = torch.float32
 
     # ------------------------------------------------------------------ engine
     def engine(self):
@@ -73,9 +85,10 @@ class VLLMGenerator:
         self._folder = model_folder(inner_lm(self.policy).config, self.tokenizer)
         weakref.finalize(self, remove_folder, self._folder)
         dtype = resolve_dtype(self.opts.dtype, self.policy)
+        self._dtype = getattr(torch, dtype)
         rng, set_threads = rng_state(), torch.set_num_threads
         try:
-            with engine_environment(threads):
+            with engine_environment(threads), no_autocast():
                 self.llm = vllm.LLM(**engine_kwargs(self.opts, self._folder, dtype, seed=0))
         finally:
             # vLLM's worker reseeds the global RNGs (the run's sampling stream would depend on when the
@@ -99,7 +112,10 @@ class VLLMGenerator:
         """Send (name, tensor) pairs (default: the policy's, streamed one tensor at a time) to the
         workers in one reload, mark `version` served, reset the prefix cache."""
         pairs = named_weights(self.policy) if pairs is None else pairs
-        served = self._rpc("zoo_load_weights", version, pairs)
+        dt = self._dtype
+        pairs = ((n, t.to(dt) if t.is_floating_point() else t) for n, t in pairs)  # the engine's dtype
+        with no_autocast():
+            served = self._rpc("zoo_load_weights", version, pairs)
         if any(int(v) != version for v in served):
             raise RuntimeError(f"vllm workers report policy versions {served}, expected {version}")
         self.llm.reset_prefix_cache()
@@ -174,7 +190,9 @@ class VLLMGenerator:
         llm = self.engine()
         self._wake()
         try:
-            return llm.generate([TokensPrompt(prompt_token_ids=t) for t in token_lists], params, use_tqdm=False)
+            with no_autocast():
+                return llm.generate([TokensPrompt(prompt_token_ids=t) for t in token_lists], params,
+                                    use_tqdm=False)
         finally:
             self._sleep()
 
