@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from zoo.backends.generate.types import SamplingParams
+from zoo.eval_record import per_prompt as prompt_scores
 from zoo.rewards.compute import accuracy
 
 
@@ -31,6 +32,7 @@ def evaluate(
     batch_size: int = 16,
     device: torch.device | None = None,
     env: Any = None,
+    per_prompt: dict[str, float | None] | None = None,
 ) -> dict[str, float]:
     """{"eval/greedy_acc", "eval/avg_at_k", "eval/k", "eval/n", "eval/unscored"} on `rows` (empty rows
     -> {}). Accuracy is `zoo.rewards.accuracy`: scores == 1.0 among the scored ones; a completion the
@@ -43,7 +45,9 @@ def evaluate(
     CUDA device; None: the CPU's alone).
     env: a `zoo.envs.base.EnvSpec` (the run's `task.env`): every completion is a multi-turn rollout
     with the environment (the same rollout as training's, greedy for greedy_acc), scored on its final
-    assistant turn; a failed trajectory is unscored; adds eval/tool_calls (greedy, per prompt)."""
+    assistant turn; a failed trajectory is unscored; adds eval/tool_calls (greedy, per prompt).
+    per_prompt: a dict to fill with {prompt id: greedy score} (zoo.eval_record.per_prompt; None where
+    the reward could not score), for the report's after - before pairing over prompts."""
     if not rows:
         return {}
     devices = [device] if device is not None and torch.device(device).type == "cuda" else []
@@ -51,7 +55,7 @@ def evaluate(
     sampled_params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, micro_batch=batch_size)
     if env is not None:
         return _evaluate_env(generator, tokenizer, rows, correctness, env, greedy_params, sampled_params,
-                             samples=samples, seed=seed, devices=devices)
+                             samples=samples, seed=seed, devices=devices, per_prompt=per_prompt)
     prompts = [r["prompt"] for r in rows]
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
@@ -61,12 +65,15 @@ def evaluate(
     rep = [r for r in rows for _ in range(samples)]
     s = correctness(sampled.texts, copy.deepcopy(rep))
     g_t, s_t = _scores(g), _scores(s)  # [n], [n * k]; NaN = could not be scored
+    if per_prompt is not None:
+        per_prompt.update(prompt_scores(rows, g))
     return {"eval/greedy_acc": accuracy(g_t), "eval/avg_at_k": accuracy(s_t), "eval/k": float(samples),
             "eval/n": float(len(rows)), "eval/unscored": float(torch.isnan(g_t).sum() + torch.isnan(s_t).sum())}
 
 
 def _evaluate_env(generator, tokenizer, rows, correctness, env, greedy_params: SamplingParams,
-                  sampled_params: SamplingParams, *, samples: int, seed: int, devices: list) -> dict[str, float]:
+                  sampled_params: SamplingParams, *, samples: int, seed: int, devices: list,
+                  per_prompt: dict[str, float | None] | None = None) -> dict[str, float]:
     from zoo.envs.rollout import rollout
 
     built = env.build()
@@ -77,6 +84,8 @@ def _evaluate_env(generator, tokenizer, rows, correctness, env, greedy_params: S
     g_t, s_t = (_scores([None if failed else x for x, failed in zip(correctness(b.texts, copy.deepcopy(b.rows)),
                                                                    b.extras["env_failed"].tolist())])
                 for b in (greedy, sampled))
+    if per_prompt is not None:
+        per_prompt.update(prompt_scores(rows, [None if x != x else float(x) for x in g_t.tolist()]))  # G = 1: row order
     return {"eval/greedy_acc": accuracy(g_t), "eval/avg_at_k": accuracy(s_t), "eval/k": float(samples),
             "eval/n": float(len(rows)), "eval/unscored": float(torch.isnan(g_t).sum() + torch.isnan(s_t).sum()),
             "eval/tool_calls": float(greedy.extras["env_tool_calls"].mean())}

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping, Union
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator
 
 from zoo.config.overrides import OverrideError, apply_dotted, did_you_mean
 from zoo.config.schema import (MIN_TEMPERATURE, Spec, Strict, finite_number, format_validation,
@@ -177,6 +177,7 @@ class RunConfig(Strict):
     output_dir: str | None = None
     study: str | None = Field(None, description="set by `zoo ablate`: the study this arm belongs to")
     arm: str | None = None
+    _source: str | None = PrivateAttr(None)  # the run file read (zoo.config.user_keys names it in errors)
 
     @field_validator("name")
     @classmethod
@@ -205,6 +206,14 @@ class RunConfig(Strict):
 
     def out_dir(self) -> Path:
         return Path(self.output_dir or Path("runs") / self.name)
+
+    def __eq__(self, other: object) -> bool:
+        """The same configuration: every field equal (the file it was read from, `_source`, is not compared)."""
+        if not isinstance(other, RunConfig):
+            return NotImplemented
+        return type(self) is type(other) and self.__dict__ == other.__dict__
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as pydantic's models are
 
 
 def generate_batch_size(cfg: RunConfig, group_size: int) -> int:
@@ -240,8 +249,15 @@ def reward_specs(cfg: RunConfig) -> list[tuple[str, dict[str, Any], float]]:
 
 
 def effective_variant(cfg: RunConfig) -> Variant:
-    """The variant with the run's overrides (`set`) and the budget's group_size/updates applied."""
-    v = load_variant(cfg.variant, cfg.set)
+    """The variant with the run's overrides (`set`) and the budget's group_size/updates applied.
+    Raises VariantError; for a run read from a file, one that leads with the file and the user's key
+    (`run.yaml: set.kl.beta = -1: must be >= 0 (applied to registry/grpo.yaml, ...)`, zoo.config.user_keys)."""
+    from zoo.config.user_keys import user_key_first
+
+    try:
+        v = load_variant(cfg.variant, cfg.set)
+    except VariantError as e:
+        raise VariantError(user_key_first(str(e), cfg, built_with_set=True)) from None
     upd: dict[str, Any] = {}
     if cfg.budget.group_size is not None:
         upd["group_size"] = cfg.budget.group_size
@@ -272,10 +288,9 @@ def read_run_file(path: str | Path) -> dict[str, Any]:
     variant file. `zoo.run_file.load_run_config` reads a run or one-arm study file with it."""
     p = Path(path)
     data = read_yaml_file(p)
-    if data is None or data == {}:
-        what = "the file is empty" if data is None else "the file has no keys"
-        raise VariantError(f"{p}: {what}; a run needs at least `variant`, `model` and `task` "
-                           "(see examples/run_grpo.yaml)")
+    why = says_nothing(data)
+    if why:
+        raise VariantError(f"{p}: {why}; {NEEDS}")
     if not isinstance(data, dict):
         raise VariantError(f"{p}: expected a mapping at the top level")
     if ("slots" in data or "base" in data) and "variant" not in data:
@@ -285,6 +300,27 @@ def read_run_file(path: str | Path) -> dict[str, Any]:
     for k in OUTPUT_KEYS:  # a run directory's config.yaml carries what the run resolved; not inputs
         data.pop(k, None)
     return data
+
+
+WHAT_IT_TRAINS = ("variant", "model", "task")
+NEEDS = ("a run file needs at least `variant`, `model` or `task` to say what it trains (every other key has a "
+         "default; see examples/run_grpo.yaml)")
+
+
+def says_nothing(data: Any) -> str | None:
+    """Why a run file says nothing about what it trains (so it would run every default), else None:
+    it is empty, has no keys, or holds only run-config keys (`name`, `budget`, ...) and none of
+    `WHAT_IT_TRAINS`. A file with a study key, a variant's `slots`/`base`, or an unknown key is left
+    to the checks that name those."""
+    if data is None:
+        return "the file is empty"
+    if data == {}:
+        return "the file has no keys"
+    if not isinstance(data, dict) or is_study(data) or not set(map(str, data)) <= set(RunConfig.model_fields):
+        return None
+    if any(k in data for k in WHAT_IT_TRAINS):
+        return None
+    return f"the file sets only {', '.join(f'`{k}`' for k in data)}, so it would train every default"
 
 
 def is_study(data: Mapping[str, Any]) -> bool:

@@ -64,7 +64,12 @@ def fingerprint_fields(cfg: RunConfig) -> dict[str, Any]:
     if dump["budget"].get("critic_warmup") is None:  # unset: the fingerprints of runs from before the key stay
         dump["budget"].pop("critic_warmup", None)
     warmup = {"critic_warmup": v.critic_warmup} if v.critic_warmup else {}  # value pretraining changes training
-    slots = v.resolved(ctx)
+    try:
+        slots = v.resolved(ctx)
+    except VariantError as e:  # a component the run's `set:` made invalid: the user's key first
+        from zoo.config.user_keys import user_key_first
+
+        raise VariantError(user_key_first(str(e), cfg)) from None
     if (slots.get("critic") or {}).get("init") == "policy":  # the default: older runs' digests stay
         slots["critic"].pop("init")
     fields = {
