@@ -53,9 +53,22 @@ def work_warnings(cfg: Any, group_size: int, task_rows: int) -> list[str]:
             "update); lower budget.prompts_per_step"]
 
 
+_META: dict[str, Any] = {}  # config.json text -> its meta-device model (a study's arms build it once)
+
+
 @check("lora_rank", "after_load")
 def lora_rank(s: AfterLoad, rep: Report) -> None:
-    rep.warnings += lora_rank_warnings(s.cfg, s.model)
+    """`lora_rank_warnings` on the loaded policy, else (zoo validate) on a meta-device model built from
+    config.json (only when the run uses LoRA)."""
+    model = s.model
+    if model is None and getattr(s.cfg.model_opts, "lora", None) is not None and s.model_config is not None:
+        from zoo.checks.params import meta_model
+
+        key = s.model_config.to_json_string() if hasattr(s.model_config, "to_json_string") else repr(s.model_config)
+        if key not in _META:
+            _META[key] = meta_model(s.model_config)
+        model = _META[key]
+    rep.warnings += lora_rank_warnings(s.cfg, model)
 
 
 @check("prompts_per_step_vs_task", "after_load")
