@@ -41,8 +41,20 @@ def _bad_cases(tmp_path, model_dir):
                                 "init must be policy or reward_model, got 'reference'", False),
         "critic init without a reward model": ({"variant": "ppo", "set": {"critic.init": "reward_model"}},
                                                "needs a reward model in rewards:", False),
-        "override typo": ({"set": {"clip.eps_hgh": 0.3}}, "set: clip.eps_hgh=0.3: ", False),
+        "override typo": ({"set": {"clip.eps_hgh": 0.3}}, "override_typo.yaml: set.clip.eps_hgh = 0.3: clip 'ppo': "
+                          "unknown parameter 'eps_hgh'", False),  # the run file and the user's key first
         "plugin": ({"plugins": ["zoo_no_such_plugin_module"]}, "plugins: ", False),
+        "untrusted reward module": ({"rewards": ["subprocess:call"]},
+                                    "module 'subprocess' is not among this run's plugins", False),
+        "list item twice": ({"set": {"correction": ["tis", "tis"]}}, "'tis' is listed 2 times", False),
+        "kl beta with placement none": ({"set": {"kl.placement": "none", "kl.beta": 0.1}},
+                                        "kl.placement is 'none', so kl.beta / kl.adaptive have no effect", False),
+        "controller without its term": ({"set": {"controllers": [{"name": "adaptive_entropy"}]}},
+                                        "sets 'entropy_bonus.coef', but slots.loss has no 'entropy_bonus' term", False),
+        "groups of one": ({"budget": {"group_size": 1}}, "group_size 1 < 2", False),
+        "unknown variant": ({"variant": "grpoo"}, "grpoo", False),
+        "unknown env": ({"task": {"env": {"name": "calculater"}}},
+                        "task.env.name: env 'calculater' is not registered; did you mean 'calculator'", False),
         "context": ({"budget": {"max_new_tokens": limit}}, f"budget.max_new_tokens {limit} >= the model's context", True),
     }
 
@@ -121,3 +133,67 @@ def test_validate_and_ablate_refuse_the_same_study(tiny_model_dir, tmp_path, mon
     assert v.exit_code == 1 and any(part in e for e in res["errors"]), res
     a = runner.invoke(app, ["ablate", str(f)])
     assert a.exit_code == 1 and _error_lines(a) == res["errors"]
+
+
+def test_a_check_is_a_registered_function_of_one_stage():
+    from zoo import checks
+    from zoo.checks import registry
+
+    assert checks.names("before_load", checks.BEFORE_LOAD)[:2] == ["plugins", "variant"]  # what later checks read
+    assert set(checks.BEFORE_LOAD) <= set(checks.names("before_load"))
+    assert set(checks.AFTER_LOAD) <= set(checks.names("after_load"))
+    with pytest.raises(ValueError, match="stage 'during' is not one of before_load, after_load"):
+        checks.check("x", "during")
+    with pytest.raises(ValueError, match="check 'strategy' is already registered for stage before_load"):
+        checks.check("strategy", "before_load")(lambda s, rep: None)
+    try:  # a plugin's check runs after the built-in ones and its lines reach the report
+        checks.check("test_no_tiny_lr", "before_load")(
+            lambda s, rep: rep.errors.append("optim.lr 1e-12 trains nothing") if s.cfg.optim.lr < 1e-9 else None)
+        from zoo.config.run import RunConfig
+
+        rep, _ = checks.before_load(RunConfig(optim={"lr": 1e-12}))
+        assert rep.errors[-1] == "optim.lr 1e-12 trains nothing"
+        assert checks.before_load(RunConfig(optim={"lr": 1e-3}))[0].errors == []
+        assert checks.names("before_load", checks.BEFORE_LOAD)[-1] == "test_no_tiny_lr"
+    finally:
+        registry.CHECKS["before_load"][:] = [c for c in registry.CHECKS["before_load"] if c.name != "test_no_tiny_lr"]
+
+
+def test_after_load_reads_config_json_and_no_weights(tiny_model_dir, tmp_path, monkeypatch):
+    """`zoo validate`'s after_load stage: the context check from config.json and the tokenizer; the
+    parameter count from a meta-device model equals the loaded model's."""
+    from transformers import AutoModelForCausalLM
+
+    from zoo import checks
+
+    cfg = tiny_run_config(tiny_model_dir, tmp_path)
+    _, v = checks.before_load(cfg)
+    model_config, tok = checks.model_files(cfg)
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", lambda *a, **k: pytest.fail("weights loaded"))
+    rep = checks.after_load(cfg, v, model_config, tok, rows=[{"prompt": "1 + 2 ="}], available=10**12)
+    assert rep.ok, rep.errors
+    monkeypatch.undo()
+    n = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(tiny_model_dir).parameters())
+    assert rep.notes == [f"model: {n / 1e6:.1f}M parameters (LlamaForCausalLM, float32 weights {n * 4 / 1e9:.2f} GB)"]
+    rep = checks.after_load(cfg, v, model_config, tok, rows=[{"prompt": "1 + 2 ="}], available=10**3)
+    assert len(rep.errors) == 1 and "more than the 0.0 GB available" in rep.errors[0]
+
+
+def test_a_plugin_modules_check_runs_in_validate_and_run(tiny_model_dir, tmp_path, monkeypatch):
+    """docs/extending.md §8: a check registered by a `plugins:` module refuses the run in both."""
+    from zoo.checks import registry
+
+    (tmp_path / "lab_checks_plugin.py").write_text(
+        "from zoo.checks import check\n\n\n@check('lab_lr_ceiling', 'before_load')\n"
+        "def lr_ceiling(s, rep):\n    if s.cfg.optim.lr > 1e-4:\n"
+        "        rep.errors.append(f'optim.lr {s.cfg.optim.lr} > 1e-4: lower optim.lr')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    data = tiny_run_config(tiny_model_dir, tmp_path / "out", plugins=["lab_checks_plugin"]).model_dump(mode="json")
+    f = _write(tmp_path, "lab", data)
+    try:
+        (res,) = json.loads(runner.invoke(app, ["validate", str(f), "--json"]).stdout)
+        r = runner.invoke(app, ["run", str(f)])
+        assert res["errors"] == [f"arm {data['name']}: optim.lr 0.001 > 1e-4: lower optim.lr"]
+        assert r.exit_code == 1 and _error_lines(r) == ["optim.lr 0.001 > 1e-4: lower optim.lr"]
+    finally:
+        registry.CHECKS["before_load"][:] = [c for c in registry.CHECKS["before_load"] if c.name != "lab_lr_ceiling"]

@@ -245,7 +245,7 @@ def test_an_empty_mapping_is_an_empty_run_file_not_a_variant(tmp_path):
     f = tmp_path / "run.yaml"
     f.write_text("{}\n")
     r = runner.invoke(app, ["run", str(f)])
-    assert r.exit_code == 1 and "the file has no keys; a run needs at least `variant`" in " ".join(r.output.split())
+    assert r.exit_code == 1 and "the file has no keys; a run file needs at least `variant`, `model` or `task`" in " ".join(r.output.split())
     r = runner.invoke(app, ["validate", str(f), "--json"])
     err = json.loads(r.stdout)[0]["errors"]
     assert r.exit_code == 1 and len(err) == 1 and "the file has no keys" in err[0] and "'name'" not in err[0]
@@ -288,10 +288,11 @@ def test_validate_rejects_the_issues_silent_values(tmp_path):
 
 
 def test_validate_rejects_nan_and_inf_hyperparameters(tmp_path):
-    for line, msg in (("kl.beta: .inf", "key 'slots.kl.beta': Input should be a finite number"),
-                      ("loss.entropy_bonus.coef: .nan", "key 'slots.loss': loss 'entropy_bonus': parameter 'coef' "
-                                                        "must be a finite number, got nan"),
-                      ("clip.eps: .inf", "key 'slots.clip': clip 'ppo': parameter 'eps' must be a finite number")):
+    # the user's key first (run.yaml: set.<key> = <value>: why), the registry file and its key after
+    for line, msg in (("kl.beta: .inf", "set.kl.beta = inf: Input should be a finite number (applied to "),
+                      ("loss.entropy_bonus.coef: .nan", "set.loss.entropy_bonus.coef = nan: loss 'entropy_bonus': "
+                                                        "parameter 'coef' must be a finite number, got nan"),
+                      ("clip.eps: .inf", "set.clip.eps = inf: clip 'ppo': parameter 'eps' must be a finite number")):
         f = tmp_path / "run.yaml"
         f.write_text(f"variant: grpo\nset: {{{line}}}\n")
         r = runner.invoke(app, ["validate", str(f), "--json"])

@@ -58,7 +58,9 @@ def test_eval_accuracy_leaves_out_unscored_completions():
     def correctness(texts, rws):
         return [verdicts[r["prompt"]] for r in rws]
 
-    res = evaluate(model, tok, rows, correctness, max_new_tokens=2, samples=2, temperature=1.0, seed=0)
+    from zoo.backends.generate.hf_generator import HFGenerator
+
+    res = evaluate(HFGenerator(model, tok), tok, rows, correctness, max_new_tokens=2, samples=2, temperature=1.0, seed=0)
     # before: None counted as wrong, 1 of 3 -> 0.333; after: 1 of the 2 scored
     assert res["eval/greedy_acc"] == pytest.approx(0.5)
     assert res["eval/avg_at_k"] == pytest.approx(0.5)

@@ -201,3 +201,29 @@ def test_groups_stay_together():
     assert b.group_ids.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]
     assert [r["id"] for r in b.rows] == ["0"] * 3 + ["1"] * 3 + ["2"] * 3
     assert not math.isnan(float(b.logp_rollout.sum()))
+
+
+def test_gae_steps_over_env_tokens_from_one_turn_to_the_next():
+    """GAE over [a a e e a] (e: env tokens) equals GAE over the packed [a a a], put back in place;
+    running it along the raw row (env values zeroed) would give other numbers."""
+    from zoo.components import AdvantageInputs
+    from zoo.envs.packing import packed_advantage
+    from zoo.registry import build
+
+    gae = build("advantage", {"name": "gae", "gamma": 1.0, "lam": 0.9})
+    mask = torch.tensor([[True, True, False, False, True]])
+    values = torch.tensor([[0.5, 0.25, 9.0, 9.0, 0.75]])
+    inp = AdvantageInputs(scores=torch.tensor([1.0]), mask=mask, group_ids=torch.tensor([0]),
+                          kl_reward=torch.zeros(1, 5), values=values, token_rewards=torch.tensor([[0, 0, 0, 0, 1.0]]))
+    got = packed_advantage(gae, inp)
+    # by hand on the packed row V = (0.5, 0.25, 0.75), r = (0, 0, 1):
+    # delta = (0.25 - 0.5, 0.75 - 0.25, 1 - 0.75) = (-0.25, 0.5, 0.25); A_2 = 0.25, A_1 = 0.5 + 0.9 * 0.25 = 0.725,
+    # A_0 = -0.25 + 0.9 * 0.725 = 0.4025; returns = A + V
+    want = torch.tensor([[0.4025, 0.725, 0.0, 0.0, 0.25]])
+    torch.testing.assert_close(got.advantages, want, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(got.returns, want + values * mask, rtol=1e-5, atol=1e-7)
+    naive = gae(inp).advantages
+    assert not torch.allclose(naive[mask], want[mask])
+    # no holes (single-turn): the estimator's own result, untouched
+    prefix = replace(inp, mask=torch.tensor([[True, True, True, False, False]]))
+    torch.testing.assert_close(packed_advantage(gae, prefix).advantages, gae(prefix).advantages, rtol=0, atol=0)

@@ -36,6 +36,10 @@ def test_two_grpo_steps_with_the_calculator_train_and_log_env_metrics(tiny_model
     assert len(steps) == 2 and all(math.isfinite(r["env/token_frac"]) for r in steps)
     evals = [r for r in rows if "eval/tool_calls" in r]
     assert evals and all(math.isfinite(r["eval/tool_calls"]) for r in evals)
+    from zoo.study.report import write_report  # the report gains a tool-use section
+
+    text = write_report(tmp_path).read_text()
+    assert "## Tool use" in text and "| `run` |" in text.split("## Tool use")[1]
 
 
 def test_without_env_the_run_is_todays_single_turn(tiny_model_dir, tmp_path):
@@ -82,3 +86,25 @@ def test_resume_mid_run_with_the_calculator_matches_an_uninterrupted_run(tiny_mo
     a, b = _step_records(tmp_path / "full"), _step_records(tmp_path / "cut")
     assert all("env/turns" in r for r in a)
     assert_same_metrics(a, b)
+
+
+def test_tool_use_section_numbers():
+    from zoo.study.runs import RunData
+    from zoo.study.tool_use import tool_use_lines
+
+    def run(label, calls, ev=None):
+        recs = [{"step": i + 1, "env/turns": 1.0 + c, "env/tool_calls": c, "env/tool_errors": 0.0, "accuracy": 0.5}
+                for i, c in enumerate(calls)]
+        recs += [{"step": len(calls), "eval/tool_calls": ev}] if ev is not None else []
+        return RunData(label=label, dir=None, records=recs, summary={}, config={}, status="finished")
+
+    no_env = RunData(label="plain-s0", dir=None, records=[{"step": 1, "accuracy": 0.25}], summary={}, config={},
+                     status="finished")
+    assert tool_use_lines([no_env]) == []
+    lines = tool_use_lines([run("calc-s0", [0.0, 0.5, 1.0, 1.5], ev=1.0), run("calc-s1", [1.0, 1.0, 1.0, 1.0], ev=0.0),
+                            no_env])
+    calc = next(x for x in lines if x.startswith("| `calc`"))
+    # tool calls: seed 0 halves 0.25 -> 1.25, seed 1 1 -> 1: mean 0.625 -> 1.125; eval (1 + 0) / 2
+    assert calc.split(" | ")[1] == "0.625 → 1.125" and calc.split(" | ")[-1] == "0.500 |"
+    plain = next(x for x in lines if x.startswith("| `plain`"))
+    assert plain == "| `plain` | - | - | - | - | - |"

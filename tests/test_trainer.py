@@ -808,12 +808,12 @@ def test_diverged_logits_fail_the_run_in_one_line_and_keep_the_checkpoint(tiny_m
 
     def generate(self, *a, **kw):
         calls["n"] += 1
-        if calls["n"] == 2:  # eval does not go through the generator: call 2 is step 2's rollout
+        if calls["n"] == 2:  # evaluation is off (it samples through the generator too): call 2 is step 2's rollout
             raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
         return real(self, *a, **kw)
 
     monkeypatch.setattr(hf_generator.HFGenerator, "generate", generate)
-    cfg = tiny_run_config(tiny_model_dir, tmp_path, variant="grpo", checkpoint={"every": 1})
+    cfg = tiny_run_config(tiny_model_dir, tmp_path, variant="grpo", checkpoint={"every": 1}, eval={"enabled": False})
     with pytest.raises(RunFailed, match=r"step 2: sampling failed because the policy's next-token probabilities are "
                                         r"not finite .* \(optim.lr 0.001 too high\?\)"):
         train(cfg, progress=False)

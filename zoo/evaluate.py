@@ -1,5 +1,8 @@
 """Held-out evaluation: greedy accuracy and avg@k (mean accuracy of k samples at a fixed temperature).
 
+Completions come from a generator (`eval.backend`, by default the run's `sampling.backend`, a
+wrapper such as `noisy` through what it wraps), so every backend is evaluated with itself; with
+`task.env` each completion is the same multi-turn rollout as training's, through that generator.
 Accuracy counts a completion correct when its `correctness` score is exactly 1 (reasoning_gym gives
 partial credit; environment.md). The training RNG is not disturbed: sampling runs under a forked RNG
 seeded with the eval seed, so every evaluation of a run sees the same prompts and noise.
@@ -10,12 +13,13 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from zoo.backends.generate.types import SamplingParams
+from zoo.eval_record import per_prompt as prompt_scores
 from zoo.rewards.compute import accuracy
-from zoo.backends.generate.hf import generate_rollout
 
 
 def evaluate(
-    model: torch.nn.Module,
+    generator: Any,
     tokenizer: Any,
     rows: Sequence[dict],
     correctness: Callable[[list[str], list[dict]], list[float | None]],
@@ -24,53 +28,63 @@ def evaluate(
     samples: int,
     temperature: float,
     seed: int,
-    micro_batch: int = 16,
+    batch_size: int = 16,
+    device: torch.device | None = None,
     env: Any = None,
+    per_prompt: dict[str, float | None] | None = None,
 ) -> dict[str, float]:
     """{"eval/greedy_acc", "eval/avg_at_k", "eval/k", "eval/n", "eval/unscored"} on `rows` (empty rows
     -> {}). Accuracy is `zoo.rewards.accuracy`: scores == 1.0 among the scored ones; a completion the
     reward could not score (None) is left out and counted in eval/unscored, as in training.
+
+    generator: a `zoo.kinds.Generator` (the run's `eval.backend`, by default its `sampling.backend`:
+    `zoo.backends.generate.backend.eval_generator`); greedy is `do_sample=False`, avg@k samples at
+    `temperature` with top-p 1 and no top-k. tokenizer: the policy's (the env rollout's templates).
+    batch_size: rows per underlying generate call. device: whose RNG is forked besides the CPU's (a
+    CUDA device; None: the CPU's alone).
     env: a `zoo.envs.base.EnvSpec` (the run's `task.env`): every completion is a multi-turn rollout
     with the environment (the same rollout as training's, greedy for greedy_acc), scored on its final
-    assistant turn; a failed trajectory is unscored; adds eval/tool_calls (greedy, per prompt)."""
+    assistant turn; a failed trajectory is unscored; adds eval/tool_calls (greedy, per prompt).
+    per_prompt: a dict to fill with {prompt id: greedy score} (zoo.eval_record.per_prompt; None where
+    the reward could not score), for the report's after - before pairing over prompts."""
     if not rows:
         return {}
+    devices = [device] if device is not None and torch.device(device).type == "cuda" else []
+    greedy_params = SamplingParams(max_new_tokens=max_new_tokens, do_sample=False, micro_batch=batch_size)
+    sampled_params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, micro_batch=batch_size)
     if env is not None:
-        return _evaluate_env(model, tokenizer, rows, correctness, env, max_new_tokens=max_new_tokens, samples=samples,
-                             temperature=temperature, seed=seed, micro_batch=micro_batch)
+        return _evaluate_env(generator, tokenizer, rows, correctness, env, greedy_params, sampled_params,
+                             samples=samples, seed=seed, devices=devices, per_prompt=per_prompt)
     prompts = [r["prompt"] for r in rows]
-    devices = [model.device] if getattr(model, "device", None) is not None and model.device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
-        greedy = generate_rollout(model, tokenizer, prompts, group_size=1, max_new_tokens=max_new_tokens,
-                                  do_sample=False, micro_batch=micro_batch)
-        sampled = generate_rollout(model, tokenizer, prompts, group_size=samples, max_new_tokens=max_new_tokens,
-                                   temperature=temperature, micro_batch=micro_batch)
+        greedy = generator.generate(prompts, 1, greedy_params)
+        sampled = generator.generate(prompts, samples, sampled_params)
     g = correctness(greedy.texts, list(rows))
     rep = [r for r in rows for _ in range(samples)]
     s = correctness(sampled.texts, rep)
     g_t, s_t = _scores(g), _scores(s)  # [n], [n * k]; NaN = could not be scored
+    if per_prompt is not None:
+        per_prompt.update(prompt_scores(rows, g))
     return {"eval/greedy_acc": accuracy(g_t), "eval/avg_at_k": accuracy(s_t), "eval/k": float(samples),
             "eval/n": float(len(rows)), "eval/unscored": float(torch.isnan(g_t).sum() + torch.isnan(s_t).sum())}
 
 
-def _evaluate_env(model, tokenizer, rows, correctness, env, *, max_new_tokens: int, samples: int, temperature: float,
-                  seed: int, micro_batch: int) -> dict[str, float]:
-    from zoo.backends.generate.hf_generator import HFGenerator
-    from zoo.backends.generate.types import SamplingParams
+def _evaluate_env(generator, tokenizer, rows, correctness, env, greedy_params: SamplingParams,
+                  sampled_params: SamplingParams, *, samples: int, seed: int, devices: list,
+                  per_prompt: dict[str, float | None] | None = None) -> dict[str, float]:
     from zoo.envs.rollout import rollout
 
-    gen, built = HFGenerator(model, tokenizer), env.build()
-    devices = [model.device] if getattr(model, "device", None) is not None and model.device.type == "cuda" else []
+    built = env.build()
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
-        greedy = rollout(gen, tokenizer, built, env, rows, 1, SamplingParams(
-            max_new_tokens=max_new_tokens, do_sample=False, micro_batch=micro_batch), seed)
-        sampled = rollout(gen, tokenizer, built, env, rows, samples, SamplingParams(
-            max_new_tokens=max_new_tokens, temperature=temperature, micro_batch=micro_batch), seed)
+        greedy = rollout(generator, tokenizer, built, env, rows, 1, greedy_params, seed)
+        sampled = rollout(generator, tokenizer, built, env, rows, samples, sampled_params, seed)
     g_t, s_t = (_scores([None if failed else x for x, failed in zip(correctness(b.texts, b.rows),
                                                                    b.extras["env_failed"].tolist())])
                 for b in (greedy, sampled))
+    if per_prompt is not None:
+        per_prompt.update(prompt_scores(rows, [None if x != x else float(x) for x in g_t.tolist()]))  # G = 1: row order
     return {"eval/greedy_acc": accuracy(g_t), "eval/avg_at_k": accuracy(s_t), "eval/k": float(samples),
             "eval/n": float(len(rows)), "eval/unscored": float(torch.isnan(g_t).sum() + torch.isnan(s_t).sum()),
             "eval/tool_calls": float(greedy.extras["env_tool_calls"].mean())}

@@ -7,7 +7,7 @@ the budget (orders of magnitude, not exact bytes):
 - token rows: every completion of the step as int64 `[N, P + T]` ids, masks and completion ids
   (N = prompts_per_step x group_size; P prompt tokens, T = max_new_tokens);
 - the KV cache of one `generate` call: 2 (K and V) x layers x kv_heads x head_dim x (P + T) per row,
-  for the rows of one generate call (the trainer's: max(micro_batch, group_size, GENERATE_BATCH));
+  for the rows of one generate call (the trainer's: sampling.batch_size, default max(group_size, GENERATE_BATCH));
 - logits: the sampler's `[rows, V]` float32 scores (x3: logits, processed scores, probabilities),
   or the update's `[micro_batch, P + T, V]` float32 logits and log-softmax, whichever is larger.
 
@@ -70,7 +70,7 @@ def check_rollout_fits(cfg: Any, group_size: int, generate_rows: int, config: An
                        kv_bytes: int, available: int) -> dict[str, int]:
     """Raise VariantError when the step's rollout (`rollout_memory`) needs more than HEADROOM x
     `available` bytes; the message gives the estimate and the knobs to lower, the largest first
-    (budget.group_size / prompts_per_step / max_new_tokens / micro_batch). Returns the estimate.
+    (budget.group_size / prompts_per_step / max_new_tokens / micro_batch, sampling.batch_size). Returns the estimate.
 
     cfg: the RunConfig (its budget); group_size: the G in use (budget or variant); generate_rows:
     rows per generate call; config: the model's transformers config; prompt_tokens: the longest
@@ -81,10 +81,12 @@ def check_rollout_fits(cfg: Any, group_size: int, generate_rows: int, config: An
                          **model_shape(config))
     if est["total"] <= HEADROOM * available:
         return est
-    rows_knob = "budget.group_size" if group_size >= b.micro_batch else "budget.micro_batch"
+    gen_knob = "budget.group_size" if generate_rows <= group_size else "sampling.batch_size"  # rows per generate call
+    sampler_logits = 3 * generate_rows >= 2 * b.micro_batch * (prompt_tokens + b.max_new_tokens)
     names = {"token_rows": "token rows", "kv_cache": "KV cache", "logits": "logits"}
     knobs = {"token_rows": "budget.group_size / budget.prompts_per_step",
-             "kv_cache": f"{rows_knob} / budget.max_new_tokens", "logits": rows_knob}
+             "kv_cache": f"{gen_knob} / budget.max_new_tokens",
+             "logits": gen_knob if sampler_logits else "budget.micro_batch"}
     parts = sorted(("token_rows", "kv_cache", "logits"), key=lambda k: -est[k])
     raise VariantError(
         f"budget: {b.prompts_per_step} prompts x group_size {group_size} = {b.prompts_per_step * group_size} "

@@ -39,9 +39,11 @@ def git_commit(path: Path | None = None) -> str | None:
         return None
 
 
-def provenance(cfg: Any, source: Any, params: dict[str, Any], precision: dict[str, Any] | None = None) -> dict[str, Any]:
+def provenance(cfg: Any, source: Any, params: dict[str, Any], precision: dict[str, Any] | None = None,
+               batch_sizes: dict[str, int] | None = None) -> dict[str, Any]:
     """What config.yaml and summary.json record about the run's origin; `precision` is the resolved
-    autocast (`zoo.precision.describe`: autocast, reason, cpu_capability)."""
+    autocast (`zoo.precision.describe`: autocast, reason, cpu_capability); `batch_sizes` the resolved
+    generation, evaluation and training batch sizes by key (`zoo.config.run.batch_sizes`)."""
     return {
         "versions": package_versions(),
         "git_commit": git_commit(),
@@ -52,7 +54,20 @@ def provenance(cfg: Any, source: Any, params: dict[str, Any], precision: dict[st
         "torch_threads": torch.get_num_threads(),
         "threads": threads.record(),  # the choice behind it: threads, wait_policy, source, why
         **({"precision": precision} if precision is not None else {}),
+        **({"batch_sizes": batch_sizes} if batch_sizes is not None else {}),
     }
+
+
+def batch_size_warnings(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
+    """One line per batch size a resumed run changes: `old` and `new` are provenance records
+    (config.yaml's `provenance`; an old record without `batch_sizes` gives none). The fingerprint
+    leaves generation and evaluation batch sizes out (they do not change what is trained), but they
+    change the sampled tokens, so the resumed run is not the uninterrupted one."""
+    before, now = (old or {}).get("batch_sizes") or {}, new.get("batch_sizes") or {}
+    return [f"resuming with {k} {now[k]} (the run so far used {before[k]}): the rows are split into other "
+            f"generate calls, so the sampled tokens differ from the uninterrupted run's (random numbers drawn in "
+            f"another order; under bf16 the numerics of a row depend on its batch)"
+            for k in sorted(now) if k in before and before[k] != now[k]]
 
 
 def reset_peak_memory(device: torch.device) -> bool:

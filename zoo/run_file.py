@@ -21,4 +21,6 @@ def load_run_config(path: str | Path, overrides: Mapping[str, Any] | None = None
     if is_study(data):
         return single_arm_config(p, overrides)  # a study with one arm also runs
     data = set_dotted(data, overrides or {}, str(p))
-    return parse_run_config(data, str(p))
+    cfg = parse_run_config(data, str(p))
+    cfg._source = str(p)  # errors about its variant values name this file and the user's key
+    return cfg

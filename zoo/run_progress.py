@@ -4,7 +4,12 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from zoo.declarations import of as declared
-from zoo import strategy
+import torch
+
+from zoo import dist, strategy
+from zoo.eval_record import CACHE_DIR, cache_key, prompt_id, read_cached, write_cached, write_record
+from zoo.backends.generate.backend import build_generator, eval_generator
+from zoo.backends.generate.hf_generator import HFGenerator
 from zoo.envs.base import env_spec
 from zoo.evaluate import evaluate
 from zoo.step.forwards import autocast
@@ -20,29 +25,59 @@ def evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, fl
     if not cfg.eval.enabled or cfg.eval.size == 0 or correctness is None or not st.task.eval:
         return lambda: {}
     rows = st.task.eval[: cfg.eval.size]
+    own = cfg.eval.backend is not None  # a generator of its own, else the run's (a wrapper's inner)
+    gen = (build_generator(cfg.eval.backend, st.models.policy, st.models.tokenizer) if own else
+           eval_generator(st.generator if st.generator is not None else HFGenerator(st.models.policy, st.models.tokenizer)))
 
     def run() -> dict[str, float]:
+        # from the run's step, not a count of calls: a resumed process's first call is not "before"
+        phase = "before" if st.step == 0 else "after" if st.step >= cfg.budget.steps else None
+        when = f"{phase} training" if phase else f"at step {st.step}"
         if announce:
             from rich.console import Console
 
             console = Console(stderr=True)
-            # from the run's step, not a count of calls: a resumed process's first call is not "before"
-            when = ("before training" if st.step == 0 else "after training" if st.step >= cfg.budget.steps
-                    else f"at step {st.step}")
             console.print(f"eval ({when}): {len(rows)} held-out prompts ...", highlight=False, end=" ")
-        strategy.gather_weights(st.models.parallel)  # fsdp: ranks may generate different numbers of tokens
-        with autocast(st.settings.autocast, st.device):
-            res = evaluate(st.models.policy, st.models.tokenizer, rows, correctness,
-                           max_new_tokens=cfg.budget.max_new_tokens, samples=cfg.eval.samples,
-                           temperature=cfg.eval.temperature, seed=cfg.eval.seed,
-                           micro_batch=max(cfg.budget.micro_batch, 8), env=env_spec(cfg.task))
-        strategy.release_weights(st.models.parallel)
+        key, parts = before_key(st, rows, gen)
+        cached = read_cached(cfg.out_dir().parent, key) if phase == "before" and cfg.study else None
+        scores: dict[str, float | None] = {}
+        if cached is not None:  # every arm of a study starts from the same model: its eval before training is shared
+            res, scores = dict(cached["metrics"]), dict(cached["scores"])
+        else:
+            strategy.gather_weights(st.models.parallel)  # fsdp: ranks may generate different numbers of tokens
+            if own:  # the run's generator is synced by the step after each update; this one here
+                gen.sync(st.models.policy)
+            with autocast(st.settings.autocast, st.device):
+                res = evaluate(gen, st.models.tokenizer, rows, correctness, max_new_tokens=cfg.budget.max_new_tokens,
+                               samples=cfg.eval.samples, temperature=cfg.eval.temperature, seed=cfg.eval.seed,
+                               batch_size=cfg.eval.batch_size, device=st.device, env=env_spec(cfg.task),
+                               per_prompt=scores)
+            strategy.release_weights(st.models.parallel)
+            if phase == "before" and cfg.study and dist.rank() == 0 and res:
+                write_cached(cfg.out_dir().parent, key, res, scores, parts)
+        if phase and dist.rank() == 0 and scores:
+            write_record(cfg.out_dir(), phase, scores)
         if announce:
             console.print("  ".join(f"{k.removeprefix('eval/')} {res[k]:.3f}" for k in ("eval/greedy_acc", "eval/avg_at_k")
-                                    if isinstance(res.get(k), float)), highlight=False)
+                                    if isinstance(res.get(k), float))
+                          + (f"  (shared with the study's other arms: {CACHE_DIR}/{key}.json)" if cached else ""),
+                          highlight=False)
         return res
 
     return run
+
+
+def before_key(st: RunState, rows: list[dict], gen: Any) -> tuple[str, dict[str, Any]]:
+    """The cache key of the run's evaluation before training and its parts: the model and its options,
+    the eval rows (ids), the eval settings, max_new_tokens, the generator, the task's environment, the
+    resolved precision and the torch thread count (zoo.eval_record)."""
+    cfg = st.cfg
+    parts = {"model": cfg.model, "model_opts": cfg.model_opts.model_dump(mode="json"),
+             "rows": [prompt_id(r) for r in rows], "eval": cfg.eval.model_dump(mode="json", exclude={"every"}),
+             "max_new_tokens": cfg.budget.max_new_tokens, "generator": type(gen).__name__,
+             "backend": cfg.eval.backend if cfg.eval.backend is not None else cfg.sampling.backend,
+             "env": cfg.task.get("env"), "precision": str(st.settings.autocast), "threads": torch.get_num_threads()}
+    return cache_key(parts), parts
 
 
 class progress_bar:

@@ -24,13 +24,13 @@ import yaml
 from zoo import checkpoint as ckpt
 from zoo.backends.generate.backend import build_generator
 from zoo import checks, dist, guards, strategy
-from zoo.config.run import RunConfig, WandbOpts
+from zoo.config.run import RunConfig, WandbOpts, batch_sizes, generate_batch_size
 from zoo.memory_estimate import available_memory
 from zoo.models.critic_init import critic_init, critic_from_reward_model, reward_model_spec
 from zoo.config.variant import Variant, VariantError
 from zoo.faults import WriteError, say_unrecorded, with_last_checkpoint, write_guard
 from zoo.precision import describe, resolve_autocast
-from zoo.provenance import provenance, reset_peak_memory
+from zoo.provenance import batch_size_warnings, provenance, reset_peak_memory
 from zoo.rewards.compute import resolve_rewards
 from zoo.rewards.session import close_rewards, open_rewards
 from zoo.step import pipeline
@@ -118,14 +118,14 @@ def setup(cfg: RunConfig, device: torch.device | None = None,
     s = StepSettings(
         temperature=cfg.sampling.temperature, micro_batch=cfg.budget.micro_batch,
         max_new_tokens=cfg.budget.max_new_tokens, epochs=v.updates.epochs, minibatches=v.updates.minibatches,
-        autocast=precision, max_grad_norm=cfg.optim.max_grad_norm,
+        autocast=precision, max_grad_norm=cfg.optim.max_grad_norm, generate_batch=generate_batch_size(cfg, v.group_size),
     )
     total = cfg.budget.steps * v.updates.epochs * v.updates.minibatches
     opt = _adamw([p for p in policy.parameters() if p.requires_grad], cfg.optim.lr, cfg)
     copt = _adamw([p for p in critic.parameters() if p.requires_grad], cfg.optim.critic_lr or cfg.optim.lr, cfg) if critic else None
     prov = provenance(cfg, src, {"policy": zm.count_parameters(policy),
                                  "critic": zm.count_parameters(critic) if critic else None},
-                      precision=describe(precision, why))
+                      precision=describe(precision, why), batch_sizes=batch_sizes(cfg, v.group_size))
     return RunState(
         cfg=cfg, variant=v, slots=slots, models=models, settings=s, optimizer=opt,
         scheduler=_scheduler(opt, cfg, total), critic_optimizer=copt,
@@ -148,6 +148,15 @@ def _make_critic(cfg: RunConfig, v: Variant, policy: torch.nn.Module, tok: Any, 
     spec = reward_model_spec(list(cfg.rewards)) or {}  # its tokenizer is the policy's (zoo.checks.critic)
     return critic_from_reward_model(spec["model"], dtype=next(policy.parameters()).dtype, device=device, lora=lora,
                                     checkpointing=cfg.model_opts.gradient_checkpointing)
+
+
+def _recorded_provenance(out: Path) -> dict[str, Any] | None:
+    """The provenance the run folder's config.yaml recorded (None: no readable record)."""
+    try:
+        rec = yaml.safe_load((out / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    return rec.get("provenance") if isinstance(rec, dict) else None
 
 
 def _seed_everything(seed: int) -> None:
@@ -221,6 +230,8 @@ def _train(cfg: RunConfig, resume: bool, *, progress: bool, on_step: Callable[[i
         with ckpt.restoring(out / "checkpoint" / ckpt.FILE):
             restore_checkpoint(st, state, out / "checkpoint")
         log.warning("resuming %s from its checkpoint at step %d of %d", out, st.step, cfg.budget.steps)
+        for w in batch_size_warnings(_recorded_provenance(out), st.provenance) if main else ():
+            log.warning(w)
     elif main:
         ckpt.clear(out / "checkpoint")  # a fresh start: an older run's checkpoint must not become state.prev.pt
     saved_step = st.step if state is not None else None  # the last good checkpoint (for a write error's message)

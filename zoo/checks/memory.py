@@ -11,10 +11,10 @@ from zoo.config.variant import VariantError
 
 
 def generate_rows(cfg: Any, group_size: int) -> int:
-    """Rows of one generate call, as the step batches them (zoo.step.sample)."""
-    from zoo.step.sample import GENERATE_BATCH
+    """Rows of one generate call, as the step batches them: `sampling.batch_size`, default max(G, 32)."""
+    from zoo.config.run import generate_batch_size
 
-    return max(cfg.budget.micro_batch, group_size, GENERATE_BATCH)
+    return generate_batch_size(cfg, group_size)
 
 
 def kv_bytes(cfg: Any) -> int:

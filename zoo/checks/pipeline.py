@@ -1,16 +1,19 @@
 """The two stages every entry point runs (`zoo run`, `zoo validate`, `zoo ablate`, `zoo bench`):
 
-    rep = before_load(cfg)                       # the config alone: nothing loads
+    rep, variant = before_load(cfg)              # the config alone: nothing loads
     rep = after_load(cfg, variant, model_config, tokenizer, rows=..., available=...)
 
-`before_load` checks the variant and its slots, declared reads, rewards and gold, the generator,
-the task's environment, budget and minibatches, strategy and world size, the model path and the critic init; `after_load`
-the context length, the rollout's memory and the parameter count, from the model's config.json and
-tokenizer and a meta-device model (`zoo validate` loads no weights: `model_files`). A study checks
-each arm with `before_load` (zoo.study.validate). Which checks run, in order: `zoo.checks.registry`.
+`before_load` checks the plugins, the variant and its slots, declared reads, rewards and gold, the
+generator, the task's environment, budget and minibatches, strategy and world size, the model path
+and the critic init; `after_load` the context length, the rollout's memory, the critic's tokenizer
+and the parameter count, from the model's config.json and tokenizer and a meta-device model
+(`zoo validate` loads no weights: `model_files`, `check_loadable`). A study checks each arm with
+both (zoo.study.validate). The order of the checks: BEFORE_LOAD, AFTER_LOAD; the checks themselves:
+`zoo.checks.registry`.
 """
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Sequence
 
@@ -54,6 +57,10 @@ def after_load(cfg: Any, variant: Any, model_config: Any, tokenizer: Any, *, row
     return run_stage("after_load", s, AFTER_LOAD)
 
 
+_FILES: dict[str, tuple[Any, Any] | None] = {}  # model dir@config.json mtime -> (config, tokenizer): read once
+_ROWS: dict[str, list[dict[str, Any]]] = {}  # task spec (JSON) -> its train + eval rows: loaded once
+
+
 def model_files(cfg: Any) -> tuple[Any, Any] | None:
     """(transformers config, tokenizer) of the run's policy from local files only (config.json and
     the tokenizer files; no weights): a local directory, or the embedded model once converted. None
@@ -71,16 +78,20 @@ def model_files(cfg: Any) -> tuple[Any, Any] | None:
         d = model_path.local_path(m)
     if d is None or not (d / "config.json").is_file():
         return None
-    try:
-        return AutoConfig.from_pretrained(str(d)), AutoTokenizer.from_pretrained(str(d))
-    except (OSError, ValueError):
-        return None
+    key = f"{d.resolve()}@{(d / 'config.json').stat().st_mtime_ns}"
+    if key not in _FILES:
+        try:
+            _FILES[key] = AutoConfig.from_pretrained(str(d)), AutoTokenizer.from_pretrained(str(d))
+        except (OSError, ValueError):
+            _FILES[key] = None
+    return _FILES[key]
 
 
-def check_loadable(cfg: Any, variant: Any, device: Any = None) -> Report:
+def check_loadable(cfg: Any, variant: Any, device: Any = None, *, memory: bool = True) -> Report:
     """`after_load` as `zoo validate` and `zoo ablate` run it before any weights load: the model's
     files (`model_files`; a note and nothing else when they are not local), the task's prompts, the
-    memory of `device` (default: CUDA when available, else the host)."""
+    memory of `device` (default: CUDA when available, else the host; not checked with memory=False,
+    for a run on another machine)."""
     import torch
 
     from zoo.memory_estimate import available_memory
@@ -90,10 +101,14 @@ def check_loadable(cfg: Any, variant: Any, device: Any = None) -> Report:
     if files is None:
         return Report(notes=[f"model {cfg.model}: no local config.json, so the context length and memory are "
                              "checked when the model loads"])
-    try:
-        task = load_task(cfg.task)
-    except Exception as e:  # noqa: BLE001 - a task that does not load here is the run's error, said once
-        return Report(notes=[f"task: could not load it to check prompt lengths ({str(e).splitlines()[0][:200]})"])
+    key = json.dumps(cfg.task, sort_keys=True, default=str)
+    if key not in _ROWS:
+        try:
+            task = load_task(cfg.task)
+        except Exception as e:  # noqa: BLE001 - a task that does not load here is the run's error, said once
+            return Report(notes=[f"task: could not load it to check prompt lengths ({str(e).splitlines()[0][:200]})"])
+        _ROWS[key] = list(task.train) + list(task.eval)
     if device is None:
         device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-    return after_load(cfg, variant, *files, rows=task.train + task.eval, available=available_memory(device))
+    return after_load(cfg, variant, *files, rows=_ROWS[key],
+                      available=available_memory(device) if memory else None)

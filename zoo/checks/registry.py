@@ -55,11 +55,15 @@ def run_stage(stage: str, subject: Any, order: Sequence[str] = ()) -> Report:
     """Every check of `stage` on `subject` (`ordered`); a check that sets `subject.stop` ends the
     stage (e.g. plugins that do not import)."""
     rep = Report()
-    for c in ordered(stage, order):
+    done: set[str] = set()
+    while True:  # re-read after each check: the `plugins` check imports modules that register more
+        c = next((c for c in ordered(stage, order) if c.name not in done), None)
+        if c is None:
+            return rep
+        done.add(c.name)
         c.fn(subject, rep)
         if getattr(subject, "stop", False):
-            break
-    return rep
+            return rep
 
 
 def names(stage: str, order: Sequence[str] = ()) -> list[str]:

@@ -97,14 +97,24 @@ def variant(s: BeforeLoad, rep: Report) -> None:
     try:
         s.variant = effective_variant(s.cfg)
     except VariantError as e:
-        rep.errors.append(override_origin(str(e), s.origin, s.cfg.set))
+        rep.errors.append(_users_terms(str(e), s))
         return
     sub = check_variant(s.variant, s.context())
-    rep.errors += [override_origin(m, s.origin, s.cfg.set) for m in sub.errors]
+    rep.errors += [_users_terms(m, s) for m in sub.errors]
     rep.warnings += sub.warnings
     rep.notes += sub.notes
     if sub.ok:
         s.components = build_components(s.variant, s.context())
+
+
+def _users_terms(msg: str, s: BeforeLoad) -> str:
+    """A run read from a file: its file and the user's key first (`run.yaml: set.kl.beta = -1: must be
+    >= 0 (applied to registry/grpo.yaml, ...)`, zoo.config.user_keys); a study's arm: `override_origin`."""
+    from zoo.config.user_keys import source_of, user_key_first
+
+    if source_of(s.cfg):
+        return user_key_first(msg, s.cfg)
+    return override_origin(msg, s.origin, s.cfg.set)
 
 
 def override_origin(msg: str, origin: str, sets: Mapping[str, Any]) -> str:

@@ -166,16 +166,16 @@ def validate(
     from zoo.checks.report import Report
     from zoo.checks.variant import check_variant
     from zoo.config import variant
+    from zoo.config.run import NEEDS, says_nothing
 
     results = []
     for f in files:
         rep = Report()
         try:
             data = variant.read_yaml_file(f)
-            if data is None or data == {}:
-                what = "the file is empty" if data is None else "the file has no keys"
-                raise variant.VariantError(f"{f}: {what}; a run file needs at least `variant`, `model` and "
-                                           "`task` (see examples/run_grpo.yaml), a variant file `name` and `slots`")
+            why = says_nothing(data)
+            if why:
+                raise variant.VariantError(f"{f}: {why}; {NEEDS}; a variant file needs `name` and `slots`")
             if isinstance(data, dict) and _is_study(data):
                 from zoo.study.validate import check_study_file
 

@@ -8,12 +8,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping, Union
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator
 
 from zoo.config.overrides import OverrideError, apply_dotted, did_you_mean
 from zoo.config.schema import (MIN_TEMPERATURE, Spec, Strict, finite_number, format_validation,
                                sampling_temperature)
 from zoo.config.variant import Slots, Updates, Variant, VariantError, load_variant, read_yaml_file
+
+
+#: completions per `generate` call in training when `sampling.batch_size` is unset (at least G, so a
+#: group is never split). Decoding reads every weight once per token whatever the batch, so up to the
+#: point where it becomes compute-bound a bigger batch is nearly free (docs/performance.md: 32 rows in
+#: one call vs 4 calls of 8); without gradients a row needs only its KV cache, far less than a training
+#: forward.
+GENERATE_BATCH = 32
+#: completions per `generate` call in evaluation (`eval.batch_size`): what the shipped studies used
+#: (their budget.micro_batch 16, when evaluation took max(micro_batch, 8))
+EVAL_BATCH = 16
 
 
 class Budget(Strict):
@@ -24,7 +35,10 @@ class Budget(Strict):
     group_size: int | None = Field(None, ge=1, description="completions per prompt G (default: the variant's)")
     updates: Updates | None = Field(None, description="epochs x minibatches per rollout (default: the variant's)")
     max_new_tokens: int = Field(64, ge=1, description="generation budget per completion (tokens)")
-    micro_batch: int = Field(8, ge=1, description="completions per forward/backward pass")
+    micro_batch: int = Field(8, ge=1, description="completions per forward of the training models over the rollout: "
+                             "each forward/backward of the update, and the no-grad rollout forwards (old and reference "
+                             "log-probs, values); generation and evaluation have their own (sampling.batch_size, "
+                             "eval.batch_size)")
     max_resample_rounds: int = Field(4, ge=0, description="dynamic sampling: extra generation rounds per step")
     critic_warmup: int | None = Field(None, ge=0, description="rollout steps at the start in which only the critic "
                                       "trains, the policy frozen (value pretraining; default: the variant's)")
@@ -76,6 +90,9 @@ class Sampling(Strict):
     top_p: float = Field(1.0, gt=0, le=1)
     ignore_eos: bool = Field(False, description="generate every completion to max_new_tokens (EOS suppressed): "
                              "for benchmarks of cost per token, like verl's rollout.ignore_eos")
+    batch_size: int | None = Field(None, ge=1, description="completions per generate call in training (null: "
+                                   f"max(group_size, {GENERATE_BATCH})); not in the fingerprint, a resume that "
+                                   "changes it warns")
 
     @field_validator("temperature")
     @classmethod
@@ -92,6 +109,10 @@ class Eval(Strict):
     temperature: float = Field(1.0, description=f"logits / temperature for avg@k, >= {MIN_TEMPERATURE}")
     seed: int = 1234
     enabled: bool = True
+    batch_size: int = Field(EVAL_BATCH, ge=1, description="completions per generate call in evaluation")
+    backend: Spec | None = Field(None, description="the generator evaluation samples with (registry kind `generator`, "
+                                 "like sampling.backend); null: the run's sampling.backend, a wrapper such as noisy "
+                                 "through the generator it wraps")
 
     @field_validator("temperature")
     @classmethod
@@ -156,6 +177,7 @@ class RunConfig(Strict):
     output_dir: str | None = None
     study: str | None = Field(None, description="set by `zoo ablate`: the study this arm belongs to")
     arm: str | None = None
+    _source: str | None = PrivateAttr(None)  # the run file read (zoo.config.user_keys names it in errors)
 
     @field_validator("name")
     @classmethod
@@ -185,6 +207,27 @@ class RunConfig(Strict):
     def out_dir(self) -> Path:
         return Path(self.output_dir or Path("runs") / self.name)
 
+    def __eq__(self, other: object) -> bool:
+        """The same configuration: every field equal (the file it was read from, `_source`, is not compared)."""
+        if not isinstance(other, RunConfig):
+            return NotImplemented
+        return type(self) is type(other) and self.__dict__ == other.__dict__
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as pydantic's models are
+
+
+def generate_batch_size(cfg: RunConfig, group_size: int) -> int:
+    """Completions per generate call in training: `sampling.batch_size`, else max(G, GENERATE_BATCH)."""
+    return cfg.sampling.batch_size if cfg.sampling.batch_size is not None else max(group_size, GENERATE_BATCH)
+
+
+def batch_sizes(cfg: RunConfig, group_size: int) -> dict[str, int]:
+    """The batch sizes as the run resolves them, by their keys (recorded in provenance): generation and
+    evaluation change the sampled tokens (a different split draws the random numbers in another order,
+    and under bf16 a row's numerics depend on its batch), the micro-batch the training forwards."""
+    return {"sampling.batch_size": generate_batch_size(cfg, group_size), "eval.batch_size": cfg.eval.batch_size,
+            "budget.micro_batch": cfg.budget.micro_batch}
+
 
 def reward_specs(cfg: RunConfig) -> list[tuple[str, dict[str, Any], float]]:
     """(name, params, weight) per reward objective; `weight` defaults to 1."""
@@ -206,8 +249,15 @@ def reward_specs(cfg: RunConfig) -> list[tuple[str, dict[str, Any], float]]:
 
 
 def effective_variant(cfg: RunConfig) -> Variant:
-    """The variant with the run's overrides (`set`) and the budget's group_size/updates applied."""
-    v = load_variant(cfg.variant, cfg.set)
+    """The variant with the run's overrides (`set`) and the budget's group_size/updates applied.
+    Raises VariantError; for a run read from a file, one that leads with the file and the user's key
+    (`run.yaml: set.kl.beta = -1: must be >= 0 (applied to registry/grpo.yaml, ...)`, zoo.config.user_keys)."""
+    from zoo.config.user_keys import user_key_first
+
+    try:
+        v = load_variant(cfg.variant, cfg.set)
+    except VariantError as e:
+        raise VariantError(user_key_first(str(e), cfg, built_with_set=True)) from None
     upd: dict[str, Any] = {}
     if cfg.budget.group_size is not None:
         upd["group_size"] = cfg.budget.group_size
@@ -238,10 +288,9 @@ def read_run_file(path: str | Path) -> dict[str, Any]:
     variant file. `zoo.run_file.load_run_config` reads a run or one-arm study file with it."""
     p = Path(path)
     data = read_yaml_file(p)
-    if data is None or data == {}:
-        what = "the file is empty" if data is None else "the file has no keys"
-        raise VariantError(f"{p}: {what}; a run needs at least `variant`, `model` and `task` "
-                           "(see examples/run_grpo.yaml)")
+    why = says_nothing(data)
+    if why:
+        raise VariantError(f"{p}: {why}; {NEEDS}")
     if not isinstance(data, dict):
         raise VariantError(f"{p}: expected a mapping at the top level")
     if ("slots" in data or "base" in data) and "variant" not in data:
@@ -251,6 +300,27 @@ def read_run_file(path: str | Path) -> dict[str, Any]:
     for k in OUTPUT_KEYS:  # a run directory's config.yaml carries what the run resolved; not inputs
         data.pop(k, None)
     return data
+
+
+WHAT_IT_TRAINS = ("variant", "model", "task")
+NEEDS = ("a run file needs at least `variant`, `model` or `task` to say what it trains (every other key has a "
+         "default; see examples/run_grpo.yaml)")
+
+
+def says_nothing(data: Any) -> str | None:
+    """Why a run file says nothing about what it trains (so it would run every default), else None:
+    it is empty, has no keys, or holds only run-config keys (`name`, `budget`, ...) and none of
+    `WHAT_IT_TRAINS`. A file with a study key, a variant's `slots`/`base`, or an unknown key is left
+    to the checks that name those."""
+    if data is None:
+        return "the file is empty"
+    if data == {}:
+        return "the file has no keys"
+    if not isinstance(data, dict) or is_study(data) or not set(map(str, data)) <= set(RunConfig.model_fields):
+        return None
+    if any(k in data for k in WHAT_IT_TRAINS):
+        return None
+    return f"the file sets only {', '.join(f'`{k}`' for k in data)}, so it would train every default"
 
 
 def is_study(data: Mapping[str, Any]) -> bool:

@@ -23,13 +23,11 @@ def has_env(cfg: Any) -> bool:
 def run_rollout(st: Any, generator: Any, rows: list[dict[str, Any]], group_offset: int,
                 sampling: SamplingParams) -> Batch:
     """The step's rollout with the task's environment: G trajectories per row (group ids start at
-    `group_offset`), on the policy's device, under the step's autocast. `st` is a zoo.step.types.RunState."""
-    from zoo.step.forwards import autocast
-
+    `group_offset`), on the policy's device (the caller holds the step's autocast). `st` is a
+    zoo.step.types.RunState."""
     spec = env_spec(st.cfg.task)
-    with autocast(st.settings.autocast, st.device):
-        b = rollout(generator, st.models.tokenizer, spec.build(), spec, rows, st.variant.group_size, sampling,
-                    derive_seed(st.cfg.seed, f"env-step:{st.step}:{group_offset}"))
+    b = rollout(generator, st.models.tokenizer, spec.build(), spec, rows, st.variant.group_size, sampling,
+                derive_seed(st.cfg.seed, f"env-step:{st.step}:{group_offset}"))
     return replace(b, group_ids=b.group_ids + group_offset).to(st.device)
 
 

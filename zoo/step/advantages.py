@@ -14,6 +14,7 @@ from zoo.components import AdvantageInputs
 from zoo.components.kl import kl_reward as kl_reward_fn
 from zoo.components.kl import masked_kl
 from zoo.components.stats import masked_mean, masked_std, sanitize
+from zoo.envs.packing import packed_advantage
 from zoo.step.types import Slots
 
 
@@ -40,7 +41,7 @@ def advantage(batch: Batch, slots: Slots) -> Batch:
     inp = AdvantageInputs(scores=batch.scores, mask=batch.loss_mask, group_ids=batch.group_ids,
                           kl_reward=batch.kl_reward, values=batch.values, token_rewards=tr,
                           objectives=batch.objectives)
-    res = slots.advantage(inp)
+    res = packed_advantage(slots.advantage, inp)  # multi-turn: over the policy's tokens only (zoo/envs/packing.py)
     return replace(batch, advantages=res.advantages, returns=res.returns, token_rewards=tr)
 
 

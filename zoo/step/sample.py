@@ -15,6 +15,7 @@ import torch
 
 from zoo import dist
 from zoo.batch import Batch, concat
+from zoo.config.run import GENERATE_BATCH
 from zoo.guards import RunFailed
 from zoo.rewards.compute import accuracy_index, accuracy_metrics, compute_rewards
 from zoo.backends.generate.hf_generator import HFGenerator
@@ -26,12 +27,6 @@ from zoo.step.hooks import NO_HOOKS, Hooks
 from zoo.step.scoring import keep_rows, length_shaping, objective_scores, per_row_metrics
 from zoo.step.types import RunState
 
-#: completions per `generate` call (at least budget.micro_batch and G). Decoding reads every weight once
-#: per token whatever the batch, so up to the point where it becomes compute-bound a bigger batch is
-#: nearly free (docs/performance.md: 32 rows in one call vs 4 calls of 8); without gradients a row
-#: needs only its KV cache, far less than a training forward.
-GENERATE_BATCH = 32
-
 
 def generate(st: RunState, rows: list[dict[str, Any]], group_offset: int) -> Batch:
     """G completions for each dataset row's prompt from the run's generator (`st.generator`, built from
@@ -39,12 +34,12 @@ def generate(st: RunState, rows: list[dict[str, Any]], group_offset: int) -> Bat
     cfg, s, G = st.cfg, st.settings, st.variant.group_size
     gen = st.generator if st.generator is not None else HFGenerator(st.models.policy, st.models.tokenizer)
     sampling = SamplingParams(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=cfg.sampling.top_p,
-                              micro_batch=max(s.micro_batch, G, GENERATE_BATCH),
+                              micro_batch=s.generate_batch or max(G, GENERATE_BATCH),  # sampling.batch_size
                               min_new_tokens=s.max_new_tokens if cfg.sampling.ignore_eos else 0)
-    if has_env(cfg):  # multi-turn: the task's environment answers each turn (zoo/envs/rollout.py)
-        return run_rollout(st, gen, rows, group_offset, sampling)
     with autocast(s.autocast, st.device):
         try:
+            if has_env(cfg):  # multi-turn: the task's environment answers each turn (zoo/envs/rollout.py)
+                return run_rollout(st, gen, rows, group_offset, sampling)
             b = gen.generate([r["prompt"] for r in rows], G, sampling)
         except RuntimeError as e:  # torch.multinomial on NaN/inf probabilities: the weights diverged
             if "probability tensor contains" not in str(e):

@@ -85,6 +85,7 @@ class StepSettings:
     minibatches: int
     autocast: str  # "none" | "bf16" | "fp16" (resolved: never "auto")
     max_grad_norm: float | None
+    generate_batch: int | None = None  # completions per generate call (sampling.batch_size resolved; None: max(G, 32))
 
 
 @dataclass

@@ -5,7 +5,8 @@ that changes training: the variant as resolved (slots with overrides and default
 model, model_opts, task, rewards, budget, optim, sampling, seed, ref_reset_every, the
 resolved precision and the generator (`sampling.backend` resolved: its name and every parameter,
 defaults filled in; plain `hf` is recorded as "hf"). Not in it: name, output_dir, eval, checkpoint,
-tracking, plugins (where a component comes from, not what it does: its resolved spec is in).
+tracking, plugins (where a component comes from, not what it does: its resolved spec is in),
+`sampling.batch_size` (how generation is split: in the provenance, and a resume that changes it warns).
 
 `check_reuse(run_dir, cfg)` decides what a re-run may do with a folder that already holds results:
 
@@ -63,7 +64,12 @@ def fingerprint_fields(cfg: RunConfig) -> dict[str, Any]:
     if dump["budget"].get("critic_warmup") is None:  # unset: the fingerprints of runs from before the key stay
         dump["budget"].pop("critic_warmup", None)
     warmup = {"critic_warmup": v.critic_warmup} if v.critic_warmup else {}  # value pretraining changes training
-    slots = v.resolved(ctx)
+    try:
+        slots = v.resolved(ctx)
+    except VariantError as e:  # a component the run's `set:` made invalid: the user's key first
+        from zoo.config.user_keys import user_key_first
+
+        raise VariantError(user_key_first(str(e), cfg)) from None
     if (slots.get("critic") or {}).get("init") == "policy":  # the default: older runs' digests stay
         slots["critic"].pop("init")
     fields = {
@@ -76,6 +82,7 @@ def fingerprint_fields(cfg: RunConfig) -> dict[str, Any]:
         "generator": _generator(cfg),
     }
     fields["sampling"].pop("backend", None)  # recorded resolved, under "generator"
+    fields["sampling"].pop("batch_size", None)  # not what is trained: in provenance, a resume that changes it warns
     return json.loads(json.dumps(fields, default=str))  # tuples -> lists, as they read back from JSON
 
 

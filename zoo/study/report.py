@@ -31,8 +31,11 @@ from typing import Any
 from zoo.study.console_fit import print_fitted, wide_if_piped
 from zoo.study.fingerprint import mixed_keys, read_record
 from zoo.study.left_out import left_out
+from zoo.study.eval_delta import EVAL_DELTA_TEXT, delta_rows
+from zoo.eval_record import read_record as read_eval_record
 from zoo.study.left_out import to_json as left_out_json
 from zoo.study.plots import make_plots
+from zoo.study.tool_use import tool_use_lines
 from zoo.study.runs import ArmGroup, ReportError, RunData, discover, group_runs
 from zoo.study.seed_stats import seed_statistics, to_json
 from zoo.study.stats_table import compare_rows, stats_rows
@@ -68,7 +71,8 @@ COMPARE_TEXT = ("Each arm minus the baseline arm `{base}`: the mean of the per-s
 
 def markdown(name: str, header: list[str], rows: list[list[str]], plots: list[tuple[str, Path]],
              runs: list[RunData], base: Path, stats: tuple[Any, Any, str, str] | None = None,
-             notes: list[str] | None = None) -> str:
+             notes: list[str] | None = None,
+             eval_delta: tuple[list[str], list[list[str]]] | None = None) -> str:
     """report.md text: the table, the statistics over seeds (`stats`: (stats table, comparison table,
     baseline name, warning)), the plots (relative links), the warnings (the runs' own, then `notes`:
     the runs left out of the statistics and the baseline's) and the failed runs."""
@@ -80,12 +84,15 @@ def markdown(name: str, header: list[str], rows: list[list[str]], plots: list[tu
              "group_size, updates (epochs x minibatches), lr and max_new_tokens are the values used.", "",
              "| " + " | ".join(map(_md_cell, header)) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(map(_md_cell, row)) + " |" for row in rows]
+    if eval_delta is not None and eval_delta[1]:
+        lines += ["", "## Held-out accuracy after − before, per prompt", "", EVAL_DELTA_TEXT, ""] + _md_table(*eval_delta)
     if stats is not None:
         (sh, srows), (ch, crows), base_name, warning = stats
         lines += ["", "## Statistics over seeds", "", STATS_TEXT, ""] + _md_table(sh, srows)
         if crows:
             lines += ["", f"## Against the baseline `{base_name}`", "", COMPARE_TEXT.format(base=base_name), ""]
             lines += ([f"Warning: {_md_cell(warning)}", ""] if warning else []) + _md_table(ch, crows)
+    lines += tool_use_lines(runs)  # only when an arm ran with an environment (task.env)
     for title, p in plots:
         lines += ["", f"## {title}", "", f"![{title}]({p.relative_to(base).as_posix()})"]
     warned = [w for r in runs for w in r.warnings] + list(notes or [])
@@ -171,10 +178,13 @@ def write_report(study_dir: Path | str, console: Any = None) -> Path:
     dropped = left_out(groups)
     notes = [x.message for x in dropped] + ([warning] if warning else [])
     out = study_dir / "report.md"
-    out.write_text(markdown(name, header, rows, plots, runs, study_dir, tables, notes), encoding="utf-8")
+    eval_delta = delta_rows([(r.label, read_eval_record(r.dir)) for r in runs])
+    out.write_text(markdown(name, header, rows, plots, runs, study_dir, tables, notes, eval_delta), encoding="utf-8")
     arms = [{"arm": g.name, "seeds": [r.seed for r in g.runs], "status": [r.status for r in g.runs]} for g in groups]
     (study_dir / "report.json").write_text(json.dumps({"study": name, "arms": arms, **to_json(st, comps, base_name),
-                                                       "left_out": left_out_json(dropped), "warnings": notes},
+                                                       "left_out": left_out_json(dropped), "warnings": notes,
+                                                       "eval_after_minus_before": [dict(zip(eval_delta[0], r))
+                                                                                   for r in eval_delta[1]]},
                                                       indent=1), encoding="utf-8")
     print_table(name, header, rows, console)
     print_stats(tables, console)

@@ -138,7 +138,7 @@ def run_study(st: Study, *, dry_run: bool = False, shard: tuple[int, int] | None
 
     console = console or Console()
     all_arms = expand_arms(st)
-    rep = check_arms(all_arms, st.plugins)
+    rep = check_arms(all_arms, st.plugins, local_memory=run_arms is None)  # Ray arms run elsewhere
     if not rep.ok:
         raise VariantError("\n".join(rep.errors))
     for w in rep.warnings:

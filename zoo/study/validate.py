@@ -21,17 +21,20 @@ def variant_context(cfg: RunConfig, v: V.Variant) -> dict[str, Any]:
 
 
 def check_arms(arms: list[Arm], plugins: list[str] | tuple[str, ...] = (), *, world_size: int | None = None,
-               launched: bool | None = None, load_files: bool = True) -> Report:
+               launched: bool | None = None, load_files: bool = True, local_memory: bool = True) -> Report:
     """Check every distinct arm (seeds sharing a configuration are checked once) with
     `zoo.checks.before_load` and, when it passes and `load_files`, `zoo.checks.check_loadable` (the
     model's config.json and tokenizer; no weights). world_size / launched: the processes the arms
-    will run with (default: this process's launcher). Every message starts with `arm NAME: `."""
+    will run with (default: this process's launcher); local_memory: the arms run on this machine, so
+    their rollout is checked against its memory (False for arms sent elsewhere, e.g. Ray tasks).
+    Every message starts with `arm NAME: `."""
     rep = Report()
     seen: dict[str, list[str]] = {}
     for arm in arms:
         seen.setdefault(arm.group, []).append(arm.label)
     firsts = {a.group: a for a in reversed(arms)}
     loaded: dict[str, Report] = {}
+    said: set[str] = set()
     for group, labels in seen.items():
         arm = firsts[group]
         who = f"arm {group}" + (f" (seeds {', '.join(str(seed_of(x)) for x in labels)})" if len(labels) > 1 else "")
@@ -42,11 +45,12 @@ def check_arms(arms: list[Arm], plugins: list[str] | tuple[str, ...] = (), *, wo
         if sub.ok and load_files:
             key = cfg.model_dump_json(include={"model", "task", "budget", "model_opts", "rewards", "variant", "set"})
             if key not in loaded:
-                loaded[key] = checks.check_loadable(cfg, v)
+                loaded[key] = checks.check_loadable(cfg, v, memory=local_memory)
             after = loaded[key]
             sub.errors += after.errors
             sub.warnings += after.warnings
-            sub.notes += after.notes
+            sub.notes += [n for n in after.notes if n not in said]  # e.g. the model's size: once per study
+            said.update(after.notes)
         rep.extend(sub, f"{who}: ")
     return rep
 
@@ -68,6 +72,7 @@ def check_study_file(path: str | Path, *, world_size: int | None = None, launche
             arms, plugins = expand_arms(st), st.plugins
         else:  # a plain run file (e.g. an arm's written config.yaml): one arm
             cfg = parse_run_config(data, str(path))
+            cfg._source = str(path)  # a run file: its errors lead with the file and the user's key
             arms, plugins = [Arm(cfg.name, cfg.arm or cfg.name, cfg.seed, {}, cfg, dict(cfg.set))], cfg.plugins
     except VariantError as e:
         rep.errors.append(str(e))

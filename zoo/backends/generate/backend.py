@@ -9,13 +9,14 @@ from torch import nn
 from zoo.registry import ComponentError, build
 
 
-def backend_error(spec: Any) -> str | None:
-    """None when `spec` builds as a generator, else one line naming `sampling.backend`, what is wrong
-    and the known generators (unknown names list them; unknown parameters list the allowed ones)."""
+def backend_error(spec: Any, key: str = "sampling.backend") -> str | None:
+    """None when `spec` builds as a generator, else one line naming `key` (`sampling.backend` or
+    `eval.backend`), what is wrong and the known generators (unknown names list them; unknown
+    parameters list the allowed ones)."""
     try:
         build("generator", spec)
     except ComponentError as e:
-        return f"sampling.backend: {e}"
+        return f"{key}: {e}"
     return None
 
 
@@ -30,3 +31,15 @@ def backend_fingerprint(spec: Any) -> str | dict[str, Any]:
 def build_generator(spec: Any, policy: nn.Module, tokenizer) -> Any:
     """The `zoo.kinds.Generator` of `spec` over the policy module and its tokenizer. Raises ComponentError."""
     return build("generator", spec)(policy, tokenizer)
+
+
+def eval_generator(generator: Any) -> Any:
+    """The generator a run evaluates with when `eval.backend` is unset: the run's own, or, for a wrapper
+    that perturbs sampling only to study training (`noisy`), what it wraps: its `for_eval()`, followed
+    until a generator has none. So every backend is evaluated with itself, without the perturbation."""
+    while hasattr(generator, "for_eval"):
+        inner = generator.for_eval()
+        if inner is generator:
+            break
+        generator = inner
+    return generator

@@ -52,6 +52,11 @@ class NoisyGenerator:
     def sync(self, policy: nn.Module, /) -> None:
         self.inner.sync(policy)
 
+    def for_eval(self) -> Any:
+        """The generator evaluation uses (`eval.backend` unset): `inner`, without the noise, which exists
+        to perturb the training rollouts (`zoo.backends.generate.backend.eval_generator`)."""
+        return self.inner
+
 
 def _check(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
     sigma, seed = params["sigma"], params["seed"]
