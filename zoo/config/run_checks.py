@@ -1,6 +1,6 @@
 """Run-config checks that need the variant but no model: settings that would be silently ignored.
 
-Used by `zoo validate` / `zoo ablate` (experiment.check_arms) and by `zoo run` (trainer.validate_run);
+Called by the `run_warnings` check of zoo.checks (`zoo run`, `zoo validate`, `zoo ablate`, `zoo bench`);
 each returns warnings (the run still starts), one line each, naming the keys.
 """
 from __future__ import annotations
