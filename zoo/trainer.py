@@ -202,17 +202,19 @@ def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
     dist.init_from_env()  # under a launcher join the group first: only rank 0 takes the lease
     if dist.rank() != 0:
         return _train(cfg, resume, progress=progress, on_step=on_step, fresh_hint=fresh_hint)
+    checked = validate_run(cfg)  # before the run folder is made or read: refused as `zoo validate` refuses it
     with lock.locked(cfg.out_dir() / lock.LOCK_NAME, what=f"run folder {cfg.out_dir()}"):
-        return _train(cfg, resume, progress=progress, on_step=on_step, fresh_hint=fresh_hint)
+        return _train(cfg, resume, progress=progress, on_step=on_step, fresh_hint=fresh_hint, checked=checked)
 
 
 def _train(cfg: RunConfig, resume: bool, *, progress: bool, on_step: Callable[[int, dict[str, Any]], None] | None,
-           fresh_hint: str | None) -> dict[str, Any]:
+           fresh_hint: str | None, checked: tuple[Variant, list[str]] | None = None) -> dict[str, Any]:
     from zoo.study.tracking import Tracker
 
     from zoo.study import fingerprint as fp
 
-    checked = validate_run(cfg)  # before the run folder is read: a bad config is refused as `zoo validate` refuses it
+    if checked is None:  # ranks other than 0 check here (rank 0 did before taking the lease)
+        checked = validate_run(cfg)
     out = cfg.out_dir()
     other = "--set output_dir=NEW_DIR" if cfg.output_dir else "--set name=NEW"  # name does not move an output_dir
     reuse = fp.check_reuse(out, cfg, fresh_hint=fresh_hint or "add --fresh to retrain it with this config (its results "
