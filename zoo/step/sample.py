@@ -18,7 +18,7 @@ import torch
 from zoo import dist
 from zoo.batch import Batch, concat
 from zoo.config.run import GENERATE_BATCH
-from zoo.guards import RunFailed
+from zoo.guards import NONFINITE_SAMPLING, nonfinite_sampling
 from zoo.rewards.compute import accuracy_metrics
 from zoo.backends.generate.hf_generator import HFGenerator
 from zoo.backends.generate.types import SamplingParams
@@ -41,13 +41,12 @@ def generate(st: RunState, rows: list[dict[str, Any]], group_offset: int) -> Bat
             if has_env(cfg):  # multi-turn: the task's environment answers each turn (zoo/envs/rollout.py)
                 return run_rollout(st, gen, rows, group_offset, sampling)
             b = gen.generate([r["prompt"] for r in rows], G, sampling)
-        except RuntimeError as e:  # torch.multinomial on NaN/inf probabilities: the weights diverged
-            if "probability tensor contains" not in str(e):
+        except RuntimeError as e:  # torch.multinomial on NaN/inf probabilities: name the likely key
+            if NONFINITE_SAMPLING not in str(e):
                 raise
-            raise RunFailed(
-                f"step {st.step + 1}: sampling failed because the policy's next-token probabilities are not "
-                f"finite (NaN/inf logits), although its weights are: the previous updates diverged (optim.lr "
-                f"{cfg.optim.lr:g} too high?); the last checkpoint is kept") from None
+            raise nonfinite_sampling(f"step {st.step + 1}", cfg, temperature=s.temperature,
+                                     temperature_key="sampling.temperature",
+                                     updated=st.guard.updates != 0) from None
     # a fresh rollout is prompt-major: group id = index of the prompt in `rows`
     return replace(b, rows=[rows[i] for i in b.group_ids.tolist()], group_ids=b.group_ids + group_offset)
 
