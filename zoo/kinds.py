@@ -131,6 +131,12 @@ class Generator(Protocol):
         where it samples with the policy module itself)."""
 
 
+class StageFn(Protocol):
+    def __call__(self, batch: Batch, /) -> Mapping[str, Tensor]:
+        """The step's Batch at the stage's place (`after=`) -> the fields it declares in `writes=`, each
+        with N rows (`[N]` or `[N, T]`), put into `Batch.extras` (zoo/stages.py)."""
+
+
 class GeneratorFn(Protocol):
     def __call__(self, policy: nn.Module, tokenizer: object, /) -> Generator:
         """The policy module and its tokenizer -> a Generator (built once per run from `sampling.backend`)."""
@@ -209,6 +215,8 @@ TABLE: tuple[Kind, ...] = (
          note="not a slot: the run file's sampling.backend"),
     Kind("env", EnvFn, None, ("row", "seed", "assistant_text"),
          note="not a slot: the run file's task.env"),
+    Kind("stage", StageFn, None, ("batch",),
+         note="not a slot: runs when a component reads a field it writes"),
 )
 
 

@@ -101,6 +101,8 @@ def setup(cfg: RunConfig, device: torch.device | None = None,
                             available=available_memory(device), model=policy)
     if rep.errors:
         raise VariantError("\n".join(rep.errors))
+    for w in rep.warnings:  # e.g. a LoRA rank above the layer width (zoo.checks.bounds)
+        log.warning(w)
     for n in rep.notes:
         log.info(n)
     reference = zm.make_reference(policy) if slots.reads("logp_ref") else None
@@ -261,10 +263,10 @@ def _train(cfg: RunConfig, resume: bool, *, progress: bool, on_step: Callable[[i
         last: dict[str, Any] = {}
         with progress_bar(progress and main, cfg.budget.steps, st.step) as bar:
             while st.step < cfg.budget.steps:
-                m = pipeline.step(st)
-                samples = m.pop("_samples", [])
+                res = pipeline.step(st)
+                m, samples = res.metrics, res.samples
                 tracker.log(m, step=st.step)
-                guards.after_step(st.guard, cfg.guards, st.step, m)  # metrics reduced over ranks: all agree
+                guards.after_run_step(st, m)  # metrics reduced over ranks: all agree
                 guards.check_finite_weights(st.models, st.step, saved_step)
                 every = (cfg.tracking.wandb_opts() or WandbOpts()).table_every
                 if samples and (st.step % every == 0 or st.step == 1):
@@ -285,7 +287,7 @@ def _train(cfg: RunConfig, resume: bool, *, progress: bool, on_step: Callable[[i
         if summary["eval/after"]:
             tracker.log({**summary["eval/after"], "eval/phase": 1.0}, step=st.step)
         summary.update({k: v for k, v in last.items()})
-        summary.update({"status": "finished", "steps": st.step, "time/total_s": st.totals["elapsed"],
+        summary.update({"status": "finished", "steps": st.step, "time/total_s": st.totals["elapsed"], **st.guard.totals(),
                         "config": rcfg})
         tracker.set_summary({k: v for k, v in summary.items() if k != "config"})
         _write_summary(out, summary)
@@ -297,7 +299,7 @@ def _train(cfg: RunConfig, resume: bool, *, progress: bool, on_step: Callable[[i
         tb, raised = traceback.format_exc()[-4000:], e
         if isinstance(e, WriteError):  # disk full / read-only: say which checkpoint survives
             e = with_last_checkpoint(e, saved_step, out / "checkpoint" / ckpt.FILE)
-        summary.update({"status": status, "error": f"{type(e).__name__}: {e}", "steps": st.step,
+        summary.update({"status": status, "error": f"{type(e).__name__}: {e}", "steps": st.step, **st.guard.totals(),
                         "traceback": tb, "config": rcfg})
         try:
             _write_summary(out, summary)

@@ -37,7 +37,7 @@ def run_bench(spec: BenchSpec, *, on_step: Callable[[int, dict[str, Any]], None]
         with attach(st) as probe:
             for i in range(spec.warmup + spec.steps):
                 c0, l0, w0 = cpu_seconds(), loadavg_1m(), time.perf_counter()
-                m = pipeline.step(st, hooks=probe)
+                m = pipeline.step(st, hooks=probe).metrics
                 wall = time.perf_counter() - w0  # this process's own (time/* metrics are means over ranks)
                 rec = probe.pop()
                 if i < spec.warmup:

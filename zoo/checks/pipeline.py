@@ -5,8 +5,9 @@
 
 `before_load` checks the plugins, the variant and its slots, declared reads, rewards and gold, the
 generator, the task and its environment, budget and minibatches, strategy and world size, the model path
-and the critic init; `after_load` the context length, the rollout's memory, the critic's tokenizer
-and the parameter count, from the model's config.json and tokenizer and a meta-device model
+and the critic init; `after_load` the context length, the rollout's memory, the critic's tokenizer,
+the parameter count and a LoRA rank or prompts_per_step beyond what the model or task holds
+(warnings), from the model's config.json and tokenizer and a meta-device model
 (`zoo validate` loads no weights: `model_files`, `check_loadable`). A study checks each arm with
 both (zoo.study.validate). The order of the checks: BEFORE_LOAD, AFTER_LOAD; the checks themselves:
 `zoo.checks.registry`.
@@ -17,7 +18,7 @@ import os
 from typing import Any, Sequence
 
 from zoo.checks import budget, critic, env, generator, model_path, task, reward_reads, strategy, variant, warnings  # noqa: F401
-from zoo.checks import context, memory, params  # noqa: F401  (after_load checks register on import)
+from zoo.checks import bounds, context, memory, params  # noqa: F401  (after_load checks register on import)
 from zoo.checks.registry import run_stage
 from zoo.checks.report import Report
 from zoo.checks.subject import AfterLoad, BeforeLoad
