@@ -65,7 +65,15 @@ def _scheduler(opt: torch.optim.Optimizer, cfg: RunConfig, total: int):
 
 
 def _adamw(params, lr: float, cfg: RunConfig) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(params, lr=lr, betas=cfg.optim.betas, weight_decay=cfg.optim.weight_decay)
+    """torch's AdamW; `optim.fused` selects its fused kernel (one kernel over every tensor instead of a
+    per-tensor loop: measured 4-5x faster per optimizer step on CPU, docs/performance.md) where every
+    parameter is a plain CPU or CUDA float tensor; sharded (DTensor) parameters keep the default."""
+    params = list(params)
+    fused = bool(cfg.optim.fused) and bool(params) and all(
+        type(p) is torch.nn.Parameter and p.device.type in ("cpu", "cuda") and p.dtype in (torch.float32, torch.bfloat16, torch.float16)
+        for p in params)
+    return torch.optim.AdamW(params, lr=lr, betas=cfg.optim.betas, weight_decay=cfg.optim.weight_decay,
+                             **({"fused": True} if fused else {}))
 
 
 def setup(cfg: RunConfig, device: torch.device | None = None,
