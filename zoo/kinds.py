@@ -148,6 +148,30 @@ class EnvFn(Protocol):
         `stop`), built from `task.env` (hyperparameters only)."""
 
 
+# The weight-transfer contract (not a registry kind): a sampler with its own copy of the weights (the
+# `vllm` generator; rollout workers in other processes later) receives the policy as a version.
+# zoo/backends/generate/weights.py builds versions (`policy_version`, `named_weights`) and re-exports both.
+@dataclass(frozen=True)
+class PolicyVersion:
+    """One version of the policy's weights.
+
+    version: increases by one per sync (0: the weights the sampler starts from).
+    tensors: (name, tensor) pairs in the base model's parameter names (transformers' names, no PEFT
+        wrapper names); every tensor detached, plain CPU or device tensors (no module is shared, so the
+        receiver may run in another process). For LoRA the adapted layers are merged (`W + scaling * B @ A`).
+    """
+
+    version: int
+    tensors: tuple[tuple[str, Tensor], ...]
+
+
+class WeightReceiver(Protocol):
+    """What a sampler with its own weights implements: `accept` loads a version and returns the version
+    it now samples with. Cached prompt states of older versions must not be reused afterwards."""
+
+    def accept(self, policy: PolicyVersion, /) -> int: ...
+
+
 @dataclass(frozen=True)
 class Kind:
     """One row of the slot table (see the module doc)."""
