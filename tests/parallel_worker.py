@@ -152,7 +152,7 @@ def run_dynamic_sampling(out: Path, model_dir: Path, name: str) -> list[list]:
     from conftest import tiny_run_config
     from zoo import trainer
     from zoo.rewards.compute import RewardScores
-    from zoo.step import sample
+    from zoo.step import pipeline as sample  # the stages of each resampling round
 
     decisions: list[list] = []
     now: dict = {}

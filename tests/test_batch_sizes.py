@@ -29,7 +29,11 @@ def test_defaults_and_explicit_keys():
         RunConfig.model_validate({"sampling": {"batch_size": 0}})
 
 
-@pytest.mark.parametrize("study", sorted(p.name for p in (ROOT / "experiments").glob("*.yaml")))
+# recipes written after these keys existed: no earlier numbers of theirs to keep (they set their own batches)
+NEWER = {"gsm8k_qwen05b.yaml", "gsm8k_qwen15b.yaml"}
+
+
+@pytest.mark.parametrize("study", sorted(p.name for p in (ROOT / "experiments").glob("*.yaml") if p.name not in NEWER))
 def test_every_shipped_study_keeps_the_batches_it_had(study):
     """The rule before these keys: generate max(micro_batch, G, 32), evaluate max(micro_batch, 8).
     A study's numbers stay when its generate calls hold the same rows (a smaller batch only matters

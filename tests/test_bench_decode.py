@@ -85,8 +85,8 @@ def test_cli_backends_side_by_side_print_the_decode_columns(tiny_model_dir, tmp_
     r = CliRunner().invoke(app, args + ["--backend", "hf", "--backend", "noisy", "--out", str(out)],
                            env={"COLUMNS": "250"})
     assert r.exit_code == 0, r.output
-    for col in ("gen tok/s", "decode steps/s", "ms/step", "bound steps/s", "bound tok/s", "distance",
-                "noisy", "backend noisy"):
+    for col in ("start-up s", "sync s", "gen tok/s", "decode steps/s", "ms/step", "bound steps/s", "bound tok/s",
+                "distance", "noisy", "backend noisy"):
         assert col in r.output, col
     res = json.loads(out.read_text())["backends"]
     assert [x["spec"]["backend"] for x in res] == ["hf", "noisy"]
@@ -98,8 +98,21 @@ def test_cli_backends_side_by_side_print_the_decode_columns(tiny_model_dir, tmp_
         assert d["decode_steps"] == 4 and d["rows_per_step"] == 4 and x["phases"]["generate"]["tokens"] == 16
         assert d["ctx_mean"] % 1 == 0.5 and d["ctx_mean"] > 1.5
         assert d["distance"] >= 1.0 and d["limit"] in ("compute", "memory")  # the bound is a lower bound on time
+        # hf and noisy start no engine; grpo takes an optimizer step, so the sync ran and was timed (default 0.0)
+        assert x["generator"] == {"name": x["spec"]["backend"], "startup_s": 0.0}
+        assert x["step"]["sync_s"] > 0.0 and x["steps"][0]["step"]["sync_s"] == x["step"]["sync_s"]
     r = CliRunner().invoke(app, args + ["--backend", "hf,noisy", "--memory"])
     assert r.exit_code != 0 and "side by side" in r.output
+
+
+def test_generator_info_names_the_backend_and_its_start_up():
+    from types import SimpleNamespace
+
+    from zoo.bench.run import generator_info
+
+    assert generator_info(SimpleNamespace(), "hf") == {"name": "hf", "startup_s": 0.0}  # no engine: 0
+    assert generator_info(SimpleNamespace(startup_s=12.5), {"name": "vllm", "enforce_eager": True}) == {
+        "name": "vllm", "startup_s": 12.5}
 
 
 def test_attended_positions_of_a_decode_forward():

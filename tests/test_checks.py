@@ -53,6 +53,9 @@ def _bad_cases(tmp_path, model_dir):
                                         "sets 'entropy_bonus.coef', but slots.loss has no 'entropy_bonus' term", False),
         "groups of one": ({"budget": {"group_size": 1}}, "group_size 1 < 2", False),
         "unknown variant": ({"variant": "grpoo"}, "grpoo", False),
+        "unknown task dataset": ({"task": {"dataset": "basic_arithmetc"}},
+                                 "task: reasoning_gym has no dataset 'basic_arithmetc'; close matches: basic_arithmetic",
+                                 False),
         "unknown env": ({"task": {"env": {"name": "calculater"}}},
                         "task.env.name: env 'calculater' is not registered; did you mean 'calculator'", False),
         "context": ({"budget": {"max_new_tokens": limit}}, f"budget.max_new_tokens {limit} >= the model's context", True),
@@ -90,6 +93,7 @@ def test_validate_and_run_refuse_the_same_configs_with_the_same_message(tiny_mod
         assert r.exit_code == 1, (name, r.output)
         run_lines = _error_lines(r)
         assert any(part in line for line in run_lines), (name, run_lines)
+        assert loads or not (tmp_path / "out" / name.replace(" ", "_")).exists(), name  # refused before its folder
         assert res["errors"] == [f"arm {data['name']}: {line}" for line in run_lines], name
 
 

@@ -77,7 +77,7 @@ def test_adv_std_metric_is_the_unbiased_masked_std():
               completion_ids=torch.zeros(3, 2, dtype=torch.long), loss_mask=mask, group_ids=torch.tensor([0, 0, 0]),
               truncated=torch.zeros(3, dtype=torch.bool), lengths=mask.sum(1), scores=scores)
     slots = Slots.of(load_variant("grpo", {"kl": "none", "normalizer": "none"}))
-    b, _ = kl_reward(b, slots, beta=0.0)
+    b, _ = kl_reward(b, slots, {})
     _, m = normalize(advantage(b, slots), slots)
     adv = torch.tensor([0.5, 0.5, -0.5, 0.0, 0.0])  # r - mean(r) on each real token
     mu = float(adv.mean())

@@ -23,7 +23,7 @@ def test_two_grpo_steps_with_the_calculator_train_and_log_env_metrics(tiny_model
                                                                                 "max_total_tokens": 200}})
     st = setup(cfg)
     before = {k: v.clone() for k, v in st.models.policy.named_parameters()}
-    m = step(st)
+    m = step(st).metrics
     for k in ("env/turns", "env/tool_calls", "env/tool_errors", "env/timeouts", "env/token_frac", "env/failed_frac"):
         assert math.isfinite(m[k]), k
     assert 1 <= m["env/turns"] <= 2 and m["env/failed_frac"] == 0

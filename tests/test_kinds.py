@@ -40,7 +40,7 @@ def test_variant_schema_is_the_table_slots():
 
 
 def test_engine_slots_list_no_slot_the_table_lacks():
-    fields = {f.name for f in dataclasses.fields(StepSlots)} - {"kl_reward"}  # the kl: slot's reward part
+    fields = {f.name for f in dataclasses.fields(StepSlots)} - {"kl_reward", "stages"}  # the kl: slot's reward part; plugin stages
     assert fields <= set(kinds.slots()) | set(registry.KINDS)
     assert set(SLOT_KINDS) <= fields
 

@@ -21,7 +21,7 @@ def test_kl_slot_becomes_the_kl_term_or_the_reward_stage_and_a_controller():
     assert [t.spec() for t in grpo.loss] == [{"name": "kl", "estimator": "k3", "beta": 0.04}]
     assert grpo.kl_reward is None and grpo.controllers == [] and grpo.reads("logp_ref")
     ppo = Slots.of(load_variant("ppo", {"kl.adaptive": {"target": 6.0, "horizon": 100}}))  # k1 in the reward
-    assert ppo.loss == [] and ppo.kl_reward.name == "k1" and ppo.reads("logp_ref") and ppo.reads("logp_old")
+    assert ppo.loss == [] and ppo.kl_reward.estimator.name == "k1" and ppo.reads("logp_ref") and ppo.reads("logp_old")
     assert [c.spec() for c in ppo.controllers] == [{"name": "adaptive_kl", "target": 6.0, "horizon": 100, "beta": 0.05}]
     dapo = Slots.of(load_variant("dapo"))  # kl: none -> no reference needed
     assert dapo.loss == [] and dapo.kl_reward is None and not dapo.reads("logp_ref")

@@ -37,7 +37,7 @@ def test_scores_are_deterministic_and_batch_size_independent(rm_dir):
     again = _session(rm_dir, batch_size=3)(COMPLETIONS, ROWS)
     assert three == again
     assert len(set(one)) == 3  # a random model gives three different scores (the comparison can fail)
-    assert one == pytest.approx(three, abs=1e-6)
+    assert one == pytest.approx(three, rel=1e-5)  # scores near 14: 1 float32 ulp there is 1.9e-6, machines differ in the last bits
 
 
 def test_left_and_right_padding_give_the_same_score(rm_dir):
@@ -82,7 +82,7 @@ def test_a_session_is_set_up_once_by_the_run_and_torn_down(rm_dir):
     session = live[0][0].session
     objectives, n_failed = compute_rewards([c for c, _ in live], COMPLETIONS, ROWS)
     assert objectives.shape == (3, 2) and n_failed == [0, 0]
-    assert objectives[:, 0].tolist() == pytest.approx(session(COMPLETIONS, ROWS), abs=1e-6)
+    assert objectives[:, 0].tolist() == pytest.approx(session(COMPLETIONS, ROWS), rel=1e-5)
     assert objectives[:, 1].tolist() == [1.0, 0.0, 1.0]
     close_rewards(live)
     assert session.model is None
@@ -92,7 +92,7 @@ def test_a_session_is_set_up_once_by_the_run_and_torn_down(rm_dir):
 
 def test_a_direct_call_loads_for_that_call_only(rm_dir):
     (comp, _), = resolve_rewards([{"name": "reward_model", "model": str(rm_dir)}])
-    assert comp(COMPLETIONS, ROWS) == pytest.approx(_session(rm_dir)(COMPLETIONS, ROWS), abs=1e-6)
+    assert comp(COMPLETIONS, ROWS) == pytest.approx(_session(rm_dir)(COMPLETIONS, ROWS), rel=1e-5)
 
 
 @pytest.mark.parametrize("bad, match", [({"dtype": "int8"}, "dtype must be one of float32"),

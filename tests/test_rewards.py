@@ -152,7 +152,8 @@ def _named(fn_name, body):
     [
         (lambda c: [1.0, float("nan"), 0.0], ["row 1", "nan", "return None, not NaN"]),
         (lambda c: [1.0, 0.0, float("inf")], ["row 2", "inf"]),
-        (lambda c: [1e300, 0.0, 1.0], ["row 0", "1e+300", "finite in float32"]),
+        (lambda c: [1e300, 0.0, 1.0], ["row 0", "1e+300", "at most 1e+15 in magnitude"]),
+        (lambda c: [0.0, 3e38, 1.0], ["row 1", "3e+38", "at most 1e+15 in magnitude"]),
         (lambda c: [1.0, "0.5", 0.0], ["a str", "row 1"]),
         (lambda c: [True, False, True], ["a bool", "row 0"]),
         (lambda c: torch.ones(3, 1), ["2-D Tensor", "(3, 1)"]),

@@ -60,7 +60,7 @@ def test_dapo_opens_generate_and_score_once_per_resampling_round(tiny_model_dir,
     cfg = tiny_run_config(tiny_model_dir, tmp_path, variant="dapo", eval={"enabled": False},
                           budget={"max_resample_rounds": 2, "updates": {"epochs": 1, "minibatches": 2}})
     rec = Recorder()
-    m = pipeline.step(trainer.setup(cfg), hooks=rec)
+    m = pipeline.step(trainer.setup(cfg), hooks=rec).metrics
     # the random model solves no group: dynamic sampling drops them all, refilling up to 1 + 2 rounds
     assert m["groups/rounds"] == 3.0 and m["groups/kept_frac"] == 0.0
     # an empty batch: no rollout forwards and no advantage, the update stage still runs (and skips)
@@ -77,18 +77,21 @@ def test_the_bench_probe_changes_no_number_and_no_weight(tiny_model_dir, tmp_pat
     from zoo.bench.probe import attach
 
     plain = _ppo(tiny_model_dir, tmp_path / "plain")
-    m_plain = pipeline.step(plain, hooks=NO_HOOKS)
+    r_plain = pipeline.step(plain, hooks=NO_HOOKS)
+    m_plain = r_plain.metrics
     probed = _ppo(tiny_model_dir, tmp_path / "probed")
     with attach(probed) as probe:
-        m_probed = pipeline.step(probed, hooks=probe)
+        r_probed = pipeline.step(probed, hooks=probe)
+    m_probed = r_probed.metrics
     # the phases, and `decode` (not a phase: the decode steps generation ran, zoo/bench/probe.py)
     assert set(probe.pop()) == {"generate", "score", "forward", "advantage", "train", "critic", "decode"}
-    keys = [k for k in m_plain if not k.startswith(("time/", "perf/", "_"))]
-    assert set(keys) == {k for k in m_probed if not k.startswith(("time/", "perf/", "_"))}
+    keys = [k for k in m_plain if not k.startswith(("time/", "perf/"))]
+    assert set(keys) == {k for k in m_probed if not k.startswith(("time/", "perf/"))}
     assert "loss/value" in keys and m_plain["optim/updates"] == 2.0  # the critic trained, 2 optimizer steps applied
     diff = {k: (m_plain[k], m_probed[k]) for k in keys if not _same(m_plain[k], m_probed[k])}
     assert not diff
-    assert m_plain["_samples"] == m_probed["_samples"]
+    assert r_plain.samples == r_probed.samples and r_plain.samples
+    assert torch.equal(r_plain.batch.advantages, r_probed.batch.advantages)
     for a, b in ((plain.models.policy, probed.models.policy), (plain.models.critic, probed.models.critic)):
         for (n, p), q in zip(a.named_parameters(), b.parameters()):
             assert torch.equal(p, q), n

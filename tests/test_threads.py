@@ -75,6 +75,8 @@ def test_omp_num_threads_inherited_from_a_zoo_parent_is_chosen_again():
 def test_user_wait_policy_is_kept():
     c = T.choose(affinity=2, quota=None, held={}, env={"OMP_WAIT_POLICY": "active"})
     assert (c.wait_policy, c.policy_source) == ("ACTIVE", "user")
+    inherited = {"OMP_WAIT_POLICY": "PASSIVE", T.ENV_POLICY_CHOSEN: "PASSIVE"}  # a zoo parent's, e.g. torchrun ranks
+    assert T.choose(affinity=2, quota=None, held={}, env=inherited).policy_source == "zoo default"
 
 
 def test_torchrun_ranks_share_the_usable_cpus():
@@ -105,7 +107,8 @@ def test_importing_zoo_does_not_import_torch():
 
 
 def _clean_env(tmp_path, **extra):
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", T.ENV_CHOSEN)}
+    drop = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", T.ENV_CHOSEN, T.ENV_POLICY_CHOSEN)
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     return {**env, "PYTHONPATH": str(ROOT), T.ENV_DIR: str(tmp_path / "leases"), **extra}
 
 

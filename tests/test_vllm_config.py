@@ -135,6 +135,13 @@ def test_a_policy_version_holds_every_weight_once():
     names = [n for n, _ in pv.tensors]
     assert pv.version == 3 and len(names) == len(set(names)) == len(model.state_dict())
     assert all(torch.equal(t, model.state_dict()[n]) for n, t in pv.tensors)
+    # the contract's type is zoo.kinds' (weights.py re-exports it), and the vllm generator implements it
+    from zoo import kinds
+    from zoo.backends.generate import weights
+    from zoo.backends.generate.vllm import VLLMGenerator
+
+    assert type(pv) is kinds.PolicyVersion and weights.WeightReceiver is kinds.WeightReceiver
+    assert callable(getattr(VLLMGenerator, "accept", None))
 
 
 def test_request_seeds_are_a_function_of_the_draw_and_the_row():

@@ -36,7 +36,7 @@ class Declaration:
     discrete: a reward's scores take few values (True) or are continuous (False); None: unknown.
     accuracy: a reward that judges correctness (its 1.0 is `accuracy`).
     session:  a reward's stateful scorer class (zoo/rewards/session.py).
-    after:    a stage's place in the step: the stage it runs after (zoo/step/stages.py POSITIONS).
+    after:    a stage's place in the step: "reward", "forwards" or "advantage" (zoo/stages.py POSITIONS).
     """
 
     reads: tuple[str, ...] = ()

@@ -9,6 +9,7 @@ seeded with the eval seed, so every evaluation of a run sees the same prompts an
 """
 from __future__ import annotations
 
+import copy
 from typing import Any, Callable, Sequence
 
 import torch
@@ -61,9 +62,9 @@ def evaluate(
         torch.manual_seed(seed)
         greedy = generator.generate(prompts, 1, greedy_params)
         sampled = generator.generate(prompts, samples, sampled_params) if samples else None
-    g = correctness(greedy.texts, list(rows))
+    g = correctness(greedy.texts, copy.deepcopy(list(rows)))  # copies: a reward that edits its rows changes nothing
     rep = [r for r in rows for _ in range(samples)]
-    s = correctness(sampled.texts, rep) if sampled is not None else []
+    s = correctness(sampled.texts, copy.deepcopy(rep)) if sampled is not None else []
     g_t, s_t = _scores(g), _scores(s)  # [n], [n * k]; NaN = could not be scored
     if per_prompt is not None:
         per_prompt.update(prompt_scores(rows, g))
@@ -80,7 +81,7 @@ def _evaluate_env(generator, tokenizer, rows, correctness, env, greedy_params: S
         torch.manual_seed(seed)
         greedy = rollout(generator, tokenizer, built, env, rows, 1, greedy_params, seed)
         sampled = rollout(generator, tokenizer, built, env, rows, samples, sampled_params, seed) if samples else None
-    g_t, s_t = (_scores([None if failed else x for x, failed in zip(correctness(b.texts, b.rows),
+    g_t, s_t = (_scores([None if failed else x for x, failed in zip(correctness(b.texts, copy.deepcopy(b.rows)),
                                                                    b.extras["env_failed"].tolist())]
                         if b is not None else [])
                 for b in (greedy, sampled))

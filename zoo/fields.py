@@ -39,25 +39,26 @@ class Field:
     producer: str = ""
     produced: Callable[[Mapping[str, Any]], bool] | None = None
     missing: str = "error"
-    on_batch: bool = False  # a `Batch` attribute (a clip rule or stage gets it as a keyword when it reads it)
+    on_batch: bool = False  # a `Batch` attribute (a clip rule gets it as a keyword when it reads it)
+    made_at: str = ""  # the stage of the step after which it exists (zoo/stages.py ORDER); "" update-time, contract
 
 
 TABLE: tuple[Field, ...] = (
-    Field("objectives", "rollout", "[N, K]", on_batch=True),
-    Field("scores", "rollout", "[N]", on_batch=True),
-    Field("logp_old", "rollout", "[N, T]", on_batch=True),
-    Field("logp_ref", "rollout", "[N, T]", on_batch=True),
-    Field("logp_rollout", "rollout", "[N, T]", on_batch=True),
+    Field("objectives", "rollout", "[N, K]", on_batch=True, made_at="reward"),
+    Field("scores", "rollout", "[N]", on_batch=True, made_at="objectives"),
+    Field("logp_old", "rollout", "[N, T]", on_batch=True, made_at="forwards"),
+    Field("logp_ref", "rollout", "[N, T]", on_batch=True, made_at="forwards"),
+    Field("logp_rollout", "rollout", "[N, T]", on_batch=True, made_at="generate"),
     Field("values", "rollout", "[N, T]", "a critic (slots.critic, e.g. clipped_value)",
-          lambda s: s.get("critic") is not None, on_batch=True),
-    Field("advantages", "rollout", "[N, T]", on_batch=True),
-    Field("token_rewards", "rollout", "[N, T]", on_batch=True),
+          lambda s: s.get("critic") is not None, on_batch=True, made_at="forwards"),
+    Field("advantages", "rollout", "[N, T]", on_batch=True, made_at="advantage"),
+    Field("token_rewards", "rollout", "[N, T]", on_batch=True, made_at="objectives"),
     Field("kl_reward", "rollout", "[N, T]", "the KL in the reward (kl.placement: reward)",
-          lambda s: s.get("kl_reward") is not None, missing="warn", on_batch=True),
-    Field("mask", "rollout", "[N, T]"),
-    Field("group_ids", "rollout", "[N]"),
-    Field("lengths", "rollout", "[N]"),
-    Field("truncated", "rollout", "[N]"),
+          lambda s: s.get("kl_reward") is not None, missing="warn", on_batch=True, made_at="kl_reward"),
+    Field("mask", "rollout", "[N, T]", made_at="generate"),
+    Field("group_ids", "rollout", "[N]", made_at="generate"),
+    Field("lengths", "rollout", "[N]", made_at="generate"),
+    Field("truncated", "rollout", "[N]", made_at="generate"),
     Field("logp", "update", "[n, T]"),
     Field("entropy", "update", "[n, T]"),
     Field("clip_low", "update", "[n, T]"),

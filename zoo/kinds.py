@@ -131,6 +131,12 @@ class Generator(Protocol):
         where it samples with the policy module itself)."""
 
 
+class StageFn(Protocol):
+    def __call__(self, batch: Batch, /) -> Mapping[str, Tensor]:
+        """The step's Batch at the stage's place (`after=`) -> the fields it declares in `writes=`, each
+        with N rows (`[N]` or `[N, T]`), put into `Batch.extras` (zoo/stages.py)."""
+
+
 class GeneratorFn(Protocol):
     def __call__(self, policy: nn.Module, tokenizer: object, /) -> Generator:
         """The policy module and its tokenizer -> a Generator (built once per run from `sampling.backend`)."""
@@ -140,6 +146,30 @@ class EnvFn(Protocol):
     def __call__(self) -> object:
         """A fresh environment (`zoo.envs.base.Env`: `reset(row, seed)`, `step(state, assistant_text)`,
         `stop`), built from `task.env` (hyperparameters only)."""
+
+
+# The weight-transfer contract (not a registry kind): a sampler with its own copy of the weights (the
+# `vllm` generator; rollout workers in other processes later) receives the policy as a version.
+# zoo/backends/generate/weights.py builds versions (`policy_version`, `named_weights`) and re-exports both.
+@dataclass(frozen=True)
+class PolicyVersion:
+    """One version of the policy's weights.
+
+    version: increases by one per sync (0: the weights the sampler starts from).
+    tensors: (name, tensor) pairs in the base model's parameter names (transformers' names, no PEFT
+        wrapper names); every tensor detached, plain CPU or device tensors (no module is shared, so the
+        receiver may run in another process). For LoRA the adapted layers are merged (`W + scaling * B @ A`).
+    """
+
+    version: int
+    tensors: tuple[tuple[str, Tensor], ...]
+
+
+class WeightReceiver(Protocol):
+    """What a sampler with its own weights implements: `accept` loads a version and returns the version
+    it now samples with. Cached prompt states of older versions must not be reused afterwards."""
+
+    def accept(self, policy: PolicyVersion, /) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -185,6 +215,8 @@ TABLE: tuple[Kind, ...] = (
          note="not a slot: the run file's sampling.backend"),
     Kind("env", EnvFn, None, ("row", "seed", "assistant_text"),
          note="not a slot: the run file's task.env"),
+    Kind("stage", StageFn, None, ("batch",),
+         note="not a slot: runs when a component reads a field it writes"),
 )
 
 

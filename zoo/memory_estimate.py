@@ -26,12 +26,15 @@ def rollout_memory(*, prompts_per_step: int, group_size: int, micro_batch: int, 
                    prompt_tokens: int, max_new_tokens: int, layers: int, kv_heads: int, head_dim: int,
                    vocab: int, kv_bytes: int) -> dict[str, int]:
     """Estimated bytes of one rollout step: {"token_rows", "kv_cache", "logits", "total"} (module doc).
+    `generate_rows` and `micro_batch` count at most the step's prompts_per_step x group_size rows
+    (`budget.micro_batch: 10000000` with 8 completions allocates for 8).
 
     Raises nothing; every argument is a positive count (`kv_bytes`: bytes per cached value, 4 for
     float32, 2 under bf16/fp16)."""
     n = prompts_per_step * group_size
     seq = prompt_tokens + max_new_tokens
-    rows = generate_rows
+    rows = min(generate_rows, n)  # a generate call or micro-batch never holds more rows than the step has
+    micro_batch = min(micro_batch, n)
     token_rows = 3 * n * seq * 8
     kv_cache = 2 * layers * kv_heads * head_dim * seq * rows * kv_bytes
     logits = max(3 * rows * vocab * 4, 2 * micro_batch * seq * vocab * 4)

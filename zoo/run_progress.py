@@ -1,16 +1,19 @@
 """What a run shows and measures around its steps: the held-out evaluator and the progress bar."""
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+import time
+from typing import Any, Callable, Iterator
 
-from zoo.declarations import of as declared
 import torch
 
-from zoo import dist, strategy
+from zoo.declarations import of as declared
+from zoo import dist, step_progress, strategy
 from zoo.eval_record import CACHE_DIR, cache_key, prompt_id, read_cached, write_cached, write_record
 from zoo.backends.generate.backend import build_generator, eval_generator
 from zoo.backends.generate.hf_generator import HFGenerator
 from zoo.envs.base import env_spec
+from zoo.guards import NONFINITE_SAMPLING, nonfinite_sampling
 from zoo.evaluate import evaluate
 from zoo.step.forwards import autocast
 from zoo.step.types import RunState
@@ -47,7 +50,7 @@ def evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, fl
             strategy.gather_weights(st.models.parallel)  # fsdp: ranks may generate different numbers of tokens
             if own:  # the run's generator is synced by the step after each update; this one here
                 gen.sync(st.models.policy)
-            with autocast(st.settings.autocast, st.device):
+            with autocast(st.settings.autocast, st.device), nonfinite_sampling_named(st, f"eval {when}"):
                 res = evaluate(gen, st.models.tokenizer, rows, correctness, max_new_tokens=cfg.budget.max_new_tokens,
                                samples=cfg.eval.samples, temperature=cfg.eval.temperature, seed=cfg.eval.seed,
                                batch_size=cfg.eval.batch_size, device=st.device, env=env_spec(cfg.task),
@@ -67,6 +70,19 @@ def evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, fl
     return run
 
 
+@contextlib.contextmanager
+def nonfinite_sampling_named(st: RunState, where: str) -> Iterator[None]:
+    """Turn torch's "probability tensor contains either inf, nan or element < 0" from the evaluation's
+    sampling into one RunFailed naming `where` and the likely key (zoo.guards.nonfinite_sampling)."""
+    try:
+        yield
+    except RuntimeError as e:
+        if NONFINITE_SAMPLING not in str(e):
+            raise
+        raise nonfinite_sampling(where, st.cfg, temperature=st.cfg.eval.temperature, temperature_key="eval.temperature",
+                                 updated=st.guard.updates != 0) from None
+
+
 def before_key(st: RunState, rows: list[dict], gen: Any) -> tuple[str, dict[str, Any]]:
     """The cache key of the run's evaluation before training and its parts: the model and its options,
     the eval rows (ids), the eval settings, max_new_tokens, the generator, the task's environment, the
@@ -81,10 +97,16 @@ def before_key(st: RunState, rows: list[dict], gen: Any) -> tuple[str, dict[str,
 
 
 class progress_bar:
-    """A rich progress bar with step, reward and ETA, plus one metrics line per step."""
+    """A rich progress bar with step, reward and ETA, plus one metrics line per step. Inside a step it
+    listens to the generator's chunk reports (zoo.step_progress): the bar shows "generating d/N", and a
+    line "step k: generated d of N completions" is printed at most every `inner_every` seconds (so a
+    log file shows a long step moving too)."""
+
+    inner_every = 30.0  # seconds between the printed progress lines inside one step
 
     def __init__(self, enabled: bool, total: int, start: int):
         self.enabled, self.total, self.start = enabled, total, start
+        self.step, self._printed = start, 0.0
 
     def __enter__(self):
         if not self.enabled:
@@ -97,18 +119,35 @@ class progress_bar:
                           TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=self.console)
         self.p.__enter__()
         self.task = self.p.add_task("train", total=self.total, completed=self.start, info="")
+        self._listen = step_progress.listening(self.inner)
+        self._listen.__enter__()
+        self._printed = time.monotonic()
 
         def update(step: int, m: dict[str, Any]) -> None:
+            self.step = step
             info = f"reward {m.get('reward/total', float('nan')):.3f} acc {m.get('accuracy', float('nan')):.2f}"
             self.p.update(self.task, completed=step, info=info)
             keys = ["reward/total", "accuracy", "loss/policy", "kl/ref", "entropy", "clip/low_frac", "clip/high_frac",
                     "completion/len_mean", "time/step", "perf/peak_mem_mb"]
             self.p.console.print(f"step {step:>3} " + "  ".join(f"{k} {m[k]:.4g}" for k in keys if k in m), highlight=False,
                                  soft_wrap=True)  # one line per step, also in a log file
+            self._printed = time.monotonic()
 
         return update
 
+    def inner(self, phase: str, done: int, total: int) -> None:
+        """A report from inside step `self.step + 1` (zoo.step_progress): `done` of `total` completions
+        generated. Updates the bar; prints a line when `inner_every` seconds passed since the last."""
+        verb = "generated" if phase == "generate" else phase
+        self.p.update(self.task, info=f"{verb} {done}/{total}")
+        now = time.monotonic()
+        if now - self._printed >= self.inner_every:
+            self._printed = now
+            self.p.console.print(f"step {self.step + 1:>3}: {verb} {done} of {total} completions", highlight=False,
+                                 soft_wrap=True)
+
     def __exit__(self, *exc):
         if self.enabled:
+            self._listen.__exit__(*exc)
             self.p.__exit__(*exc)
         return False

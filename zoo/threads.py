@@ -17,7 +17,8 @@ The choice, first rule that applies:
   3. auto: the CPUs this process may use (`os.sched_getaffinity`, capped by the cgroup v2 `cpu.max`
      or v1 `cpu.cfs_quota_us` quota) minus the threads other live zoo processes of this user hold;
      under torchrun at most usable // LOCAL_WORLD_SIZE; never fewer than 1.
-`OMP_WAIT_POLICY` is set to PASSIVE unless the user set it.
+`OMP_WAIT_POLICY` is set to PASSIVE unless the user set it (a value a zoo parent set, ENV_POLICY_CHOSEN,
+is not the user's).
 
 Leases: each process that applies a choice writes `<pid>.lease` ("pid threads start_time") into a
 per-user folder under the temp dir (`$ZOO_THREADS_DIR` overrides), removed at exit; a lease whose
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 ENV_CHOSEN = "ZOO_THREADS_CHOSEN"  # the OMP_NUM_THREADS value zoo itself set: a child re-chooses
+ENV_POLICY_CHOSEN = "ZOO_WAIT_POLICY_CHOSEN"  # the OMP_WAIT_POLICY zoo itself set: not the user's
 ENV_DIR = "ZOO_THREADS_DIR"
 PASSIVE = "PASSIVE"
 
@@ -175,6 +177,8 @@ def choose(*, affinity: int, quota: float | None, held: Mapping[int, int], env: 
     affinity: CPUs in the affinity mask; quota: cgroup quota in CPUs or None; held: {pid: threads}
     of the other live zoo processes; env: the environment; argv_threads: `--threads`."""
     user_policy = env.get("OMP_WAIT_POLICY", "").strip()
+    if user_policy and user_policy == env.get(ENV_POLICY_CHOSEN):
+        user_policy = ""  # set by a zoo parent process, not by the user
     policy, policy_source = (user_policy.upper(), "user") if user_policy else (PASSIVE, "zoo default")
     if argv_threads is not None:
         return Choice(argv_threads, policy, "--threads", f"--threads {argv_threads}", policy_source)
@@ -305,6 +309,8 @@ def apply(argv: Sequence[str] | None = None, env: dict[str, str] | None = None) 
             except OSError:
                 pass
     env["OMP_WAIT_POLICY"] = choice.wait_policy
+    if choice.policy_source != "user":
+        env[ENV_POLICY_CHOSEN] = choice.wait_policy
     if choice.source != "OMP_NUM_THREADS":
         env["OMP_NUM_THREADS"] = str(choice.threads)
         env[ENV_CHOSEN] = str(choice.threads)

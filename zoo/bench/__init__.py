@@ -40,6 +40,10 @@ generate phase (decode steps = one-token forwards of the policy's transformers m
 probe), next to the machine's bound max(FLOPs / matmul rate, bytes / copy bandwidth) over those steps
 (FLOPs = 2 x params x rows + attention, bytes = weights + KV cache read; the two rates measured at
 bench time) and the distance = measured / bound time. `BenchSpec.backend` is `sampling.backend`.
+A generator that runs its own copy of the model (vLLM) makes no one-token forwards of the policy
+module: its decode steps and distance are NaN, its tokens/s stand. `generator.startup_s`: the
+generator's start-up (vLLM's engine, started in the warm-up step; 0 for `hf`); `step.sync_s`: the
+median `time/sync` (the policy's weights reaching the generator; part of `train`).
 
 Memory breakdown (`memory`): weights (every parameter and buffer of policy, reference copy and
 critic), gradients (trainable parameters), optimizer state (the AdamW tensors actually allocated),

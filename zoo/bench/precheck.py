@@ -1,5 +1,5 @@
 """Checks of a bench before any worker starts (`check_bench`): every variant name and the run each
-would train (zoo.trainer.validate_run: variant, overrides, rewards), and a reward-model path that
+would train (zoo.trainer.validate_run: the before_load checks of zoo.checks), and a reward-model path that
 does not exist. A comparison (`zoo bench --memory ppo grpoo`) then fails at once, in one line, rather
 than after the first workers ran; `worker_error` turns a worker that still fails into one line."""
 from __future__ import annotations

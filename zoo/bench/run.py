@@ -37,7 +37,7 @@ def run_bench(spec: BenchSpec, *, on_step: Callable[[int, dict[str, Any]], None]
         with attach(st) as probe:
             for i in range(spec.warmup + spec.steps):
                 c0, l0, w0 = cpu_seconds(), loadavg_1m(), time.perf_counter()
-                m = pipeline.step(st, hooks=probe)
+                m = pipeline.step(st, hooks=probe).metrics
                 wall = time.perf_counter() - w0  # this process's own (time/* metrics are means over ranks)
                 rec = probe.pop()
                 if i < spec.warmup:
@@ -51,7 +51,8 @@ def run_bench(spec: BenchSpec, *, on_step: Callable[[int, dict[str, Any]], None]
                 row["step"] = {"seconds": float(m["time/step"]), "cpu_s": cpu_seconds() - c0, "wall_s": wall,
                                "loadavg_1m": max(l0, loadavg_1m()),
                                "peak_mb": max(r["peak_mb"] for p, r in row.items() if p in PHASES),
-                               "tokens": float(rec.get("generate", {}).get("tokens", 0.0))}
+                               "tokens": float(rec.get("generate", {}).get("tokens", 0.0)),
+                               "sync_s": float(m.get("time/sync", 0.0))}
                 row["metrics"] = {k: float(m[k]) for k in ("reward/total", "accuracy", "completion/len_mean",
                                                            "loss/policy", "groups/rounds") if k in m}
                 steps.append(row)
@@ -59,6 +60,7 @@ def run_bench(spec: BenchSpec, *, on_step: Callable[[int, dict[str, Any]], None]
                     on_step(i - spec.warmup + 1, row)
         res = summarize(spec, steps)
         res["setup_s"] = setup_s
+        res["generator"] = generator_info(st.generator, spec.backend)
         res["memory"] = memory_breakdown(st, runtime, res["step"]["peak_mb"])
         res["memory"]["peak_resettable"] = probe.resettable
         from zoo.models import count_parameters
@@ -75,6 +77,14 @@ def run_bench(spec: BenchSpec, *, on_step: Callable[[int, dict[str, Any]], None]
         res["device"] = str(device)
         del st
     return res
+
+
+def generator_info(generator: Any, backend: Any) -> dict[str, Any]:
+    """The generator's name and start-up seconds (an engine started on first use, so after the warm-up:
+    `startup_s` where the generator has one, e.g. vLLM's engine; 0.0 for one that starts nothing, as
+    `hf`, which samples with the policy module itself)."""
+    name = backend if isinstance(backend, str) else dict(backend).get("name", "?")
+    return {"name": name, "startup_s": float(getattr(generator, "startup_s", 0.0) or 0.0)}
 
 
 def train_flops(params: float, tokens: float, seconds: float, critic_params: float = 0.0,
@@ -107,7 +117,8 @@ def summarize(spec: BenchSpec, steps: list[dict[str, Any]]) -> dict[str, Any]:
             "wall_s": median([s["step"].get("wall_s", float("nan")) for s in steps]),
             "loadavg_1m": max((s["step"].get("loadavg_1m", float("nan")) for s in steps), default=float("nan")),
             "peak_mb": max((s["step"]["peak_mb"] for s in steps), default=float("nan")),
-            "tokens": median([s["step"]["tokens"] for s in steps])}
+            "tokens": median([s["step"]["tokens"] for s in steps]),
+            "sync_s": median([s["step"].get("sync_s", 0.0) for s in steps])}
     step["tokens_per_s"] = step["tokens"] / step["seconds"] if step["seconds"] > 0 else 0.0
     metrics = {k: median([s["metrics"].get(k, float("nan")) for s in steps])
                for k in ("reward/total", "accuracy", "completion/len_mean", "groups/rounds")}

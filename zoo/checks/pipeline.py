@@ -4,27 +4,27 @@
     rep = after_load(cfg, variant, model_config, tokenizer, rows=..., available=...)
 
 `before_load` checks the plugins, the variant and its slots, declared reads, rewards and gold, the
-generator, the task's environment, budget and minibatches, strategy and world size, the model path
-and the critic init; `after_load` the context length, the rollout's memory, the critic's tokenizer
-and the parameter count, from the model's config.json and tokenizer and a meta-device model
+generator, the task and its environment, budget and minibatches, strategy and world size, the model path
+and the critic init; `after_load` the context length, the rollout's memory, the critic's tokenizer,
+the parameter count and a LoRA rank or prompts_per_step beyond what the model or task holds
+(warnings), from the model's config.json and tokenizer and a meta-device model
 (`zoo validate` loads no weights: `model_files`, `check_loadable`). A study checks each arm with
 both (zoo.study.validate). The order of the checks: BEFORE_LOAD, AFTER_LOAD; the checks themselves:
 `zoo.checks.registry`.
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Sequence
 
-from zoo.checks import budget, critic, env, generator, model_path, reward_reads, strategy, variant, warnings  # noqa: F401
-from zoo.checks import context, memory, params  # noqa: F401  (after_load checks register on import)
+from zoo.checks import budget, critic, env, generator, model_path, task, reward_reads, strategy, variant, warnings  # noqa: F401
+from zoo.checks import bounds, context, memory, params  # noqa: F401  (after_load checks register on import)
 from zoo.checks.registry import run_stage
 from zoo.checks.report import Report
 from zoo.checks.subject import AfterLoad, BeforeLoad
 
 #: the order of the stages' checks (a later check reads what an earlier one built; others run last)
-BEFORE_LOAD = ("plugins", "variant", "rewards", "reward_reads", "generator", "env", "minibatches", "prompts_per_rank",
+BEFORE_LOAD = ("plugins", "variant", "rewards", "reward_reads", "generator", "task", "env", "minibatches", "prompts_per_rank",
                "strategy", "model_path", "critic_init", "run_warnings")
 AFTER_LOAD = ("context_length", "memory_estimate", "critic_tokenizer", "parameter_count")
 
@@ -58,7 +58,6 @@ def after_load(cfg: Any, variant: Any, model_config: Any, tokenizer: Any, *, row
 
 
 _FILES: dict[str, tuple[Any, Any] | None] = {}  # model dir@config.json mtime -> (config, tokenizer): read once
-_ROWS: dict[str, list[dict[str, Any]]] = {}  # task spec (JSON) -> its train + eval rows: loaded once
 
 
 def model_files(cfg: Any) -> tuple[Any, Any] | None:
@@ -95,20 +94,16 @@ def check_loadable(cfg: Any, variant: Any, device: Any = None, *, memory: bool =
     import torch
 
     from zoo.memory_estimate import available_memory
-    from zoo.tasks import load_task
 
     files = model_files(cfg)
     if files is None:
         return Report(notes=[f"model {cfg.model}: no local config.json, so the context length and memory are "
                              "checked when the model loads"])
-    key = json.dumps(cfg.task, sort_keys=True, default=str)
-    if key not in _ROWS:
-        try:
-            task = load_task(cfg.task)
-        except Exception as e:  # noqa: BLE001 - a task that does not load here is the run's error, said once
-            return Report(notes=[f"task: could not load it to check prompt lengths ({str(e).splitlines()[0][:200]})"])
-        _ROWS[key] = list(task.train) + list(task.eval)
+    try:
+        rows = task.task_rows(cfg.task)
+    except Exception:  # noqa: BLE001 - before_load's `task` check said why
+        return Report()
     if device is None:
         device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-    return after_load(cfg, variant, *files, rows=_ROWS[key],
+    return after_load(cfg, variant, *files, rows=rows,
                       available=available_memory(device) if memory else None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
+from zoo import stages
 from zoo.checks.registry import check
 from zoo.checks.report import Report
 from zoo.checks.subject import BeforeLoad
@@ -13,6 +14,7 @@ from zoo.config.desugar import kl_parts
 from zoo.config.variant import Variant, VariantError, build_components
 from zoo.declarations import of as declared
 from zoo.fields import declared_reads, unproduced_reads
+from zoo.registry import ComponentError
 
 
 def check_variant(v: Variant, context: Mapping[str, Any] | None = None) -> Report:
@@ -31,7 +33,15 @@ def check_variant(v: Variant, context: Mapping[str, Any] | None = None) -> Repor
     n_updates = upd.epochs * upd.minibatches
     parts = kl_parts(kl)
     named = [(slot, c) for slot, x in comps.items() for c in (x if isinstance(x, list) else [x]) if c is not None]
-    errors, warnings = unproduced_reads(named, {**comps, "kl_reward": parts.reward_estimator})
+    try:  # plugin stages that write a field some component reads (zoo/stages.py)
+        active = stages.active(c for _, c in named)
+    except ComponentError as e:
+        rep.errors.append(f"{where}: {e}")
+        active = []
+    written = {f: s.name for s in active for f in s.decl.writes}
+    errors, warnings = unproduced_reads(named + [("stage", s) for s in active],
+                                        {**comps, "kl_reward": parts.reward_estimator}, written)
+    errors += stages.order_errors(named, active)  # every read made before it is read
     rep.errors += [f"{where}: {e}" for e in errors]  # e.g. gae without a critic
     rep.warnings += [f"{where}: {w}" for w in warnings]  # e.g. reinforce_pp without the KL in the reward
     if v.critic_warmup and comps["critic"] is None:

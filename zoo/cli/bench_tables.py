@@ -153,8 +153,9 @@ def print_ranks(res: dict[str, Any]) -> None:
 
 
 def print_decode(results: list[dict[str, Any]]) -> None:
-    """The decode table: per backend, generation tokens/s, decode steps/s and time per decode step next to
-    the bound (`zoo.bench.bound`) and the distance, plus the training step's seconds."""
+    """The decode table: per backend, the generator's start-up seconds, the training step's and the sync's
+    seconds, generation tokens/s, decode steps/s and time per decode step next to the bound
+    (`zoo.bench.bound`) and the distance."""
     rates = "; ".join(f"{_si(r['decode']['matmul_flops_per_s'])}FLOP/s ({r['decode']['dtype']}), "
                       f"{_si(r['decode']['copy_bytes_per_s'])}B/s, {_f(r['decode']['rows_per_step'], '.0f')} x "
                       f"{_f(r['decode']['ctx_mean'], '.0f')}" for r in results)
@@ -162,12 +163,16 @@ def print_decode(results: list[dict[str, Any]]) -> None:
               caption="bound = max(FLOPs / matmul rate, bytes / copy bandwidth) per decode step; per row, measured "
                       f"in its run: matmul rate, copy bandwidth (read + written), rows x mean attended positions per "
                       f"step: {rates}; distance = measured / bound time, generate phase incl. prefill")
-    for c in ("backend", "step s", "gen tok/s", "decode steps/s", "ms/step", "bound tok/s", "bound steps/s",
-              "limit", "distance"):
+    t.caption += ("; start-up: the generator's (vLLM's engine, in the warm-up step); sync: time/sync, the policy's "
+                  "weights reaching the generator (part of train); '-' distance: the generator runs its own model "
+                  "copy (vLLM), whose decode steps the bench does not count")
+    for c in ("backend", "start-up s", "step s", "sync s", "gen tok/s", "decode steps/s", "ms/step", "bound tok/s",
+              "bound steps/s", "limit", "distance"):
         t.add_column(c, justify="left" if c in ("backend", "limit") else "right")
     for r in results:
         d, b = r["decode"], r["spec"].get("backend", "hf")
-        t.add_row(b if isinstance(b, str) else json.dumps(b), _f(r["step"]["seconds"], ".2f"),
+        t.add_row(b if isinstance(b, str) else json.dumps(b), _f(r.get("generator", {}).get("startup_s"), ".1f"),
+                  _f(r["step"]["seconds"], ".2f"), _f(r["step"].get("sync_s"), ".3f"),
                   _f(d["tokens_per_s"], ".1f"), _f(d["steps_per_s"], ".2f"), _f(d["step_seconds"] * 1e3, ".1f"),
                   _f(d["bound_tokens_per_s"], ".0f"), _f(d["bound_steps_per_s"], ".1f"), d["limit"] or "-",
                   _f(d["distance"], ".1f") + "x" if d["distance"] == d["distance"] else "-")

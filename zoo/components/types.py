@@ -23,6 +23,7 @@ class AdvantageInputs:
                  last real token, 0 elsewhere; the KL in the reward is NOT in it, see kl_reward),
                  for process-reward estimators (declare `reads=("token_rewards",)`).
     objectives:  [N, K] float or None, the raw reward columns (NaN = could not be computed).
+    extras:      name -> [N, ...] `Batch.extras`, the fields plugin stages wrote (zoo/stages.py).
     """
 
     scores: Tensor
@@ -32,6 +33,7 @@ class AdvantageInputs:
     values: Tensor | None = None
     token_rewards: Tensor | None = None
     objectives: Tensor | None = None
+    extras: Mapping[str, Tensor] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,8 @@ class TermInputs:
                  generator does not report them); rollout corrections read it.
     step:        StepView or None: the whole optimizer step's detached fields, for a component that
                  selects tokens over the step (registered with `selects=True`).
+    extras:      name -> [n, ...] the micro-batch's `Batch.extras`: fields plugin stages wrote
+                 (zoo/stages.py), e.g. a teacher's log-probs [n, T].
     """
 
     logp: Tensor
@@ -139,6 +143,7 @@ class TermInputs:
     token_rewards: Tensor | None = None
     logp_rollout: Tensor | None = None
     step: "StepView | None" = None
+    extras: Mapping[str, Tensor] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

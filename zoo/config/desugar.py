@@ -17,6 +17,8 @@ from typing import Any
 
 #: names only the `kl:` slot may produce, by the list slot they would appear in
 RESERVED = {"loss": "kl", "controllers": "adaptive_kl"}
+#: the kl: slot's name as a controller target ("kl.beta"): its loss term's and its KL in the reward's
+KL_NAME = RESERVED["loss"]
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,7 @@ def kl_parts(kl: Any) -> KLParts:
     if kl.placement not in where:
         raise ValueError(f"kl.placement {kl.placement!r}: use one of {', '.join(where)}")
     in_loss, in_reward = where[kl.placement]
-    term = {"name": "kl", "estimator": kl.estimator, "beta": kl.beta} if in_loss else None
+    term = {"name": KL_NAME, "estimator": kl.estimator, "beta": kl.beta} if in_loss else None
     ctrl = None
     if kl.adaptive is not None and (in_loss or in_reward):
         ctrl = {"name": "adaptive_kl", "target": kl.adaptive.target, "horizon": kl.adaptive.horizon, "beta": kl.beta}

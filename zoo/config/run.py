@@ -58,6 +58,8 @@ class Optim(Strict):
     warmup_steps: int = Field(0, ge=0, description="optimizer steps of linear warm-up")
     schedule: Literal["constant", "linear", "cosine"] = "constant"
     max_grad_norm: float | None = Field(1.0, gt=0)
+    fused: bool = Field(False, description="torch's fused AdamW kernel (4-5x faster optimizer steps on CPU; the "
+                        "same update up to float rounding, ~1e-7 relative, so not bit-identical to the default)")
 
 
 class Lora(Strict):

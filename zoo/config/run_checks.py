@@ -1,6 +1,6 @@
 """Run-config checks that need the variant but no model: settings that would be silently ignored.
 
-Used by `zoo validate` / `zoo ablate` (experiment.check_arms) and by `zoo run` (trainer.validate_run);
+Called by the `run_warnings` check of zoo.checks (`zoo run`, `zoo validate`, `zoo ablate`, `zoo bench`);
 each returns warnings (the run still starts), one line each, naming the keys.
 """
 from __future__ import annotations
@@ -47,12 +47,24 @@ def warmup_covers_run(cfg: RunConfig, v: Variant) -> list[str]:
     return []
 
 
+#: a run of more rollout steps than this is warned about (a long real run has thousands)
+STEPS_WARN = 1_000_000
+
+
+def unbounded_steps(cfg: RunConfig) -> list[str]:
+    """`budget.steps` above STEPS_WARN: a run that would not end in any useful time."""
+    if cfg.budget.steps <= STEPS_WARN:
+        return []
+    return [f"budget.steps = {cfg.budget.steps:.3g} is more than {STEPS_WARN} rollout steps: the run would not end in "
+            "any useful time (it can be stopped with Ctrl-C and resumes from its last checkpoint); lower budget.steps"]
+
+
 def run_warnings(cfg: RunConfig, v: Variant) -> list[str]:
     """Every warning of this module for one run config and its (overridden) variant, and a reward model
     that is not built yet (zoo.rewards.reward_model.missing_models)."""
     from zoo.rewards.reward_model import missing_models
 
-    return (shadowed_overrides(cfg) + ref_reset_unused(cfg, v) + warmup_covers_run(cfg, v)
+    return (shadowed_overrides(cfg) + ref_reset_unused(cfg, v) + warmup_covers_run(cfg, v) + unbounded_steps(cfg)
             + missing_models(list(cfg.rewards) + list(cfg.gold)))
 
 

@@ -12,6 +12,7 @@ completion) raises RewardError. A dotted-path reward must live in a module the r
 """
 from __future__ import annotations
 
+import copy
 import importlib
 import inspect
 import logging
@@ -43,7 +44,10 @@ def _name(fn: Callable[..., Any]) -> str:
 
 
 CONTRACT = "a reward returns one finite float per completion, or None where it cannot score one"
-FLOAT32_MAX = float(torch.finfo(torch.float32).max)  # the objectives are float32
+#: the largest |value| and |weight x value| a reward may give. The objectives and scores are float32
+#: and the group statistics square deviations: with |x| <= 1e15 a group of up to 1e6 rows sums
+#: (2e15)^2 x 1e6 = 4e36 < 3.4e38 (float32's max), so no statistic overflows (docs/extending.md §4).
+REWARD_LIMIT = 1e15
 
 
 def _as_float(fn: Callable[..., Any], row: int, v: Any) -> float:
@@ -58,8 +62,9 @@ def _as_float(fn: Callable[..., Any], row: int, v: Any) -> float:
     f = float(v)
     if math.isnan(f):
         raise RewardError(f"reward {_name(fn)!r} returned nan for row {row}; {CONTRACT} (return None, not NaN)")
-    if not abs(f) <= FLOAT32_MAX:  # inf, or a value the float32 objectives would turn into inf
-        raise RewardError(f"reward {_name(fn)!r} returned {f:g} for row {row}; {CONTRACT} (finite in float32)")
+    if not abs(f) <= REWARD_LIMIT:  # inf, or a value whose group statistics would overflow float32
+        raise RewardError(f"reward {_name(fn)!r} returned {f:g} for row {row}; {CONTRACT} (finite, at most "
+                          f"{REWARD_LIMIT:g} in magnitude: scores are float32)")
     return f
 
 
@@ -81,17 +86,18 @@ def _values(fn: Callable[..., Any], values: Any, n: int, first_row: int = 0) -> 
 
 
 def _column(fn: Callable[..., Any], completions: list[str], rows: list[dict]) -> list[float]:
-    """One reward's N values (NaN = unscored). A call that raises is retried row by row, so only the
-    rows that raise are unscored; one warning per call says how many rows are unscored. A return
+    """One reward's N values (NaN = unscored). The function gets copies of the rows (and of the list
+    of completions), so one that mutates them leaves the batch and the logged samples as they were.
+    A call that raises is retried row by row, so only the rows that raise are unscored; one warning per call says how many rows are unscored. A return
     value that breaks the contract raises RewardError (a bug in the reward, not a row's problem)."""
     n = len(completions)
     try:
-        values = fn(completions, rows)
+        values = fn(list(completions), copy.deepcopy(rows))  # copies: a reward that edits them changes nothing
     except Exception as batch_error:
         out = []
         for i, (c, r) in enumerate(zip(completions, rows)):
             try:
-                one = fn([c], [r])
+                one = fn([c], [copy.deepcopy(r)])
             except Exception:
                 out.append(math.nan)
                 continue
@@ -128,6 +134,22 @@ def compute_rewards(
         objectives = torch.zeros(len(completions), 0)
     n_failed = [int(torch.isnan(objectives[:, k]).sum()) for k in range(objectives.shape[1])]
     return RewardScores(objectives, n_failed)
+
+
+def check_weighted(objectives: torch.Tensor, names: Sequence[str], weights: Sequence[float]) -> None:
+    """Raise RewardError when a weighted value |w_k x objectives[i, k]| exceeds REWARD_LIMIT (the
+    float32 scores and their group statistics would overflow), naming the reward, its weight, the
+    row and the value. objectives: [N, K] in the order of `names` / `weights`; NaN entries are skipped."""
+    if objectives.numel() == 0:
+        return
+    w = torch.tensor([float(x) for x in weights], dtype=torch.float64)
+    prod = (objectives.double() * w).abs().nan_to_num(nan=0.0)  # [N, K], float64: the product itself can't overflow
+    over = prod > REWARD_LIMIT
+    if bool(over.any()):
+        i, k = (int(x) for x in over.nonzero()[0])
+        raise RewardError(f"reward {names[k]!r}: weight {float(w[k]):g} x value {float(objectives[i, k]):g} (row {i}) "
+                          f"= {float(prod[i, k]):g} exceeds {REWARD_LIMIT:g}; {CONTRACT}, and weight x value must stay "
+                          "within that magnitude (scores are float32): lower the weight or rescale the reward")
 
 
 def correct(scores: torch.Tensor | Sequence[float]) -> torch.Tensor:
@@ -270,6 +292,10 @@ def resolve_rewards(specs: Sequence[str | Mapping[str, Any]], plugins: Sequence[
                 raise ValueError(f"rewards: weight must be a number, got {spec!r}") from None
             if not math.isfinite(weight):
                 raise ValueError(f"rewards: weight must be finite, got {weight}")
+            if abs(weight) > REWARD_LIMIT:
+                raise ValueError(f"rewards: weight {weight:g} of {spec.get('name', spec)!r} is too large: at most "
+                                 f"{REWARD_LIMIT:g} in magnitude (weighted scores are float32; rescale the reward "
+                                 "instead)")
         out.append((resolve_reward(spec, plugins), weight))
     names = [c.name for c, _ in out]
     dup = sorted({n for n in names if names.count(n) > 1})

@@ -3,7 +3,7 @@ Shapes: N completions, T completion tokens."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable
+from typing import Callable, Mapping
 
 import torch
 from torch import Tensor
@@ -15,20 +15,21 @@ from zoo.components.kl import kl_reward as kl_reward_fn
 from zoo.components.kl import masked_kl
 from zoo.components.stats import masked_mean, masked_std, sanitize
 from zoo.envs.packing import packed_advantage
-from zoo.step.types import Slots
+from zoo.step.types import Slots, params
 
 
-def kl_reward(batch: Batch, slots: Slots, beta: float) -> tuple[Batch, dict[str, float]]:
+def kl_reward(batch: Batch, slots: Slots, coefs: Mapping[str, Mapping[str, float]]) -> tuple[Batch, dict[str, float]]:
     """KL placement "reward": `batch.kl_reward` [N, T] = -beta * k(logp_old, logp_ref) on real tokens
     (Ziegler et al. arXiv:1909.08593 eq. 2; InstructGPT arXiv:2203.02155 eq. 2), all zeros otherwise.
-    beta: the current coefficient (the kl: slot's, or the adaptive controller's). Logs kl/ref (token
-    mean of k) when the KL is in the reward."""
+    beta: the kl: slot's, or what a controller set for its target now (coefs: {target: {hyperparameter:
+    value}}). Logs kl/ref (token mean of k) when the KL is in the reward."""
     mask = batch.loss_mask
     klr = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)  # [N, T]
     metrics: dict[str, float] = {}
-    if slots.kl_reward is not None and batch.logp_old is not None and batch.logp_ref is not None:
-        k = masked_kl(slots.kl_reward, batch.logp_old, batch.logp_ref, mask)  # [N, T]
-        klr = kl_reward_fn(k, mask, beta)
+    stage = slots.kl_reward
+    if stage is not None and batch.logp_old is not None and batch.logp_ref is not None:
+        k = masked_kl(stage.estimator, batch.logp_old, batch.logp_ref, mask)  # [N, T]
+        klr = kl_reward_fn(k, mask, {**stage.resolved(), **params(stage, coefs)}["beta"])
         metrics["kl/ref"] = float(masked_mean(k, mask))
     return replace(batch, kl_reward=klr), metrics
 
@@ -40,7 +41,7 @@ def advantage(batch: Batch, slots: Slots) -> Batch:
     tr = batch.token_rewards if batch.token_rewards is not None else outcome_token_rewards(batch.scores, batch.loss_mask)
     inp = AdvantageInputs(scores=batch.scores, mask=batch.loss_mask, group_ids=batch.group_ids,
                           kl_reward=batch.kl_reward, values=batch.values, token_rewards=tr,
-                          objectives=batch.objectives)
+                          objectives=batch.objectives, extras=batch.extras)
     res = packed_advantage(slots.advantage, inp)  # multi-turn: over the policy's tokens only (zoo/envs/packing.py)
     return replace(batch, advantages=res.advantages, returns=res.returns, token_rewards=tr)
 

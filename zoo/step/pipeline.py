@@ -1,65 +1,110 @@
 """One training step, top to bottom: the stages of DESIGN.md in order, one call each.
 
-    batch = sample(st)           generate -> reward -> length -> objectives -> filter (zoo/step/sample.py)
-    rollout_forwards             old / reference log-probs, critic values (only what the variant needs)
+    per resampling round (zoo/step/sample.py `Rounds`: round 0, then refills while filters drop groups)
+      generate                   the run's generator -> Batch with logp_rollout
+      reward                     the run's rewards -> objectives [N, K]
+      length                     length shaping: extra objective columns and/or loss-mask rows
+      objectives                 objective normalizer + weights -> scores [N]
+      (stages after reward)      plugin stages (zoo/stages.py) write Batch.extras, here and below
+      filter                     sampling filters keep whole groups
+    rollout_forwards             old / reference log-probs, critic values (only what some component reads)
+    (stages after forwards)
     kl_reward                    KL placement "reward": batch.kl_reward [N, T]
     advantage                    the estimator -> batch.advantages [N, T] (+ returns for a critic)
     normalize                    the normalizer, over the global batch under data parallelism
+    (stages after advantage)
     diagnostics                  adv/corr/<objective>, length by correctness (zoo/step/diagnostics.py)
     update                       epochs x minibatches optimizer steps (clip rule, KL in the loss,
                                  entropy bonus, aggregation over the whole optimizer step), critic;
                                  then the generator's `sync(policy)` when an optimizer step was applied
     controllers                  stateful coefficients (adaptive KL beta) move for the next step
+    reference reset              every `ref_reset_every` steps the reference becomes the policy
 
+Coefficients that a controller may move come from one lookup, `coefficients(st)` ({target:
+{hyperparameter: value}}); a stage or term finds its own by its name (`zoo.step.types.params`).
 The trainer (`zoo.trainer`) sets up, loops, checkpoints and evaluates around `step`; a tool that
 measures the step (`zoo bench`) passes `hooks` (zoo/step/hooks.py), which see each phase and forward.
 """
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from zoo import dist, strategy
+from zoo.batch import Batch
+from zoo.envs.run import unscore_failed
+from zoo.models.reference import reset_reference
 from zoo.provenance import peak_memory_mb
-from zoo.rewards.compute import accuracy_index
+from zoo.rewards.compute import accuracy_index, compute_rewards
+from zoo.stages import run as run_stages
 from zoo.step.advantages import advantage, empty_rows, kl_reward, normalize, normalize_global
 from zoo.step.diagnostics import step_diagnostics
 from zoo.step.forwards import rollout_forwards
 from zoo.step.hooks import NO_HOOKS, Hooks
-from zoo.step.sample import sample
+from zoo.step.sample import Rounds, generate
+from zoo.step.scoring import keep_rows, length_shaping, objective_scores, per_row_metrics
 from zoo.step.types import RunState
 from zoo.step.update import update
 
 
-def step(st: RunState, hooks: Hooks = NO_HOOKS) -> dict[str, Any]:
-    """One rollout step of the run `st` (advances st.step). Returns its metrics (means over ranks),
-    with the first round's sample completions under "_samples". `hooks` observe the phases and
-    forwards (zoo/step/hooks.py; default: none)."""
+@dataclass
+class StepResult:
+    """One step's outcome. batch: the rows the update trained on (after the filters; with
+    advantages [N, T]; empty when every group was dropped); metrics: the step's metrics, means over
+    ranks; samples: round 0's completions with their reward columns (this rank's), for the samples log."""
+
+    batch: Batch
+    metrics: dict[str, float]
+    samples: list[dict[str, Any]] = field(default_factory=list)
+
+
+def step(st: RunState, hooks: Hooks = NO_HOOKS) -> StepResult:
+    """One rollout step of the run `st` (advances st.step). `hooks` observe the phases and forwards
+    (zoo/step/hooks.py; default: none): "generate" and "score" (reward .. filter) per round, then
+    "forward", "advantage", "train". A collective under data parallelism."""
     t0 = time.perf_counter()
-    coefs = coefficients(st)  # what the controllers set for this step: {term: {hyperparameter: value}}
-    beta = coefs.get("kl", {}).get("beta", st.slots.kl.beta)
+    coefs = coefficients(st)  # {target: {hyperparameter: value}} for this step
+    reward_fns, weights = [c for c, _ in st.rewards], [w for _, w in st.rewards]
+    acc = accuracy_index(reward_fns)
     strategy.gather_weights(st.models.parallel)  # fsdp: whole weights while ranks run different numbers of forwards
-    batch, m = sample(st, hooks)                                            # generate .. filter
+    rounds = Rounds(st)
+    for rows in rounds:                                                     # resampling rounds
+        with rounds.timed("generate"), hooks.phase("generate") as ph:
+            b = ph.batch = generate(st, rows, rounds.n_groups)                                     # generate
+        with rounds.timed("score"), hooks.phase("score") as ph:
+            objectives, n_failed = unscore_failed(b, *compute_rewards(reward_fns, b.texts, b.rows))  # reward
+            b, obj, names, w, lm = length_shaping(b, objectives, st.reward_names, weights, st.slots,
+                                                  st.settings.max_new_tokens, acc)                 # length
+            b, sm = objective_scores(b, obj, names, w, st.slots)                                   # objectives
+            b = run_stages(st.slots.stages, "reward", b)                    # plugin stages after reward
+            keep = keep_rows(per_row_metrics(objectives, st.reward_names, b.scores, acc), b.group_ids,
+                             st.slots)                                                             # filter
+            ph.batch = b
+        if rounds.first:
+            rounds.record_first(b, objectives, n_failed, {**sm, **lm}, (names, w))
+        rounds.add(b, keep)
+    batch, m = rounds.finish()
     if batch.size == 0:
         m["train/skipped"] = 1.0  # the guards (trainer.train) log the step without an update
     t1 = time.perf_counter()
     if batch.size:
         with hooks.phase("forward"):
             batch = rollout_forwards(batch, st.models, st.slots, st.settings, hooks)   # forwards
+            batch = run_stages(st.slots.stages, "forwards", batch)          # plugin stages after forwards
     strategy.release_weights(st.models.parallel)
     t2 = time.perf_counter()
     if batch.size:
         with hooks.phase("advantage") as ph:
             ph.batch = batch
-            batch, km = kl_reward(batch, st.slots, beta)                    # kl_reward
+            batch, km = kl_reward(batch, st.slots, coefs)                   # kl_reward
             batch = advantage(batch, st.slots)                              # advantage
             batch, am = normalize(batch, st.slots)                          # normalize
+            batch = run_stages(st.slots.stages, "advantage", batch)         # plugin stages after advantage
         m.update({**km, **am})
     elif dist.is_distributed():
         normalize_global(st.slots.normalizer, *empty_rows(st.device))  # join the other ranks' gather
-    names, weights = m.pop("_objectives", (list(st.reward_names), [w for _, w in st.rewards]))
-    m.update(step_diagnostics(batch, names, weights, len(st.reward_names),                 # diagnostics
-                              accuracy_index([c for c, _ in st.rewards])))
+    m.update(step_diagnostics(batch, *rounds.objective_columns, len(st.reward_names), acc))  # diagnostics
     t3 = time.perf_counter()
     warmup = st.step < st.variant.critic_warmup  # value pretraining: the critic alone trains (policy frozen)
     with hooks.phase("train"):
@@ -78,27 +123,23 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> dict[str, Any]:
     tokens = float(batch.loss_mask.sum()) if batch.size else 0.0
     for c in st.controllers:                                                # controllers
         c.update(m, tokens, float(batch.size))
-    for term, params in coefficients(st).items():  # what the controllers set for the next step, e.g. entropy_bonus/coef
-        m.update({f"{term}/{k}": v for k, v in params.items()})
-    m["kl/beta"] = coefficients(st).get("kl", {}).get("beta", st.slots.kl.beta)  # for the next step
+    for target, params in coefficients(st).items():  # what the next step uses, e.g. kl/beta, entropy_bonus/coef
+        m.update({f"{target}/{k}": v for k, v in params.items()})
     m["optim/lr"] = float(st.scheduler.get_last_lr()[0])
     m.update({"time/forward": t2 - t1, "time/advantage": t3 - t2, "time/train": t4 - t3, "time/step": t4 - t0})
     _count(st, m, batch, t4 - t0)
     st.step += 1
     if st.cfg.ref_reset_every and st.reference is not None and st.step % st.cfg.ref_reset_every == 0:
-        from zoo.models import reset_reference
-
-        reset_reference(st.reference, st.models.policy)
+        reset_reference(st.reference, st.models.policy)                     # reference reset
         m["kl/ref_resets"] = float(st.reference.resets)
-    samples = m.pop("_samples", [])
     out = dist.all_reduce_mean_dict({k: v for k, v in m.items() if isinstance(v, (int, float))})
-    out["_samples"] = samples
-    return out
+    return StepResult(batch=batch, metrics=out, samples=rounds.samples)
 
 
 def coefficients(st: RunState) -> dict[str, dict[str, float]]:
-    """{term name: {hyperparameter: value}} that the run's controllers set now."""
-    out: dict[str, dict[str, float]] = {}
+    """{target: {hyperparameter: value}}: the coefficients the variant states (`Slots.coefficients`:
+    the kl: slot's beta) with what the run's controllers set now on top (targets by component name)."""
+    out = {t: dict(p) for t, p in st.slots.coefficients().items()}
     for c in st.controllers:
         for term, params in c.coefficients().items():
             out.setdefault(term, {}).update(params)

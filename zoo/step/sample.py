@@ -1,30 +1,30 @@
-"""The step's first stages, in resampling rounds: generate -> reward -> length -> objectives ->
-filter, until the step holds `budget.prompts_per_step` groups or the resample cap is reached
-(DAPO Alg. 1's "refill the batch", arXiv:2503.14476).
+"""The generate stage and the resampling rounds around the step's first stages (generate -> reward
+-> length -> objectives -> filter, each called by `zoo.step.pipeline.step`), until the step holds
+`budget.prompts_per_step` groups or the resample cap is reached (DAPO Alg. 1's "refill the batch",
+arXiv:2503.14476).
 
 Sampling filters drop whole groups before any further forward pass. Round 0 draws from the run's
 prompt stream, later rounds from their own stream, so step k's first-round prompts are the same in
 every arm of a study (paired comparison) whatever the filters dropped."""
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import replace
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
 from zoo import dist
 from zoo.batch import Batch, concat
 from zoo.config.run import GENERATE_BATCH
-from zoo.guards import RunFailed
-from zoo.rewards.compute import accuracy_index, accuracy_metrics, compute_rewards
+from zoo.guards import NONFINITE_SAMPLING, nonfinite_sampling
+from zoo.rewards.compute import accuracy_metrics
 from zoo.backends.generate.hf_generator import HFGenerator
 from zoo.backends.generate.types import SamplingParams
-from zoo.envs.run import conversation, env_metrics, has_env, run_rollout, unscore_failed
+from zoo.envs.run import conversation, env_metrics, has_env, run_rollout
 from zoo.step.diagnostics import gold_metrics
 from zoo.step.forwards import autocast
-from zoo.step.hooks import NO_HOOKS, Hooks
-from zoo.step.scoring import keep_rows, length_shaping, objective_scores, per_row_metrics
 from zoo.step.types import RunState
 
 
@@ -41,87 +41,116 @@ def generate(st: RunState, rows: list[dict[str, Any]], group_offset: int) -> Bat
             if has_env(cfg):  # multi-turn: the task's environment answers each turn (zoo/envs/rollout.py)
                 return run_rollout(st, gen, rows, group_offset, sampling)
             b = gen.generate([r["prompt"] for r in rows], G, sampling)
-        except RuntimeError as e:  # torch.multinomial on NaN/inf probabilities: the weights diverged
-            if "probability tensor contains" not in str(e):
+        except RuntimeError as e:  # torch.multinomial on NaN/inf probabilities: name the likely key
+            if NONFINITE_SAMPLING not in str(e):
                 raise
-            raise RunFailed(
-                f"step {st.step + 1}: sampling failed because the policy's next-token probabilities are not "
-                f"finite (NaN/inf logits), although its weights are: the previous updates diverged (optim.lr "
-                f"{cfg.optim.lr:g} too high?); the last checkpoint is kept") from None
+            raise nonfinite_sampling(f"step {st.step + 1}", cfg, temperature=s.temperature,
+                                     temperature_key="sampling.temperature",
+                                     updated=st.guard.updates != 0) from None
     # a fresh rollout is prompt-major: group id = index of the prompt in `rows`
     return replace(b, rows=[rows[i] for i in b.group_ids.tolist()], group_ids=b.group_ids + group_offset)
 
 
-def sample(st: RunState, hooks: Hooks = NO_HOOKS) -> tuple[Batch, dict[str, Any]]:
-    """Rounds of generate, reward, length, objectives, filter; returns the kept rows and metrics.
+class Rounds:
+    """The resampling rounds of one step (DAPO Alg. 1's "refill the batch"): which prompts each round
+    generates for, the rows the filters kept, the round-0 metrics and samples, the totals. The stages
+    of a round (generate, reward, length, objectives, filter) are called by `zoo.step.pipeline.step`:
 
-    Reward metrics describe every completion of round 0; `groups/kept_frac` says how many groups
-    the filters kept over all rounds. A collective under data parallelism (ranks stop together).
-    `hooks` sees each round's "generate" and "score" (reward .. filter) phases."""
-    cfg, s = st.cfg, st.settings
-    p_local = max(1, cfg.budget.prompts_per_step // dist.world_size())
-    reward_fns, weights = [c for c, _ in st.rewards], [w for _, w in st.rewards]
-    kept: list[Batch] = []
-    n_kept = n_groups = 0
-    first: dict[str, Any] = {}
-    t_gen = t_score = 0.0
-    local_done = [0.0, 0.0]  # completions, tokens generated on this rank
-    rounds = 0
-    for rnd in range(cfg.budget.max_resample_rounds + 1):
-        # every rank takes the same rows from the stream (it stays in lockstep, so one saved position
-        # serves all ranks) and keeps its own disjoint slice; the ranks decide together when to stop
-        needs = [int(n) for n in dist.per_rank(p_local - n_kept)]
-        if rnd > 0 and (not st.slots.filter or sum(needs) == 0):
-            break
-        rounds += 1
-        start = sum(needs[: dist.rank()])
-        source = st.stream if rnd == 0 else st.resample_stream
-        rows = source.take(sum(needs))[start : start + needs[dist.rank()]]
-        if not rows:
-            continue
+        rounds = Rounds(st)
+        for rows in rounds:          # round 0, then more while the filters left groups to refill
+            ...                      # the round's stages
+            rounds.add(b, keep)
+        batch, metrics = rounds.finish()
+
+    Iterating is a collective under data parallelism (the ranks decide together when to stop)."""
+
+    def __init__(self, st: RunState) -> None:
+        self.st = st
+        self.p_local = max(1, st.cfg.budget.prompts_per_step // dist.world_size())
+        self.kept: list[Batch] = []
+        self.n_kept = self.n_groups = self.rounds = 0
+        self.index = -1  # the current round
+        self.metrics: dict[str, Any] = {}  # round 0's
+        self.samples: list[dict[str, Any]] = []  # round 0's completions with their reward columns
+        self.objective_columns: tuple[list[str], list[float]] = (list(st.reward_names), [w for _, w in st.rewards])
+        self.times = {"generate": 0.0, "score": 0.0}
+        self.local_done = [0.0, 0.0]  # completions, tokens generated on this rank
+        self.last: Batch | None = None
+
+    @property
+    def first(self) -> bool:
+        """Whether the current round is round 0 (its rows describe the step's reward metrics)."""
+        return self.index == 0
+
+    def __iter__(self) -> Iterator[list[dict[str, Any]]]:
+        st = self.st
+        for rnd in range(st.cfg.budget.max_resample_rounds + 1):
+            # every rank takes the same rows from the stream (it stays in lockstep, so one saved position
+            # serves all ranks) and keeps its own disjoint slice; the ranks decide together when to stop
+            needs = [int(n) for n in dist.per_rank(self.p_local - self.n_kept)]
+            if rnd > 0 and (not st.slots.filter or sum(needs) == 0):
+                break
+            self.rounds += 1
+            start = sum(needs[: dist.rank()])
+            source = st.stream if rnd == 0 else st.resample_stream
+            rows = source.take(sum(needs))[start : start + needs[dist.rank()]]
+            if not rows:
+                continue
+            self.index = rnd
+            yield rows
+
+    @contextlib.contextmanager
+    def timed(self, what: str) -> Iterator[None]:
+        """Adds the time of the block to time/<what> ("generate" or "score")."""
         t0 = time.perf_counter()
-        with hooks.phase("generate") as ph:
-            b = ph.batch = generate(st, rows, n_groups)                                       # generate
-        t1 = time.perf_counter()
-        with hooks.phase("score") as ph:
-            objectives, n_failed = unscore_failed(b, *compute_rewards(reward_fns, b.texts, b.rows))  # reward
-            b, obj, names, w, m = length_shaping(b, objectives, st.reward_names, weights, st.slots,
-                                                 s.max_new_tokens, accuracy_index(reward_fns))  # length
-            b, sm = objective_scores(b, obj, names, w, st.slots)                              # objectives
-            per_row = per_row_metrics(objectives, st.reward_names, b.scores, accuracy_index(reward_fns))
-            keep = keep_rows(per_row, b.group_ids, st.slots)                                  # filter
-            ph.batch = b
-        t_gen += t1 - t0
-        t_score += time.perf_counter() - t1
-        if rnd == 0:
-            first = {**sm, **m, **accuracy_metrics(objectives, reward_fns), **_completion_metrics(b), **env_metrics(b),
-                     **gold_metrics(st.gold, b.texts, b.rows)}
-            first["_objectives"] = (list(names), list(w))  # the columns the diagnostics correlate (pipeline)
-            first["reward/unscored_frac"] = max(n_failed, default=0) / max(b.size, 1)  # the worst reward's
-            first["_samples"] = [
-                {"prompt": r.get("question", ""), "completion": conversation(r, t),
-                 **{n: float(objectives[i, k]) for k, n in enumerate(st.reward_names)}}
-                for i, (t, r) in enumerate(zip(b.texts, b.rows))
-            ]
-        local_done[0] += b.size
-        local_done[1] += float(b.policy_tokens.sum())
-        n_groups += int(len(torch.unique(b.group_ids)))
+        yield
+        self.times[what] += time.perf_counter() - t0
+
+    def record_first(self, b: Batch, objectives: torch.Tensor, n_failed: list[int], metrics: dict[str, float],
+                     columns: tuple[list[str], list[float]]) -> None:
+        """Round 0's metrics: the objectives' and length shaping's `metrics`, accuracy, completion, env and
+        gold metrics, the share of unscored rows; its samples; the objective `columns` (names, weights)
+        the diagnostics correlate. objectives: [N, K] raw reward columns."""
+        st, reward_fns = self.st, [c for c, _ in self.st.rewards]
+        self.metrics = {**metrics, **accuracy_metrics(objectives, reward_fns), **_completion_metrics(b),
+                        **env_metrics(b), **gold_metrics(st.gold, b.texts, b.rows)}
+        self.metrics["reward/unscored_frac"] = max(n_failed, default=0) / max(b.size, 1)  # the worst reward's
+        self.objective_columns = (list(columns[0]), list(columns[1]))
+        self.samples = [
+            {"prompt": r.get("question", ""), "completion": conversation(r, t),
+             **{n: float(objectives[i, k]) for k, n in enumerate(st.reward_names)}}
+            for i, (t, r) in enumerate(zip(b.texts, b.rows))
+        ]
+
+    def add(self, b: Batch, keep: torch.Tensor) -> None:
+        """The round's rows `b` and the filters' verdict `keep` [N] bool (whole groups)."""
+        self.last = b
+        self.local_done[0] += b.size
+        self.local_done[1] += float(b.policy_tokens.sum())
+        self.n_groups += int(len(torch.unique(b.group_ids)))
         if bool(keep.any()):
             kb = b.select(keep)
-            kept.append(kb)
-            n_kept += int(len(torch.unique(kb.group_ids)))
-    done = dist.all_reduce_sum(torch.tensor(local_done, dtype=torch.float64))
-    st.totals["completions"] += float(done[0])
-    st.totals["tokens"] += float(done[1])
-    batch = concat(kept, int(st.models.tokenizer.pad_token_id)) if kept else b.select([])
-    first.update({
-        "groups/kept_frac": n_kept / max(n_groups, 1),
-        "groups/dropped": float(n_groups - n_kept),
-        "groups/rounds": float(rounds),
-        "time/generate": t_gen,
-        "time/score": t_score,
-    })
-    return batch, first
+            self.kept.append(kb)
+            self.n_kept += int(len(torch.unique(kb.group_ids)))
+
+    def finish(self) -> tuple[Batch, dict[str, Any]]:
+        """The kept rows of every round (one Batch) and the step's sampling metrics: round 0's and
+        groups/kept_frac (over all rounds), groups/dropped, groups/rounds, time/generate, time/score.
+        Adds the completions and tokens generated on all ranks to the run's totals (a collective)."""
+        st = self.st
+        done = dist.all_reduce_sum(torch.tensor(self.local_done, dtype=torch.float64))
+        st.totals["completions"] += float(done[0])
+        st.totals["tokens"] += float(done[1])
+        batch = concat(self.kept, int(st.models.tokenizer.pad_token_id)) if self.kept else self.last.select([])
+        m = dict(self.metrics)
+        m.update({
+            "groups/kept_frac": self.n_kept / max(self.n_groups, 1),
+            "groups/dropped": float(self.n_groups - self.n_kept),
+            "groups/rounds": float(self.rounds),
+            "time/generate": self.times["generate"],
+            "time/score": self.times["score"],
+        })
+        return batch, m
 
 
 def _completion_metrics(b: Batch) -> dict[str, float]:

@@ -13,6 +13,7 @@ from zoo.batch import Batch
 from zoo.components.objective import combine_objectives
 from zoo.components.stats import group_constant
 from zoo.components.types import LengthRows
+from zoo.rewards.compute import check_weighted
 from zoo.step.types import Slots
 
 
@@ -49,7 +50,9 @@ def objective_scores(batch: Batch, obj: Tensor, names: list[str], weights: list[
 
     obj: [N, K] columns (NaN where a reward could not be computed). Logs the reward that trains (C11):
     reward/total = sum_k w_k mean(R_k), each column's mean, reward/failed (rows with a NaN column) and
-    groups/zero_var_frac (groups whose weighted raw reward is constant)."""
+    groups/zero_var_frac (groups whose weighted raw reward is constant); column means in float64.
+    Raises RewardError when a weight x value exceeds zoo.rewards.compute.REWARD_LIMIT."""
+    check_weighted(obj, names, weights)  # |w x value| within REWARD_LIMIT, or RewardError
     w = torch.tensor(weights, dtype=obj.dtype)
     normed = slots.objective_norm(obj, batch.group_ids)  # [N, K]
     scores = combine_objectives(normed, w)  # [N]
@@ -64,9 +67,10 @@ def objective_scores(batch: Batch, obj: Tensor, names: list[str], weights: list[
 
 
 def nanmean(x: Tensor) -> float:
-    """Mean of the non-NaN entries of `x`; NaN when there are none."""
+    """Mean of the non-NaN entries of `x`, computed in float64 (a float32 sum of large rewards would
+    overflow); NaN when there are none."""
     ok = ~torch.isnan(x)
-    return float(x[ok].mean()) if ok.any() else float("nan")
+    return float(x[ok].double().mean()) if ok.any() else float("nan")
 
 
 def group_frac(flag_per_row: Tensor, group_ids: Tensor) -> float:

@@ -17,15 +17,15 @@ from zoo import dist, strategy
 from zoo.batch import Batch
 from zoo.components import StepView
 from zoo.declarations import of as declared
-from zoo.fields import declared_reads
+from zoo.fields import BATCH, BY_NAME, declared_reads
+from zoo.kinds import by_kind
 from zoo.step.forwards import forward_logp, micro_rows
 from zoo.step.types import Models, Slots, StepSettings
 
 UPDATE_TIME = ("logp", "entropy")
-ROLLOUT_READS = ("scores", "objectives", "logp_rollout", "logp_ref", "values", "token_rewards")  # in the view when read
+#: what the clip rule's call passes positionally (logp, logp_old, advantages, mask): never a keyword
+CLIP_POSITIONAL = by_kind("clip").reads
 ROW_FIELDS = ("scores", "objectives")  # [M] / [M, K]: not padded to T
-#: rollout fields of the Batch a clip rule may declare in `reads=` and then gets as keywords
-CLIP_FIELDS = ("logp_rollout", "logp_ref", "values", "token_rewards")
 
 
 def selectors(slots: Slots) -> list[Any]:
@@ -85,15 +85,22 @@ def view(fields: dict[str, Tensor] | None, component: Any, mb: Batch, rows: Tens
 
 def clip_kwargs(fields: dict[str, Tensor] | None, clip: Any, mb: Batch, rows: Tensor, offset: int,
                 update_fields: dict[str, Tensor]) -> dict[str, Any]:
-    """The keyword arguments of the clip rule's call for micro-batch `mb`: each rollout field of the
-    Batch the rule declares in `reads=` (CLIP_FIELDS, e.g. dppo's logp_rollout [n, T], None when
-    absent), and {"step": its StepView} for a rule registered with `selects=True` (e.g. clip_cov);
-    {} for a plain function put in the slot by hand (arguments as `view`)."""
+    """The keyword arguments of the clip rule's call for micro-batch `mb`: each rollout field the rule
+    declares in `reads=` beyond its positional arguments (a Batch field, e.g. dppo's logp_rollout
+    [n, T], or a `Batch.extras` key a stage wrote; None when absent), and {"step": its StepView} for
+    a rule registered with `selects=True` (e.g. clip_cov); {} for a plain function put in the slot
+    by hand (arguments as `view`)."""
     decl = declared(clip)
-    kw: dict[str, Any] = {f: getattr(mb, f) for f in decl.reads if f in CLIP_FIELDS}
+    kw: dict[str, Any] = {f: rollout_field(mb, f) for f in decl.reads
+                          if f not in CLIP_POSITIONAL and (f in BATCH or f not in BY_NAME)}
     if decl.selects:
         kw["step"] = view(fields, clip, mb, rows, offset, update_fields)
     return kw
+
+
+def rollout_field(b: Batch, name: str) -> Any:
+    """Rollout field `name` of `b`: a Batch attribute (BATCH) or a `Batch.extras` key; None when absent."""
+    return getattr(b, name) if name in BATCH else b.extras.get(name)
 
 
 def rank_offset(n_rows: int) -> int:
@@ -107,9 +114,11 @@ def _rollout_fields(b: Batch, reads: Any = ()) -> dict[str, Tensor]:
            "completion_ids": b.completion_ids.cpu()}
     if b.logp_old is not None:
         out["logp_old"] = b.logp_old.detach().float().cpu()
-    for f in ROLLOUT_READS:  # the rollout-time fields a selecting component declares it reads
-        if f in reads and getattr(b, f) is not None:
-            out[f] = getattr(b, f).detach().float().cpu()
+    for f in reads:  # the rollout-time fields a selecting component declares it reads (Batch or extras)
+        if f not in out and (f in BATCH or f not in BY_NAME):
+            v = rollout_field(b, f)
+            if v is not None:
+                out[f] = v.detach().float().cpu()
     return out
 
 
@@ -124,4 +133,4 @@ def _gather(local: dict[str, Tensor]) -> dict[str, Tensor]:
     parts = dist.all_gather_object(local)
     T = max(int(p["mask"].shape[1]) for p in parts)
     pad = lambda t: torch.nn.functional.pad(t, (0, T - t.shape[1]))  # noqa: E731
-    return {k: torch.cat([p[k] if k in ROW_FIELDS else pad(p[k]) for p in parts]) for k in local}
+    return {k: torch.cat([p[k] if k in ROW_FIELDS or p[k].dim() == 1 else pad(p[k]) for p in parts]) for k in local}

@@ -9,17 +9,41 @@ from typing import Any, Callable, Mapping
 import torch
 
 from zoo import guards, registry
+from zoo.config.desugar import KL_NAME, kl_parts
+from zoo.declarations import Declaration
 from zoo.declarations import of as declared
-from zoo.config.desugar import kl_parts
+from zoo.stages import active as active_stages
 from zoo.config.variant import KLSpec, Variant, build_components
+
+
+@dataclass(frozen=True)
+class KLReward:
+    """The kl: slot's placement `reward`: the kl_reward stage's estimator (a `kl_estimator` component)
+    and coefficient. `name` is the kl: slot's target, the one its controller sets (`kl.beta`), so the
+    stage's beta is looked up like a loss term's hyperparameters (`params`)."""
+
+    estimator: registry.Component
+    beta: float
+    name: str = KL_NAME
+    kind: str = "kl_estimator"
+    decl: Declaration = Declaration(reads=("logp_old", "logp_ref"))
+
+    def resolved(self) -> dict[str, float]:
+        return {"beta": self.beta}
+
+
+def params(component: Any, coefs: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
+    """What a controller set for `component` now (coefs: {target: {hyperparameter: value}}, targets
+    by component name), over nothing: the keywords a loss term is called with."""
+    return dict(coefs.get(getattr(component, "name", ""), {}))
 
 
 @dataclass
 class Slots:
     """A variant's built components, one field per slot of zoo/kinds.py, with the `kl:` slot
     expanded (zoo/config/desugar.py): placement loss adds the `kl` loss term to `loss`, placement reward
-    sets `kl_reward` (the estimator of the kl_reward stage), `adaptive` adds the `adaptive_kl`
-    controller to `controllers`."""
+    sets `kl_reward` (the kl_reward stage's estimator and beta, `KLReward`), `adaptive` adds the
+    `adaptive_kl` controller to `controllers`."""
 
     advantage: registry.Component
     normalizer: registry.Component
@@ -33,7 +57,8 @@ class Slots:
     correction: list[registry.Component]
     controllers: list[registry.Component]
     kl: KLSpec
-    kl_reward: registry.Component | None = None
+    kl_reward: KLReward | None = None
+    stages: list[registry.Component] = field(default_factory=list)  # plugin stages some component reads (zoo/stages.py)
 
     @staticmethod
     def of(v: Variant, context: Mapping[str, Any] | None = None) -> "Slots":
@@ -45,20 +70,28 @@ class Slots:
         if parts.controller is not None:
             c["controllers"] = c["controllers"] + [registry.build("controller", parts.controller)]
         est = registry.build("kl_estimator", parts.reward_estimator) if parts.reward_estimator else None
-        return Slots(kl=kl, kl_reward=est, **c)
+        s = Slots(kl=kl, kl_reward=KLReward(est, kl.beta) if est is not None else None, **c)
+        s.stages = active_stages(s.step_components())
+        return s
 
     def step_components(self) -> list[Any]:
-        """The components that read fields of the step: the advantage estimator, clip rule, loss terms,
-        corrections, length components, filters, the critic and the KL in the reward."""
-        one = [c for c in (self.advantage, self.clip, self.critic, self.kl_reward) if c is not None]
-        return [*one, *self.loss, *self.correction, *self.length, *self.filter]
+        """The components that read fields of the step: every slot's but the aggregation and the
+        controllers, the KL in the reward, and the plugin stages some of them read (`stages`)."""
+        one = [c for c in (self.advantage, self.normalizer, self.objective_norm, self.clip, self.critic,
+                           self.kl_reward) if c is not None]
+        return [*one, *self.loss, *self.correction, *self.length, *self.filter, *self.stages]
 
     def reads(self, name: str) -> bool:
         """Whether any component of the variant reads field `name`, so the step computes it: "values"
         builds and runs the critic, "logp_ref" the reference model, "logp_old" the old forward (the
         KL in the reward reads both)."""
-        return any(name in declared(c).reads for c in self.step_components()) or (
-            name in ("logp_ref", "logp_old") and self.kl_reward is not None)
+        return any(name in declared(c).reads for c in self.step_components())
+
+    def coefficients(self) -> dict[str, dict[str, float]]:
+        """{target: {hyperparameter: value}} as the variant states them, for the coefficients a
+        controller may move and the step logs: the kl: slot's beta (its loss term and its KL in the
+        reward share the target)."""
+        return {KL_NAME: {"beta": self.kl.beta}}
 
     def needs_grad(self, name: str) -> bool:
         """Whether a loss term needs the gradient of field `name` (e.g. the entropy bonus)."""

@@ -22,7 +22,7 @@ from zoo.step import selection
 from zoo.step.forwards import critic_values, forward_logp, micro_rows
 from zoo.step.hooks import NO_HOOKS, Hooks
 from zoo.step.mismatch import RolloutTally, rollout_weight
-from zoo.step.types import Models, Slots, StepSettings
+from zoo.step.types import Models, Slots, StepSettings, params
 
 
 def step_counts(mask: Tensor, max_new_tokens: int) -> StepCounts:
@@ -201,7 +201,7 @@ def _accumulate(sub: Batch, models: Models, slots: Slots, s: StepSettings, count
                          **selection.clip_kwargs(fields, slots.clip, mb, r, offset, {"logp": logp, "entropy": ent}))
         inp = TermInputs(logp=logp, logp_old=old, advantages=mb.advantages, mask=m, counts=counts, entropy=ent,
                          logp_ref=mb.logp_ref, scores=mb.scores, objectives=mb.objectives, values=mb.values,
-                         token_rewards=mb.token_rewards, logp_rollout=mb.logp_rollout)
+                         token_rewards=mb.token_rewards, logp_rollout=mb.logp_rollout, extras=mb.extras)
 
         def inputs(c: Any) -> TermInputs:  # a selecting component also gets its view of the step
             v = selection.view(fields, c, mb, r, offset, {"logp": logp, "entropy": ent})
@@ -216,7 +216,7 @@ def _accumulate(sub: Batch, models: Models, slots: Slots, s: StepSettings, count
         tally.rollout.add(old, mb.logp_rollout, w_roll, m)
         own = []  # terms aggregated with their own rule
         for term in slots.loss:
-            tr = term(inputs(term), **coefs.get(term.name, {}))
+            tr = term(inputs(term), **params(term, coefs))
             agg = own_rule.get(term.name, slots.aggregate)
             losses[f"loss/{term.name}"] += float(agg(tr.loss.detach(), m, counts))
             tally.add_stats(term.name, tr.token_stats, m)

@@ -82,6 +82,8 @@ def fingerprint_fields(cfg: RunConfig) -> dict[str, Any]:
         "generator": _generator(cfg),
     }
     fields["sampling"].pop("backend", None)  # recorded resolved, under "generator"
+    if not fields["optim"].get("fused"):  # the default: the digests of runs from before the key stay
+        fields["optim"].pop("fused", None)
     fields["sampling"].pop("batch_size", None)  # not what is trained: in provenance, a resume that changes it warns
     return json.loads(json.dumps(fields, default=str))  # tuples -> lists, as they read back from JSON
 

@@ -41,7 +41,7 @@ from zoo.study.seed_stats import seed_statistics, to_json
 from zoo.study.stats_table import compare_rows, stats_rows
 from zoo.study.stats import reward_keys
 from zoo.study.table import one_line, table_rows
-from zoo.study.tracking import read_json
+from zoo.study.study_index import read_index
 
 
 def _md_cell(s: str) -> str:
@@ -169,14 +169,15 @@ def write_report(study_dir: Path | str, console: Any = None) -> Path:
     runs = discover(study_dir)
     groups = group_runs(runs)
     check_same_config(groups)
-    name = read_json(study_dir / "study.json").get("name") or study_dir.name
+    index, damaged = read_index(study_dir)  # damaged: a warning naming study.json, its baseline kept
+    name = index.get("name") or study_dir.name
     header, rows = table_rows(groups, reward_keys(runs))
     plots = make_plots(groups, study_dir / "plots")
-    st, comps, warning = seed_statistics(groups, read_json(study_dir / "study.json").get("baseline"))
+    st, comps, warning = seed_statistics(groups, index.get("baseline"))
     base_name = comps[0].baseline if comps else (groups[0].name if groups else None)
     tables = (stats_rows(st), compare_rows(comps), base_name, warning)
     dropped = left_out(groups)
-    notes = [x.message for x in dropped] + ([warning] if warning else [])
+    notes = ([damaged] if damaged else []) + [x.message for x in dropped] + ([warning] if warning else [])
     out = study_dir / "report.md"
     eval_delta = delta_rows([(r.label, read_eval_record(r.dir)) for r in runs])
     out.write_text(markdown(name, header, rows, plots, runs, study_dir, tables, notes, eval_delta), encoding="utf-8")
@@ -188,10 +189,10 @@ def write_report(study_dir: Path | str, console: Any = None) -> Path:
                                                       indent=1), encoding="utf-8")
     print_table(name, header, rows, console)
     print_stats(tables, console)
-    if any(r.warnings for r in runs) or dropped:
+    if any(r.warnings for r in runs) or dropped or damaged:
         from rich.console import Console
         from rich.markup import escape
 
-        for w in [w for r in runs for w in r.warnings] + [x.message for x in dropped]:
+        for w in ([damaged] if damaged else []) + [w for r in runs for w in r.warnings] + [x.message for x in dropped]:
             (console or Console(stderr=True)).print(f"[yellow]warning:[/] {escape(w)}", highlight=False, soft_wrap=True)
     return out

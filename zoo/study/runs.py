@@ -16,6 +16,7 @@ from typing import Any, Iterable
 import yaml
 
 from zoo.study.study_checks import foreign_arm_dir
+from zoo.study.study_index import read_index
 from zoo.study.tracking import read_json, read_jsonl_counted
 
 _SEED_SUFFIX = re.compile(r"-s(-?\d+)$")
@@ -108,11 +109,12 @@ def discover(study_dir: Path) -> list[RunData]:
                                             "(report.md, plots/) is written into it", study_dir)
         return [load_run(study_dir)]
     dirs = {d.name: d for d in sorted(study_dir.iterdir()) if d.is_dir() and any((d / m).exists() for m in marker)}
-    own = read_json(study_dir / "study.json").get("name")
+    index = read_index(study_dir)[0]  # a damaged study.json: what its text still says (report warns)
+    own = index.get("name")
     foreign = {label: why for label, d in dirs.items() if (why := foreign_arm_dir(study_dir, d, own))}
     for why in foreign.values():  # a symlinked arm of another study is not this study's result
         logging.getLogger(__name__).warning("report %s: left out %s", study_dir, why)
-    order = [a.get("label") for a in read_json(study_dir / "study.json").get("arms", []) if a.get("label")]
+    order = [a.get("label") for a in index.get("arms", []) if isinstance(a, dict) and a.get("label")]
     names = [n for n in dict.fromkeys(order + sorted(dirs)) if n not in foreign]
     runs = [load_run(dirs.get(n, study_dir / n)) for n in names]
     if not runs:

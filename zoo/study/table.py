@@ -46,30 +46,23 @@ def _peak(run: RunData, key: str = "perf/peak_mem_mb") -> float | None:
     return max(s.values()) if s else _last(run, key)
 
 
-def _find(d: Any, key: str) -> Any:
-    """The first non-None value of `key` in a nested dict, shallowest first."""
-    queue = [d]
-    while queue:
-        cur = queue.pop(0)
-        if isinstance(cur, dict):
-            if cur.get(key) is not None:
-                return cur[key]
-            queue += [v for v in cur.values() if isinstance(v, (dict, list))]
-        elif isinstance(cur, list):
-            queue += [v for v in cur if isinstance(v, (dict, list))]
-    return None
-
-
 def used_values(run: RunData) -> dict[str, str]:
-    """group_size, updates (epochs x minibatches), lr, max_new_tokens actually used: from the
-    trainer's resolved summary["config"] when it has them, else from config.yaml (the budget wins
-    over the variant, as in training)."""
-    resolved = run.summary.get("config") or {}
-    out = {k: _find(resolved, k) for k in ("group_size", "updates", "lr", "max_new_tokens")}
+    """group_size, updates (epochs x minibatches), lr, max_new_tokens actually used, in this order of
+    sources: the trainer's `resolved_variant` (the variant after `set:` and the budget, as trained)
+    and `optim` / `budget` of its resolved config (summary["config"], else config.yaml); for a run
+    that never started, the budget, else the variant with its `set:` (the budget wins over the
+    variant, as in training). A `set: {group_size: 3}` that the budget overrode is not what ran."""
     cfg = run.config
-    budget, optim = cfg.get("budget") or {}, cfg.get("optim") or {}
-    out["lr"] = out["lr"] if out["lr"] is not None else optim.get("lr")
-    out["max_new_tokens"] = out["max_new_tokens"] if out["max_new_tokens"] is not None else budget.get("max_new_tokens")
+    resolved = [c for c in (run.summary.get("config"), cfg) if isinstance(c, dict)]
+    out: dict[str, Any] = {"group_size": None, "updates": None, "lr": None, "max_new_tokens": None}
+    for c in resolved:  # the values the trainer resolved, where it wrote them
+        rv = next((c[k] for k in ("resolved_variant", "variant") if isinstance(c.get(k), dict)), {})  # older: variant
+        budget = c.get("budget") if isinstance(c.get("budget"), dict) else {}
+        optim = c.get("optim") if isinstance(c.get("optim"), dict) else {}
+        for key, v in (("group_size", rv.get("group_size")), ("updates", rv.get("updates")),
+                       ("lr", optim.get("lr")), ("max_new_tokens", budget.get("max_new_tokens"))):
+            out[key] = v if out[key] is None else out[key]
+    budget = cfg.get("budget") if isinstance(cfg.get("budget"), dict) else {}
     for key in ("group_size", "updates"):
         if out[key] is None:
             out[key] = budget.get(key)

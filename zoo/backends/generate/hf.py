@@ -19,6 +19,7 @@ from typing import Iterable, Iterator, Sequence
 import torch
 from torch import Tensor, nn
 
+from zoo import step_progress
 from zoo.backends.generate.warping import RolloutLogprobs, processor_list
 from zoo.batch import Batch
 from zoo.models.forward import (
@@ -206,6 +207,7 @@ def generate_rollout(
     mb = micro_batch or N
     chunks: list[Tensor] = []
     logps: list[Tensor] = []
+    step_progress.report("generate", 0, N)  # a long step shows its progress chunk by chunk (zoo.step_progress)
     with eval_no_grad(model), neutral_generation_config(model):
         for s in range(0, N, mb):
             prefix = _shared_prefill(model, ids[s : s + mb], mask[s : s + mb], prompt_index[s : s + mb]) \
@@ -221,6 +223,7 @@ def generate_rollout(
             rec.finish(out[:, -1])
             chunks.append(out[:, P:])
             logps.append(rec.values())
+            step_progress.report("generate", min(s + mb, N), N)
     T = max(c.shape[1] for c in chunks)
     completion_ids = torch.cat([_pad_right(c, T, pad_id) for c in chunks], dim=0)  # [N, T]
     cmask, truncated, lengths = completion_mask(completion_ids, stops)

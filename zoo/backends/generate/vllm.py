@@ -59,7 +59,7 @@ def _pad(rows: list[list], width: int, value) -> list[list]:
 
 
 class VLLMGenerator:
-    """`zoo.kinds.Generator` and `zoo.backends.generate.weights.WeightReceiver` over one in-process
+    """`zoo.kinds.Generator` and `zoo.kinds.WeightReceiver` over one in-process
     `vllm.LLM`. `startup_s`, `last_sync_s` and `version` (the policy version served) are public."""
 
     def __init__(self, policy: nn.Module, tokenizer, opts: EngineOptions) -> None:

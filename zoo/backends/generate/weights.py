@@ -1,10 +1,11 @@
 """The weight-transfer contract between the trainer and a sampler that holds its own copy of the weights
 (the `vllm` generator today; rollout workers in other processes later).
 
-A policy version is `PolicyVersion(version, tensors)`: an increasing integer and the named tensors of
-the policy in the BASE model's names (transformers' `model.layers.0.self_attn.q_proj.weight`, ...). A
-receiver (`WeightReceiver.accept`) loads them and from then on samples with them; it must not assume
-it runs in the trainer's process: the tensors are plain CPU or device tensors, no module is shared.
+The contract's types live in zoo/kinds.py with the other kinds' contracts (re-exported here). A policy
+version is `PolicyVersion(version, tensors)`: an increasing integer and the named tensors of the policy
+in the BASE model's names (transformers' `model.layers.0.self_attn.q_proj.weight`, ...). A receiver
+(`WeightReceiver.accept`) loads them and from then on samples with them; it must not assume it runs in
+the trainer's process: the tensors are plain CPU or device tensors, no module is shared.
 
 LoRA is merged on the fly: each adapted Linear is sent as `W + scaling * B @ A` under the base layer's
 name (PEFT's `base_model.model.` prefix and `.base_layer` infix stripped, the `lora_*` tensors
@@ -13,33 +14,16 @@ themselves skipped), so the receiver needs no adapter support and the trainer's 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterator, Protocol
+from typing import Iterator
 
 import torch
 from torch import Tensor, nn
 
+from zoo.kinds import PolicyVersion, WeightReceiver
+
+__all__ = ["PEFT_PREFIX", "PolicyVersion", "WeightReceiver", "base_name", "named_weights", "policy_version"]
+
 PEFT_PREFIX = "base_model.model."
-
-
-@dataclass(frozen=True)
-class PolicyVersion:
-    """One version of the policy's weights.
-
-    version: increases by one per sync (0: the weights the sampler starts from).
-    tensors: (name, tensor) pairs in the base model's parameter names (transformers' names, no PEFT
-        wrapper names); every tensor detached. For LoRA the adapted layers are merged (see the module doc).
-    """
-
-    version: int
-    tensors: tuple[tuple[str, Tensor], ...]
-
-
-class WeightReceiver(Protocol):
-    """What a sampler with its own weights implements: `accept` loads a version and returns the version
-    it now samples with. Cached prompt states of older versions must not be reused afterwards."""
-
-    def accept(self, policy: PolicyVersion, /) -> int: ...
 
 
 def base_name(peft_name: str) -> str | None:
