@@ -41,9 +41,9 @@ def test_validate_applies_the_budgets_critic_warmup(tmp_path):
 
 
 @pytest.mark.parametrize("sigma, seed, message", [
-    (True, 0, "sigma must be a finite number >= 0"),     # a bool is not a number
-    ("big", 0, "sigma must be a finite number >= 0"),    # used to raise a bare TypeError
-    (0.5, 1.5, "seed must be an integer >= 0"),
+    (True, 0, "'sigma' must be a number, got True"),     # a bool is not a number (the registry's type check)
+    ("big", 0, "'sigma' must be a number, got 'big'"),   # used to raise a bare TypeError
+    (0.5, 1.5, "'seed' must be an integer, got 1.5"),
     (0.5, -5, "seed must be an integer >= 0"),
 ])
 def test_noisy_generator_parameters_are_typed(tmp_path, sigma, seed, message):

@@ -72,7 +72,7 @@ def test_more_than_one_process_is_refused(with_vllm, monkeypatch):
     ({"max_model_len": 0}, r"max_model_len must be a positive integer"),
     ({"dtype": "fp8"}, r"dtype must be one of bfloat16, float16, float32 or null"),
     ({"sleep_level": 3}, r"sleep_level must be 0 \(off\), 1"),
-    ({"enforce_eager": "yes"}, r"enforce_eager must be true or false"),
+    ({"enforce_eager": "yes"}, r"'enforce_eager' must be true or false"),
     ({"gpu_memroy_utilization": 0.5}, r"did you mean 'gpu_memory_utilization'"),
 ])
 def test_bad_settings_are_refused_with_what_is_allowed(with_vllm, params, match):

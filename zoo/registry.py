@@ -251,12 +251,31 @@ def _number(v: Any, default: Any) -> Any:
     return v
 
 
+def _type_error(v: Any, default: Any) -> str | None:
+    """What a value must be when its type does not fit the parameter's default (None: it fits, or the
+    default says nothing: required, or None). A bool default takes a bool (not "false"), an int one an
+    int, a float one a number, a str one a string, a list/tuple one a list."""
+    if default is inspect.Parameter.empty or default is None:
+        return None
+    if isinstance(default, bool):
+        return None if isinstance(v, bool) else "true or false"
+    if isinstance(default, int):
+        return None if isinstance(v, int) and not isinstance(v, bool) else "an integer"
+    if isinstance(default, float):
+        return None if isinstance(v, (int, float)) and not isinstance(v, bool) else "a number"
+    if isinstance(default, str):
+        return None if isinstance(v, str) else "a string"
+    if isinstance(default, (list, tuple)):
+        return None if isinstance(v, (list, tuple)) else "a list"
+    return None
+
+
 def build(kind: str, spec: str | Mapping[str, Any], context: Mapping[str, Any] | None = None) -> Component:
     """Resolve a spec to a callable `Component` with its hyperparameters bound.
 
     Raises ComponentError when the name is unknown (listing close matches), a parameter is not one
-    of the component's keyword-only parameters, a required one is missing, a float one is NaN or
-    infinite, or its `check` rejects the values. No model or data is touched.
+    of the component's keyword-only parameters, a required one is missing, a value's type does not fit
+    the parameter's default (`_type_error`), a float one is NaN or infinite, or its `check` rejects the values. No model or data is touched.
     """
     name, params = parse_spec(spec)
     entry = get(kind, name)
@@ -273,6 +292,9 @@ def build(kind: str, spec: str | Mapping[str, Any], context: Mapping[str, Any] |
     if missing:
         raise ComponentError(f"{kind} {name!r}: missing required parameter {', '.join(map(repr, missing))}")
     params = {k: _number(v, hp[k]) for k, v in params.items()}
+    wrong = [f"{k!r} must be {want}, got {params[k]!r}" for k in params if (want := _type_error(params[k], hp[k]))]
+    if wrong:
+        raise ComponentError(f"{kind} {name!r}: parameter {'; '.join(wrong)}")
     bad = [k for k, v in params.items() if isinstance(v, float) and not math.isfinite(v)]
     if bad:
         raise ComponentError(f"{kind} {name!r}: parameter {', '.join(map(repr, bad))} must be a finite number, "

@@ -64,6 +64,28 @@ def _scheduler(opt: torch.optim.Optimizer, cfg: RunConfig, total: int):
     return get_scheduler(name, opt, num_warmup_steps=warm, num_training_steps=total)
 
 
+def _make_run_folder(cfg: RunConfig) -> None:
+    """Create the run folder, or raise WriteError (an OSError) naming it and the key that sets it (output_dir or name)."""
+    out = cfg.out_dir()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        key = f"output_dir {cfg.output_dir!r}" if cfg.output_dir else f"name {cfg.name!r} (runs/<name>)"
+        raise WriteError(f"cannot create the run folder {out} ({e.strerror or e}): {key} must name a folder this "
+                         "process can create and write; set another with --set output_dir=DIR", e.errno, str(out)) from None
+
+
+def close_generator(gen: Any) -> None:
+    """Shut down a generator that holds an engine (`close()`, e.g. vllm's) and collect it, so a study's
+    next arm in this process does not hold two engines; a generator without `close` is left alone."""
+    close = getattr(gen, "close", None)
+    if callable(close):
+        close()
+        import gc
+
+        gc.collect()
+
+
 def _adamw(params, lr: float, cfg: RunConfig) -> torch.optim.Optimizer:
     """torch's AdamW; `optim.fused` selects its fused kernel (one kernel over every tensor instead of a
     per-tensor loop: measured 4-5x faster per optimizer step on CPU, docs/performance.md) where every
@@ -211,6 +233,7 @@ def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
     if dist.rank() != 0:
         return _train(cfg, resume, progress=progress, on_step=on_step, fresh_hint=fresh_hint)
     checked = validate_run(cfg)  # before the run folder is made or read: refused as `zoo validate` refuses it
+    _make_run_folder(cfg)
     with lock.locked(cfg.out_dir() / lock.LOCK_NAME, what=f"run folder {cfg.out_dir()}"):
         return _train(cfg, resume, progress=progress, on_step=on_step, fresh_hint=fresh_hint, checked=checked)
 
@@ -319,6 +342,7 @@ def _train(cfg: RunConfig, resume: bool, *, progress: bool, on_step: Callable[[i
         raise
     finally:
         close_rewards(st.rewards + [(c, 1.0) for c in st.gold])  # the run owns its rewards' sessions
+        close_generator(st.generator)  # an engine (vllm) per run: the next arm of a study starts its own
 
 
 class _NullTracker:

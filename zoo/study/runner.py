@@ -182,8 +182,14 @@ def run_study(st: Study, *, dry_run: bool = False, shard: tuple[int, int] | None
 
 
 def _summarise(st: Study, arms: list[Arm], results: Mapping[str, str], console: Any) -> int:
-    """Print how many arms finished; 0 iff all did."""
-    bad = [k + (" (in use by another process)" if s == "locked" else "") for k, s in results.items() if s != "finished"]
+    """Print how many arms finished; 0 iff all did. An arm skipped because another process held it
+    counts as finished when that process has finished it by now (two `zoo ablate` of one study: the
+    last to end reports every arm)."""
+    dirs = {a.label: a.config.out_dir() for a in arms}
+    results = {k: ("finished" if s == "locked" and k in dirs and arm_status(dirs[k])[0] == "finished" else s)
+               for k, s in results.items()}
+    bad = [k + (" (in use by another process, which writes the study's report when it ends)" if s == "locked" else "")
+           for k, s in results.items() if s != "finished"]
     console.print(f"study {st.name}: {len(arms) - len(bad)}/{len(arms)} arm(s) finished"
                   + (f"; not finished: {', '.join(bad)}" if bad else ""), highlight=False)
     return 0 if not bad else 1
