@@ -32,6 +32,14 @@ def test_many_prompts_improving_exclude_zero_and_pairing_ignores_order():
     assert paired_delta(after, before).verdict == "worse"
 
 
+def test_partial_credit_is_not_an_exact_answer():
+    # reasoning_gym scores "13" against gold "1" 0.5: exact accuracy counts it 0, as zoo.rewards.accuracy does
+    before = {"a": 0.0, "b": 0.0, "c": 1.0, "d": 0.5}
+    after = {"a": 0.5, "b": 1.0, "c": 1.0, "d": 0.0}
+    e = paired_delta(before, after)  # exact: before [0, 0, 1, 0] = 0.25, after [0, 1, 1, 0] = 0.5
+    assert (e.n, e.before, e.after, e.delta) == (4, 0.25, 0.5, 0.25)
+
+
 def test_unscored_and_unpaired_prompts_are_left_out():
     before = {"a": 1.0, "b": None, "c": 0.0, "x": 1.0}
     after = {"a": 0.0, "b": 1.0, "c": float("nan"), "y": 1.0}

@@ -101,3 +101,22 @@ def test_an_unknown_eval_backend_is_refused_before_any_model_loads():
     cfg = RunConfig.model_validate({"eval": {"backend": "noisyy"}})
     with pytest.raises(VariantError, match=r"eval\.backend: .*noisy"):
         validate_run(cfg)
+
+
+def test_samples_zero_scores_greedy_only():
+    """eval.samples 0: one greedy completion per prompt is generated and scored (the same texts as
+    with k samples), no sampled ones; greedy accuracy is 1 of 5 rows and eval/avg_at_k is absent."""
+    model, tok = tiny_model_and_tokenizer()
+    calls: list[list[str]] = []
+
+    def first_row_right(texts, rows):  # 1.0 for the first row (by its prompt: evaluation passes copies)
+        calls.append(list(texts))
+        return [1.0 if r["prompt"] == ROWS[0]["prompt"] else 0.0 for r in rows]
+
+    first_row_right.decl = Declaration(accuracy=True)
+    res = evaluate(HFGenerator(model, tok), tok, ROWS, first_row_right, max_new_tokens=MAX_NEW, samples=0,
+                   temperature=TEMP, seed=SEED, batch_size=BATCH)
+    assert calls == [direct_hf_texts(model, tok)[0]]
+    assert res["eval/greedy_acc"] == pytest.approx(0.2, rel=1e-6) and "eval/avg_at_k" not in res
+    assert res["eval/k"] == 0.0 and res["eval/n"] == 5.0 and res["eval/unscored"] == 0.0
+    assert RunConfig.model_validate({"name": "r", "variant": "grpo", "eval": {"samples": 0}}).eval.samples == 0

@@ -40,7 +40,8 @@ def evaluate(
 
     generator: a `zoo.kinds.Generator` (the run's `eval.backend`, by default its `sampling.backend`:
     `zoo.backends.generate.backend.eval_generator`); greedy is `do_sample=False`, avg@k samples at
-    `temperature` with top-p 1 and no top-k. tokenizer: the policy's (the env rollout's templates).
+    `temperature` with top-p 1 and no top-k. samples: k for avg@k; 0 samples nothing and leaves
+    eval/avg_at_k out (greedy accuracy only, half the cost). tokenizer: the policy's (the env rollout's templates).
     batch_size: rows per underlying generate call. device: whose RNG is forked besides the CPU's (a
     CUDA device; None: the CPU's alone).
     env: a `zoo.envs.base.EnvSpec` (the run's `task.env`): every completion is a multi-turn rollout
@@ -60,15 +61,14 @@ def evaluate(
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
         greedy = generator.generate(prompts, 1, greedy_params)
-        sampled = generator.generate(prompts, samples, sampled_params)
+        sampled = generator.generate(prompts, samples, sampled_params) if samples else None
     g = correctness(greedy.texts, copy.deepcopy(list(rows)))  # copies: a reward that edits its rows changes nothing
     rep = [r for r in rows for _ in range(samples)]
-    s = correctness(sampled.texts, copy.deepcopy(rep))
+    s = correctness(sampled.texts, copy.deepcopy(rep)) if sampled is not None else []
     g_t, s_t = _scores(g), _scores(s)  # [n], [n * k]; NaN = could not be scored
     if per_prompt is not None:
         per_prompt.update(prompt_scores(rows, g))
-    return {"eval/greedy_acc": accuracy(g_t), "eval/avg_at_k": accuracy(s_t), "eval/k": float(samples),
-            "eval/n": float(len(rows)), "eval/unscored": float(torch.isnan(g_t).sum() + torch.isnan(s_t).sum())}
+    return _metrics(g_t, s_t, samples, len(rows))
 
 
 def _evaluate_env(generator, tokenizer, rows, correctness, env, greedy_params: SamplingParams,
@@ -80,15 +80,24 @@ def _evaluate_env(generator, tokenizer, rows, correctness, env, greedy_params: S
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
         greedy = rollout(generator, tokenizer, built, env, rows, 1, greedy_params, seed)
-        sampled = rollout(generator, tokenizer, built, env, rows, samples, sampled_params, seed)
+        sampled = rollout(generator, tokenizer, built, env, rows, samples, sampled_params, seed) if samples else None
     g_t, s_t = (_scores([None if failed else x for x, failed in zip(correctness(b.texts, copy.deepcopy(b.rows)),
-                                                                   b.extras["env_failed"].tolist())])
+                                                                   b.extras["env_failed"].tolist())]
+                        if b is not None else [])
                 for b in (greedy, sampled))
     if per_prompt is not None:
         per_prompt.update(prompt_scores(rows, [None if x != x else float(x) for x in g_t.tolist()]))  # G = 1: row order
-    return {"eval/greedy_acc": accuracy(g_t), "eval/avg_at_k": accuracy(s_t), "eval/k": float(samples),
-            "eval/n": float(len(rows)), "eval/unscored": float(torch.isnan(g_t).sum() + torch.isnan(s_t).sum()),
-            "eval/tool_calls": float(greedy.extras["env_tool_calls"].mean())}
+    return {**_metrics(g_t, s_t, samples, len(rows)), "eval/tool_calls": float(greedy.extras["env_tool_calls"].mean())}
+
+
+def _metrics(g_t: torch.Tensor, s_t: torch.Tensor, samples: int, n: int) -> dict[str, float]:
+    """The eval metrics of greedy scores g_t [n] and sampled scores s_t [n * k]; no eval/avg_at_k when
+    k = 0 (no sampled completions)."""
+    out = {"eval/greedy_acc": accuracy(g_t), "eval/k": float(samples), "eval/n": float(n),
+           "eval/unscored": float(torch.isnan(g_t).sum() + torch.isnan(s_t).sum())}
+    if samples:
+        out["eval/avg_at_k"] = accuracy(s_t)
+    return out
 
 
 def _scores(xs: Sequence[float | None]) -> torch.Tensor:

@@ -9,7 +9,7 @@ of the kind has (positional data arguments; hyperparameters are keyword-only and
 `slot` is the variant slot the kind fills (None: a registry kind that is not a slot, e.g.
 `kl_estimator`, used through the `kl:` slot, and `reward`, listed in the run file's `rewards:`);
 `many` marks a list slot; `optional` a slot that may be `null`; `reads` the fields the kind's
-contract passes today (Part 4 of issue 9 adds per-component declared reads). The `kl` row is a
+contract passes (each component also declares what it reads: zoo.declarations). The `kl` row is a
 setting slot, not a registry kind (`registered=False`): its schema is `zoo.config.variant.KLSpec`.
 
 Shapes: N completions, T completion tokens, K reward objectives (DESIGN.md, "The slot table").

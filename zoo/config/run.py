@@ -107,7 +107,7 @@ class Eval(Strict):
 
     every: int = Field(0, ge=0, description="steps between evaluations (0: only before and after)")
     size: int = Field(32, ge=0)
-    samples: int = Field(4, ge=1, description="k for avg@k")
+    samples: int = Field(4, ge=0, description="k for avg@k (0: greedy accuracy only, no sampled completions)")
     temperature: float = Field(1.0, description=f"logits / temperature for avg@k, >= {MIN_TEMPERATURE}")
     seed: int = 1234
     enabled: bool = True

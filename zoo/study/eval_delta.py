@@ -52,14 +52,16 @@ class EvalDelta:
 
 
 def paired_delta(before: Mapping[str, float | None], after: Mapping[str, float | None]) -> EvalDelta:
-    """EvalDelta of two {prompt id: greedy score} maps (scores 0/1; None or NaN: unscored, left out).
+    """EvalDelta of two {prompt id: greedy score} maps (None or NaN: unscored, left out). A prompt counts
+    as correct only with a score of exactly 1.0 (partial credit counts 0), so before/after are the
+    exact-answer accuracies `zoo.rewards.accuracy` gives.
 
     Only prompts scored both times count (paired). Raises nothing; no common prompt -> EvalDelta(0, ...None)."""
     common = [k for k in before if k in after and _ok(before[k]) and _ok(after[k])]
     if not common:
         return EvalDelta(0, None, None, None)
-    b = np.asarray([float(before[k]) for k in common])  # [n]
-    a = np.asarray([float(after[k]) for k in common])   # [n]
+    b = np.asarray([_exact(before[k]) for k in common])  # [n] 0/1
+    a = np.asarray([_exact(after[k]) for k in common])   # [n] 0/1
     d = a - b                                           # [n] per-prompt change
     out = EvalDelta(len(d), float(b.mean()), float(a.mean()), float(d.mean()))
     if len(d) >= 2:
@@ -68,6 +70,12 @@ def paired_delta(before: Mapping[str, float | None], after: Mapping[str, float |
         else:
             out.low, out.high = _bootstrap((d,), _mean_stat)
     return out
+
+
+def _exact(v: float) -> float:
+    """1.0 for an exact answer (score 1.0), else 0.0: partial credit (reasoning_gym's 0.5 for "13"
+    against "1") is not a correct answer, as in `zoo.rewards.accuracy`."""
+    return 1.0 if float(v) == 1.0 else 0.0
 
 
 def _ok(v: float | None) -> bool:

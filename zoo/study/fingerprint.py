@@ -1,4 +1,4 @@
-"""Fingerprints of a run's resolved config, and the rule for reusing a run folder (issue 11, items 1 and 3).
+"""Fingerprints of a run's resolved config, and the rule for reusing a run folder.
 
 A run folder's results belong to the config that produced them. `fingerprint(cfg)` hashes everything
 that changes training: the variant as resolved (slots with overrides and defaults, group_size, updates),

@@ -1,4 +1,4 @@
-"""Exclusive leases on run folders and study indexes, safe on a folder shared by several hosts (issue 11, item 2).
+"""Exclusive leases on run folders and study indexes, safe on a folder shared by several hosts.
 
     with locked(run_dir / LOCK_NAME, what=str(run_dir)):   # LockedError when someone else holds it
         ...

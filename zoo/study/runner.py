@@ -120,7 +120,7 @@ def run_command(config_path: Path) -> str:
 def run_study(st: Study, *, dry_run: bool = False, shard: tuple[int, int] | None = None,
               train_fn: Callable[..., Any] | None = None, console: Any = None, fresh: tuple[str, ...] = (),
               run_arms: Callable[..., Mapping[str, str]] | None = None) -> int:
-    """Run (or with dry_run only plan) a study's arms; see zoo.study.experiment's module doc and issue 4.
+    """Run (or with dry_run only plan) a study's arms; see zoo.study.experiment's module doc.
 
     Every arm's variant is checked before anything runs (VariantError lists all problems). Each
     arm's config.yaml is written first. An arm folder holding results of another config (see

@@ -1,6 +1,6 @@
 """The `noisy` generator: wraps another generator and adds N(0, sigma^2) to the raw logits before the
 warping, a two-sided sampler/trainer mismatch that is the same on every machine (the noise is drawn on
-the CPU from its own seeded stream), for tests and for studying rollout corrections (issue 12). Top-p
+the CPU from its own seeded stream), for tests and for studying rollout corrections. Top-p
 alone gives a one-sided mismatch: every sampled token's ratio pi_old / pi_rollout lies in [top_p, 1]."""
 from __future__ import annotations
 
