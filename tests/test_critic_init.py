@@ -6,7 +6,7 @@ import torch
 from tests.conftest import tiny_run_config
 from zoo.config.run import effective_variant
 from zoo.config.variant import VariantError
-from zoo.models.critic_init import critic_init_errors
+from zoo.checks.critic import critic_init_errors
 from zoo.testing import tiny_reward_model_and_tokenizer
 
 

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from zoo import strategy
+from zoo.checks.strategy import check_strategy
 from zoo.cli.launch import torchrun_command, without_nproc
 from zoo.config.run import RunConfig
 
@@ -19,16 +20,16 @@ def test_training_strategy_defaults_to_single_and_is_strict():
 
 
 def test_check_strategy_rejects_what_cannot_work():
-    strategy.check_strategy("ddp", 1, "none")  # one process under ddp: allowed (nothing to reduce)
-    strategy.check_strategy("fsdp", 1, "bf16", launched=True)  # FSDP2 on one rank under torchrun
+    check_strategy("ddp", 1, "none")  # one process under ddp: allowed (nothing to reduce)
+    check_strategy("fsdp", 1, "bf16", launched=True)  # FSDP2 on one rank under torchrun
     with pytest.raises(ValueError, match="single runs one process, but the launcher started 2"):
-        strategy.check_strategy("single", 2, "none")
+        check_strategy("single", 2, "none")
     with pytest.raises(ValueError, match="fsdp needs a launcher"):
-        strategy.check_strategy("fsdp", 1, "none", launched=False)
+        check_strategy("fsdp", 1, "none", launched=False)
     with pytest.raises(ValueError, match="fp16 is not supported: .* gradient scaler"):
-        strategy.check_strategy("ddp", 2, "fp16")
+        check_strategy("ddp", 2, "fp16")
     with pytest.raises(ValueError, match="expected one of single, ddp, fsdp"):
-        strategy.check_strategy("zero", 1, "none")
+        check_strategy("zero", 1, "none")
 
 
 def test_fp16_run_is_rejected_before_any_model_loads(tmp_path):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Iterator
 
 import torch
 from torch import Tensor, nn
@@ -49,13 +49,6 @@ class Parallel:
 
 SINGLE = Parallel()
 
-
-def __getattr__(name: str) -> Any:  # moved to zoo.checks.strategy; lazy: zoo.checks sits above this module
-    if name == "check_strategy":
-        from zoo.checks.strategy import check_strategy
-
-        return check_strategy
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def decoder_layers(model: nn.Module) -> list[nn.Module]:

@@ -73,11 +73,3 @@ def critic_from_reward_model(model: str, *, dtype: torch.dtype, device: torch.de
             critic.head.bias.copy_(head.bias.float())
     critic.train()
     return critic
-
-
-def __getattr__(name: str) -> Any:  # moved to zoo.checks.critic; lazy: zoo.checks sits above zoo.models
-    if name == "critic_init_errors":
-        from zoo.checks.critic import critic_init_errors
-
-        return critic_init_errors
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
