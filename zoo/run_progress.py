@@ -41,8 +41,9 @@ def evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, fl
 
             console = Console(stderr=True)
             console.print(f"eval ({when}): {len(rows)} held-out prompts ...", highlight=False, end=" ")
-        key, parts = before_key(st, rows, gen)
-        cached = read_cached(cfg.out_dir().parent, key) if phase == "before" and cfg.study else None
+        shared = phase == "before" and bool(cfg.study)  # a study's arms share the eval before training
+        key, parts = before_key(st, rows, gen) if shared else ("", {})
+        cached = read_cached(cfg.out_dir().parent, key) if shared else None
         scores: dict[str, float | None] = {}
         if cached is not None:  # every arm of a study starts from the same model: its eval before training is shared
             res, scores = dict(cached["metrics"]), dict(cached["scores"])
@@ -56,7 +57,7 @@ def evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, fl
                                batch_size=cfg.eval.batch_size, device=st.device, env=env_spec(cfg.task),
                                per_prompt=scores)
             strategy.release_weights(st.models.parallel)
-            if phase == "before" and cfg.study and dist.rank() == 0 and res:
+            if shared and dist.rank() == 0 and res:
                 write_cached(cfg.out_dir().parent, key, res, scores, parts)
         if phase and dist.rank() == 0 and scores:
             write_record(cfg.out_dir(), phase, scores)
