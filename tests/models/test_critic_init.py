@@ -43,7 +43,7 @@ def test_the_critic_starts_with_the_reward_models_weights(tiny_model_dir, rm_dir
     ids = torch.tensor([[3, 10, 11, 12, 13]])  # not ending in eos: transformers would read eos as padding
     with torch.no_grad():
         v = critic(ids, torch.ones_like(ids))[0, -1]
-        assert float(v) == pytest.approx(float(rm(input_ids=ids).logits[0, 0]), abs=1e-5)
+        assert float(v) == pytest.approx(float(rm(input_ids=ids).logits[0, 0]), rel=1e-5)
     assert st.rewards[0][0].session.model is not None  # the reward model's session is open for the run
 
 
