@@ -117,13 +117,26 @@ def gloo_unavailable() -> str | None:
     return None
 
 
+_CURRENT: dict = {}  # the test being set up or run: launch_two_ranks checks that it is marked `dist`
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    _CURRENT["item"] = item  # before its fixtures, which may start torchrun for a whole module
+
+
 def launch_two_ranks(script, *args: str, timeout: float = 120):
     """`torchrun --standalone --nproc_per_node 2 SCRIPT ARGS` from the repository root: one OpenMP
     thread per rank, the repository and every folder of tests/ importable, offline, no inherited ZOO_FAIL_AT_STEP.
-    Returns the CompletedProcess (output captured); raises subprocess.TimeoutExpired after `timeout` s."""
+    Returns the CompletedProcess (output captured); raises subprocess.TimeoutExpired after `timeout` s,
+    and RuntimeError (before starting anything) when the running test is not marked `dist`."""
     import subprocess
     import sys
 
+    item = _CURRENT.get("item")
+    if item is not None and item.get_closest_marker("dist") is None:
+        raise RuntimeError(f"{item.nodeid} starts torchrun: mark it @pytest.mark.dist (the unit lane "
+                           "-m 'not dist and not e2e and not slow' must not start processes)")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(map(str, [ROOT, *TEST_DIRS])),
            "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "TOKENIZERS_PARALLELISM": "false"}
     env.pop("ZOO_FAIL_AT_STEP", None)

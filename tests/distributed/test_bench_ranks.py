@@ -26,6 +26,7 @@ def rank_counts(tmp_path_factory):
     return {s: json.loads((out / f"{s}.json").read_text()) for s in ("ddp", "fsdp")}
 
 
+@pytest.mark.dist
 def test_ddp_rank_counts_are_the_full_model(rank_counts):
     """DDP: every rank holds everything. Per rank: weights = parameters + buffers (rotary inv_freq,
     not sharded); gradients = parameters; AdamW = exp_avg + exp_avg_sq (2 x parameters) + one fp32
@@ -37,6 +38,7 @@ def test_ddp_rank_counts_are_the_full_model(rank_counts):
         assert (r["weights"], r["gradients"], r["optimizer"]) == (full + buf, full, 2 * full + 4 * n)
 
 
+@pytest.mark.dist
 def test_fsdp_rank_counts_are_local_shards_summing_to_the_full_model(rank_counts):
     """FSDP2: each rank counts its DTensor shards (`to_local()`). Exact by construction: the local
     shards of every parameter, gradient and moment add up to the full tensor over the 2 ranks; the

@@ -42,6 +42,7 @@ def dcp_runs(tmp_path_factory, tiny_model_dir):
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.dist
 def test_ddp_sharded_resume_equals_the_uninterrupted_run(dcp_runs, case):
     """Crash after step 1, resume from the shards: steps 2-3 log what the uninterrupted run logged
     (sampling depends on every rank's restored RNG and prompt position, the update on the restored
@@ -56,6 +57,7 @@ def test_ddp_sharded_resume_equals_the_uninterrupted_run(dcp_runs, case):
             torch.testing.assert_close(x, y, atol=1e-6, rtol=1e-5, msg=k)
 
 
+@pytest.mark.dist
 def test_ddp_shards_hold_the_trainable_parameters_only(dcp_runs):
     """LoRA: the policy's shards are its adapters (the frozen base is rebuilt from the model), the
     critic's its adapters and value head; full fine-tuning: every weight of the model (and of the moved
@@ -76,6 +78,7 @@ def test_ddp_shards_hold_the_trainable_parameters_only(dcp_runs):
     assert full == {f"{part}.{k}" for k in model.state_dict() for part in ("policy", "reference")}
 
 
+@pytest.mark.dist
 def test_ddp_checkpoint_is_data_only_and_rotates(dcp_runs):
     """state.pt names its shards folder and loads weights-only; a shards folder is safetensors files
     only (no pickled .metadata); the folder the rotated-out state.prev.pt named is gone."""
@@ -92,6 +95,7 @@ def test_ddp_checkpoint_is_data_only_and_rotates(dcp_runs):
     assert len(state["rng_ranks"]) == 2 and not torch.equal(state["rng_ranks"][0]["torch"], state["rng_ranks"][1]["torch"])
 
 
+@pytest.mark.dist
 def test_fsdp_sharded_resume_equals_the_uninterrupted_run(dcp_runs):
     """fully_shard'ed tiny model: 2 steps, save, restore into a model of other initial weights under
     another RNG seed, 2 steps == 4 uninterrupted steps (losses and final weights)."""
@@ -106,6 +110,7 @@ def test_fsdp_sharded_resume_equals_the_uninterrupted_run(dcp_runs):
     assert sorted((off[0], t.shape[0]) for off, t in emb) == [(0, 53), (53, 52)]
 
 
+@pytest.mark.dist
 def test_fsdp_shards_read_back_whole_in_one_process(dcp_runs):
     """read_full puts each weight back together from the two ranks' chunks, without a process group:
     equal to what the ranks gathered (full_tensor) when they saved."""
@@ -119,6 +124,7 @@ def test_fsdp_shards_read_back_whole_in_one_process(dcp_runs):
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.dist
 def test_export_of_a_ddp_run_reads_its_shards(dcp_runs, tiny_model_dir, tmp_path, case):
     """`zoo export` of a data-parallel run: the trained weights from the shards (full fine-tuning:
     exactly the policy's shards; LoRA: merged, so the adapted projections differ from the base)."""
@@ -141,6 +147,7 @@ def test_export_of_a_ddp_run_reads_its_shards(dcp_runs, tiny_model_dir, tmp_path
         torch.testing.assert_close(exported[k], base[k], atol=0, rtol=0)
 
 
+@pytest.mark.dist
 def test_resume_on_another_world_size_is_refused(dcp_runs, tiny_model_dir, tmp_path):
     """The 2-rank checkpoint resumed in one process stops before any step, naming both sizes."""
     from conftest import tiny_run_config

@@ -7,6 +7,8 @@ import pytest
 import torch
 from conftest import gloo_unavailable, launch_two_ranks
 
+pytestmark = pytest.mark.dist  # every test reads a run of two gloo ranks started by torchrun
+
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "clip_cov_dist_worker.py"
 

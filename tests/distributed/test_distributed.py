@@ -12,6 +12,8 @@ import torch
 from conftest import gloo_unavailable, launch_two_ranks
 from dist_worker import AGGREGATES, DIAG_ARGS, SHARES, build_case, correction_case, normalizer_case, run_update
 
+pytestmark = pytest.mark.dist  # every test reads a run of two gloo ranks started by torchrun
+
 HERE = Path(__file__).resolve().parent
 
 

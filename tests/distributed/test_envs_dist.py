@@ -8,6 +8,8 @@ import pytest
 
 from conftest import TESTS, run_two_ranks
 
+pytestmark = pytest.mark.dist  # every test reads a run of two gloo ranks started by torchrun
+
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory, tiny_model_dir):

@@ -15,6 +15,8 @@ import torch
 from parallel_worker import CASES, case_name, injected_correct, run_case, run_dynamic_sampling
 from conftest import TESTS as HERE, gloo_unavailable, launch_two_ranks
 
+pytestmark = pytest.mark.dist  # every test reads a run of two gloo ranks started by torchrun
+
 
 def _run(strategy: str, tmp_path_factory, model_dir) -> Path:
     why = gloo_unavailable()

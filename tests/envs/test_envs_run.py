@@ -15,6 +15,7 @@ def _metrics(out):
     return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.e2e
 def test_two_grpo_steps_with_the_calculator_train_and_log_env_metrics(tiny_model_dir, tmp_path):
     from zoo.trainer import setup, train
     from zoo.step.pipeline import step
@@ -66,6 +67,7 @@ def test_zoo_run_rejects_a_bad_env_before_loading_a_model(tiny_model_dir, tmp_pa
         validate_run(cfg)
 
 
+@pytest.mark.e2e
 def test_resume_mid_run_with_the_calculator_matches_an_uninterrupted_run(tiny_model_dir, tmp_path, monkeypatch):
     """Environments keep no state across steps: a resumed run's env metrics and losses are the
     uninterrupted run's."""

@@ -190,6 +190,7 @@ def test_guards_config_bounds():
 
 
 # ---------------------------------------------------------------- data parallel: one decision for all ranks
+@pytest.mark.dist
 def test_two_ranks_skip_together_when_only_one_has_a_nan_loss(tmp_path):
     import json
     import subprocess

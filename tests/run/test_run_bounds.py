@@ -26,6 +26,7 @@ def _no_crash_env(monkeypatch):
 
 
 # ---------------------------------------------------------------- 6. the values the run used
+@pytest.mark.e2e
 def test_an_arm_set_group_size_overridden_by_the_budget_is_reported_as_trained(tiny_model_dir, tmp_path):
     """`set: {group_size: 3}` with `budget.group_size: 2`: the arm trains with G = 2, and the report
     pairs it with the baseline (no "group sizes 3 vs 2")."""

@@ -132,6 +132,7 @@ def test_zoo_cli_import_sets_passive_and_the_threads_before_torch(tmp_path):
     assert sorted(p.name for p in d.glob("*.lease")) == [f"{me}.lease"]  # the children's leases went at exit
 
 
+@pytest.mark.e2e
 def test_zoo_run_subprocess_logs_the_choice_and_records_it(tmp_path, tiny_model_dir):
     """`python -m zoo.cli run` with --threads 2: one stderr line, PASSIVE, torch on 2 threads, and the
     same in the run's provenance."""

@@ -17,6 +17,8 @@ from zoo.study.tracking import read_jsonl
 from zoo.trainer import train
 from zoo.config.variant import available_variants, load_variant
 
+pytestmark = pytest.mark.e2e  # whole training runs through zoo.trainer (about 1 s each, 50 s in all)
+
 LOSS_KEYS = ("loss/policy", "loss/kl", "loss/value")
 # keys whose values depend on the wall clock or the process, not on the computation
 VOLATILE = ("time/", "perf/")

@@ -53,6 +53,7 @@ def test_bandit_rewards_pair_arms_by_row_and_completion():
     assert arm_gaussian(["a"], [rows[2]], mean={"a": 0.0}) != arm_gaussian(["a"], [rows[1]], mean={"a": 0.0})
 
 
+@pytest.mark.e2e
 def test_short_bandit_study_logs_adv_corr_as_the_construction_predicts(tmp_path, monkeypatch):
     """At the first step both arms are at p = 1/2. Per objective (Bernoulli R1: sd 0.5, Gaussian R2:
     sd sqrt(0.25 * 5^2 + 10^2) = 10.31, cov(R1, R2) = 0.25 * 0.8 * -5 = -1):

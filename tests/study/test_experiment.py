@@ -230,6 +230,7 @@ def test_dry_run_prints_runnable_commands_and_trains_nothing(tmp_path):
 # --------------------------------------------------------------------------- run
 
 
+@pytest.mark.e2e
 def test_run_study_records_failure_goes_on_and_resumes(tmp_path):
     st = E.load_study(_write(tmp_path, STUDY, {"variants": ["grpo", "dapo"], "ablations": {}}))
     root = tmp_path / "runs" / "demo"
@@ -302,6 +303,7 @@ def test_rerun_with_changed_lr_is_refused_naming_the_key(tmp_path):
     assert "would refuse: " in con.file.getvalue() and "optim.lr: 2e-05 -> 0.5" in con.file.getvalue()
 
 
+@pytest.mark.e2e
 def test_grown_steps_continue_only_with_a_constant_schedule(tmp_path):
     path = _write(tmp_path, STUDY, ONE)
     R.run_study(E.load_study(path), train_fn=FakeTrain(), console=_console())
@@ -321,6 +323,7 @@ def test_grown_steps_continue_only_with_a_constant_schedule(tmp_path):
         R.run_study(E.load_study(lin, overrides={"budget.steps": 5}), train_fn=FakeTrain(), console=_console())
 
 
+@pytest.mark.e2e
 def test_added_seed_with_more_steps_does_not_mix_arms_of_different_lengths(tmp_path):
     from zoo.study import fingerprint, report
 
@@ -341,6 +344,7 @@ def test_added_seed_with_more_steps_does_not_mix_arms_of_different_lengths(tmp_p
         report.write_report(root)
 
 
+@pytest.mark.e2e
 def test_fresh_arm_retrains_only_that_arm(tmp_path):
     path = _write(tmp_path, STUDY)
     R.run_study(E.load_study(path), train_fn=FakeTrain(), console=_console())
@@ -359,6 +363,7 @@ def test_fresh_arm_retrains_only_that_arm(tmp_path):
     assert _records(tmp_path / "runs/demo/dapo-no-clip-higher-s0") == [0, 1, 2]  # old records deleted
 
 
+@pytest.mark.e2e
 def test_two_concurrent_studies_train_each_arm_once(tmp_path, monkeypatch):
     import threading
     import time

@@ -57,6 +57,7 @@ def _metrics(d):
     return [{k: v for k, v in r.items() if not k.startswith(NOISE)} for r in recs]
 
 
+@pytest.mark.e2e
 def test_ray_arms_match_the_sequential_run_and_a_failure_is_recorded(tmp_path, tiny_model_dir, local_ray):
     quiet = Console(file=open(os.devnull, "w"))
     seq = _study(tmp_path, tiny_model_dir, "seq", failing_arm=False)

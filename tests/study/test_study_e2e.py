@@ -15,6 +15,8 @@ from rich.console import Console
 
 from zoo.study import experiment, runner
 
+pytestmark = pytest.mark.e2e  # whole studies through the CLI and the real trainer
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

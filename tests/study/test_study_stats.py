@@ -7,12 +7,15 @@ import sys
 import os
 
 import numpy as np
+import pytest
 import yaml
 from rich.console import Console
 from scipy import stats as sps
 
 from zoo.study import experiment, runner
 from zoo.study.intervals import BOOTSTRAP_SEED, N_RESAMPLES
+
+pytestmark = pytest.mark.e2e  # a 3-seed study through the real trainer
 
 
 def _iqm_by_hand(v):
