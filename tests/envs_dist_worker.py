@@ -22,7 +22,7 @@ for p in (str(ROOT), str(HERE)):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from zoo.registry import register  # noqa: E402
+from zoo.core.registry import register  # noqa: E402
 from zoo.testing import ScriptedGenerator  # noqa: E402
 
 CALLS: list[int] = []  # continue_ calls of this rank
@@ -75,7 +75,7 @@ def equal_config(model_dir, out, strategy):
 
 def trained_params(cfg):
     """Train `cfg`; its policy's trainable parameters afterwards (whole tensors) and the continue_ calls."""
-    from zoo import trainer
+    from zoo.run import trainer
 
     states: list = []
     real = trainer.setup
@@ -103,7 +103,7 @@ class Counted(ScriptedGenerator):
     def continue_(self, prefix_ids, sampling, stop=(), /):
         import torch
 
-        from zoo.backends.generate.types import Continuation
+        from zoo.core.generator_types import Continuation
 
         CALLS.append(len(prefix_ids))
         parts = [ScriptedGenerator(self.tokenizer, [TEXTS[i % 2]], model=self.model).continue_([p], sampling, stop)
@@ -126,7 +126,7 @@ def main(out: Path, model_dir: Path) -> None:
     import torch.distributed as td
 
     from conftest import tiny_run_config
-    from zoo import trainer
+    from zoo.run import trainer
 
     td.init_process_group("gloo")
     rank = td.get_rank()

@@ -17,7 +17,7 @@ def ranks(tmp_path_factory, tiny_model_dir):
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_ranks_with_different_turn_counts_finish(ranks, strategy):
-    from zoo.study.tracking import read_jsonl
+    from zoo.run.tracking import read_jsonl
 
     reps = [json.loads((ranks / f"rank{r}.json").read_text())[strategy] for r in range(2)]
     for r in reps:
@@ -35,7 +35,7 @@ def test_a_ddp_step_with_an_env_equals_one_process(ranks, tiny_model_dir, tmp_pa
     import torch
 
     import envs_dist_worker as w
-    from zoo import registry
+    from zoo.core import registry
 
     calls = [json.loads((ranks / f"rank{r}.json").read_text())["equal_calls"] for r in range(2)]
     assert sorted(map(len, calls)) == [1, 3], calls  # one rank's prompt takes 1 turn, the other's 3

@@ -12,7 +12,7 @@ from rich.console import Console
 from scipy import stats as sps
 
 from zoo.study import experiment, runner
-from zoo.study.intervals import BOOTSTRAP_SEED, N_RESAMPLES
+from zoo.study.report.intervals import BOOTSTRAP_SEED, N_RESAMPLES
 
 
 def _iqm_by_hand(v):
