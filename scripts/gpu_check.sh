@@ -6,8 +6,8 @@
 #
 # Checks (each with a time limit; logs under $WORK/logs):
 #   1. the tiny-model tests on CUDA: the suite's tests pick no device, and everything that goes through
-#      zoo.run.trainer.setup (zoo bench, zoo run) runs on CUDA when it is available; so: tests/test_bench_decode.py
-#      (bench on CUDA, decode bound), the vLLM tests (tests/test_vllm*.py: engine on CUDA), and a 3-step
+#      zoo.run.trainer.setup (zoo bench, zoo run) runs on CUDA when it is available; so: tests/bench/test_bench_decode.py
+#      (bench on CUDA, decode bound), the vLLM tests (tests/backends/test_vllm*.py, tests/bench/test_vllm_bench.py: engine on CUDA), and a 3-step
 #      grpo run with `hf` on the tiny model
 #   2. 3 grpo steps with `hf` and with `vllm` on a randomly initialised model of SmolLM2-135M's shape
 #      (built from a config in code, saved to a temp folder: no Hub)
@@ -58,8 +58,8 @@ figures() {  # figure lines (key=value) of a passed check's log into FIGURES
 }
 
 check models 300 "$PY" scripts/gpu_check.py models "$WORK" && figures "$WORK/logs/models.log"
-check tests-tiny-cuda 600 "$PY" -m pytest -q -x -m "not slow" tests/test_bench_decode.py tests/test_vllm_config.py \
-    tests/test_vllm.py tests/test_vllm_bench.py
+check tests-tiny-cuda 600 "$PY" -m pytest -q -x -m "not slow" tests/bench/test_bench_decode.py tests/backends/test_vllm_config.py \
+    tests/backends/test_vllm.py tests/bench/test_vllm_bench.py
 check grpo-tiny-hf 300 "$PY" -m zoo.cli run "$WORK/run-tiny-hf.yaml"
 check grpo-smol-hf 600 "$PY" -m zoo.cli run "$WORK/run-smol-hf.yaml"
 check grpo-smol-vllm 600 "$PY" -m zoo.cli run "$WORK/run-smol-vllm.yaml"

@@ -1,7 +1,37 @@
 """Test-wide settings: nothing may reach the network, W&B stays offline, one CPU thread whose OpenMP
-runtime sleeps when idle (OMP_WAIT_POLICY=PASSIVE), chosen before torch is imported (zoo.run.threads)."""
+runtime sleeps when idle (OMP_WAIT_POLICY=PASSIVE), chosen before torch is imported (zoo.run.threads).
+
+Layout: tests/ has one folder per concern (mostly mirroring the zoo packages) and no `__init__.py`;
+pytest imports each test file by its base name (its default `prepend` import mode), so base names
+are unique across folders (checked below). Every folder is on sys.path, so a test imports shared
+helpers by module name wherever they live (`from conftest import tiny_run_config`,
+`from test_engine import make_batch`, `from dist_worker import build_case`), and the torchrun
+workers get the same folders on PYTHONPATH (`launch_two_ranks`)."""
 import os
+import sys
 from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent  # tests/; its parent is the repository root
+ROOT = TESTS.parent
+TEST_DIRS = [TESTS, *sorted(p for p in TESTS.iterdir() if p.is_dir() and p.name[0] not in "._")]
+for _d in TEST_DIRS:
+    if str(_d) not in sys.path:
+        sys.path.append(str(_d))
+
+
+def _duplicate_base_names() -> list[str]:
+    seen: dict[str, Path] = {}
+    dups = []
+    for f in sorted(TESTS.rglob("*.py")):
+        if f.name in seen and f.name != "__init__.py":
+            dups.append(f"{seen[f.name].relative_to(TESTS)} and {f.relative_to(TESTS)}")
+        seen.setdefault(f.name, f)
+    return dups
+
+
+if _duplicate_base_names():
+    raise RuntimeError("tests/: two files share a base name (modules are imported by base name; rename one): "
+                       + "; ".join(_duplicate_base_names()))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -87,21 +117,18 @@ def gloo_unavailable() -> str | None:
     return None
 
 
-TESTS = Path(__file__).resolve().parent  # tests/; its parent is the repository root
-
-
 def launch_two_ranks(script, *args: str, timeout: float = 120):
     """`torchrun --standalone --nproc_per_node 2 SCRIPT ARGS` from the repository root: one OpenMP
-    thread per rank, the repository and tests/ importable, offline, no inherited ZOO_FAIL_AT_STEP.
+    thread per rank, the repository and every folder of tests/ importable, offline, no inherited ZOO_FAIL_AT_STEP.
     Returns the CompletedProcess (output captured); raises subprocess.TimeoutExpired after `timeout` s."""
     import subprocess
     import sys
 
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS)]),
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(map(str, [ROOT, *TEST_DIRS])),
            "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "TOKENIZERS_PARALLELISM": "false"}
     env.pop("ZOO_FAIL_AT_STEP", None)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script), *args]
-    return subprocess.run(cmd, env=env, cwd=TESTS.parent, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
 def run_two_ranks(script, *args: str, timeout: float = 120):

@@ -53,7 +53,7 @@ class Batch:
 
     The loss mask says which tokens are trained, the attention mask which are context. Convention for
     tokens after the first EOS (padding): attention 0 and loss 0 (`attention_mask`). Attention is
-    causal, so no real token's log-prob depends on them either way (tested in tests/test_batch.py).
+    causal, so no real token's log-prob depends on them either way (tested in tests/core/test_batch.py).
     """
 
     prompt_ids: Tensor

@@ -2,7 +2,7 @@
 
 The registry's kinds (`zoo.core.registry.KINDS`), the variant schema (`zoo.config.variant.Slots`,
 `SLOT_KINDS`, `LIST_SLOTS`), `zoo list` and the slot table of docs/components.md are derived
-from `TABLE` (tests/test_kinds.py and tests/test_docs.py check that they agree).
+from `TABLE` (tests/core/test_kinds.py and tests/docs/test_docs.py check that they agree).
 
 Each row is one kind. `contract` is a `typing.Protocol` with the call signature every component
 of the kind has (positional data arguments; hyperparameters are keyword-only and not part of it).

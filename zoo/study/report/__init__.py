@@ -34,6 +34,7 @@ from zoo.study.report.left_out import left_out
 from zoo.study.report.eval_delta import EVAL_DELTA_TEXT, delta_rows
 from zoo.run.eval_record import read_record as read_eval_record
 from zoo.study.report.left_out import to_json as left_out_json
+from zoo.study.report.curve import curve_section
 from zoo.study.report.plots import make_plots
 from zoo.study.report.tool_use import tool_use_lines
 from zoo.study.report.runs import ArmGroup, ReportError, RunData, discover, group_runs
@@ -72,9 +73,11 @@ COMPARE_TEXT = ("Each arm minus the baseline arm `{base}`: the mean of the per-s
 def markdown(name: str, header: list[str], rows: list[list[str]], plots: list[tuple[str, Path]],
              runs: list[RunData], base: Path, stats: tuple[Any, Any, str, str] | None = None,
              notes: list[str] | None = None,
-             eval_delta: tuple[list[str], list[list[str]]] | None = None) -> str:
+             eval_delta: tuple[list[str], list[list[str]]] | None = None,
+             curve: tuple[str, list[str], list[list[str]], Path | None] | None = None) -> str:
     """report.md text: the table, the statistics over seeds (`stats`: (stats table, comparison table,
-    baseline name, warning)), the plots (relative links), the warnings (the runs' own, then `notes`:
+    baseline name, warning)), the learning curve (`curve`: zoo.study.report.curve.curve_section), the plots
+    (relative links), the warnings (the runs' own, then `notes`:
     the runs left out of the statistics and the baseline's) and the failed runs."""
     lines = [f"# Study `{name}`", "",
              f"{len(rows)} arm(s), {len(runs)} run(s); generated {time.strftime('%Y-%m-%d %H:%M:%S')}.", "",
@@ -92,6 +95,10 @@ def markdown(name: str, header: list[str], rows: list[list[str]], plots: list[tu
         if crows:
             lines += ["", f"## Against the baseline `{base_name}`", "", COMPARE_TEXT.format(base=base_name), ""]
             lines += ([f"Warning: {_md_cell(warning)}", ""] if warning else []) + _md_table(ch, crows)
+    if curve is not None:
+        text, ch, crows, png = curve
+        lines += ["", "## Held-out accuracy during training", "", text, ""] + _md_table(ch, crows)
+        lines += [] if png is None else ["", f"![held-out accuracy vs steps and wall time]({png.relative_to(base).as_posix()})"]
     lines += tool_use_lines(runs)  # only when an arm ran with an environment (task.env)
     for title, p in plots:
         lines += ["", f"## {title}", "", f"![{title}]({p.relative_to(base).as_posix()})"]
@@ -180,7 +187,9 @@ def write_report(study_dir: Path | str, console: Any = None) -> Path:
     notes = ([damaged] if damaged else []) + [x.message for x in dropped] + ([warning] if warning else [])
     out = study_dir / "report.md"
     eval_delta = delta_rows([(r.label, read_eval_record(r.dir)) for r in runs])
-    out.write_text(markdown(name, header, rows, plots, runs, study_dir, tables, notes, eval_delta), encoding="utf-8")
+    curve = curve_section(groups, base_name, study_dir)  # only when runs evaluated during training (eval.every)
+    out.write_text(markdown(name, header, rows, plots, runs, study_dir, tables, notes, eval_delta, curve),
+                   encoding="utf-8")
     arms = [{"arm": g.name, "seeds": [r.seed for r in g.runs], "status": [r.status for r in g.runs]} for g in groups]
     (study_dir / "report.json").write_text(json.dumps({"study": name, "arms": arms, **to_json(st, comps, base_name),
                                                        "left_out": left_out_json(dropped), "warnings": notes,
