@@ -1,7 +1,7 @@
 """`zoo run FILE`: a run file, or a study file with exactly one arm, as one RunConfig.
 
-The run file's schema and reading are `zoo.config.run`; a study's arms are `zoo.study.experiment`'s. This
-module sits above both, so neither imports the other.
+The run file's schema and reading are `zoo.config.run`; a study's arms are `zoo.study.experiment`'s
+(config is a lower layer than studies, so it cannot ask the study module itself).
 """
 from __future__ import annotations
 
