@@ -6,8 +6,9 @@ Trains 2 GRPO steps with an environment under `training.strategy` ddp, then fsdp
 make different numbers of `continue_` calls: the `rank_turns` env ends rank 0's trajectories after
 one turn and keeps rank 1's going to max_turns (3). The `scripted` generator (zoo.testing) emits
 short texts (two per group), so no turn is truncated. Each rank writes its summary per strategy.
-Then one ddp step with `question_turns` (turns by the question, not the rank), whose weights the
-test compares with one process's over the same two prompts (`equal_config`).
+Then one step with `question_turns` (turns by the question, not the rank) under ddp, then fsdp, whose
+weights the test compares with one process's over the same two prompts (`equal_config`): each ddp
+rank saves its weights, fsdp's rank 0 the whole (unsharded) weights.
 """
 from __future__ import annotations
 
@@ -73,7 +74,12 @@ def equal_config(model_dir, out, strategy):
 
 
 def trained_params(cfg):
-    """Train `cfg`; its policy's trainable parameters afterwards (whole tensors) and the continue_ calls."""
+    """Train `cfg`; its policy's trainable parameters afterwards as whole tensors ({} on ranks > 0 under
+    fsdp: torch.distributed.checkpoint's full state dict, gathered to rank 0 on the CPU; a collective)
+    and the continue_ calls."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    from torch.distributed.fsdp import FSDPModule
+
     from zoo.run import trainer
 
     states: list = []
@@ -84,11 +90,12 @@ def trained_params(cfg):
         trainer.train(cfg, progress=False)
     finally:
         trainer.setup = real
-    params = {}
-    for k, v in states[-1].models.policy.named_parameters():
-        if v.requires_grad:
-            t = v.detach()
-            params[k.removeprefix("module.")] = (t.full_tensor() if hasattr(t, "full_tensor") else t).clone()
+    policy = states[-1].models.policy
+    trainable = {k.removeprefix("module.") for k, v in policy.named_parameters() if v.requires_grad}
+    sharded = isinstance(policy, FSDPModule)  # gathered to rank 0 only; ddp's whole tensors stay on every rank
+    opts = StateDictOptions(full_state_dict=True, cpu_offload=sharded, ignore_frozen_params=True)
+    full = get_model_state_dict(policy, options=opts)  # DDP's "module." removed; DTensor shards gathered
+    params = {k: v.detach().clone() for k, v in full.items() if k in trainable}
     return params, list(CALLS)
 
 
@@ -142,9 +149,11 @@ def main(out: Path, model_dir: Path) -> None:
         res[strategy] = {"status": summary.get("status"), "steps": summary.get("steps"), "calls": list(CALLS)}
     import torch
 
-    params, calls = trained_params(equal_config(model_dir, out / "run_equal", "ddp"))
-    torch.save(params, out / f"equal_rank{rank}.pt")
-    res["equal_calls"] = calls
+    for strategy in ("ddp", "fsdp"):
+        params, calls = trained_params(equal_config(model_dir, out / f"run_equal_{strategy}", strategy))
+        if params:  # every ddp rank; fsdp's rank 0
+            torch.save(params, out / f"equal_{strategy}_rank{rank}.pt")
+        res[f"equal_calls_{strategy}"] = calls
     (out / f"rank{rank}.json").write_text(json.dumps(res))
     td.destroy_process_group()
 

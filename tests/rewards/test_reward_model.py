@@ -120,7 +120,7 @@ def test_the_documented_stateful_reward_runs_as_written(tmp_path, monkeypatch):
     ("abcd" -> 4 / 10 = 0.4, "" -> 0), torn down by close_rewards."""
     import sys
 
-    from tests.test_docs import doc_blocks
+    from test_docs import doc_blocks
     from zoo.core import registry
 
     (tmp_path / "mylab_stateful.py").write_text(doc_blocks()["stateful_reward"][1])

@@ -87,7 +87,7 @@ def test_a_study_evaluates_before_training_once_and_reports_the_paired_change(tm
     from rich.console import Console
 
     import zoo.run.progress as rp
-    from tests.test_study_e2e import _study
+    from test_study_e2e import _study
     from zoo.study import experiment, runner
 
     calls = []
