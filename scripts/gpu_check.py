@@ -61,8 +61,8 @@ def models(root: Path) -> None:
 def sync(level: int, device: str = "cuda") -> None:
     import torch
 
-    from zoo import registry
-    from zoo.backends.generate.types import SamplingParams
+    from zoo.core import registry
+    from zoo.core.generator_types import SamplingParams
     from zoo.testing import counting_model_and_tokenizer, set_counting
 
     model, tok = counting_model_and_tokenizer()  # 'a' -> 'bcde' EOS; shift 2: 'a' -> 'ce' EOS

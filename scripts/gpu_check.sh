@@ -6,7 +6,7 @@
 #
 # Checks (each with a time limit; logs under $WORK/logs):
 #   1. the tiny-model tests on CUDA: the suite's tests pick no device, and everything that goes through
-#      zoo.trainer.setup (zoo bench, zoo run) runs on CUDA when it is available; so: tests/bench/test_bench_decode.py
+#      zoo.run.trainer.setup (zoo bench, zoo run) runs on CUDA when it is available; so: tests/bench/test_bench_decode.py
 #      (bench on CUDA, decode bound), the vLLM tests (tests/backends/test_vllm*.py, tests/bench/test_vllm_bench.py: engine on CUDA), and a 3-step
 #      grpo run with `hf` on the tiny model
 #   2. 3 grpo steps with `hf` and with `vllm` on a randomly initialised model of SmolLM2-135M's shape

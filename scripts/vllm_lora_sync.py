@@ -105,7 +105,7 @@ def main() -> None:
     import vllm
     from vllm.lora.request import LoRARequest
 
-    from zoo import registry
+    from zoo.core import registry
     from zoo.backends.generate.vllm_engine import EngineOptions, engine_environment, engine_kwargs
 
     print("uptime:", os.popen("uptime").read().strip())

@@ -1,5 +1,5 @@
 """Test-wide settings: nothing may reach the network, W&B stays offline, one CPU thread whose OpenMP
-runtime sleeps when idle (OMP_WAIT_POLICY=PASSIVE), chosen before torch is imported (zoo.threads).
+runtime sleeps when idle (OMP_WAIT_POLICY=PASSIVE), chosen before torch is imported (zoo.run.threads).
 
 Layout: tests/ has one folder per concern (mostly mirroring the zoo packages) and no `__init__.py`;
 pytest imports each test file by its base name (its default `prepend` import mode), so base names
@@ -41,9 +41,9 @@ os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Before torch loads: one thread (subprocesses inherit it unless a test passes --threads) and PASSIVE
 # waiting, so a busy machine (other jobs, two test runs at once) does not make OpenMP spin; the
-# process holds a zoo.threads lease, so zoo runs started beside the suite count its thread.
+# process holds a zoo.run.threads lease, so zoo runs started beside the suite count its thread.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-from zoo import threads as _zoo_threads  # noqa: E402  (stdlib only: does not import torch)
+from zoo.run import threads as _zoo_threads  # noqa: E402  (stdlib only: does not import torch)
 
 _zoo_threads.apply(argv=[])
 

@@ -22,17 +22,9 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import (GenerationConfig, LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification,
                           PreTrainedTokenizerFast)
 
-PAD, BOS, EOS, IM_START, UNK = "<|pad|>", "<|bos|>", "<|im_end|>", "<|im_start|>", "<unk>"
-SPECIAL_TOKENS = [PAD, BOS, EOS, IM_START, UNK]
-CHARACTERS = list(string.printable)  # 100 characters incl. space, \t, \n
+from zoo.models.chatml import BOS, CHAT_TEMPLATE, EOS, IM_START, PAD, SPECIAL_TOKENS, UNK  # noqa: F401
 
-#: ChatML (as SmolLM2-Instruct and Qwen use), without a default system prompt.
-CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
+CHARACTERS = list(string.printable)  # 100 characters incl. space, \t, \n
 
 
 def tiny_tokenizer(*, pad_equals_eos: bool = False) -> PreTrainedTokenizerFast:
@@ -168,7 +160,7 @@ def counting_model_and_tokenizer(shift: int = 1) -> tuple[LlamaForCausalLM, PreT
 
 
 class ScriptedGenerator:
-    """A deterministic test generator (`zoo.kinds.Generator`'s `continue_` only): call k of `continue_`
+    """A deterministic test generator (`zoo.core.kinds.Generator`'s `continue_` only): call k of `continue_`
     gives every row the assistant text `script[k]` (the last one repeated), tokenized with `tokenizer`;
     a text that does not end with one of the call's stop strings gets the EOS id appended (a sampled
     EOS). `max_new_tokens` cuts a text (truncated). With `model`, `logp_rollout` is the model's
@@ -180,7 +172,7 @@ class ScriptedGenerator:
         self.calls: list[list[list[int]]] = []
 
     def continue_(self, prefix_ids, sampling, stop=(), /):
-        from zoo.backends.generate.types import Continuation
+        from zoo.core.generator_types import Continuation
 
         text = self.script[min(len(self.calls), len(self.script) - 1)]
         self.calls.append([list(p) for p in prefix_ids])

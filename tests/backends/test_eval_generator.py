@@ -13,8 +13,8 @@ from zoo.backends.generate.hf import generate_rollout
 from zoo.backends.generate.hf_generator import HFGenerator
 from zoo.config.run import RunConfig
 from zoo.config.variant import VariantError
-from zoo.declarations import Declaration
-from zoo.evaluate import evaluate
+from zoo.core.declarations import Declaration
+from zoo.run.evaluate import evaluate
 from zoo.testing import tiny_model_and_tokenizer
 
 ROWS = [{"prompt": p, "answer": "x"} for p in ("ab", "abc", "b", "ca", "cab")]
@@ -84,7 +84,7 @@ def evaluator_state(model, tok, backend, eval_backend):
     ("hf", {"name": "noisy", "sigma": 20.0}, False),                     # its own generator, as asked
 ])
 def test_the_runs_evaluator_samples_with_eval_backend(backend, eval_backend, same_as_hf):
-    from zoo.run_progress import evaluator
+    from zoo.run.progress import evaluator
 
     model, tok = tiny_model_and_tokenizer()
     st = evaluator_state(model, tok, backend, eval_backend)
@@ -96,7 +96,7 @@ def test_the_runs_evaluator_samples_with_eval_backend(backend, eval_backend, sam
 
 
 def test_an_unknown_eval_backend_is_refused_before_any_model_loads():
-    from zoo.trainer import validate_run
+    from zoo.run.trainer import validate_run
 
     cfg = RunConfig.model_validate({"eval": {"backend": "noisyy"}})
     with pytest.raises(VariantError, match=r"eval\.backend: .*noisy"):

@@ -2,7 +2,7 @@
 about 1 GB each) does not pile up over the arms of a study run in one process."""
 import pytest
 
-import zoo.trainer as trainer
+import zoo.run.trainer as trainer
 from tests.conftest import tiny_run_config
 from zoo.backends.generate.hf_generator import HFGenerator
 

@@ -10,8 +10,8 @@ import torch
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from zoo import registry
-from zoo.backends.generate.types import SamplingParams
+from zoo.core import registry
+from zoo.core.generator_types import SamplingParams
 from zoo.config.run import RunConfig
 from zoo.config.variant import VariantError
 from zoo.step.logprobs import token_logprobs
@@ -227,7 +227,7 @@ def test_noisy_rejects_a_negative_sigma_and_an_unknown_inner():
 
 # --------------------------------------------------------------------------- the run
 def test_an_unknown_backend_is_a_run_error_listing_the_known_ones():
-    from zoo.trainer import validate_run
+    from zoo.run.trainer import validate_run
 
     with pytest.raises(VariantError, match=r"sampling.backend: generator 'sglang' is not registered; "
                                            r"known: hf, noisy, vllm"):
@@ -246,7 +246,7 @@ def test_an_unknown_backend_is_a_run_error_listing_the_known_ones():
 
 
 def test_the_fingerprint_holds_the_backend_and_its_parameters():
-    from zoo.study.fingerprint import compare, fingerprint
+    from zoo.run.fingerprint import compare, fingerprint
 
     d_hf, f_hf = fingerprint(RunConfig())
     assert f_hf["generator"] == "hf" and "backend" not in f_hf["sampling"]  # as recorded before the kind
@@ -261,7 +261,7 @@ def test_the_run_builds_its_generator_once_and_syncs_after_each_updating_step(ti
     from conftest import tiny_run_config
 
     from zoo.backends.generate import noisy
-    from zoo.trainer import train
+    from zoo.run.trainer import train
 
     built, synced = [], []
     real_init = noisy.NoisyGenerator.__init__
@@ -277,7 +277,7 @@ def test_the_run_builds_its_generator_once_and_syncs_after_each_updating_step(ti
 
 
 def test_select_trimmed_and_concat_carry_logp_rollout():
-    from zoo.batch import Batch, concat
+    from zoo.core.batch import Batch, concat
 
     def batch(lp, lengths, gid0):
         n, T = lp.shape

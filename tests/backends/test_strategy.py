@@ -1,10 +1,10 @@
 """`training.strategy` without launching processes: the config section, the checks that reject what
 cannot work, the decoder layers FSDP2 shards, the `zoo run --nproc` command line, and the one-process
-paths of zoo/strategy.py (2-rank runs: tests/distributed/test_parallel.py)."""
+paths of zoo/backends/train/strategy.py (2-rank runs: tests/distributed/test_parallel.py)."""
 import pytest
 import torch
 
-from zoo import strategy
+from zoo.backends.train import strategy
 from zoo.checks.strategy import check_strategy
 from zoo.cli.launch import torchrun_command, without_nproc
 from zoo.config.run import RunConfig
@@ -35,7 +35,7 @@ def test_check_strategy_rejects_what_cannot_work():
 def test_fp16_run_is_rejected_before_any_model_loads(tmp_path):
     from conftest import tiny_run_config
     from zoo.config.variant import VariantError
-    from zoo.trainer import validate_run
+    from zoo.run.trainer import validate_run
 
     cfg = tiny_run_config(tmp_path / "no-model-here", tmp_path / "out", model_opts={"autocast": "fp16"})
     with pytest.raises(VariantError, match="autocast fp16"):

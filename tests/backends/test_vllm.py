@@ -13,8 +13,8 @@ import torch
 
 pytest.importorskip("vllm", reason="vLLM is not installed (docs/configuration.md, 'vLLM on CPU')")
 
-from zoo import registry  # noqa: E402
-from zoo.backends.generate.types import SamplingParams  # noqa: E402
+from zoo.core import registry  # noqa: E402
+from zoo.core.generator_types import SamplingParams  # noqa: E402
 from zoo.step.logprobs import token_logprobs  # noqa: E402
 from zoo.testing import counting_model_and_tokenizer, set_counting, tiny_vllm_model_and_tokenizer  # noqa: E402
 
@@ -192,8 +192,8 @@ def test_tied_embeddings_reach_the_output_head_at_start_and_after_a_sync():
 def test_a_grpo_run_with_vllm_and_tis_has_weights_near_one_in_fp32(tmp_path):
     from conftest import tiny_run_config
 
-    from zoo.study.tracking import read_jsonl
-    from zoo.trainer import train
+    from zoo.run.tracking import read_jsonl
+    from zoo.run.trainer import train
 
     model, tok = tiny_vllm_model_and_tokenizer(seed=0)
     path = tmp_path / "tiny-vllm"
@@ -221,8 +221,8 @@ def test_a_resumed_vllm_run_samples_step_3_as_the_uninterrupted_run(tmp_path, mo
 
     from conftest import tiny_run_config
 
-    from zoo.study.tracking import read_jsonl
-    from zoo.trainer import train
+    from zoo.run.tracking import read_jsonl
+    from zoo.run.trainer import train
 
     model, tok = tiny_vllm_model_and_tokenizer(seed=0)
     path = tmp_path / "tiny-vllm"

@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 
-from zoo import registry
+from zoo.core import registry
 from zoo.backends.generate import vllm_engine
 from zoo.backends.generate.vllm import row_seed
 from zoo.backends.generate.weights import base_name, named_weights, policy_version
@@ -29,7 +29,7 @@ def with_vllm(monkeypatch):
 
 
 def test_selecting_vllm_without_it_is_a_one_line_error_naming_the_extra_and_the_cpu_recipe(no_vllm):
-    from zoo.trainer import validate_run
+    from zoo.run.trainer import validate_run
 
     with pytest.raises(VariantError) as e:
         validate_run(RunConfig(sampling={"backend": "vllm"}))
@@ -135,8 +135,8 @@ def test_a_policy_version_holds_every_weight_once():
     names = [n for n, _ in pv.tensors]
     assert pv.version == 3 and len(names) == len(set(names)) == len(model.state_dict())
     assert all(torch.equal(t, model.state_dict()[n]) for n, t in pv.tensors)
-    # the contract's type is zoo.kinds' (weights.py re-exports it), and the vllm generator implements it
-    from zoo import kinds
+    # the contract's type is zoo.core.kinds' (weights.py re-exports it), and the vllm generator implements it
+    from zoo.core import kinds
     from zoo.backends.generate import weights
     from zoo.backends.generate.vllm import VLLMGenerator
 

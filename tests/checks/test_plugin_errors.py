@@ -9,7 +9,7 @@ import sys
 import pytest
 import yaml
 
-from zoo.registry import ComponentError, load_plugins
+from zoo.core.registry import ComponentError, load_plugins
 
 PLUGINS = {  # module text, what the one line must say, the line it names
     "plug_syntax": ("x = 1\ndef f(:\n    pass\n", "SyntaxError in", 2),

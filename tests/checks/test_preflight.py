@@ -1,9 +1,9 @@
-"""Checks before the first rollout (zoo.rollout_preflight, zoo.memory_estimate) and model load errors
+"""Checks before the first rollout (zoo.checks.context, zoo.checks.memory_estimate) and model load errors
 (issue 11, items 10 and 11), on the tiny model: each must fail before anything large is allocated."""
 import pytest
 from conftest import tiny_run_config
 
-from zoo import memory_estimate as me
+from zoo.checks import memory_estimate as me
 from zoo.config.variant import VariantError
 
 
@@ -44,7 +44,7 @@ def test_check_rollout_fits_names_the_largest_knob(tiny_model_dir, tmp_path):
 
 
 def test_group_size_of_a_million_stops_before_the_rollout(tiny_model_dir, tmp_path, monkeypatch):
-    from zoo import trainer
+    from zoo.run import trainer
     from zoo.backends.generate import hf as rollout
     from zoo.backends.generate import hf_generator as sample
 
@@ -54,7 +54,7 @@ def test_group_size_of_a_million_stops_before_the_rollout(tiny_model_dir, tmp_pa
     monkeypatch.setattr(rollout, "generate_rollout", no_rollout)
     monkeypatch.setattr(sample, "generate_rollout", no_rollout)
     # the tiny model's rollout needs ~10 GB at this size (SmolLM2's: terabytes); say the machine has 8
-    monkeypatch.setattr("zoo.trainer.available_memory", lambda device: 8 * 10**9)
+    monkeypatch.setattr("zoo.run.trainer.available_memory", lambda device: 8 * 10**9)
     cfg = tiny_run_config(tiny_model_dir, tmp_path, budget={"group_size": 1_000_000, "prompts_per_step": 8})
     with pytest.raises(VariantError, match="group_size 1000000 .* lower budget.group_size"):
         trainer.setup(cfg)
@@ -63,7 +63,7 @@ def test_group_size_of_a_million_stops_before_the_rollout(tiny_model_dir, tmp_pa
 def test_max_new_tokens_beyond_the_context_is_an_error(tiny_model_dir, tmp_path):
     from transformers import AutoConfig
 
-    from zoo import trainer
+    from zoo.run import trainer
 
     limit = AutoConfig.from_pretrained(tiny_model_dir).max_position_embeddings
     cfg = tiny_run_config(tiny_model_dir, tmp_path, budget={"max_new_tokens": limit})
@@ -75,7 +75,7 @@ def test_max_new_tokens_beyond_the_context_is_an_error(tiny_model_dir, tmp_path)
 def test_long_prompts_beyond_the_context_are_an_error(tiny_model_dir):
     from types import SimpleNamespace
 
-    from zoo.rollout_preflight import check_context, longest_prompt_tokens
+    from zoo.checks.context import check_context, longest_prompt_tokens
     from zoo.testing import tiny_tokenizer
 
     tok = tiny_tokenizer()
@@ -109,7 +109,7 @@ def test_a_directory_without_a_model_is_one_line(tmp_path):
 
 
 def test_ref_reset_every_without_kl_and_a_shadowed_group_size_warn(tiny_model_dir, tmp_path):
-    from zoo.trainer import validate_run
+    from zoo.run.trainer import validate_run
 
     cfg = tiny_run_config(tiny_model_dir, tmp_path, ref_reset_every=2, set={"group_size": 3, "kl": "none"})
     _, warnings = validate_run(cfg)
@@ -124,7 +124,7 @@ def test_ref_reset_every_without_kl_and_a_shadowed_group_size_warn(tiny_model_di
 
 def test_a_critic_warmup_as_long_as_the_run_warns(tiny_model_dir, tmp_path):
     # 2 steps with a 2-step warm-up: the policy never moves; 1 step of warm-up leaves one policy step
-    from zoo.trainer import validate_run
+    from zoo.run.trainer import validate_run
 
     _, warnings = validate_run(tiny_run_config(tiny_model_dir, tmp_path, variant="ppo", budget={"critic_warmup": 2}))
     assert any("critic_warmup = 2 >= budget.steps = 2: only the critic trains" in w for w in warnings), warnings

@@ -60,7 +60,7 @@ def test_prompts_per_step_must_split_evenly_over_ranks(tiny_model_dir, tmp_path,
     # each rank samples prompts_per_step // world_size prompts: 3 over 2 ranks used to train on 2
     from conftest import tiny_run_config
     from zoo.config.variant import VariantError
-    from zoo.trainer import validate_run
+    from zoo.run.trainer import validate_run
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     cfg = tiny_run_config(tiny_model_dir, tmp_path, budget={"prompts_per_step": 3}, training={"strategy": "ddp"})

@@ -6,7 +6,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from zoo import registry
+from zoo.core import registry
 from zoo.cli import app
 from zoo.cli import main as _main  # noqa: F401  (importing main's modules registers run/ablate/...)
 from zoo.config.variant import available_variants
@@ -328,7 +328,7 @@ def test_a_hub_id_while_offline_is_one_line(tmp_path, monkeypatch, capsys):
 
 
 def test_ctrl_c_before_the_run_saved_anything_does_not_offer_a_resume(tmp_path, monkeypatch):
-    from zoo import trainer
+    from zoo.run import trainer
 
     def interrupted_setup(*a, **kw):
         raise KeyboardInterrupt

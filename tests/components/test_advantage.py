@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zoo.components.advantage import reward_to_go, sequence_scores, token_rewards
-from zoo.components.types import AdvantageInputs
-from zoo.registry import ComponentError, available, build
-from zoo.declarations import Declaration
+from zoo.core.types import AdvantageInputs
+from zoo.core.registry import ComponentError, available, build
+from zoo.core.declarations import Declaration
 
 NAN = float("nan")
 ESTIMATORS = ["gae", "group_mean", "rloo", "reinforce", "reinforce_pp", "pass_at_k", "pass_at_k_analytic"]

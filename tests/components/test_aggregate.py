@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 from zoo.components.aggregate import seq_mean_token_mean, seq_mean_token_sum, seq_mean_token_sum_norm, token_mean
 from zoo.components.clip import ppo
 from zoo.components.stats import masked_mean, masked_sum
-from zoo.components.types import StepCounts
-from zoo.registry import ComponentError, available, build
+from zoo.core.types import StepCounts
+from zoo.core.registry import ComponentError, available, build
 
 ATOL = 1e-6
 AGGREGATORS = {

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from zoo.components.aggregate import token_mean
 from zoo.components.clip import cispo, clip_fractions, clip_higher, dual_clip, gspo, no_clip, ppo
-from zoo.components.types import ClipResult, StepCounts
-from zoo.registry import ComponentError, available, build
+from zoo.core.types import ClipResult, StepCounts
+from zoo.core.registry import ComponentError, available, build
 
 ATOL = 1e-6
 RULES = {
@@ -276,7 +276,7 @@ def test_cispo_lower_bound_when_set():
 
 
 def test_dual_clip_eps_sets_both_sides_and_conflicts_are_errors():
-    from zoo.registry import ComponentError
+    from zoo.core.registry import ComponentError
 
     ratio = torch.tensor([[10.0, 10.0, 0.5, 1.1]])
     adv = torch.tensor([[-1.0, 1.0, -1.0, 1.0]])
@@ -291,7 +291,7 @@ def test_dual_clip_eps_sets_both_sides_and_conflicts_are_errors():
 @pytest.mark.parametrize("spec", [{"name": "ppo", "eps": 5}, {"name": "clip_higher", "eps_low": 1.0, "eps_high": 2.0}])
 def test_a_lower_bound_at_or_below_zero_is_refused(spec):
     """eps 5 puts the lower bound 1 - eps at -4: no ratio (> 0) reaches it, the clip acts on one side only."""
-    from zoo.registry import ComponentError, build
+    from zoo.core.registry import ComponentError, build
 
     with pytest.raises(ComponentError, match=r"must be < 1: the lower clip bound"):
         build("clip", spec)

@@ -11,7 +11,7 @@ from zoo.components.clip import clip_higher, dual_clip, no_clip, ppo, two_sided_
 from zoo.components.clip_cov import clip_cov, kl_cov, selection_count, token_priorities
 from zoo.components.clip_soft import gmpo, gmpo_ppo_eps, sapo
 from zoo.config.variant import load_variant
-from zoo.registry import ComponentError, build
+from zoo.core.registry import ComponentError, build
 from zoo.step.types import Models, Slots
 from zoo.step.update import update
 from zoo.testing import tiny_model_and_tokenizer
@@ -292,8 +292,8 @@ def test_each_variant_trains_two_steps_with_two_minibatches(variant, tiny_model_
     from safetensors.torch import load_file
 
     from conftest import tiny_run_config
-    from zoo.config.checks import check_variant
-    from zoo.trainer import train
+    from zoo.checks.variant import check_variant
+    from zoo.run.trainer import train
 
     v = load_variant(variant)
     assert check_variant(v).ok and v.sources.get("clip"), variant
@@ -314,7 +314,7 @@ def test_each_variant_trains_two_steps_with_two_minibatches(variant, tiny_model_
 
 
 def test_validate_says_what_a_single_update_leaves_of_each_rule():
-    from zoo.config.checks import check_variant
+    from zoo.checks.variant import check_variant
 
     said = {v: " ".join(check_variant(load_variant(v)).warnings) for v in ("sapo", "clip_cov", "kl_cov")}
     assert "clip 'sapo' can have no effect: one on-policy update" in said["sapo"]

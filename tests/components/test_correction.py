@@ -7,10 +7,10 @@ import pytest
 import torch
 from test_engine import make_batch, params, settings, slots_for
 
-from zoo import registry
-from zoo.batch import replace
+from zoo.core import registry
+from zoo.core.batch import replace
 from zoo.components import StepCounts, TermInputs
-from zoo.registry import ComponentError
+from zoo.core.registry import ComponentError
 from zoo.step.forwards import rollout_forwards
 from zoo.step.logprobs import token_logprobs
 from zoo.step.mismatch import RolloutTally, mismatch_k3
@@ -258,7 +258,7 @@ def _needs_generators():
 
 
 def _step_record(out):
-    from zoo.study.tracking import read_jsonl
+    from zoo.run.tracking import read_jsonl
 
     (r,) = [r for r in read_jsonl(out / "metrics.jsonl") if "loss/policy" in r]
     return r
@@ -270,7 +270,7 @@ def test_a_run_logs_the_mismatch_and_the_weights(tiny_model_dir, tmp_path):
     weights (capped at C = 2)."""
     _needs_generators()
     from conftest import tiny_run_config
-    from zoo.trainer import train
+    from zoo.run.trainer import train
 
     one = {"budget": {"steps": 1}}
     train(tiny_run_config(tiny_model_dir, tmp_path / "hf", **one), progress=False)
@@ -290,7 +290,7 @@ def test_a_run_logs_the_mismatch_and_the_weights(tiny_model_dir, tmp_path):
 def test_a_band_of_width_zero_is_refused(spec):
     """rs c_high 1 (c_low = 1 / c_high = 1) or mis [1, 1] keep only tokens with rho exactly 1: every
     token the sampler drew differently is masked, so the run trains on nothing. Refused."""
-    from zoo.registry import ComponentError, build
+    from zoo.core.registry import ComponentError, build
 
     with pytest.raises(ComponentError, match="c_low < c_high"):
         build("correction", spec)

@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from zoo.components.critic import clipped_value
-from zoo.components.types import StepCounts
-from zoo.registry import ComponentError, build
+from zoo.core.types import StepCounts
+from zoo.core.registry import ComponentError, build
 
 
 def _t(x):

@@ -9,10 +9,10 @@ import math
 import pytest
 import torch
 
-from zoo import registry
+from zoo.core import registry
 from zoo.components import StepCounts, StepView, TermInputs
 from zoo.components.entropy import AdaptiveEntropy, linear_quantile, top_entropy_mask
-from zoo.config.checks import check_variant
+from zoo.checks.variant import check_variant
 from zoo.config.variant import load_variant
 from zoo.step.logprobs import token_logprobs
 from zoo.step.types import Models, Slots
@@ -178,8 +178,8 @@ def test_skywork_or1_trains_and_logs_the_coefficient(tiny_model_dir, tmp_path):
     """Target 10 nats, above a random tiny model's entropy: the coefficient rises by delta per step and
     the bonus is on from the second step (the first is gated on an entropy not yet measured)."""
     from conftest import tiny_run_config
-    from zoo.trainer import train
-    from zoo.study.tracking import read_jsonl
+    from zoo.run.trainer import train
+    from zoo.run.tracking import read_jsonl
 
     cfg = tiny_run_config(tiny_model_dir, tmp_path / "sky", variant="skywork_or1",
                           set={"controllers": [{"name": "adaptive_entropy", "target": 10.0, "delta": 0.01}]})

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zoo.components.filter import dynamic_sampling, step_metric_kinds
-from zoo.components.reward_reads import check_reward_reads
-from zoo.registry import ComponentError, build
+from zoo.checks.reward_reads import check_reward_reads
+from zoo.core.registry import ComponentError, build
 from zoo.rewards import resolve_rewards
 
 

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zoo.components.kl import adaptive_beta, k1, k2, k3, kl_reward, masked_kl
-from zoo.registry import available, build
+from zoo.core.registry import available, build
 
 ATOL = 1e-6
 

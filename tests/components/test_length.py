@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from zoo.components.length import overlong_filter, overlong_soft
-from zoo.components.types import LengthResult, LengthRows
-from zoo.registry import ComponentError, available, build
+from zoo.core.types import LengthResult, LengthRows
+from zoo.core.registry import ComponentError, available, build
 
 LENGTHS = torch.tensor([100, 384, 448, 512, 600])
 

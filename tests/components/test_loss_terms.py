@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from zoo import registry
+from zoo.core import registry
 from zoo.components import StepCounts, TermInputs, TermResult
 from zoo.step.types import Models, Slots
 from zoo.step.update import update
@@ -114,7 +114,7 @@ def test_adaptive_kl_controller_moves_beta_and_keeps_its_state():
 
 
 def test_kl_settings_on_a_variant_without_kl_are_an_error_not_a_no_op(tmp_path):
-    from zoo.config.checks import check_variant
+    from zoo.checks.variant import check_variant
 
     rep = check_variant(load_variant("dapo", {"kl.beta": 0.1, "kl.adaptive": {"target": 6.0}}))  # dapo: kl none
     assert any("kl.placement is 'none', so kl.beta / kl.adaptive have no effect" in e for e in rep.errors), rep.errors

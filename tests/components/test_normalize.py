@@ -7,9 +7,9 @@ import torch
 
 from zoo.components.objective import combine_objectives
 from zoo.components.stats import group_constant
-from zoo.components.types import AdvantageInputs
-from zoo.registry import ComponentError, build
-from zoo.config.checks import check_variant
+from zoo.core.types import AdvantageInputs
+from zoo.core.registry import ComponentError, build
+from zoo.checks.variant import check_variant
 from zoo.config.variant import build_components, load_variant
 
 NAN = float("nan")

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zoo.components.objective import combine_objectives
-from zoo.components.types import AdvantageInputs
-from zoo.registry import ComponentError, build
+from zoo.core.types import AdvantageInputs
+from zoo.core.registry import ComponentError, build
 
 NAN = float("nan")
 C15 = torch.tensor([[1.0, 1.0], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0]])  # correctness, format

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from zoo import registry
+from zoo.core import registry
 from zoo.components import StepCounts, TermInputs
 from zoo.config.variant import load_variant
 
@@ -245,8 +245,8 @@ def test_dppo_variant_trains_two_steps_with_the_noisy_sampler_and_validates(tiny
     from safetensors.torch import load_file
 
     from conftest import tiny_run_config
-    from zoo.config.checks import check_variant
-    from zoo.trainer import train
+    from zoo.checks.variant import check_variant
+    from zoo.run.trainer import train
 
     v = load_variant("dppo")
     rep = check_variant(v)
@@ -265,7 +265,7 @@ def test_dppo_variant_trains_two_steps_with_the_noisy_sampler_and_validates(tiny
 
 def test_off_policy_sequence_mask_in_a_run_masks_with_a_small_delta(tiny_model_dir, tmp_path):
     from conftest import tiny_run_config
-    from zoo.trainer import train
+    from zoo.run.trainer import train
 
     cfg = tiny_run_config(tiny_model_dir, tmp_path / "opsm", budget={"steps": 1}, eval={"enabled": False},
                           sampling={"backend": {"name": "noisy", "sigma": 1.0}},

@@ -4,8 +4,8 @@ import math
 
 import torch
 
-from zoo.components.types import AdvantageInputs
-from zoo.registry import build
+from zoo.core.types import AdvantageInputs
+from zoo.core.registry import build
 
 NAN = float("nan")
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from zoo import registry
+from zoo.core import registry
 from zoo.components import StepCounts, StepView, TermInputs
 from zoo.config.variant import load_variant
 from zoo.step.logprobs import token_logprobs
@@ -104,8 +104,8 @@ def test_trains_two_steps_reading_the_runs_reward_columns(tiny_model_dir, tmp_pa
     length reward of the tiny run) with a threshold every score passes: every completion counts, the term is
     mu x the mean NLL > 0."""
     from conftest import tiny_run_config
-    from zoo.study.tracking import read_jsonl
-    from zoo.trainer import train
+    from zoo.run.tracking import read_jsonl
+    from zoo.run.trainer import train
 
     cfg = tiny_run_config(tiny_model_dir, tmp_path / "nll",
                           set={"loss": [{"name": "nll_positive", "column": 1, "threshold": -1.0e9}]})
@@ -117,7 +117,7 @@ def test_trains_two_steps_reading_the_runs_reward_columns(tiny_model_dir, tmp_pa
 def test_the_step_view_gathers_row_fields_unpadded_over_ranks(monkeypatch):
     """Two ranks with 3 and 5 completion columns: [M, T] fields are padded to 5, objectives [M, K] are
     concatenated as they are (K is no token axis)."""
-    from zoo import dist
+    from zoo.core import dist
     from zoo.step import selection
 
     a = {"mask": torch.ones(1, 3, dtype=torch.bool), "objectives": torch.tensor([[1.0, 0.5]])}
@@ -130,7 +130,7 @@ def test_the_step_view_gathers_row_fields_unpadded_over_ranks(monkeypatch):
 
 
 def test_threshold_must_be_a_finite_number():
-    from zoo.registry import ComponentError, build
+    from zoo.core.registry import ComponentError, build
 
     for bad in ("high", float("nan"), True):
         with pytest.raises(ComponentError, match="threshold.*must be a (finite )?number"):

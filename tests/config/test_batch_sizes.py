@@ -12,9 +12,9 @@ import yaml
 
 from conftest import tiny_run_config
 from zoo.config.run import RunConfig, batch_sizes, effective_variant, generate_batch_size
-from zoo.provenance import batch_size_warnings
+from zoo.run.provenance import batch_size_warnings
 from zoo.study.experiment import expand_arms, load_study
-from zoo.study.fingerprint import fingerprint
+from zoo.run.fingerprint import fingerprint
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,7 +66,7 @@ def test_a_changed_batch_size_is_one_warning_naming_key_and_values():
 
 def test_the_run_records_its_batch_sizes_and_a_resume_that_changes_one_warns(tiny_model_dir, tmp_path, monkeypatch,
                                                                           caplog):
-    from zoo.trainer import train
+    from zoo.run.trainer import train
 
     monkeypatch.setenv("ZOO_FAIL_AT_STEP", "1")
     cfg = tiny_run_config(tiny_model_dir, tmp_path, sampling={"batch_size": 4}, eval={"enabled": False})
@@ -76,7 +76,7 @@ def test_the_run_records_its_batch_sizes_and_a_resume_that_changes_one_warns(tin
     assert rec == {"sampling.batch_size": 4, "eval.batch_size": 16, "budget.micro_batch": 4}
     monkeypatch.delenv("ZOO_FAIL_AT_STEP")
     resumed = tiny_run_config(tiny_model_dir, tmp_path, sampling={"batch_size": 8}, eval={"enabled": False})
-    with caplog.at_level(logging.WARNING, logger="zoo.trainer"):
+    with caplog.at_level(logging.WARNING, logger="zoo.run.trainer"):
         assert train(resumed, progress=False)["status"] == "finished"  # same fingerprint: it resumes
     assert any("resuming with sampling.batch_size 8 (the run so far used 4)" in r.getMessage() for r in caplog.records)
     rec = yaml.safe_load((tmp_path / "config.yaml").read_text())["provenance"]["batch_sizes"]
@@ -86,7 +86,7 @@ def test_the_run_records_its_batch_sizes_and_a_resume_that_changes_one_warns(tin
 def test_the_memory_check_names_the_generate_batch_when_it_is_the_knob(tiny_model_dir, tmp_path):
     from transformers import AutoConfig
 
-    from zoo import memory_estimate as me
+    from zoo.checks import memory_estimate as me
     from zoo.config.variant import VariantError
 
     config = AutoConfig.from_pretrained(tiny_model_dir)

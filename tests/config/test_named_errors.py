@@ -17,7 +17,7 @@ from zoo.cli import app
 from zoo.config.run import RunConfig
 from zoo.config.variant import VariantError, read_yaml_file
 from zoo.config.yaml_strict import MAX_NESTING
-from zoo.run_file import load_run_config
+from zoo.study.run_file import load_run_config
 
 runner = CliRunner()
 BASE = {"name": "r", "variant": "grpo", "model": "smollm2-135m-instruct-q4", "task": {"name": "bandit"}}
@@ -202,7 +202,7 @@ def _dead_pid() -> int:
     (f"pid={{pid}}\nhost={socket.gethostname()}\n", "pid {pid} does not run on this host"),
 ])
 def test_a_corrupt_or_hand_written_lock_of_no_live_process_is_taken_at_once(tmp_path, caplog, text, why):
-    from zoo.study import lock
+    from zoo.run import lock
 
     pid = _dead_pid()
     path = tmp_path / lock.LOCK_NAME
@@ -210,7 +210,7 @@ def test_a_corrupt_or_hand_written_lock_of_no_live_process_is_taken_at_once(tmp_
     old = time.time() - 10  # past the grace a lease being written gets
     os.utime(path, (old, old))
     t0 = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="zoo.study.lock"):
+    with caplog.at_level(logging.WARNING, logger="zoo.run.lock"):
         with lock.locked(path, what="run folder R", ttl=60.0):
             assert "mode=lease" in path.read_text()  # ours now
     assert time.monotonic() - t0 < 5  # no 60 s (ttl) wait
@@ -218,7 +218,7 @@ def test_a_corrupt_or_hand_written_lock_of_no_live_process_is_taken_at_once(tmp_
 
 
 def test_a_hand_written_lock_naming_a_live_process_of_this_host_is_kept(tmp_path):
-    from zoo.study import lock
+    from zoo.run import lock
 
     path = tmp_path / lock.LOCK_NAME
     path.write_text(f"pid={os.getppid()}\nhost={socket.gethostname()}\n")
@@ -230,7 +230,7 @@ def test_a_hand_written_lock_naming_a_live_process_of_this_host_is_kept(tmp_path
 
 
 def test_a_fresh_ownerless_lock_names_an_unknown_owner_not_question_marks(tmp_path):
-    from zoo.study import lock
+    from zoo.run import lock
 
     path = tmp_path / lock.LOCK_NAME
     path.write_text("junk")  # just written: could be a lease being written, so not removed yet

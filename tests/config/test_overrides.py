@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from zoo.study import experiment as E
-from zoo.run_file import load_run_config
+from zoo.study.run_file import load_run_config
 from zoo.config.run import set_dotted
 from zoo.config.overrides import OverrideError, apply_dotted, did_you_mean, set_path
 from zoo.config.variant import VariantError, apply_overrides, load_variant

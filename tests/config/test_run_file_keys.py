@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from zoo.cli import app
 from zoo.config.variant import VariantError, builtin_dir
-from zoo.run_file import load_run_config
-from zoo.trainer import validate_run
+from zoo.study.run_file import load_run_config
+from zoo.run.trainer import validate_run
 
 runner = CliRunner()
 BASE = {"name": "r", "variant": "grpo", "model": "smollm2-135m-instruct-q4", "task": {"name": "bandit"}}

@@ -1,8 +1,8 @@
-"""zoo.batch.Batch, the one record of a step: the loss mask vs the attention mask after EOS, and
+"""zoo.core.batch.Batch, the one record of a step: the loss mask vs the attention mask after EOS, and
 `extras` following the rows through select / trimmed / concat."""
 import torch
 
-from zoo.batch import Batch, concat
+from zoo.core.batch import Batch, concat
 from zoo.step.logprobs import token_logprobs
 from zoo.testing import tiny_model_and_tokenizer
 

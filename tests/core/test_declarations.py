@@ -13,9 +13,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from zoo import registry
+from zoo.core import registry
 from zoo.cli import app
-from zoo.declarations import Declaration
+from zoo.core.declarations import Declaration
 
 from conftest import tiny_run_config
 
@@ -62,7 +62,7 @@ def test_a_loss_term_reading_values_gets_the_critics_values(values_probe, tiny_m
     from zoo.step import pipeline
     from zoo.step.forwards import critic_values
     from zoo.step.hooks import Hooks
-    from zoo.trainer import setup
+    from zoo.run.trainer import setup
 
     # grpo's estimator (group_mean) reads no values: only the loss term asks for the critic
     cfg = tiny_run_config(tiny_model_dir, tmp_path, set={"critic": "clipped_value", "loss": [PROBE]},

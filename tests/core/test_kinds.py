@@ -1,4 +1,4 @@
-"""zoo/kinds.py is the one slot table: the registry, the variant schema, the engine and `zoo list`
+"""zoo/core/kinds.py is the one slot table: the registry, the variant schema, the engine and `zoo list`
 derive from it, and a variant must state (or inherit) every slot."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import typing
 import pytest
 from typer.testing import CliRunner
 
-from zoo import kinds, registry
+from zoo.core import kinds, registry
 from zoo.step.types import Slots as StepSlots
 from zoo.cli import app
 from zoo.config.variant import LIST_SLOTS, SLOT_KINDS, Slots, VariantError, load_variant

@@ -2,7 +2,7 @@
 `coef: "x"` for a float are errors naming the component and the parameter, not silently used."""
 import pytest
 
-from zoo.registry import ComponentError, build
+from zoo.core.registry import ComponentError, build
 
 
 @pytest.mark.parametrize("kind, spec, msg", [

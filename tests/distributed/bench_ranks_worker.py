@@ -3,7 +3,7 @@
     torchrun --standalone --nproc_per_node 2 tests/distributed/bench_ranks_worker.py OUT_DIR
 
 For STRATEGY in (ddp, fsdp) each rank builds the same tiny Llama (zoo.testing, vocab 105: the
-embedding's 105 rows split 53/52 under FSDP2), wraps it (zoo.strategy.wrap), takes one AdamW step
+embedding's 105 rows split 53/52 under FSDP2), wraps it (zoo.backends.train.strategy.wrap), takes one AdamW step
 and counts what it holds with the bench's `zoo.bench.memory.memory_breakdown` (weights, gradients,
 optimizer state in MB). Rank 0 writes OUT_DIR/STRATEGY.json: every rank's counts and, from an
 unwrapped copy in the same process, the full model's parameter bytes, its number of parameter tensors and its buffers' bytes.
@@ -22,7 +22,8 @@ for p in (str(TESTS.parent), str(TESTS)):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from zoo import dist, strategy  # noqa: E402
+from zoo.core import dist
+from zoo.backends.train import strategy  # noqa: E402
 from zoo.bench.memory import memory_breakdown  # noqa: E402
 from zoo.testing import tiny_model_and_tokenizer  # noqa: E402
 

@@ -2,13 +2,13 @@
 
     torchrun --standalone --nproc_per_node 2 tests/distributed/dcp_worker.py OUT_DIR MODEL_DIR
 
-1. `zoo.trainer.train` on two ranks with today's data-parallel path (plain modules): per case an
+1. `zoo.run.trainer.train` on two ranks with today's data-parallel path (plain modules): per case an
    uninterrupted 3-step run (`OUT/<case>-full`) and one that crashes after step 1 (ZOO_FAIL_AT_STEP)
    and is resumed from its sharded checkpoint (`OUT/<case>-cut`); the test compares metrics.jsonl.
    Cases: grpo full fine-tuning and ppo LoRA under ddp, grpo LoRA under fsdp (through the trainer).
 2. FSDP2: the tiny model wrapped by `fully_shard` (each decoder layer, then the root; its weights and
    AdamW states are DTensor shards), trained by a small loop of its own (LM loss on rows from a
-   PromptStream plus noise from each rank's torch RNG) and checkpointed with zoo.run_checkpoint's
+   PromptStream plus noise from each rank's torch RNG) and checkpointed with zoo.run.checkpoint's
    save/restore: 4 uninterrupted steps, and 2 steps + save + restore into a differently initialised
    model + 2 steps. Each rank writes its losses and final (gathered) weights under OUT/fsdp/.
 """
@@ -40,7 +40,7 @@ CASES = {  # name -> tiny_run_config overrides (3 steps, a checkpoint after ever
 
 def run_cases(out: Path, model_dir: Path) -> None:
     from conftest import tiny_run_config
-    from zoo import trainer
+    from zoo.run import trainer
 
     for name, kw in CASES.items():
         kw = {**kw, "budget": {"steps": 3, **kw.get("budget", {})}, "eval": {"enabled": False}}
@@ -81,7 +81,7 @@ def fsdp_state(seed: int, rank: int):
 def fsdp_step(st, rank: int) -> float:
     """One optimizer step on this rank's row of the stream's next two, with noise from the torch RNG:
     returns the loss summed over ranks."""
-    from zoo import dist
+    from zoo.core import dist
 
     row = st.stream.take(2)[rank]
     ids = (torch.randint(5, 100, (2, 6)) + row["x"]) % 100 + 5
@@ -95,7 +95,7 @@ def fsdp_step(st, rank: int) -> float:
 
 
 def gathered(model) -> dict[str, torch.Tensor]:
-    from zoo.checkpoint_dcp import full
+    from zoo.backends.train.checkpoint_dcp import full
 
     return {k: full(v).detach().clone() for k, v in model.state_dict().items()}
 
@@ -103,8 +103,8 @@ def gathered(model) -> dict[str, torch.Tensor]:
 def run_fsdp(out: Path, rank: int) -> None:
     from torch.distributed.tensor import DTensor
 
-    from zoo import checkpoint as ckpt
-    from zoo.run_checkpoint import restore_checkpoint, save_checkpoint
+    from zoo.backends.train import checkpoint as ckpt
+    from zoo.run.checkpoint import restore_checkpoint, save_checkpoint
 
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(100 + rank)
@@ -118,7 +118,7 @@ def run_fsdp(out: Path, rank: int) -> None:
     report["cut"] = [fsdp_step(st, rank) for _ in range(2)]
     save_checkpoint(st, out, None)
     saved = gathered(st.models.policy)  # collective
-    if rank == 0:  # what zoo.checkpoint_dcp.read_full must put together from the two ranks' shards
+    if rank == 0:  # what zoo.backends.train.checkpoint_dcp.read_full must put together from the two ranks' shards
         torch.save(saved, out / "saved_params.pt")
     torch.manual_seed(12345)  # the restore must bring back each rank's RNG state
     st = fsdp_state(8, rank)  # other initial weights: the restore must overwrite every one

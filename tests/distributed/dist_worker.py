@@ -31,7 +31,7 @@ def build_case(aggregate: str):
     from zoo.step.advantages import normalize_global
     from zoo.step.types import Models, Slots, StepSettings
     from zoo.step.update import step_counts, update
-    from zoo.batch import Batch
+    from zoo.core.batch import Batch
     from zoo.backends.generate.hf import encode_prompts
     from zoo.testing import tiny_model_and_tokenizer
     from zoo.config.variant import load_variant
@@ -56,8 +56,8 @@ def build_case(aggregate: str):
 def correction_case():
     """build_case("token_mean") with the sampler's log-probs: the trainer's plus delta in [-0.8, 0.8]
     (rho = exp(-delta) in [0.45, 2.2]) and the correction mis [0.6, 1.5], which masks some tokens."""
-    from zoo import registry
-    from zoo.batch import replace
+    from zoo.core import registry
+    from zoo.core.batch import replace
     from zoo.step.logprobs import token_logprobs
 
     model, tok, batch, slots, s = build_case("token_mean")
@@ -71,7 +71,7 @@ def correction_case():
 
 def normalizer_case():
     """(adv [5, 6], mask [5, 6], group_ids [5], batch_std normalizer) with a non-zero batch mean."""
-    from zoo import registry
+    from zoo.core import registry
 
     g = torch.Generator().manual_seed(3)
     N, T = len(LENGTHS), max(LENGTHS)
@@ -110,7 +110,8 @@ def run_update(model, tok, batch, slots, s) -> dict[str, float]:
     from zoo.step.types import Models, Slots, StepSettings
     from zoo.step.update import step_counts, update
 
-    from zoo import dist, strategy
+    from zoo.core import dist
+    from zoo.backends.train import strategy
 
     par = strategy.wrap(model, None, None, "ddp", torch.device("cpu")) if dist.is_distributed() else None
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
@@ -120,7 +121,7 @@ def run_update(model, tok, batch, slots, s) -> dict[str, float]:
 def main(out: Path, model_dir: Path | None = None) -> None:
     import torch.distributed as td
 
-    from zoo import dist
+    from zoo.core import dist
     from zoo.step.types import Models, Slots, StepSettings
     from zoo.step.update import step_counts, update
 
@@ -170,9 +171,9 @@ def _keep_states(trainer) -> tuple[list, object]:
 
 
 def run_train(out: Path, model_dir: Path, rank: int) -> dict:
-    """`zoo.trainer.train` under data parallelism: 2 GRPO steps with LoRA on the tiny model."""
+    """`zoo.run.trainer.train` under data parallelism: 2 GRPO steps with LoRA on the tiny model."""
     from conftest import tiny_run_config
-    from zoo import trainer
+    from zoo.run import trainer
     from zoo.backends.generate import hf_generator as sample  # the `hf` generator's call of generate_rollout
 
     seen: list[str] = []
@@ -200,7 +201,7 @@ def run_train_adaptive_kl(out: Path, model_dir: Path) -> dict:
     """reinforce_pp (batch_std over the global batch, KL in the reward) with an adaptive beta on two
     ranks: the beta each rank ends with and the advantages' global statistics."""
     from conftest import tiny_run_config
-    from zoo import trainer
+    from zoo.run import trainer
 
     states, real_setup = _keep_states(trainer)
     cfg = tiny_run_config(model_dir, out / "run_kl", variant="reinforce_pp", budget={"prompts_per_step": 2},

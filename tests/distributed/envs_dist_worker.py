@@ -22,7 +22,7 @@ for p in (str(TESTS.parent), str(TESTS)):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from zoo.registry import register  # noqa: E402
+from zoo.core.registry import register  # noqa: E402
 from zoo.testing import ScriptedGenerator  # noqa: E402
 
 CALLS: list[int] = []  # continue_ calls of this rank
@@ -80,7 +80,7 @@ def trained_params(cfg):
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     from torch.distributed.fsdp import FSDPModule
 
-    from zoo import trainer
+    from zoo.run import trainer
 
     states: list = []
     real = trainer.setup
@@ -109,7 +109,7 @@ class Counted(ScriptedGenerator):
     def continue_(self, prefix_ids, sampling, stop=(), /):
         import torch
 
-        from zoo.backends.generate.types import Continuation
+        from zoo.core.generator_types import Continuation
 
         CALLS.append(len(prefix_ids))
         parts = [ScriptedGenerator(self.tokenizer, [TEXTS[i % 2]], model=self.model).continue_([p], sampling, stop)
@@ -132,7 +132,7 @@ def main(out: Path, model_dir: Path) -> None:
     import torch.distributed as td
 
     from conftest import tiny_run_config
-    from zoo import trainer
+    from zoo.run import trainer
 
     td.init_process_group("gloo")
     rank = td.get_rank()

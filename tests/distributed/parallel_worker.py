@@ -2,12 +2,12 @@
 
     torchrun --standalone --nproc_per_node 2 tests/distributed/parallel_worker.py STRATEGY OUT_DIR [MODEL_DIR]
 
-STRATEGY is ddp or fsdp (zoo/strategy.py). For each case of CASES (full fine-tuning or LoRA x two
+STRATEGY is ddp or fsdp (zoo/backends/train/strategy.py). For each case of CASES (full fine-tuning or LoRA x two
 aggregations) each rank runs `update` with 2 minibatches over its own, unequal share of one fixed
 batch (dist_worker.SHARES: rank 0 one row, rank 1 four; micro-batch 1, so rank 0 has fewer
 micro-batches in the first optimizer step and none in the second) and saves its metrics and its
 full parameters afterwards. The test repeats each case in one process over the same rows.
-With MODEL_DIR it also trains 2 steps of a run file under the strategy (`zoo.trainer.train`).
+With MODEL_DIR it also trains 2 steps of a run file under the strategy (`zoo.run.trainer.train`).
 """
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def run_case(lora: bool, agg: str, name: str | None, rank: int | None) -> tuple[
     """(metrics, trainable params after update) of one case; `name`: the strategy (None: one process
     over all rows). One process: the two minibatches are the ranks' minibatches joined, each updated
     with one optimizer step, in order."""
-    from zoo import strategy
+    from zoo.backends.train import strategy
     from zoo.step.types import Models
     from zoo.step.update import update
 
@@ -103,9 +103,9 @@ def minibatch_rows(minibatches: int) -> list[list[int]]:
 
 def run_train(out: Path, model_dir: Path, name: str, rank: int) -> dict:
     """2 steps of reinforce_pp (full fine-tuning: the reference is a copy, sharded too under fsdp;
-    KL in the reward with an adaptive beta) and 2 of GRPO with LoRA, through `zoo.trainer.train`."""
+    KL in the reward with an adaptive beta) and 2 of GRPO with LoRA, through `zoo.run.trainer.train`."""
     from conftest import tiny_run_config
-    from zoo import trainer
+    from zoo.run import trainer
 
     import torch.distributed as td
 
@@ -149,7 +149,7 @@ def run_dynamic_sampling(out: Path, model_dir: Path, name: str) -> list[list]:
     completion is correct when `injected_correct(question)`, every other completion wrong. Returns
     the decisions [[step, question, kept], ...] this process made (each group once)."""
     from conftest import tiny_run_config
-    from zoo import trainer
+    from zoo.run import trainer
     from zoo.rewards.compute import RewardScores
     from zoo.step import pipeline as sample  # the stages of each resampling round
 

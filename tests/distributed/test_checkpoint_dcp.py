@@ -1,4 +1,4 @@
-"""Sharded checkpoints of data-parallel runs (zoo.checkpoint_dcp, zoo.run_checkpoint): save -> resume on
+"""Sharded checkpoints of data-parallel runs (zoo.backends.train.checkpoint_dcp, zoo.run.checkpoint): save -> resume on
 2 gloo ranks equals the uninterrupted 2-rank run, with plain modules (today's data-parallel path)
 and with the model wrapped by FSDP2's `fully_shard` (DTensor shards); the files are data only; a
 resume under another world size is refused. One torchrun launch (tests/distributed/dcp_worker.py) for all."""
@@ -114,7 +114,7 @@ def test_fsdp_sharded_resume_equals_the_uninterrupted_run(dcp_runs):
 def test_fsdp_shards_read_back_whole_in_one_process(dcp_runs):
     """read_full puts each weight back together from the two ranks' chunks, without a process group:
     equal to what the ranks gathered (full_tensor) when they saved."""
-    from zoo.checkpoint_dcp import read_full
+    from zoo.backends.train.checkpoint_dcp import read_full
 
     saved = torch.load(dcp_runs / "fsdp" / "saved_params.pt")
     got = read_full(dcp_runs / "fsdp" / "checkpoint" / "shards.step2", "policy")
@@ -130,8 +130,8 @@ def test_export_of_a_ddp_run_reads_its_shards(dcp_runs, tiny_model_dir, tmp_path
     exactly the policy's shards; LoRA: merged, so the adapted projections differ from the base)."""
     from safetensors.torch import load_file
 
-    from zoo.checkpoint_dcp import read_full
-    from zoo.export import export_run
+    from zoo.backends.train.checkpoint_dcp import read_full
+    from zoo.cli.export import export_run
 
     export_run(dcp_runs / f"{case}-cut", tmp_path / "hf")
     exported = load_file(tmp_path / "hf" / "model.safetensors")
@@ -151,8 +151,8 @@ def test_export_of_a_ddp_run_reads_its_shards(dcp_runs, tiny_model_dir, tmp_path
 def test_resume_on_another_world_size_is_refused(dcp_runs, tiny_model_dir, tmp_path):
     """The 2-rank checkpoint resumed in one process stops before any step, naming both sizes."""
     from conftest import tiny_run_config
-    from zoo import trainer
-    from zoo.checkpoint import CheckpointError
+    from zoo.run import trainer
+    from zoo.backends.train.checkpoint import CheckpointError
 
     run = tmp_path / "run"
     shutil.copytree(dcp_runs / "grpo-full-cut", run)
@@ -166,7 +166,7 @@ def test_resume_on_another_world_size_is_refused(dcp_runs, tiny_model_dir, tmp_p
 
 # ---------------------------------------------------------------- one process, no launch
 def test_world_size_check_both_ways():
-    from zoo.checkpoint import CheckpointError, check_world_size, world_size_of
+    from zoo.backends.train.checkpoint import CheckpointError, check_world_size, world_size_of
 
     check_world_size({"world_size": 2}, Path("c/state.pt"), 2)  # same size: nothing to say
     with pytest.raises(CheckpointError, match=r"c/state.pt: written by a run on 1 process, this run has 2; "
@@ -177,7 +177,7 @@ def test_world_size_check_both_ways():
 
 
 def test_split_and_merge_are_inverse():
-    from zoo.checkpoint_dcp import merge, split
+    from zoo.backends.train.checkpoint_dcp import merge, split
 
     sd = {"policy": {"w": torch.ones(2)}, "policy/optimizer": {"state.w.step": torch.tensor(3.0),
                                                                "param_groups.w.lr": 0.1, "param_groups.w.betas": (0.9, 0.99)}}
@@ -188,8 +188,8 @@ def test_split_and_merge_are_inverse():
 
 
 def test_a_taken_folder_name_is_never_reused_and_clear_removes_shards(tmp_path):
-    from zoo import checkpoint as ckpt
-    from zoo.checkpoint_dcp import folder_name
+    from zoo.backends.train import checkpoint as ckpt
+    from zoo.backends.train.checkpoint_dcp import folder_name
 
     (tmp_path / "shards.step4").mkdir()
     (tmp_path / "shards.step4.1").mkdir()
@@ -204,7 +204,7 @@ def test_the_folder_a_save_drops_is_the_one_state_prev_named(tmp_path):
     """A save rotates state.pt into state.prev.pt, so the old state.prev.pt's folder is no longer named;
     with no state.pt (moved away as damaged, resumed from state.prev.pt) the save keeps state.prev.pt
     and its folder."""
-    from zoo import checkpoint as ckpt
+    from zoo.backends.train import checkpoint as ckpt
 
     assert ckpt.shards_dropped_by_save(tmp_path) is None  # nothing saved yet
     ckpt.save(tmp_path, {"step": 1, "shards": "shards.step1"})
@@ -216,8 +216,8 @@ def test_the_folder_a_save_drops_is_the_one_state_prev_named(tmp_path):
 
 
 def test_missing_shards_folder_is_one_error_naming_it(tmp_path):
-    from zoo.checkpoint import CheckpointError
-    from zoo.run_checkpoint import restore_checkpoint
+    from zoo.backends.train.checkpoint import CheckpointError
+    from zoo.run.checkpoint import restore_checkpoint
 
     model = torch.nn.Linear(2, 2)
     st = SimpleNamespace(step=0, totals={}, controllers=[], reference=None, optimizer=None,
@@ -255,8 +255,8 @@ def test_a_failed_shard_write_is_one_write_error_and_leaves_nothing(one_rank_gro
 
     from torch.distributed.checkpoint import HuggingFaceStorageWriter
 
-    from zoo.checkpoint_dcp import save_sharded
-    from zoo.faults import WriteError
+    from zoo.backends.train.checkpoint_dcp import save_sharded
+    from zoo.core.faults import WriteError
 
     def full_disk(*a, **kw):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -276,7 +276,7 @@ def test_shards_are_read_without_unpickling_anything(one_rank_group, tmp_path):
 
     from torch.distributed.checkpoint import FileSystemReader
 
-    from zoo.checkpoint_dcp import load_sharded, save_sharded
+    from zoo.backends.train.checkpoint_dcp import load_sharded, save_sharded
 
     torch.manual_seed(0)
     a, b = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)

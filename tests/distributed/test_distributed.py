@@ -131,12 +131,12 @@ def test_step_diagnostics_gather_the_rows_of_every_rank(two_ranks):
             assert (math.isnan(v) and math.isnan(got[k])) or got[k] == pytest.approx(v), k
 
 
-# ---------------------------------------------------------------- zoo.trainer.train on two ranks
+# ---------------------------------------------------------------- zoo.run.trainer.train on two ranks
 def test_training_run_on_two_ranks(two_ranks):
     """2 GRPO steps with LoRA, 1 prompt per rank per step: disjoint prompts, one set of metrics,
     the same weights on both ranks afterwards (training.strategy ddp: adapters initialised from the same
 seed on every rank, gradients summed through DDP with the loss scaled by the world size)."""
-    from zoo.study.tracking import read_jsonl
+    from zoo.run.tracking import read_jsonl
 
     reps = [r["train"] for r in _reports(two_ranks)]
     for r in reps:
@@ -159,7 +159,7 @@ seed on every rank, gradients summed through DDP with the loss scaled by the wor
 def test_adaptive_kl_beta_agrees_across_ranks(two_ranks):
     """The adaptive controller runs on the step's KL over both ranks' rows: every rank ends with the
     same beta, and it moved from its start (0.1) as the logged records say."""
-    from zoo.study.tracking import read_jsonl
+    from zoo.run.tracking import read_jsonl
 
     reps = [r["train_kl"] for r in _reports(two_ranks)]
     assert all(r["status"] == "finished" for r in reps)

@@ -20,7 +20,7 @@ def ranks(tmp_path_factory, tiny_model_dir):
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_ranks_with_different_turn_counts_finish(ranks, strategy):
-    from zoo.study.tracking import read_jsonl
+    from zoo.run.tracking import read_jsonl
 
     reps = [json.loads((ranks / f"rank{r}.json").read_text())[strategy] for r in range(2)]
     for r in reps:
@@ -37,7 +37,7 @@ def single(tmp_path_factory, tiny_model_dir):
     """(trainable params, continue_ calls, max grad norm) of `equal_config` in this process (strategy
     single: both prompts)."""
     import envs_dist_worker as w
-    from zoo import registry
+    from zoo.core import registry
 
     out = tmp_path_factory.mktemp("envs_one")
     try:

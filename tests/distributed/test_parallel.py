@@ -3,7 +3,7 @@ launch per strategy): one update of 2 minibatches over rows split unevenly betwe
 has fewer micro-batches in the first optimizer step and none in the second: it pads with zero-loss
 micro-batches, or the collectives would hang) equals one process updating on the same rows: loss,
 gradient norm (clipped to 0.05) and parameters, full fine-tuning and LoRA, token_mean and
-seq_mean_token_mean. Then 2 steps of `zoo.trainer.train` under the strategy (the LoRA run also scores
+seq_mean_token_mean. Then 2 steps of `zoo.run.trainer.train` under the strategy (the LoRA run also scores
 with a tiny reward model on each rank: the reduced `reward/reward_model` agrees across ranks)."""
 import json
 import math

@@ -19,7 +19,7 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
-from zoo import registry
+from zoo.core import registry
 from zoo.cli import app
 from zoo.config.variant import build_components, load_variant
 
@@ -137,7 +137,7 @@ def test_run_file_names_the_plugin(project):
     """`plugins:` in a run file is what lets `zoo validate` find the clip in a fresh process."""
     tmp, _ = project
     from zoo.config.run import reward_specs
-    from zoo.run_file import load_run_config
+    from zoo.study.run_file import load_run_config
 
     cfg = load_run_config(tmp / "run_tanh.yaml")
     assert cfg.plugins == ["mylab.components", "mylab.rewards"] and cfg.variant == "grpo_tanh"
@@ -176,7 +176,7 @@ def _table(text: str, header: str) -> list[list[str]]:
 
 
 def test_components_doc_slot_table_is_the_kinds_table():
-    from zoo import kinds
+    from zoo.core import kinds
 
     rows = _table(COMPONENTS_DOC.read_text(), "| kind | slot | components |")
     assert [r[0] for r in rows] == [f"`{k.kind}`" for k in kinds.TABLE]

@@ -5,8 +5,8 @@ import sys
 import pytest
 
 from test_docs import doc_blocks
-from zoo import registry
-from zoo.backends.generate.types import SamplingParams
+from zoo.core import registry
+from zoo.core.generator_types import SamplingParams
 from zoo.envs.base import env_spec
 from zoo.envs.rollout import rollout
 from zoo.testing import ScriptedGenerator, tiny_model_and_tokenizer

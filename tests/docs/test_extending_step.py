@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from zoo import registry
+from zoo.core import registry
 from zoo.step.types import Models, Slots
 from zoo.step.update import update
 from zoo.testing import tiny_model_and_tokenizer
-from zoo.trainer import train
+from zoo.run.trainer import train
 from zoo.config.variant import load_variant
 
 from conftest import tiny_run_config
@@ -90,7 +90,7 @@ def test_validate_rejects_a_read_nothing_produces():
     def _unknown(inp):
         raise AssertionError("never called")
 
-    from zoo.config.checks import check_variant
+    from zoo.checks.variant import check_variant
 
     try:
         rep = check_variant(load_variant("grpo", {"loss": ["test_reads_values"]}))

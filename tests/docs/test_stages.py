@@ -1,4 +1,4 @@
-"""Plugin stages (zoo/stages.py) as docs/extending.md section 9 shows them: a `digits` stage writes
+"""Plugin stages (zoo/core/stages.py) as docs/extending.md section 9 shows them: a `digits` stage writes
 `Batch.extras["digits"]`, a `digit_penalty` loss term reads it; the stage runs because the term reads
 its field, the term's numbers match the hand-worked check, a 2-step run trains with both plugins,
 and `zoo validate` rejects a read nothing writes and a read whose producer runs after its reader."""
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from zoo import registry
+from zoo.core import registry
 from zoo.components import StepCounts, TermInputs
-from zoo.config.checks import check_variant
+from zoo.checks.variant import check_variant
 from zoo.config.variant import load_variant
 from zoo.step.types import Slots
 
@@ -116,7 +116,7 @@ def test_a_stage_with_a_bad_place_is_named():
 
 def test_both_plugins_train_and_the_stage_counts_the_kept_rows(mylab, tiny_model_dir, tmp_path):
     from zoo.step import pipeline
-    from zoo.trainer import setup
+    from zoo.run.trainer import setup
 
     cfg = tiny_run_config(tiny_model_dir, tmp_path, plugins=["mylab.counters", "mylab.digit_penalty"], set=TERM,
                           eval={"enabled": False})

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from zoo.backends.generate.types import SamplingParams
+from zoo.core.generator_types import SamplingParams
 from zoo.envs.base import env_spec
 from zoo.envs.rollout import rollout
 from zoo.envs.run import env_metrics, unscore_failed
@@ -89,7 +89,7 @@ def test_policy_logprobs_equal_one_forward_over_the_whole_conversation():
 
 def test_loss_gradient_at_positions_predicting_env_tokens_is_zero():
     from zoo.models.forward import position_ids_from_mask
-    from zoo.registry import build
+    from zoo.core.registry import build
     from zoo.step.update import step_counts
 
     b, tok, m, _ = _run([CALL, ANSWER], _rows("What is 12*7?"), G=2)
@@ -186,7 +186,7 @@ def test_step_batch_serves_all_rows_in_one_call():
 
 
 def test_a_tool_result_with_the_answer_does_not_score_as_correct():
-    from zoo.registry import build
+    from zoo.core.registry import build
 
     correctness = build("reward", "correctness")
     wrong, *_ = _run([CALL, "I do not know."], _rows("What is 12*7?"))
@@ -208,7 +208,7 @@ def test_gae_steps_over_env_tokens_from_one_turn_to_the_next():
     running it along the raw row (env values zeroed) would give other numbers."""
     from zoo.components import AdvantageInputs
     from zoo.envs.packing import packed_advantage
-    from zoo.registry import build
+    from zoo.core.registry import build
 
     gae = build("advantage", {"name": "gae", "gamma": 1.0, "lam": 0.9})
     mask = torch.tensor([[True, True, False, False, True]])

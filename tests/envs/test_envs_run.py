@@ -17,7 +17,7 @@ def _metrics(out):
 
 @pytest.mark.e2e
 def test_two_grpo_steps_with_the_calculator_train_and_log_env_metrics(tiny_model_dir, tmp_path):
-    from zoo.trainer import setup, train
+    from zoo.run.trainer import setup, train
     from zoo.step.pipeline import step
 
     cfg = tiny_run_config(tiny_model_dir, tmp_path / "run", task={**TASK, "env": {"name": "calculator", "max_turns": 2,
@@ -45,7 +45,7 @@ def test_two_grpo_steps_with_the_calculator_train_and_log_env_metrics(tiny_model
 
 def test_without_env_the_run_is_todays_single_turn(tiny_model_dir, tmp_path):
     """`env: null` and no `env` key give the same numbers, and no env metric."""
-    from zoo.trainer import train
+    from zoo.run.trainer import train
 
     a = tiny_run_config(tiny_model_dir, tmp_path / "a", task=TASK, eval={"enabled": False}, budget={"steps": 1})
     b = tiny_run_config(tiny_model_dir, tmp_path / "b", task={**TASK, "env": None}, eval={"enabled": False},
@@ -60,7 +60,7 @@ def test_without_env_the_run_is_todays_single_turn(tiny_model_dir, tmp_path):
 
 def test_zoo_run_rejects_a_bad_env_before_loading_a_model(tiny_model_dir, tmp_path):
     from zoo.config.variant import VariantError
-    from zoo.trainer import validate_run
+    from zoo.run.trainer import validate_run
 
     cfg = tiny_run_config(tiny_model_dir, tmp_path / "r", task={**TASK, "env": {"name": "calculater"}})
     with pytest.raises(VariantError, match="task.env.name: env 'calculater' is not registered; did you mean 'calculator'"):
@@ -72,7 +72,7 @@ def test_resume_mid_run_with_the_calculator_matches_an_uninterrupted_run(tiny_mo
     """Environments keep no state across steps: a resumed run's env metrics and losses are the
     uninterrupted run's."""
     from test_trainer import _step_records, assert_same_metrics
-    from zoo.trainer import train
+    from zoo.run.trainer import train
 
     kw = dict(task={**TASK, "env": {"name": "calculator", "max_turns": 2, "max_total_tokens": 200}},
               budget={"steps": 3}, eval={"enabled": False})
@@ -91,8 +91,8 @@ def test_resume_mid_run_with_the_calculator_matches_an_uninterrupted_run(tiny_mo
 
 
 def test_tool_use_section_numbers():
-    from zoo.study.runs import RunData
-    from zoo.study.tool_use import tool_use_lines
+    from zoo.study.report.runs import RunData
+    from zoo.study.report.tool_use import tool_use_lines
 
     def run(label, calls, ev=None):
         recs = [{"step": i + 1, "env/turns": 1.0 + c, "env/tool_calls": c, "env/tool_errors": 0.0, "accuracy": 0.5}

@@ -26,7 +26,7 @@ def _cfg(model_dir, out, rm_dir, **over):
 
 
 def test_the_critic_starts_with_the_reward_models_weights(tiny_model_dir, rm_dir, tmp_path):
-    from zoo.trainer import setup
+    from zoo.run.trainer import setup
 
     st = setup(_cfg(tiny_model_dir, tmp_path, rm_dir))
     rm, _ = tiny_reward_model_and_tokenizer(seed=3, hidden=32, layers=1)
@@ -48,7 +48,7 @@ def test_the_critic_starts_with_the_reward_models_weights(tiny_model_dir, rm_dir
 
 
 def test_a_run_with_the_critic_from_the_reward_model_trains_one_step(tiny_model_dir, rm_dir, tmp_path):
-    from zoo.trainer import train
+    from zoo.run.trainer import train
 
     summary = train(_cfg(tiny_model_dir, tmp_path, rm_dir), progress=False)
     assert summary["status"] == "finished" and summary["steps"] == 1
@@ -75,7 +75,7 @@ def test_validate_refuses_a_reward_model_with_another_tokenizer(tiny_model_dir, 
 
 
 def test_an_unknown_init_is_named(tiny_model_dir, tmp_path):
-    from zoo.trainer import validate_run
+    from zoo.run.trainer import validate_run
 
     cfg = tiny_run_config(tiny_model_dir, tmp_path, variant="ppo", set={"critic.init": "reference"})
     with pytest.raises(VariantError, match="init must be policy or reward_model, got 'reference'"):
@@ -85,7 +85,7 @@ def test_an_unknown_init_is_named(tiny_model_dir, tmp_path):
 def test_a_reward_model_not_built_yet_is_a_warning_not_an_error(tiny_model_dir, tmp_path):
     """A study builds its proxy first (zoo rm train): validate warns about the missing directory and
     leaves the tokenizer comparison for when it exists."""
-    from zoo.config.run_checks import run_warnings
+    from zoo.checks.run_checks import run_warnings
 
     cfg = _cfg(tiny_model_dir, tmp_path, tmp_path / "not-built" / "model")
     v = effective_variant(cfg)

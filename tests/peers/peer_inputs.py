@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from zoo import registry
-from zoo.components.types import StepCounts
+from zoo.core import registry
+from zoo.core.types import StepCounts
 
 SEEDS = (0, 1, 2, 3, 4)
 TOL = 1e-6

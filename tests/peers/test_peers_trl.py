@@ -28,7 +28,7 @@ import pytest
 import torch
 
 from peer_inputs import SEEDS, compare, ours, random_inputs, require, value_and_grad
-from zoo.components.types import StepCounts, StepView, TermInputs
+from zoo.core.types import StepCounts, StepView, TermInputs
 
 grpo = pytest.importorskip("trl.trainer.grpo_trainer", reason="trl not installed (peer comparison)")
 GRPOTrainer = grpo.GRPOTrainer
@@ -162,7 +162,7 @@ def test_high_entropy_tokens_is_trl_top_entropy_quantile(seed, rho):
     # TRL keeps tokens with entropy >= the (1 - q)-quantile of the (local) batch: our high_entropy_tokens
     # with rho = q over one micro-batch's view. Compared as the mask and as the whole loss (ppo x mask).
     require("correction", "high_entropy_tokens")
-    from zoo import registry
+    from zoo.core import registry
 
     x = random_inputs(seed, spread=0.4)
     g = torch.Generator().manual_seed(50 + seed)
@@ -198,7 +198,7 @@ def test_adaptive_entropy_is_trl_adaptive_entropy_control():
     # leaves coef (measure zero; not in this sequence). Entropies cross the target both ways and the
     # coefficient hits the clamp at 0.
     require("controller", "adaptive_entropy")
-    from zoo import registry
+    from zoo.core import registry
 
     target, delta = 0.2, 0.05
     ctrl = registry.build("controller", {"name": "adaptive_entropy", "target": target, "delta": delta,

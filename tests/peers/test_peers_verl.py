@@ -27,8 +27,8 @@ import pytest
 import torch
 
 from peer_inputs import SEEDS, compare, ours, random_inputs, require, value_and_grad
-from zoo import registry
-from zoo.components.types import AdvantageInputs, StepCounts, StepView
+from zoo.core import registry
+from zoo.core.types import AdvantageInputs, StepCounts, StepView
 
 core = pytest.importorskip("verl.trainer.ppo.core_algos", reason="verl not installed (peer comparison)")
 from verl.workers.config.actor import ActorConfig, PolicyLossConfig  # noqa: E402
@@ -349,7 +349,7 @@ def correction_inputs(seed: int, level: str):
 
 def our_weight(name: str, spec: dict, x, rollout):
     require("correction", name)
-    from zoo.components.types import TermInputs
+    from zoo.core.types import TermInputs
 
     inp = TermInputs(logp=x.logp, logp_old=x.logp_old, advantages=x.adv, mask=x.mask,
                      counts=StepCounts.of(x.mask), logp_rollout=rollout)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from zoo.registry import ComponentError
+from zoo.core.registry import ComponentError
 from zoo.rewards import compute_rewards, resolve_rewards
 from zoo.rewards.reward_model import RewardModelSession, load_reward_model, rm_texts, score_batch
 from zoo.rewards.session import LiveReward, close_rewards, open_rewards
@@ -121,7 +121,7 @@ def test_the_documented_stateful_reward_runs_as_written(tmp_path, monkeypatch):
     import sys
 
     from test_docs import doc_blocks
-    from zoo import registry
+    from zoo.core import registry
 
     (tmp_path / "mylab_stateful.py").write_text(doc_blocks()["stateful_reward"][1])
     monkeypatch.syspath_prepend(str(tmp_path))

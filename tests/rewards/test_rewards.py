@@ -8,8 +8,8 @@ import textwrap
 import pytest
 import torch
 
-from zoo.guards import RewardError
-from zoo.registry import ComponentError, available
+from zoo.core.guards import RewardError
+from zoo.core.registry import ComponentError, available
 from zoo.rewards import (
     accuracy,
     compute_rewards,

@@ -1,4 +1,4 @@
-"""zoo.checkpoint and zoo.faults without a model: weights-only loading (a malicious pickle is refused
+"""zoo.backends.train.checkpoint and zoo.core.faults without a model: weights-only loading (a malicious pickle is refused
 and does not run), the previous checkpoint kept, damaged files named with the options, a full disk
 leaving no temporary file (issue 11 items 7, 8, 14)."""
 import errno
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from zoo import checkpoint as ckpt
-from zoo.faults import WriteError, os_error_message, write_guard
+from zoo.backends.train import checkpoint as ckpt
+from zoo.core.faults import WriteError, os_error_message, write_guard
 
 
 class Payload:
@@ -106,7 +106,7 @@ def test_moving_the_damaged_file_away_resumes_from_the_previous_one(tmp_path, ca
     ckpt.save(tmp_path, _state(2))
     (tmp_path / ckpt.FILE).write_bytes(b"garbage")
     (tmp_path / ckpt.FILE).rename(tmp_path / "state.pt.bad")
-    with caplog.at_level(logging.WARNING, logger="zoo.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="zoo.backends.train.checkpoint"):
         state = ckpt.load(tmp_path)
     assert state["step"] == 1 and torch.equal(state["policy"]["w"], torch.ones(2, 3))
     assert "resuming from the previous checkpoint" in caplog.text

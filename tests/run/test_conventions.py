@@ -9,10 +9,10 @@ import torch
 from zoo.step.advantages import advantage, kl_reward, normalize
 from zoo.step.types import Slots
 from zoo.config.run import RunConfig
-from zoo.evaluate import evaluate
+from zoo.run.evaluate import evaluate
 from zoo.rewards.compute import accuracy_metrics
 from zoo.testing import tiny_model_and_tokenizer
-from zoo.trainer import _scheduler
+from zoo.run.trainer import _scheduler
 
 
 def lrs(schedule: str, warmup: int, total: int) -> list[float]:
@@ -42,7 +42,7 @@ def test_linear_and_cosine_decay_unchanged_without_warmup():
 def test_train_accuracy_leaves_out_unscored_rows_and_counts_them():
     nan = float("nan")
     obj = torch.tensor([[1.0, 0.5], [nan, 1.0], [0.0, 0.0], [1.0, 1.0]])  # [N, K]: correctness, format
-    from zoo import registry
+    from zoo.core import registry
 
     m = accuracy_metrics(obj, [registry.build("reward", "correctness"), registry.build("reward", "format")])
     # before: mean over per-row flags with NaN propagating -> accuracy NaN for the whole step
@@ -68,7 +68,7 @@ def test_eval_accuracy_leaves_out_unscored_completions():
 
 
 def test_adv_std_metric_is_the_unbiased_masked_std():
-    from zoo.batch import Batch
+    from zoo.core.batch import Batch
     from zoo.config.variant import load_variant
 
     mask = torch.tensor([[True, True], [True, False], [True, True]])  # 5 real tokens

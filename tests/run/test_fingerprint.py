@@ -1,4 +1,4 @@
-"""zoo.study.fingerprint and `zoo run`'s reuse rule (issue 11, items 1 and 3) on the tiny model."""
+"""zoo.run.fingerprint and `zoo run`'s reuse rule (issue 11, items 1 and 3) on the tiny model."""
 from __future__ import annotations
 
 import hashlib
@@ -10,10 +10,10 @@ import yaml
 from typer.testing import CliRunner
 
 from conftest import tiny_run_config
-from zoo.study import fingerprint as fp
+from zoo.run import fingerprint as fp
 from zoo.config.run import RunConfig
-from zoo.study.tracking import read_jsonl
-from zoo.trainer import train
+from zoo.run.tracking import read_jsonl
+from zoo.run.trainer import train
 
 
 def _cfg(**over) -> RunConfig:
@@ -27,7 +27,7 @@ def test_digest_is_sha256_of_canonical_json():
     digest, fields = fp.fingerprint(_cfg())
     text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
     assert digest == hashlib.sha256(text.encode()).hexdigest()
-    from zoo.precision import resolve_autocast
+    from zoo.run.precision import resolve_autocast
 
     # `auto` (the default) is hashed as what it resolves to on this machine, never as "auto"
     assert fields["generator"] == "hf" and fields["precision"] == resolve_autocast("auto", torch.device("cpu"))[0]
@@ -138,7 +138,7 @@ def test_run_on_a_folder_another_process_trains_names_the_holder(tiny_model_dir,
     import os
     import threading
 
-    from zoo.study import lock
+    from zoo.run import lock
 
     cfg = tiny_run_config(tiny_model_dir, tmp_path / "busy", budget={"steps": 1})
     held, done = threading.Event(), threading.Event()
@@ -173,8 +173,8 @@ def test_critic_warmup_enters_the_fingerprint_only_when_set(tmp_path):
 def test_the_way_out_of_a_changed_config_names_output_dir_when_the_file_sets_it(tiny_model_dir, tmp_path):
     """`--set name=NEW` does not move a run whose file sets output_dir: the hint says output_dir then."""
     from conftest import tiny_run_config
-    from zoo.study.fingerprint import StaleRunError
-    from zoo.trainer import train
+    from zoo.run.fingerprint import StaleRunError
+    from zoo.run.trainer import train
 
     cfg = tiny_run_config(tiny_model_dir, tmp_path / "r", budget={"steps": 1})
     train(cfg, progress=False)

@@ -2,8 +2,8 @@
 import torch
 
 from tests.conftest import tiny_run_config
-from zoo.study.fingerprint import fingerprint_fields
-from zoo.trainer import _adamw
+from zoo.run.fingerprint import fingerprint_fields
+from zoo.run.trainer import _adamw
 
 
 def _steps(fused: bool, tmp_path) -> list[torch.Tensor]:

@@ -1,4 +1,4 @@
-"""zoo.guards and the non-finite guard in zoo.step.update: a non-finite optimizer step is skipped
+"""zoo.core.guards and the non-finite guard in zoo.step.update: a non-finite optimizer step is skipped
 (weights and optimizer state unchanged), streaks of unscored or skipped steps stop the run, a run
 without any update fails, non-finite weights are never checkpointed."""
 import copy
@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from zoo import guards
+from zoo.core import guards
 from zoo.step.types import Models, Slots
 from zoo.step.update import update
 from zoo.config.run import Guards, RunConfig

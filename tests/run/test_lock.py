@@ -1,4 +1,4 @@
-"""zoo.study.lock: a lease per run folder, exclusive between threads and processes, expiring without heartbeat."""
+"""zoo.run.lock: a lease per run folder, exclusive between threads and processes, expiring without heartbeat."""
 from __future__ import annotations
 
 import os
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from zoo.study import lock
+from zoo.run import lock
 
 HOLD = """
 import sys, time
-from zoo.study import lock
+from zoo.run import lock
 lease = lock.acquire(sys.argv[1], ttl=float(sys.argv[2]))
 print("held" if lease else "refused", flush=True)
 time.sleep(600)

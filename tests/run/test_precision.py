@@ -1,4 +1,4 @@
-"""zoo.precision: `model_opts.autocast: auto` picks bf16 only where the hardware runs it natively.
+"""zoo.run.precision: `model_opts.autocast: auto` picks bf16 only where the hardware runs it natively.
 
 The CPU flags, oneDNN's answer, the timed probe and torch.cuda are faked, so every branch runs on
 any machine."""
@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from zoo import precision as P
+from zoo.run import precision as P
 
 AVX2_ONLY = "processor\t: 0\nflags\t\t: fpu sse sse2 avx avx2 fma f16c\n\nprocessor\t: 1\nflags\t\t: fpu avx2\n"
 AVX512_NO_BF16 = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512bw avx512_vnni\n"

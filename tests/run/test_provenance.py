@@ -4,7 +4,8 @@ import sys
 import pytest
 import torch
 
-from zoo.provenance import git_commit, package_versions, peak_memory_mb, reset_peak_memory
+from zoo.backends.train.memory import peak_memory_mb, reset_peak_memory
+from zoo.run.provenance import git_commit, package_versions
 
 CPU = torch.device("cpu")
 

@@ -11,13 +11,13 @@ import yaml
 from rich.console import Console
 
 from conftest import tiny_run_config
-from zoo import memory_estimate as me
+from zoo.checks import memory_estimate as me
 from zoo.study import experiment, report, runner
-from zoo.study.runs import RunData
-from zoo.study.seed_stats import pairing_note
-from zoo.study.runs import ArmGroup
-from zoo.study.study_index import read_index
-from zoo.study.table import used_values
+from zoo.study.report.runs import RunData
+from zoo.study.report.seed_stats import pairing_note
+from zoo.study.report.runs import ArmGroup
+from zoo.study.report.study_index import read_index
+from zoo.study.report.table import used_values
 
 
 @pytest.fixture(autouse=True)
@@ -114,14 +114,15 @@ def test_prompts_per_step_far_beyond_the_task_warns_and_steps_show_progress(tiny
                                                                             monkeypatch):
     """The example scaled to the tiny run: 1000 prompts per step on a 32-row task warns before the
     step; a step of several generate chunks reports each one to the progress listener."""
-    from zoo import step_progress, trainer
+    from zoo.backends.generate import progress as step_progress
+    from zoo.run import trainer
     from zoo.backends.generate.hf import generate_rollout
     from zoo.checks.bounds import work_warnings
     from zoo.testing import tiny_model_and_tokenizer
 
-    monkeypatch.setattr("zoo.trainer.available_memory", lambda device: 10**15)  # not this test's check
+    monkeypatch.setattr("zoo.run.trainer.available_memory", lambda device: 10**15)  # not this test's check
     cfg = tiny_run_config(tiny_model_dir, tmp_path, budget={"prompts_per_step": 1_000_000})
-    with caplog.at_level(logging.WARNING, logger="zoo.trainer"):
+    with caplog.at_level(logging.WARNING, logger="zoo.run.trainer"):
         trainer.setup(cfg)
     # the task: 32 training + 4 eval prompts
     assert ("budget.prompts_per_step = 1000000 is 2.78e+04x the task's 36 prompts: each step repeats every "
@@ -139,8 +140,8 @@ def test_prompts_per_step_far_beyond_the_task_warns_and_steps_show_progress(tiny
 def test_the_progress_bar_prints_progress_inside_a_long_step(capsys):
     """Variation: the bar's listener prints "step k: generated d of N completions" into the log once
     the interval has passed (here 0 s), and only while the bar is open."""
-    from zoo import step_progress
-    from zoo.run_progress import progress_bar
+    from zoo.backends.generate import progress as step_progress
+    from zoo.run.progress import progress_bar
 
     bar = progress_bar(True, 1, 0)
     bar.inner_every = 0.0
@@ -153,8 +154,8 @@ def test_the_progress_bar_prints_progress_inside_a_long_step(capsys):
 
 def test_budget_steps_of_1e18_warns(tiny_model_dir, tmp_path):
     """10**30 is refused by the config (integers are 64-bit); 10**18, inside int64, warns."""
-    from zoo.config.run_checks import unbounded_steps
-    from zoo.trainer import validate_run
+    from zoo.checks.run_checks import unbounded_steps
+    from zoo.run.trainer import validate_run
 
     cfg = tiny_run_config(tiny_model_dir, tmp_path, budget={"steps": 10**18})
     _, warnings = validate_run(cfg)
@@ -164,7 +165,7 @@ def test_budget_steps_of_1e18_warns(tiny_model_dir, tmp_path):
 
 # ---------------------------------------------------------------- 9. micro-batches capped at the rows
 def test_a_huge_micro_batch_is_estimated_at_the_rows_that_exist(tiny_model_dir, tmp_path):
-    from zoo import trainer
+    from zoo.run import trainer
 
     by_hand = me.rollout_memory(prompts_per_step=2, group_size=4, micro_batch=8, generate_rows=8, prompt_tokens=10,
                                 max_new_tokens=6, layers=2, kv_heads=2, head_dim=8, vocab=100, kv_bytes=4)
@@ -188,18 +189,18 @@ def test_generate_rows_are_capped_too():
 def test_a_lora_rank_above_the_layer_width_warns(r, targets, narrowest, tiny_model_dir, tmp_path, caplog):
     """The tiny Llama: hidden 64, 2 kv heads of 16 -> v_proj / k_proj are 64 -> 32 (width 32).
     r = 128 is above every layer's width (the example); r = 40 only above k_proj's (a variation)."""
-    from zoo import trainer
+    from zoo.run import trainer
 
     cfg = tiny_run_config(tiny_model_dir, tmp_path, model_opts={"autocast": "none",
                                                                 "lora": {"r": r, "alpha": 16, "target_modules": targets}})
-    with caplog.at_level(logging.WARNING, logger="zoo.trainer"):
+    with caplog.at_level(logging.WARNING, logger="zoo.run.trainer"):
         trainer.setup(cfg)
     assert f"model_opts.lora.r = {r} is larger than the width of the layers it adapts" in caplog.text
     assert f"min(in, out) = {narrowest}" in caplog.text and f"use r <= {narrowest}" in caplog.text
     caplog.clear()
     ok = tiny_run_config(tiny_model_dir, tmp_path / "ok", model_opts={"autocast": "none", "lora": {"r": 32, "alpha": 16,
                                                                                                    "target_modules": targets}})
-    with caplog.at_level(logging.WARNING, logger="zoo.trainer"):
+    with caplog.at_level(logging.WARNING, logger="zoo.run.trainer"):
         trainer.setup(ok)
     assert "lora.r" not in caplog.text
 

@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from conftest import tiny_run_config
-from zoo import guards
+from zoo.core import guards
 from zoo.config.run import Guards
-from zoo.guards import RewardError, RunFailed
+from zoo.core.guards import RewardError, RunFailed
 from zoo.rewards.compute import REWARD_LIMIT, check_weighted, compute_rewards, resolve_rewards
-from zoo.study.tracking import read_json, read_jsonl
-from zoo.trainer import train
+from zoo.run.tracking import read_json, read_jsonl
+from zoo.run.trainer import train
 
 G = Guards()
 LN_V = math.log(105)  # the tiny model's vocabulary (zoo.testing): the entropy of a uniform policy
@@ -110,7 +110,7 @@ def test_the_scored_count_survives_a_checkpoint_and_is_unknown_in_an_older_one()
 # ---------------------------------------------------------------- 2. collapse and non-finite sampling
 def test_lr_1e6_collapses_the_policy_and_the_run_warns(tiny_model_dir, tmp_path, caplog):
     cfg = _run(tiny_model_dir, tmp_path, optim={"lr": 1e6}, budget={"steps": 3})
-    with caplog.at_level(logging.WARNING, logger="zoo.guards"):
+    with caplog.at_level(logging.WARNING, logger="zoo.core.guards"):
         summary = train(cfg, progress=False)
     warned = [r.getMessage() for r in caplog.records if "collapsed to the uniform distribution" in r.getMessage()]
     assert len(warned) == 1, caplog.text  # once, at the first collapsed step
@@ -169,7 +169,7 @@ def test_non_finite_sampling_names_the_temperature_or_the_model():
 def test_kl_cov_beta_1e30_skips_are_counted_and_warned(tiny_model_dir, tmp_path, caplog):
     cfg = _run(tiny_model_dir, tmp_path, variant="kl_cov", set={"clip.beta": 1e30},
                budget={"updates": {"epochs": 1, "minibatches": 2}})
-    with caplog.at_level(logging.WARNING, logger="zoo.guards"):
+    with caplog.at_level(logging.WARNING, logger="zoo.core.guards"):
         summary = train(cfg, progress=False)
     assert summary["status"] == "finished"
     # each step's first minibatch runs on-policy (ratio 1, |log r| 0: finite); the second has a 1e30 term

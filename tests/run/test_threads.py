@@ -1,4 +1,4 @@
-"""zoo.threads: the thread count and OpenMP wait policy chosen before torch loads (fake CPUs, quotas
+"""zoo.run.threads: the thread count and OpenMP wait policy chosen before torch loads (fake CPUs, quotas
 and leases), and what a `zoo` subprocess ends up with."""
 import os
 import subprocess
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from zoo import threads as T
+from zoo.run import threads as T
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -100,7 +100,7 @@ def test_stale_and_malformed_leases_are_removed_live_ones_counted(tmp_path):
 
 
 def test_importing_zoo_does_not_import_torch():
-    code = "import sys, zoo, zoo.threads; print('torch' in sys.modules)"
+    code = "import sys, zoo, zoo.run.threads; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)},
                          capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
@@ -121,7 +121,7 @@ def test_zoo_cli_import_sets_passive_and_the_threads_before_torch(tmp_path):
     (d / f"{me}.lease").write_text(f"{me} 1 {T.start_time(me) or '-'}\n")
     usable = T.usable_cpus(T.affinity_cpus(), T.cgroup_cpus(Path("/proc/self/cgroup").read_text()
                                                              if Path("/proc/self/cgroup").exists() else ""))
-    code = ("import os, zoo.cli, torch, zoo.threads as T; "
+    code = ("import os, zoo.cli, torch, zoo.run.threads as T; "
             "print(os.environ['OMP_WAIT_POLICY'], torch.get_num_threads(), T.current().source)")
     out = subprocess.run([sys.executable, "-c", code], env=_clean_env(tmp_path), capture_output=True, text=True,
                          check=True).stdout.split()

@@ -1,4 +1,4 @@
-"""zoo.study.tracking: JSONL always, W&B offline by default, W&B failures never stop a run."""
+"""zoo.run.tracking: JSONL always, W&B offline by default, W&B failures never stop a run."""
 from __future__ import annotations
 
 import json
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from zoo.study import tracking
+from zoo.run import tracking
 from zoo.config.run import RunConfig, WandbOpts
-from zoo.study.tracking import Tracker, read_jsonl, resolve_mode
+from zoo.run.tracking import Tracker, read_jsonl, resolve_mode
 
 
 def _wandb_exe() -> str:
@@ -146,7 +146,7 @@ def test_wandb_init_failure_warns_once_and_keeps_jsonl(tmp_path, no_credentials,
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(wandb, "init", boom)
-    with caplog.at_level(logging.WARNING, logger="zoo.study.tracking"):
+    with caplog.at_level(logging.WARNING, logger="zoo.run.tracking"):
         tr = Tracker(tmp_path / "run", config={}, wandb_opts=WandbOpts(), name="r")
         tr.log({"reward/total": 0.5}, step=0)
         tr.log({"reward/total": 0.6}, step=1)
@@ -183,7 +183,7 @@ def test_wandb_log_failure_disables_wandb_not_training(tmp_path, no_credentials,
 
     fake = _FlakyRun()
     monkeypatch.setattr(wandb, "init", lambda *a, **k: fake)
-    with caplog.at_level(logging.WARNING, logger="zoo.study.tracking"):
+    with caplog.at_level(logging.WARNING, logger="zoo.run.tracking"):
         tr = Tracker(tmp_path / "run", config={}, wandb_opts=WandbOpts(), name="r")
         assert tr.run_id == "flaky01"
         for s in range(4):
@@ -197,7 +197,7 @@ def test_wandb_log_failure_disables_wandb_not_training(tmp_path, no_credentials,
 
 def test_wandb_import_failure_warns(tmp_path, no_credentials, monkeypatch, caplog):
     monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb -> ImportError
-    with caplog.at_level(logging.WARNING, logger="zoo.study.tracking"):
+    with caplog.at_level(logging.WARNING, logger="zoo.run.tracking"):
         tr = Tracker(tmp_path / "run", config={}, wandb_opts=WandbOpts(), name="r")
         tr.log({"a": 1.0}, step=0)
     assert tr.run_id is None and len(caplog.records) == 1
@@ -234,21 +234,21 @@ def test_wandb_tags_name_variant_overrides_and_changed_slots():
 
 
 def test_unreadable_lines_are_skipped_counted_and_named(tmp_path, caplog):
-    from zoo.study.tracking import read_jsonl_counted
+    from zoo.run.tracking import read_jsonl_counted
 
     p = tmp_path / "metrics.jsonl"
     p.write_bytes(b'{"step": 1, "reward/total": 0.5}\n{"step": 2, "reward/total": 0.6\xff}\n[1, 2]\n\n'
                   b'{"step": 3, "reward/total": 0.7}\n{"step": 4, "rew')
     recs, skipped = read_jsonl_counted(p)
     assert [r["step"] for r in recs] == [1, 3] and skipped == 3  # the \xff line, a non-object, the cut line
-    with caplog.at_level(logging.WARNING, logger="zoo.study.tracking"):
+    with caplog.at_level(logging.WARNING, logger="zoo.run.tracking"):
         assert [r["step"] for r in read_jsonl(p)] == [1, 3]
     assert f"{p}: skipped 3 unreadable line(s)" in caplog.text
     assert read_jsonl_counted(tmp_path / "missing.jsonl") == ([], 0)
 
 
 def test_read_json_of_a_non_utf8_file_is_empty(tmp_path):
-    from zoo.study.tracking import read_json
+    from zoo.run.tracking import read_json
 
     (tmp_path / "summary.json").write_bytes(b'{"status": "finished\xff"}')
     assert read_json(tmp_path / "summary.json") == {}
@@ -259,7 +259,7 @@ def test_write_errors_name_the_file_and_leave_no_temporary_file(tmp_path, monkey
     import errno
     import pathlib
 
-    from zoo.faults import WriteError
+    from zoo.core.faults import WriteError
 
     tr = Tracker(tmp_path / "run", config={}, wandb_opts=None, name="r")
     for s in range(3):

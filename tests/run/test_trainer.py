@@ -1,4 +1,4 @@
-"""zoo.trainer end to end on the tiny random Llama: every registered variant trains, resumes give the
+"""zoo.run.trainer end to end on the tiny random Llama: every registered variant trains, resumes give the
 same run as no interruption, a raising reward does not stop a run."""
 import errno
 import importlib.util
@@ -11,10 +11,10 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import tiny_run_config
-from zoo.guards import RewardError, RunFailed
+from zoo.core.guards import RewardError, RunFailed
 from zoo.step.types import Slots
-from zoo.study.tracking import read_jsonl
-from zoo.trainer import train
+from zoo.run.tracking import read_jsonl
+from zoo.run.trainer import train
 from zoo.config.variant import available_variants, load_variant
 
 pytestmark = pytest.mark.e2e  # whole training runs through zoo.trainer (about 1 s each, 50 s in all)
@@ -77,7 +77,7 @@ def test_critic_warmup_freezes_the_policy_and_trains_the_critic(tiny_model_dir, 
 
 
 def test_critic_warmup_without_a_critic_is_an_error(tiny_model_dir, tmp_path):
-    from zoo.config.checks import check_variant
+    from zoo.checks.variant import check_variant
     from zoo.config.run import effective_variant
 
     cfg = tiny_run_config(tiny_model_dir, tmp_path / "g", variant="grpo", budget={"critic_warmup": 2})
@@ -321,7 +321,7 @@ def flaky_reward_module(tmp_path, monkeypatch):
 def test_a_raising_reward_trains_on_the_rows_it_scores(fn, flaky_reward_module, tiny_model_dir, tmp_path):
     cfg = tiny_run_config(tiny_model_dir, tmp_path / "run", variant="grpo", plugins=[flaky_reward_module],
                           rewards=[f"{flaky_reward_module}:{fn}", {"name": "length", "weight": 0.5, "scale": 10.0}])
-    if fn == "broken":  # it never scored a row: the run fails at its end, however short (zoo.guards.at_end)
+    if fn == "broken":  # it never scored a row: the run fails at its end, however short (zoo.core.guards.at_end)
         with pytest.raises(RunFailed, match=f"no completion was scored in the 2 step.*'{flaky_reward_module}:broken'"):
             train(cfg, progress=False)
     else:
@@ -353,7 +353,7 @@ def test_a_raising_reward_trains_on_the_rows_it_scores(fn, flaky_reward_module, 
 def test_two_grpo_steps_on_the_embedded_smollm2(tmp_path):
     """The real pretrained model end to end: 2 GRPO steps with LoRA, finite metrics, adapter moved."""
     from zoo.config.run import RunConfig
-    from zoo.trainer import train
+    from zoo.run.trainer import train
 
     cfg = RunConfig.model_validate({
         "name": "smollm2-grpo", "variant": "grpo", "model": "smollm2-135m-instruct-q4",
@@ -423,7 +423,7 @@ def _fault_config(model_dir, out, steps=3):
 
 def _full_disk_on_save(monkeypatch, fail_from: int):
     """torch.save (the checkpoint write) writes half a file and raises ENOSPC from its fail_from-th call."""
-    from zoo import checkpoint as ckpt
+    from zoo.backends.train import checkpoint as ckpt
 
     real, calls = torch.save, []
 
@@ -438,7 +438,7 @@ def _full_disk_on_save(monkeypatch, fail_from: int):
 
 
 def test_disk_full_while_checkpointing_is_one_error_naming_the_last_good_step(tiny_model_dir, tmp_path, monkeypatch):
-    from zoo.faults import WriteError
+    from zoo.core.faults import WriteError
 
     _full_disk_on_save(monkeypatch, fail_from=2)
     with pytest.raises(WriteError) as e:
@@ -455,7 +455,7 @@ def test_disk_full_while_checkpointing_is_one_error_naming_the_last_good_step(ti
 def test_disk_full_also_for_the_summary_says_the_status_on_stderr(tiny_model_dir, tmp_path, monkeypatch, capsys):
     import pathlib
 
-    from zoo.faults import WriteError
+    from zoo.core.faults import WriteError
 
     _full_disk_on_save(monkeypatch, fail_from=1)
     real = pathlib.Path.write_text
@@ -481,8 +481,8 @@ def test_a_read_only_metrics_file_is_one_error_and_the_run_is_failed(tiny_model_
     import builtins
     from pathlib import Path
 
-    from zoo.study import tracking
-    from zoo.faults import WriteError
+    from zoo.run import tracking
+    from zoo.core.faults import WriteError
 
     def read_only_metrics(file, mode="r", *a, **kw):
         if Path(file).name == "metrics.jsonl" and "a" in mode:
@@ -512,7 +512,7 @@ def test_cli_disk_full_prints_one_line_and_exits_1(tiny_model_dir, tmp_path, mon
 
 
 def test_damaged_checkpoint_names_the_file_and_resumes_from_the_previous_when_moved(tiny_model_dir, tmp_path):
-    from zoo.checkpoint import CheckpointError, read
+    from zoo.backends.train.checkpoint import CheckpointError, read
 
     train(_fault_config(tiny_model_dir, tmp_path, steps=2), progress=False)
     path = tmp_path / "checkpoint" / "state.pt"
@@ -532,7 +532,7 @@ def test_damaged_checkpoint_names_the_file_and_resumes_from_the_previous_when_mo
 
 
 def test_fresh_start_over_a_damaged_checkpoint_keeps_nothing_of_it(tiny_model_dir, tmp_path):
-    from zoo.checkpoint import read
+    from zoo.backends.train.checkpoint import read
 
     train(_fault_config(tiny_model_dir, tmp_path, steps=2), progress=False)
     (tmp_path / "checkpoint" / "state.pt").write_text("not a checkpoint")
@@ -605,21 +605,21 @@ def test_auto_autocast_is_resolved_once_and_recorded(flags, choice, tiny_model_d
     summary.json record it with the reason and torch's CPU capability."""
     import yaml
 
-    from zoo import precision
+    from zoo.run import precision
 
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
     monkeypatch.setattr(precision, "CPUINFO", cpuinfo)
-    from zoo import run_progress
+    from zoo.run import progress as run_progress
     from zoo.step import forwards, sample
 
     seen, real = [], forwards.autocast
     for mod in (forwards, sample, run_progress):  # every place a forward or generation takes its precision from
         monkeypatch.setattr(mod, "autocast", lambda setting, device: seen.append(setting) or real(setting, device))
     cfg = tiny_run_config(tiny_model_dir, tmp_path / "run", model_opts={"autocast": "auto"}, budget={"steps": 1})
-    caplog.set_level("INFO", logger="zoo.precision")
+    caplog.set_level("INFO", logger="zoo.run.precision")
     s = train(cfg, progress=False)
-    (line,) = [r.getMessage() for r in caplog.records if r.name == "zoo.precision"]  # one line per run
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "zoo.run.precision"]  # one line per run
     assert set(seen) == {choice} and len(seen) >= 3  # generate, train forward, the evaluations
     rec = s["config"]["provenance"]["precision"]
     assert rec["autocast"] == choice and rec["cpu_capability"] == precision.cpu_capability()
@@ -636,7 +636,7 @@ def test_kill_9_then_resume_keeps_eval_before_labels_and_prints_it(tiny_model_di
     from typer.testing import CliRunner
 
     from zoo.cli import run as cli_run  # noqa: F401  (registers `run` on the app)
-    from zoo import trainer as T
+    from zoo.run import trainer as T
     from zoo.cli import app
 
     real_write = T._write_summary
@@ -668,7 +668,7 @@ def bad_plugin(tmp_path, monkeypatch):
         from dataclasses import replace
 
         from zoo.components.clip import ppo
-        from zoo.registry import register
+        from zoo.core.registry import register
 
         def nan_reward(completions, rows):
             return [float("nan")] * len(completions)
@@ -688,7 +688,7 @@ def bad_plugin(tmp_path, monkeypatch):
     yield "bad_plugin"
     import sys
 
-    from zoo import registry
+    from zoo.core import registry
     registry._REGISTRY["clip"].pop("test_nan_clip", None)
     sys.modules.pop("bad_plugin", None)
 
@@ -745,7 +745,7 @@ def test_float16_weights_are_never_checkpointed_once_they_turn_nan(tiny_model_di
 
 
 def test_validate_run_checks_the_filter_metric_and_the_reward_trust(tiny_model_dir, tmp_path):
-    from zoo.trainer import validate_run
+    from zoo.run.trainer import validate_run
     from zoo.config.variant import VariantError
 
     def cfg(**over):

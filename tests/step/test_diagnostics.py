@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from zoo.batch import Batch
+from zoo.core.batch import Batch
 from zoo.step.diagnostics import gold_metrics, group_centred, pearson, step_diagnostics
 
 
@@ -84,9 +84,9 @@ def test_gold_rewards_are_means_of_what_they_score():
 
 def test_a_run_logs_the_diagnostics_and_gold_rewards_that_do_not_train(tiny_model_dir, tmp_path):
     from conftest import tiny_run_config
-    from zoo.study import fingerprint as fp
-    from zoo.study.tracking import read_jsonl
-    from zoo.trainer import train
+    from zoo.run import fingerprint as fp
+    from zoo.run.tracking import read_jsonl
+    from zoo.run.trainer import train
 
     over = {"eval": {"enabled": False}}
     plain = tiny_run_config(tiny_model_dir, tmp_path / "plain", **over)
@@ -108,7 +108,7 @@ def test_a_run_logs_the_diagnostics_and_gold_rewards_that_do_not_train(tiny_mode
 def test_an_unknown_gold_reward_is_an_error_before_any_model_loads(tiny_model_dir, tmp_path):
     from conftest import tiny_run_config
     from zoo.config.variant import VariantError
-    from zoo.trainer import validate_run
+    from zoo.run.trainer import validate_run
 
     cfg = tiny_run_config(tiny_model_dir, tmp_path, gold=["correctnes"])
     with pytest.raises(VariantError, match=r"gold: .*correctnes.*correctness"):

@@ -8,7 +8,7 @@ import torch
 from zoo.step.forwards import rollout_forwards
 from zoo.step.types import Models, Slots, StepSettings
 from zoo.step.update import step_counts, update
-from zoo.batch import Batch
+from zoo.core.batch import Batch
 from zoo.backends.generate.hf import encode_prompts
 from zoo.step.logprobs import token_logprobs
 from zoo.testing import tiny_model_and_tokenizer

@@ -7,11 +7,11 @@ from types import SimpleNamespace
 import torch
 
 from zoo.backends.generate.hf import generate_rollout
-from zoo.batch import Batch, concat
+from zoo.core.batch import Batch, concat
 from zoo.bench.probe import phase_tokens
 from zoo.components.aggregate import seq_mean_token_sum_norm, token_mean
-from zoo.components.types import LengthRows, StepCounts
-from zoo.registry import build
+from zoo.core.types import LengthRows, StepCounts
+from zoo.core.registry import build
 from zoo.step.diagnostics import LEN, row_table
 from zoo.step.hooks import Phase
 from zoo.step.sample import _completion_metrics

@@ -6,7 +6,7 @@ from torch import nn
 from zoo.models.forward import position_ids_from_mask
 from zoo.backends.generate.hf import completion_mask, encode_prompts, generate_rollout
 from zoo.step.logprobs import token_logprobs
-from zoo.batch import Batch
+from zoo.core.batch import Batch
 from zoo.testing import tiny_model_and_tokenizer
 
 CHAT = [[{"role": "user", "content": "hi"}], [{"role": "user", "content": "What is 12 + 30?"}]]

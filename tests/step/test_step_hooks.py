@@ -35,7 +35,7 @@ class Recorder(Hooks):
 
 
 def _ppo(tiny_model_dir, tmp_path):
-    from zoo import trainer
+    from zoo.run import trainer
 
     # 2 prompts x 4 = 8 rows in micro-batches of 4; 2 epochs x 1 minibatch; KL in the reward (old + reference)
     cfg = tiny_run_config(tiny_model_dir, tmp_path, variant="ppo", budget={"updates": {"epochs": 2, "minibatches": 1}},
@@ -55,7 +55,7 @@ def test_ppo_step_opens_every_phase_and_forward_in_order(tiny_model_dir, tmp_pat
 
 
 def test_dapo_opens_generate_and_score_once_per_resampling_round(tiny_model_dir, tmp_path):
-    from zoo import trainer
+    from zoo.run import trainer
 
     cfg = tiny_run_config(tiny_model_dir, tmp_path, variant="dapo", eval={"enabled": False},
                           budget={"max_resample_rounds": 2, "updates": {"epochs": 1, "minibatches": 2}})

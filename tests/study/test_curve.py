@@ -1,4 +1,4 @@
-"""The report's learning curve (zoo.study.curve): held-out accuracy at step 0, at every eval.every steps
+"""The report's learning curve (zoo.study.report.curve): held-out accuracy at step 0, at every eval.every steps
 and after the last step, mean over seeds with a t interval, and paired differences against the baseline."""
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from zoo.study import curve, report
-from zoo.study.runs import discover, group_runs
+from zoo.study.report import curve
+from zoo.study import report
+from zoo.study.report.runs import discover, group_runs
 
 
 def _run(root: Path, variant: str, seed: int, accs: list[float], status: str = "finished", mid: bool = True) -> None:

@@ -1,10 +1,10 @@
-"""Per-prompt eval records and the paired after - before accuracy over prompts (zoo.study.eval_delta)."""
+"""Per-prompt eval records and the paired after - before accuracy over prompts (zoo.study.report.eval_delta)."""
 import math
 
 import pytest
 
-from zoo.eval_record import cache_key, per_prompt, prompt_id, read_cached, read_record, write_cached, write_record
-from zoo.study.eval_delta import delta_rows, paired_delta
+from zoo.run.eval_record import cache_key, per_prompt, prompt_id, read_cached, read_record, write_cached, write_record
+from zoo.study.report.eval_delta import delta_rows, paired_delta
 
 
 def test_paired_delta_by_hand():
@@ -86,7 +86,7 @@ def test_a_study_evaluates_before_training_once_and_reports_the_paired_change(tm
 
     from rich.console import Console
 
-    import zoo.run_progress as rp
+    import zoo.run.progress as rp
     from test_study_e2e import _study
     from zoo.study import experiment, runner
 

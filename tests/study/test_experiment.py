@@ -13,8 +13,8 @@ from zoo.study import experiment as E
 from zoo.study import runner as R
 from zoo.study import validate as VAL
 from zoo.config.run import RunConfig
-from zoo.run_file import load_run_config
-from zoo.study.tracking import Tracker
+from zoo.study.run_file import load_run_config
+from zoo.run.tracking import Tracker
 from zoo.config.variant import VariantError
 
 STUDY = """
@@ -185,7 +185,7 @@ def test_single_arm_config_and_overrides(tmp_path):
     p = _write(tmp_path, STUDY, {"variants": ["grpo"], "ablations": {}, "seeds": [5]})
     cfg = E.single_arm_config(p, {"budget.steps": 7, "clip.eps": 0.1, "set.kl": "none"})
     assert (cfg.name, cfg.seed, cfg.budget.steps, cfg.set) == ("grpo-s5", 5, 7, {"clip.eps": 0.1, "kl": "none"})
-    assert load_run_config(p).name == "grpo-s5"  # `zoo run study.yaml` goes through the same path (zoo.run_file)
+    assert load_run_config(p).name == "grpo-s5"  # `zoo run study.yaml` goes through the same path (zoo.study.run_file)
 
 
 def test_single_arm_config_lists_arms_when_several(tmp_path):
@@ -283,7 +283,7 @@ ONE = {"variants": ["grpo"], "ablations": {}, "seeds": [0]}
 
 
 def _records(d: Path) -> list[int]:
-    from zoo.study.tracking import read_jsonl
+    from zoo.run.tracking import read_jsonl
 
     return [r["step"] for r in read_jsonl(d / "metrics.jsonl") if "reward/total" in r]
 
@@ -325,7 +325,8 @@ def test_grown_steps_continue_only_with_a_constant_schedule(tmp_path):
 
 @pytest.mark.e2e
 def test_added_seed_with_more_steps_does_not_mix_arms_of_different_lengths(tmp_path):
-    from zoo.study import fingerprint, report
+    from zoo.run import fingerprint
+    from zoo.study import report
 
     path = _write(tmp_path, STUDY, ONE)
     R.run_study(E.load_study(path), train_fn=FakeTrain(), console=_console())
@@ -399,7 +400,7 @@ def test_cli_ablate_rerun_prints_changed_keys_and_fresh_retrains(tmp_path, monke
     from typer.testing import CliRunner
 
     import zoo.cli.run  # noqa: F401  (registers `zoo ablate`)
-    from zoo import trainer
+    from zoo.run import trainer
     from zoo.cli import app
 
     train = FakeTrain()
@@ -503,7 +504,7 @@ def test_a_symlinked_arm_of_another_study_is_refused_and_left_out_of_the_report(
     assert train.calls == []  # not skipped as "finished", not run
     (root / "dapo-s0").mkdir()
     (root / "dapo-s0" / "metrics.jsonl").write_text("")
-    with caplog.at_level("WARNING", logger="zoo.study.runs"):
+    with caplog.at_level("WARNING", logger="zoo.study.report.runs"):
         assert [r.label for r in report.discover(root)] == ["dapo-s0"]
     assert "left out" in caplog.text and "grpo-s0 links to" in caplog.text
 

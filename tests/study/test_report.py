@@ -10,7 +10,8 @@ import pytest
 import yaml
 from rich.console import Console
 
-from zoo.study import plots, report, stats
+from zoo.study.report import plots, stats
+from zoo.study import report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -213,8 +214,8 @@ def test_a_non_utf8_byte_skips_one_line_not_the_report(tmp_path):
 def test_scoring_counts_are_not_objectives():
     """reward/failed (a count) and reward/unscored_frac (a fraction of rows) describe the scoring:
     neither gets an objective column nor a reward panel; real objectives do."""
-    from zoo.study.runs import RunData
-    from zoo.study.stats import reward_keys
+    from zoo.study.report.runs import RunData
+    from zoo.study.report.stats import reward_keys
 
     recs = [{"step": 1, "reward/total": 1.0, "reward/correctness": 0.5, "reward/failed": 2.0,
              "reward/unscored_frac": 0.25}]

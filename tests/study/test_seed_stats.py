@@ -1,4 +1,4 @@
-"""zoo.study.intervals and zoo.study.seed_stats by hand: IQM of a known list, the power formula, a
+"""zoo.study.report.intervals and zoo.study.report.seed_stats by hand: IQM of a known list, the power formula, a
 paired difference with its bootstrap interval, "1 seed: no interval", unpaired arms named as such."""
 import math
 
@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from zoo.study.intervals import (BOOTSTRAP_SEED, N_RESAMPLES, difference, estimate, iqm,
+from zoo.study.report.intervals import (BOOTSTRAP_SEED, N_RESAMPLES, difference, estimate, iqm,
                                  probability_of_improvement, seeds_needed)
-from zoo.study.runs import ArmGroup, RunData
-from zoo.study.seed_stats import ArmComparison, pairing_note, seed_statistics
-from zoo.study.stats_table import compare_rows, stats_rows
+from zoo.study.report.runs import ArmGroup, RunData
+from zoo.study.report.seed_stats import ArmComparison, pairing_note, seed_statistics
+from zoo.study.report.stats_table import compare_rows, stats_rows
 
 
 def test_iqm_of_a_known_list():
@@ -107,8 +107,8 @@ def test_study_baseline_must_name_an_arm_and_defaults_to_the_first(tmp_path):
 def test_few_seed_intervals_are_marked_and_json_seeds_needed_is_int_or_null():
     """A bootstrap interval from 2-4 seeds is about [min, max]: marked †; from 5, unmarked. In JSON,
     seeds_needed is an int, or null with the reason (delta 0; a single pair)."""
-    from zoo.study.seed_stats import ArmComparison, to_json
-    from zoo.study.stats_table import fmt_ci
+    from zoo.study.report.seed_stats import ArmComparison, to_json
+    from zoo.study.report.stats_table import fmt_ci
 
     assert fmt_ci(0.1, 0.3, 2) == "[0.100, 0.300]†" and fmt_ci(0.1, 0.3, 4).endswith("†")
     assert fmt_ci(0.1, 0.3, 5) == "[0.100, 0.300]"
@@ -129,7 +129,7 @@ def test_stats_tables_wrap_in_a_narrow_terminal_and_never_cut_a_cell():
     from rich.console import Console
 
     from zoo.study.report import print_stats
-    from zoo.study.stats_table import compare_rows, stats_rows
+    from zoo.study.report.stats_table import compare_rows, stats_rows
 
     a = ArmGroup("grpo", [_run(f"grpo-s{s}", s, 4, [0.1 * s, 0.2]) for s in range(3)])
     b = ArmGroup("mo_grpo_with_a_long_name", [_run(f"mo_grpo_with_a_long_name-s{s}", s, 4, [0.3, 0.1 * s]) for s in range(3)])
@@ -154,8 +154,8 @@ def test_unfinished_seed_is_left_out_of_the_statistics_and_named():
     """grpo-s1 was killed at step 2 of 3 with reward 0.9 there: the final-reward IQM is over s0 and s2
     only, (0.4 + 0.6) / 2 = 0.5 (with s1's 0.9 it would be 0.633); its before-training eval (0.25, the
     only eval record) is not its 'after' eval."""
-    from zoo.study.left_out import left_out
-    from zoo.study.stats import eval_acc
+    from zoo.study.report.left_out import left_out
+    from zoo.study.report.stats import eval_acc
 
     before = {"step": 0, "eval/greedy_acc": 0.25, "eval/phase": 0.0}
     killed = _killed("grpo-s1", 1, [0.3, 0.9], steps=3, evals=[before])
@@ -183,8 +183,8 @@ def test_rounding_noise_is_a_zero_difference_and_huge_counts_print_short():
     """Per-seed values of two arms whose exact differences (-1, -1, -1, 3, 0)/320 sum to 0, read back
     from float32 metrics (a fresh user's study): their mean is 2.98e-09, not 0, and n = 7.85 sigma^2 /
     delta^2 was 25889815944021. |delta| <= 1e-6 * 0.78 is rounding: seeds_needed inf, JSON null."""
-    from zoo.study.seed_stats import ArmComparison, to_json
-    from zoo.study.stats_table import fmt_seeds_needed
+    from zoo.study.report.seed_stats import ArmComparison, to_json
+    from zoo.study.report.stats_table import fmt_seeds_needed
 
     base = {0: 0.7250000387430191, 1: 0.78125, 2: 0.7281250208616257, 3: 0.7218749821186066, 4: 0.7250000387430191}
     arm = {0: 0.7218750417232513, 1: 0.7781250029802322, 2: 0.7250000238418579, 3: 0.731249988079071, 4: 0.7250000387430191}
@@ -233,7 +233,7 @@ def test_baseline_names_are_checked_with_hints():
 
 
 def test_column_groups_fit_the_room():
-    from zoo.study.console_fit import column_groups
+    from zoo.study.report.console_fit import column_groups
 
     # widths [4, 5, 5, 5], each + 3: the arm (7) + one column (8) = 15, + another = 23
     assert column_groups([4, 5, 5, 5], 20) == [[1], [2], [3]]

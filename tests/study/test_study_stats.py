@@ -13,7 +13,7 @@ from rich.console import Console
 from scipy import stats as sps
 
 from zoo.study import experiment, runner
-from zoo.study.intervals import BOOTSTRAP_SEED, N_RESAMPLES
+from zoo.study.report.intervals import BOOTSTRAP_SEED, N_RESAMPLES
 
 pytestmark = pytest.mark.e2e  # a 3-seed study through the real trainer
 

@@ -3,7 +3,7 @@
     res = run_bench(BenchSpec(variant="grpo", prompts=8, group_size=4, max_new_tokens=64, steps=3))
     res["phases"]["train"]["seconds"], res["train_flops"]["flops_per_s"], res["memory"]["peak_mb"]
 
-One bench = `zoo.trainer.setup` + one warm-up `zoo.step.pipeline.step` + `steps` measured ones (no checkpoints,
+One bench = `zoo.run.trainer.setup` + one warm-up `zoo.step.pipeline.step` + `steps` measured ones (no checkpoints,
 evaluation or tracking). Per phase it reports the median seconds, the tokens the phase handled,
 tokens/s and the phase's peak memory:
 

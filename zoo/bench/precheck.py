@@ -1,5 +1,5 @@
 """Checks of a bench before any worker starts (`check_bench`): every variant name and the run each
-would train (zoo.trainer.validate_run: the before_load checks of zoo.checks), and a reward-model path that
+would train (zoo.run.trainer.validate_run: the before_load checks of zoo.checks), and a reward-model path that
 does not exist. A comparison (`zoo bench --memory ppo grpoo`) then fails at once, in one line, rather
 than after the first workers ran; `worker_error` turns a worker that still fails into one line."""
 from __future__ import annotations
@@ -18,7 +18,7 @@ def check_bench(spec: BenchSpec, variants: Sequence[str]) -> None:
     a reward that does not resolve, or a `reward_model` path that does not exist (a bench cannot
     build it; zoo.rewards.reward_model.missing_models). No model is loaded."""
     from zoo.rewards.reward_model import missing_models
-    from zoo.trainer import validate_run
+    from zoo.run.trainer import validate_run
 
     missing = missing_models(spec.rewards)
     if missing:

@@ -16,7 +16,7 @@ of rows x attended positions (`attended`: the KV cache's length + 1), for the bo
 
 `real_tokens` = the non-padding prompt + completion tokens of the rows each forward ran (what a
 forward without sharing or padding would run). Peak memory is reset where a top-level phase starts
-(`zoo.provenance.reset_peak_memory`) and read where it ends; a phase inside another (critic inside
+(`zoo.backends.train.memory.reset_peak_memory`) and read where it ends; a phase inside another (critic inside
 train) is a share of it and leaves the high-water mark alone (its peak is the outer phase's).
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ import time
 from typing import Any, Iterator
 
 from zoo.models.forward import inner_lm
-from zoo.provenance import peak_memory_mb, reset_peak_memory
+from zoo.backends.train.memory import peak_memory_mb, reset_peak_memory
 from zoo.step.hooks import Hooks, Phase
 
 #: phases whose model forwards count positions (generation's decode steps count as generated tokens)

@@ -1,8 +1,8 @@
 """`zoo bench --strategy ddp|fsdp --nproc N`: the bench on every rank of a launcher's processes,
 gathered on rank 0 (zoo/cli/bench.py starts `torchrun` through zoo/cli/launch.py).
 
-Every rank runs `run_bench` with `training.strategy` set (`zoo.trainer.setup` joins the process
-group and wraps the models: zoo/strategy.py) and measures its own process: the peak resident set
+Every rank runs `run_bench` with `training.strategy` set (`zoo.run.trainer.setup` joins the process
+group and wraps the models: zoo/backends/train/strategy.py) and measures its own process: the peak resident set
 (CPU) or CUDA max allocated, and the breakdown (zoo/bench/memory.py) from the tensors it holds, so
 under FSDP2 weights, gradients and AdamW state count this rank's shards (`DTensor.to_local()`).
 Rank 0 gets every rank's numbers (`dist.all_gather_object`):
@@ -51,7 +51,7 @@ def bench_ranks(spec: BenchSpec, *, on_step: Callable[[int, dict[str, Any]], Non
     process (WORLD_SIZE unset)."""
     import os
 
-    from zoo import dist
+    from zoo.core import dist
 
     if spec.strategy in ("ddp", "fsdp") and "WORLD_SIZE" not in os.environ:
         raise ValueError(f"--strategy {spec.strategy} runs under a launcher: add --nproc N "

@@ -1,4 +1,4 @@
-"""One bench: `zoo.trainer.setup`, `spec.warmup` unmeasured steps, then `spec.steps` measured ones
+"""One bench: `zoo.run.trainer.setup`, `spec.warmup` unmeasured steps, then `spec.steps` measured ones
 (`zoo.step.pipeline.step` with the probe as its hooks; no checkpoints, evaluation or tracking),
 summarised per phase (zoo/bench/__init__.py says what each number means)."""
 from __future__ import annotations
@@ -22,7 +22,7 @@ def run_bench(spec: BenchSpec, *, on_step: Callable[[int, dict[str, Any]], None]
     """Set up one run, take `spec.warmup` + `spec.steps` steps, summarise the measured ones."""
     import torch
 
-    from zoo import trainer
+    from zoo.run import trainer
     from zoo.step import pipeline
 
     if spec.threads:

@@ -45,7 +45,7 @@ class BenchSpec:
     seed: int = 0
     backend: Any = "hf"  # sampling.backend: a generator name or {name, params}
     threads: int | None = None
-    strategy: str = "single"  # training.strategy (zoo/strategy.py); ddp/fsdp run under a launcher
+    strategy: str = "single"  # training.strategy (zoo/backends/train/strategy.py); ddp/fsdp run under a launcher
     lr: float = 1e-5
     task: dict[str, Any] = field(default_factory=lambda: dict(BENCH_TASK))
     rewards: list[Any] = field(default_factory=lambda: list(BENCH_REWARDS))
@@ -72,12 +72,12 @@ def parse_updates(text: str | None) -> dict[str, int] | None:
 
 
 def resolve_bench_autocast(setting: str) -> tuple[str, str]:
-    """`zoo.precision.resolve_autocast` for the device a bench runs on (CUDA if available, else CPU):
+    """`zoo.run.precision.resolve_autocast` for the device a bench runs on (CUDA if available, else CPU):
     (choice, reason). The spec then carries the concrete choice, so TRL's side and the recorded JSON
     match zoo's. Raises ValueError for an unknown setting."""
     import torch
 
-    from zoo.precision import resolve_autocast
+    from zoo.run.precision import resolve_autocast
 
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     return resolve_autocast(setting, device)

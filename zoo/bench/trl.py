@@ -78,7 +78,7 @@ def run_trl(d: dict[str, Any]) -> dict[str, Any]:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
-    from zoo.provenance import peak_memory_mb, reset_peak_memory
+    from zoo.backends.train.memory import peak_memory_mb, reset_peak_memory
     from zoo.models import lora_config, prepare_tokenizer, resolve_model
     from zoo.rewards.compute import resolve_rewards
     from zoo.tasks import load_task

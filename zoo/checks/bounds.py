@@ -5,7 +5,7 @@ warnings, the run still starts.
   rank above that width, so the extra rank adds parameters and compute but no expressiveness;
 - `budget.prompts_per_step` far above the task's prompts: one step repeats every prompt many times,
   all its completions generated before the step's first update (the trainer's progress bar shows the
-  completions generated inside such a step: zoo.step_progress).
+  completions generated inside such a step: zoo.backends.generate.progress).
 """
 from __future__ import annotations
 

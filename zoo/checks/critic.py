@@ -8,7 +8,7 @@ from typing import Any
 from zoo.checks.registry import check
 from zoo.checks.report import Report
 from zoo.checks.subject import AfterLoad, BeforeLoad
-from zoo.models.critic_init import critic_init, reward_model_spec, tokenizer_mismatch
+from zoo.rewards.critic_init import critic_init, reward_model_spec, tokenizer_mismatch
 
 
 def critic_init_errors(cfg: Any, v: Any, *, check_tokenizers: bool = True,

@@ -1,4 +1,4 @@
-"""The step's rollout fits in the memory of the run's device (zoo.memory_estimate: token rows, KV
+"""The step's rollout fits in the memory of the run's device (zoo.checks.memory_estimate: token rows, KV
 cache, logits), from the model's config.json alone."""
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def kv_bytes(cfg: Any) -> int:
 def memory_estimate(s: AfterLoad, rep: Report) -> None:
     """`check_rollout_fits` against `s.available` bytes (skipped when unknown); the estimate goes to
     `s.estimate`."""
-    from zoo.memory_estimate import check_rollout_fits
+    from zoo.checks.memory_estimate import check_rollout_fits
 
     if s.available is None:
         return

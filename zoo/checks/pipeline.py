@@ -93,7 +93,7 @@ def check_loadable(cfg: Any, variant: Any, device: Any = None, *, memory: bool =
     for a run on another machine)."""
     import torch
 
-    from zoo.memory_estimate import available_memory
+    from zoo.checks.memory_estimate import available_memory
 
     files = model_files(cfg)
     if files is None:

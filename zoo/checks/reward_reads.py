@@ -11,9 +11,9 @@ from typing import Any, Mapping, Sequence
 from zoo.checks.registry import check
 from zoo.checks.report import Report
 from zoo.checks.subject import BeforeLoad
-from zoo.declarations import of as declared
+from zoo.core.declarations import of as declared
 from zoo.components.filter import step_metric_kinds
-from zoo.registry import Component, build
+from zoo.core.registry import Component, build
 
 
 def check_reward_reads(slots: Any, rewards: Sequence[Component],

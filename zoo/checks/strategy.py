@@ -6,7 +6,7 @@ from zoo.checks.registry import check
 from zoo.checks.report import Report
 from zoo.checks.subject import BeforeLoad
 
-from zoo.strategy import STRATEGIES
+from zoo.backends.train.strategy import STRATEGIES
 
 
 def check_strategy(name: str, world_size: int, autocast: str, launched: bool = True) -> None:

@@ -6,15 +6,15 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-from zoo import stages
+from zoo.core import stages
 from zoo.checks.registry import check
 from zoo.checks.report import Report
 from zoo.checks.subject import BeforeLoad
 from zoo.config.desugar import kl_parts
 from zoo.config.variant import Variant, VariantError, build_components
-from zoo.declarations import of as declared
-from zoo.fields import declared_reads, unproduced_reads
-from zoo.registry import ComponentError
+from zoo.core.declarations import of as declared
+from zoo.core.fields import declared_reads, unproduced_reads
+from zoo.core.registry import ComponentError
 
 
 def check_variant(v: Variant, context: Mapping[str, Any] | None = None) -> Report:
@@ -33,7 +33,7 @@ def check_variant(v: Variant, context: Mapping[str, Any] | None = None) -> Repor
     n_updates = upd.epochs * upd.minibatches
     parts = kl_parts(kl)
     named = [(slot, c) for slot, x in comps.items() for c in (x if isinstance(x, list) else [x]) if c is not None]
-    try:  # plugin stages that write a field some component reads (zoo/stages.py)
+    try:  # plugin stages that write a field some component reads (zoo/core/stages.py)
         active = stages.active(c for _, c in named)
     except ComponentError as e:
         rep.errors.append(f"{where}: {e}")
@@ -89,7 +89,7 @@ def check_variant(v: Variant, context: Mapping[str, Any] | None = None) -> Repor
 @check("plugins", "before_load")
 def plugins(s: BeforeLoad, rep: Report) -> None:
     """The run's `plugins:` import (their components register); nothing else is checked when not."""
-    from zoo import registry
+    from zoo.core import registry
 
     try:
         registry.load_plugins(list(s.cfg.plugins))

@@ -186,10 +186,10 @@ def bench(
         fail(str(e))
     except RuntimeError as e:
         fail(str(e))
-    from zoo.precision import describe
+    from zoo.run.precision import describe
 
     res["precision"] = describe(autocast, why)
-    from zoo import dist
+    from zoo.core import dist
 
     if dist.rank() != 0:  # rank 0 prints and writes for all ranks
         return

@@ -9,7 +9,7 @@ def check_launch(strategy: str, nproc: int | None, launched: bool, modes: int) -
     """Raise ValueError where `--strategy` / `--nproc` cannot run: an unknown strategy, ddp/fsdp
     without --nproc or a launcher, --nproc N > 1 with single, or --nproc with --vs/--memory/--scan
     (their workers are single processes)."""
-    from zoo.strategy import STRATEGIES
+    from zoo.backends.train.strategy import STRATEGIES
 
     if strategy not in STRATEGIES:
         raise ValueError(f"--strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from zoo.config.yaml_strict import MAX_NESTING, too_deep
-from zoo.study.console_fit import PIPE_WIDTH
+from zoo.study.report.console_fit import PIPE_WIDTH
 
 app = typer.Typer(
     help=(
@@ -32,16 +32,16 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 # Written to a log file or a pipe (not a terminal), tables keep their width instead of rich's 80 columns,
-# which cut cells to "…" (the report's rule, zoo.study.console_fit); COLUMNS still wins where set.
+# which cut cells to "…" (the report's rule, zoo.study.report.console_fit); COLUMNS still wins where set.
 console = Console() if Console().is_terminal or os.environ.get("COLUMNS") else Console(width=PIPE_WIDTH)  # no file=: follows sys.stdout
 err = Console(stderr=True)
 
 
 def print_threads() -> None:
-    """The process's thread choice (zoo.threads, made when zoo.cli was imported) as one line on stderr,
+    """The process's thread choice (zoo.run.threads, made when zoo.cli was imported) as one line on stderr,
     once per process and only on rank 0 under a launcher."""
     global _THREADS_PRINTED
-    from zoo import threads
+    from zoo.run import threads
 
     choice = threads.current()
     if choice is None or _THREADS_PRINTED or os.environ.get("RANK", "0") != "0":
@@ -84,9 +84,9 @@ def parse_sets(sets: list[str]) -> dict[str, Any]:
 
 
 def quiet_logs() -> None:
-    """Warnings only (transformers, datasets, HTTP clients: errors only), plus zoo.precision's one line."""
+    """Warnings only (transformers, datasets, HTTP clients: errors only), plus zoo.run.precision's one line."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     for noisy in ("transformers", "datasets", "urllib3", "httpx"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
-    logging.getLogger("zoo.precision").setLevel(logging.INFO)  # the run's one line: which autocast and why
+    logging.getLogger("zoo.run.precision").setLevel(logging.INFO)  # the run's one line: which autocast and why

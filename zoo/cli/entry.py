@@ -28,10 +28,10 @@ def main() -> None:
             raise
         err.print(f"[bold red]error:[/] {escape(str(e) or type(e).__name__)}", highlight=False, soft_wrap=True)
         raise SystemExit(1) from None
-    except OSError as e:  # disk full, read-only folder, permissions: zoo.faults names the file
+    except OSError as e:  # disk full, read-only folder, permissions: zoo.core.faults names the file
         if os.environ.get("ZOO_DEBUG"):
             raise
-        from zoo.faults import os_error_message
+        from zoo.core.faults import os_error_message
 
         err.print(f"[bold red]error:[/] {escape(os_error_message(e))}", highlight=False, soft_wrap=True)
         raise SystemExit(1) from None

@@ -21,7 +21,7 @@ def list_cmd(
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
 ) -> None:
     """List registered components (by kind) and named variants."""
-    from zoo import registry
+    from zoo.core import registry
     from zoo.config import variant
 
     try:
@@ -37,7 +37,7 @@ def list_cmd(
             out["variants"] = variants
         print_json(out)
         return
-    from zoo import kinds
+    from zoo.core import kinds
 
     table = Table(title="Variant Zoo registry", show_lines=False)
     table.add_column("kind", style="bold cyan")
@@ -114,7 +114,7 @@ def diff(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Print every resolved setting in which two variants differ."""
-    from zoo.config import checks
+    from zoo.config import diff as checks
 
     va, vb = _load_variant(a), _load_variant(b)
     rows = checks.diff_variants(va, vb)

@@ -41,7 +41,7 @@ def relaunch(nproc: int, args: list[str]) -> int:
     scheduler's SIGTERM or a Ctrl-C reaches torchrun, which passes it on to every rank). Returns only
     where exec is unavailable: then torchrun's exit status."""
     cmd = torchrun_command(nproc, args)
-    from zoo import threads
+    from zoo.run import threads
 
     threads.release()  # torchrun keeps this pid but runs no torch work; its ranks choose their own
     sys.stdout.flush()

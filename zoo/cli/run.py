@@ -48,7 +48,7 @@ def run(
     import torch
 
     from zoo.cli import launch
-    from zoo.run_file import load_run_config
+    from zoo.study.run_file import load_run_config
     from zoo.config.variant import VariantError
 
     if nproc is not None and not launch.launched():
@@ -87,24 +87,24 @@ def run(
             cfg = load_run_config(config, parse_sets(set_))
     except VariantError as e:
         fail(str(e))
-    from zoo.checkpoint import CheckpointError
-    from zoo.faults import os_error_message
-    from zoo.guards import RunFailed
-    from zoo.trainer import train
+    from zoo.backends.train.checkpoint import CheckpointError
+    from zoo.core.faults import os_error_message
+    from zoo.core.guards import RunFailed
+    from zoo.run.trainer import train
 
     try:
         summary = train(cfg, resume=not fresh)
     except (VariantError, CheckpointError) as e:
         fail(str(e))
-    except OSError as e:  # disk full, read-only folder: one line naming the file (zoo.faults)
+    except OSError as e:  # disk full, read-only folder: one line naming the file (zoo.core.faults)
         fail(os_error_message(e))
-    except RunFailed as e:  # a run that cannot learn (zoo/guards.py): summary.json says failed
+    except RunFailed as e:  # a run that cannot learn (zoo/core/guards.py): summary.json says failed
         fail(f"run failed: {e} ({cfg.out_dir()}/summary.json: status failed)")
     except KeyboardInterrupt:
         if (cfg.out_dir() / "config.yaml").exists():
             fail(f"interrupted; resume with: zoo run --resume {cfg.out_dir()}", 130)
         fail("interrupted before the run saved anything; run the same command again to start it", 130)
-    from zoo import dist
+    from zoo.core import dist
 
     if dist.rank() != 0:  # one line per run, not per process
         return
@@ -171,8 +171,8 @@ def ablate(
         code = runner.run_study(st, dry_run=dry_run, shard=sh, console=console, fresh=tuple(fresh), run_arms=run_arms)
     except VariantError as e:
         fail(str(e))
-    except OSError as e:  # disk full, read-only folder: one line naming the file (zoo.faults)
-        from zoo.faults import os_error_message
+    except OSError as e:  # disk full, read-only folder: one line naming the file (zoo.core.faults)
+        from zoo.core.faults import os_error_message
 
         fail(os_error_message(e))
     except KeyboardInterrupt as e:
@@ -213,7 +213,7 @@ def export_cmd(
 ) -> None:
     """Write a plain Hugging Face checkpoint of a run's policy (LoRA merged) that
     AutoModelForCausalLM.from_pretrained loads."""
-    from zoo.export import export_run
+    from zoo.cli.export import export_run
 
     try:
         path = export_run(run_dir, out_dir)

@@ -20,7 +20,7 @@ True on real tokens (up to and including the first EOS).
 | controller | `fn()` (hyperparameters only) | a controller: `coefficients()`, `update(metrics, tokens, rows)`, `state_dict()` |
 | reward | `fn(completions: list[str], rows: list[dict])` | list of float or None, length N |
 
-The table of slots (which kind fills which slot, single or list) is `zoo/kinds.py`.
+The table of slots (which kind fills which slot, single or list) is `zoo/core/kinds.py`.
 """
 from zoo.components import (  # noqa: F401  (imports register the components)
     advantage,
@@ -44,7 +44,7 @@ from zoo.components import (  # noqa: F401  (imports register the components)
     passk,
     positive_nll,
 )
-from zoo.components.types import (  # noqa: F401
+from zoo.core.types import (  # noqa: F401
     AdvantageInputs,
     AdvantageResult,
     ClipResult,

@@ -14,8 +14,8 @@ import torch
 from torch import Tensor
 
 from zoo.components.stats import as_bool, group_constant, group_stats, masked_sum, sanitize
-from zoo.components.types import AdvantageInputs, AdvantageResult
-from zoo.registry import register
+from zoo.core.types import AdvantageInputs, AdvantageResult
+from zoo.core.registry import register
 
 
 def _check_unit(*names: str):

@@ -18,8 +18,8 @@ from typing import Any, Mapping
 from torch import Tensor
 
 from zoo.components.stats import check_same_shape, masked_mean, masked_sum
-from zoo.components.types import StepCounts
-from zoo.registry import register
+from zoo.core.types import StepCounts
+from zoo.core.registry import register
 
 
 def _denominator(value: float) -> float:

@@ -24,8 +24,8 @@ from zoo.components.stats import as_bool, masked_mean
 from zoo.components.surrogate import clip_result as _result
 from zoo.components.surrogate import clipped_surrogate as _clipped_surrogate
 from zoo.components.surrogate import prepare as _prepare
-from zoo.components.types import ClipResult
-from zoo.registry import register
+from zoo.core.types import ClipResult
+from zoo.core.registry import register
 
 
 # ---------------------------------------------------------------- shared pieces (zoo/components/surrogate.py)

@@ -25,8 +25,8 @@ from torch import Tensor
 
 from zoo.components.stats import as_bool, masked_mean, sanitize
 from zoo.components.surrogate import LOG_RATIO_CLAMP, clip_result, clipped_surrogate, prepare
-from zoo.components.types import ClipResult, StepView
-from zoo.registry import register
+from zoo.core.types import ClipResult, StepView
+from zoo.core.registry import register
 
 _CLIP_NOTE = "has only its token selection left (its PPO clip does nothing)"
 _KL_NOTE = "is plain -A r (its |log r| penalty does nothing)"

@@ -38,8 +38,8 @@ from torch import Tensor
 
 from zoo.components.stats import check_same_shape, sanitize
 from zoo.components.surrogate import LOG_RATIO_CLAMP, clip_result, prepare
-from zoo.components.types import ClipResult
-from zoo.registry import register
+from zoo.core.types import ClipResult
+from zoo.core.registry import register
 
 DIVERGENCES = ("tv", "kl")
 ANCHORS = ("rollout", "old")

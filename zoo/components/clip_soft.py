@@ -16,8 +16,8 @@ from torch import Tensor
 
 from zoo.components.stats import masked_mean
 from zoo.components.surrogate import clip_result, prepare
-from zoo.components.types import ClipResult
-from zoo.registry import register
+from zoo.core.types import ClipResult
+from zoo.core.registry import register
 
 
 def _positive(name: str, value: Any) -> None:

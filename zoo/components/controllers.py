@@ -5,7 +5,7 @@ the value the uninterrupted run would have had.
 
 The registered function builds a fresh controller from its spec: `fn(*, hyperparameters) -> obj`
 with `coefficients()`, `update(metrics, tokens, rows)`, `state_dict()`, `load_state_dict()`
-(the `Controller` protocol of zoo/kinds.py).
+(the `Controller` protocol of zoo/core/kinds.py).
 """
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from typing import Mapping
 
 import torch
 
-from zoo import dist
+from zoo.core import dist
 from zoo.components.kl import adaptive_beta
-from zoo.registry import register
+from zoo.core.registry import register
 
 
 class AdaptiveKL:

@@ -35,8 +35,8 @@ import torch
 from torch import Tensor
 
 from zoo.components.stats import as_bool, check_same_shape, sanitize
-from zoo.components.types import TermInputs
-from zoo.registry import register
+from zoo.core.types import TermInputs
+from zoo.core.registry import register
 
 LOG_RATIO_CLAMP = 20.0  # verl's safety bound: weights within [exp(-20), exp(20)]
 LEVELS = ("token", "sequence")

@@ -24,8 +24,8 @@ import torch
 from torch import Tensor
 
 from zoo.components.stats import as_bool, check_same_shape, sanitize
-from zoo.components.types import TermInputs
-from zoo.registry import register
+from zoo.core.types import TermInputs
+from zoo.core.registry import register
 
 
 def _check(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:

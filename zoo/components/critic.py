@@ -14,8 +14,8 @@ import torch
 from torch import Tensor
 
 from zoo.components.stats import as_bool, check_same_shape, masked_sum, sanitize
-from zoo.components.types import StepCounts
-from zoo.registry import register
+from zoo.core.types import StepCounts
+from zoo.core.registry import register
 
 
 def _check_value(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
@@ -38,7 +38,7 @@ def clipped_value(values: Tensor, old_values: Tensor, returns: Tensor, mask: Ten
     Returns a scalar (this micro-batch's share of the step's value loss).
     init: where the value model starts, read by the trainer, not by the loss: "policy" (the policy's
     backbone, a zero head) or "reward_model" (the run's reward model's backbone and head, InstructGPT
-    arXiv 2203.02155 §3.5; zoo.models.critic_init).
+    arXiv 2203.02155 §3.5; zoo.rewards.critic_init).
     Raises ValueError when shapes differ, clip_range <= 0, coef < 0 or init is unknown.
     Source: Ziegler et al. arXiv 1909.08593 / openai/lm-human-preferences (value clip 0.2,
     vf_coef 0.1); PPO arXiv 1707.06347 eq. 9 (L^VF in the combined objective)."""

@@ -17,8 +17,8 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor
 
-from zoo.components.types import TermInputs
-from zoo.registry import register
+from zoo.core.types import TermInputs
+from zoo.core.registry import register
 
 
 def linear_quantile(values: Tensor, q: float) -> Tensor:

@@ -14,9 +14,9 @@ from typing import Any, Mapping, Sequence
 
 from torch import Tensor
 
-from zoo.declarations import of as declared
+from zoo.core.declarations import of as declared
 from zoo.components.stats import group_constant
-from zoo.registry import Component, register
+from zoo.core.registry import Component, register
 
 
 def _check_metric(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from zoo.components.stats import as_bool, check_same_shape, sanitize
-from zoo.registry import register
+from zoo.core.registry import register
 
 K3_LOG_RATIO_CLAMP = 20.0
 K3_MAX = 10.0

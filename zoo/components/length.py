@@ -11,8 +11,8 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor
 
-from zoo.components.types import LengthResult, LengthRows
-from zoo.registry import register
+from zoo.core.types import LengthResult, LengthRows
+from zoo.core.registry import register
 
 
 def _is_number(x: Any) -> bool:

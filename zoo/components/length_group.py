@@ -7,8 +7,8 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor
 
-from zoo.components.types import LengthResult, LengthRows
-from zoo.registry import register
+from zoo.core.types import LengthResult, LengthRows
+from zoo.core.registry import register
 
 
 def _check_metric(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:

@@ -13,11 +13,11 @@ name: the update calls the term with the controller's value for that hyperparame
 """
 from __future__ import annotations
 
-from zoo import registry
+from zoo.core import registry
 from zoo.components.kl import masked_kl
 from zoo.components.stats import sanitize
-from zoo.components.types import TermInputs, TermResult
-from zoo.registry import register
+from zoo.core.types import TermInputs, TermResult
+from zoo.core.registry import register
 
 
 @register("loss", "kl", reads=("logp", "logp_ref"), stats=("kl/ref",))

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from zoo.components.stats import as_bool, group_stats, negligible, sanitize, seq_value
-from zoo.registry import register
+from zoo.core.registry import register
 
 
 def check_eps(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from zoo.components.normalize import check_eps
 from zoo.components.stats import group_constant, group_stats
-from zoo.registry import register
+from zoo.core.registry import register
 
 
 def _validate(objectives: Tensor, group_ids: Tensor) -> None:

@@ -16,8 +16,8 @@ from torch import Tensor
 
 from zoo.components.advantage import sequence_scores
 from zoo.components.stats import as_bool, group_stats, sanitize
-from zoo.components.types import AdvantageInputs, AdvantageResult
-from zoo.registry import register
+from zoo.core.types import AdvantageInputs, AdvantageResult
+from zoo.core.registry import register
 
 
 def _broadcast(adv: Tensor, s: Tensor, mask: Tensor) -> Tensor:

@@ -21,8 +21,8 @@ from typing import Any, Mapping
 import torch
 
 from zoo.components.stats import sanitize
-from zoo.components.types import TermInputs, TermResult
-from zoo.registry import register
+from zoo.core.types import TermInputs, TermResult
+from zoo.core.registry import register
 
 
 def correct_rows(objectives: torch.Tensor, column: int, threshold: float) -> torch.Tensor:

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from zoo.components.stats import as_bool, check_same_shape, sanitize
-from zoo.components.types import ClipResult
+from zoo.core.types import ClipResult
 
 LOG_RATIO_CLAMP = 20.0
 

@@ -72,13 +72,13 @@ class ModelOpts(Strict):
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     autocast: Literal["auto", "none", "bf16", "fp16"] = Field(
         "auto", description="mixed precision for forward passes; auto: bf16 where the GPU or CPU runs it natively, "
-        "else none (fp32); see zoo.precision")
+        "else none (fp32); see zoo.run.precision")
     lora: Lora | None = None
     gradient_checkpointing: bool = False
 
 
 class Training(Strict):
-    """How the run spreads over the processes a launcher starts (zoo/strategy.py, docs/configuration.md)."""
+    """How the run spreads over the processes a launcher starts (zoo/backends/train/strategy.py, docs/configuration.md)."""
 
     strategy: Literal["single", "ddp", "fsdp"] = Field(
         "single", description="single: one process; ddp: DistributedDataParallel; fsdp: FSDP2 fully_shard "
@@ -123,7 +123,7 @@ class Eval(Strict):
 
 
 class Guards(Strict):
-    """When a run that cannot learn stops as `failed` (zoo/guards.py, docs/configuration.md "Guards")."""
+    """When a run that cannot learn stops as `failed` (zoo/core/guards.py, docs/configuration.md "Guards")."""
 
     max_unscored_frac: float = Field(0.5, ge=0, le=1, description="a step is unscored-heavy when some reward "
                                      "could not score more than this fraction of its rows (1: never)")
@@ -287,7 +287,7 @@ STUDY_ONLY_KEYS = ("variants", "ablations", "seeds", "sweep")  # a file with one
 def read_run_file(path: str | Path) -> dict[str, Any]:
     """The top-level mapping of a run (or study) YAML, without the keys a run directory's config.yaml
     adds (`OUTPUT_KEYS`). Raises VariantError naming the file when it is empty, not a mapping, or a
-    variant file. `zoo.run_file.load_run_config` reads a run or one-arm study file with it."""
+    variant file. `zoo.study.run_file.load_run_config` reads a run or one-arm study file with it."""
     p = Path(path)
     data = read_yaml_file(p)
     why = says_nothing(data)

@@ -7,7 +7,7 @@ A run changes its variant through `set:` (dotted slot overrides: `kl.beta`, `cli
 field (`key 'slots.kl.beta'`, `group_size 1 < 2 ...`) in the registry file, a file the user never
 wrote. `user_key_first` finds which of the user's keys an error is about and leads with them.
 
-The run file is the RunConfig's `source` (set by `zoo.run_file.load_run_config` and `zoo validate` for a
+The run file is the RunConfig's `source` (set by `zoo.study.run_file.load_run_config` and `zoo validate` for a
 run file; None for a study's arms, whose messages name the arm and its ablation instead).
 """
 from __future__ import annotations

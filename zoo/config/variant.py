@@ -1,7 +1,7 @@
 """Named variants: find, load and parse the YAML files in `registry/` (and user directories); their
-checks and diffs are in `zoo/config/checks.py`.
+checks and diffs are in `zoo/config/diff.py`.
 
-A variant fills every slot of the data flow (the slot table, `zoo/kinds.py`) with a component
+A variant fills every slot of the data flow (the slot table, `zoo/core/kinds.py`) with a component
 spec and sets `group_size` and `updates: {epochs, minibatches}`. There are
 no hidden defaults: each slot, `group_size` and `updates` is stated in the file or inherited
 through `base: grpo` (the base's keys are taken, then the file's keys replace them, slot by slot).
@@ -19,7 +19,7 @@ from typing import Any, Literal, Mapping, Optional, Union
 import yaml
 from pydantic import Field, ValidationError, create_model, field_validator
 
-from zoo import kinds, registry
+from zoo.core import kinds, registry
 from zoo.config import overrides
 from zoo.config import yaml_strict as strict_yaml
 from zoo.config.yaml_strict import MAX_NESTING, too_deep
@@ -72,7 +72,7 @@ class _SlotsBase(Strict):
 
 
 SETTING_TYPES: dict[str, Any] = {"kl": Union[Literal["none"], KLSpec]}  # the slots that hold a setting
-assert set(SETTING_TYPES) == set(kinds.setting_slots()), "zoo/kinds.py and SETTING_TYPES disagree"
+assert set(SETTING_TYPES) == set(kinds.setting_slots()), "zoo/core/kinds.py and SETTING_TYPES disagree"
 
 
 def _slot_type(row: kinds.Kind) -> Any:
@@ -85,7 +85,7 @@ def _slot_type(row: kinds.Kind) -> Any:
 
 # Every slot of the table, all required (no hidden defaults): stated in the file or through `base:`.
 Slots = create_model(  # type: ignore[call-overload]
-    "Slots", __base__=_SlotsBase, __doc__="A variant's slots, one field per slot of zoo/kinds.py (all required).",
+    "Slots", __base__=_SlotsBase, __doc__="A variant's slots, one field per slot of zoo/core/kinds.py (all required).",
     **{row.slot: (_slot_type(row), ...) for row in kinds.TABLE if row.slot is not None},
 )
 

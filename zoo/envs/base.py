@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, Sequence
 
-from zoo.registry import ComponentError, build, get
+from zoo.core.registry import ComponentError, build, get
 
 
 class Env(Protocol):

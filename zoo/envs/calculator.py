@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from zoo.envs.arithmetic import CalcError, evaluate, format_number
-from zoo.registry import register
+from zoo.core.registry import register
 
 OPEN, CLOSE = "<calc>", "</calc>"
 HINT = (f"\nYou may use a calculator: write {OPEN}expression{CLOSE} (numbers and + - * / ( ) only) and "

@@ -12,7 +12,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from zoo.components.types import AdvantageInputs, AdvantageResult
+from zoo.core.types import AdvantageInputs, AdvantageResult
 
 
 def has_holes(mask: Tensor) -> bool:

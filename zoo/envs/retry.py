@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from zoo.registry import register
+from zoo.core.registry import register
 from zoo.rewards.builtin import correctness
 from zoo.rewards.extract import FALLBACKS
 

@@ -26,8 +26,8 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from zoo.backends.generate.types import SamplingParams
-from zoo.batch import Batch
+from zoo.core.generator_types import SamplingParams
+from zoo.core.batch import Batch
 from zoo.envs.base import Env, EnvSpec
 from zoo.envs.tokens import appended_ids, prompt_ids
 from zoo.tasks.base import derive_seed
@@ -70,7 +70,7 @@ def rollout(generator: Any, tokenizer: Any, env: Env, spec: EnvSpec, rows: Seque
             group_size: int, sampling: SamplingParams, seed: int) -> Batch:
     """G trajectories per row with `env` -> Batch (prompt-major, group id = index of the row).
 
-    generator: a `zoo.kinds.Generator` (its `continue_` samples each turn; `sampling.max_new_tokens`
+    generator: a `zoo.core.kinds.Generator` (its `continue_` samples each turn; `sampling.max_new_tokens`
         is the budget of one turn, `sampling.micro_batch` the rows per call).
     seed: with the row's id and the trajectory's index, the seed of `env.reset` (`derive_seed`).
     Shapes: prompt_ids [N, P], completion_ids / loss_mask / logp_rollout [N, T], flags [N].

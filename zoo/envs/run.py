@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from zoo.backends.generate.types import SamplingParams
-from zoo.batch import Batch
+from zoo.core.generator_types import SamplingParams
+from zoo.core.batch import Batch
 from zoo.envs.base import env_spec
 from zoo.envs.rollout import rollout
 from zoo.tasks.base import derive_seed

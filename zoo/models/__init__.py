@@ -4,9 +4,12 @@
     policy.py     load_policy, prepare_tokenizer, LoRA (lora_config, apply_lora), checkpointing
     reference.py  Reference: make_reference, reference_forward, reset_reference (the KL anchor)
     critic.py     ValueModel, make_critic (the policy's base backbone + a scalar head)
-    critic_init.py  critic.init: reward_model (the reward model's backbone and head), its checks
     export.py     save_hf_checkpoint (a plain HF checkpoint, LoRA merged into a copy)
     forward.py    how a causal LM is called: position ids from the mask (C10), logits_to_keep, KV caches
+    load_errors.py  one-line errors for a model transformers could not load
+    chatml.py     the ChatML special tokens and template of the small models zoo builds itself
+
+`critic: {init: reward_model}` (the reward model's backbone and head) is zoo.rewards.critic_init.
 
 The public names of the first five are re-exported here (`from zoo.models import load_policy`).
 """

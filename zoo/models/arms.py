@@ -6,7 +6,7 @@
 `arms_model_dir(name)` builds it once into `<cache root>/models/arms-<tokens>` (no file, no network):
 
 - a tokenizer (`tokenizers` WordLevel, one character per token) whose vocabulary is the five ChatML
-  special tokens of `zoo.testing` (`<|pad|>`, `<|bos|>`, `<|im_end|>`, `<|im_start|>`, `<unk>`) plus
+  special tokens of `zoo.models.chatml` (`<|pad|>`, `<|bos|>`, `<|im_end|>`, `<|im_start|>`, `<unk>`) plus
   one token per arm; every other character of a prompt reads as `<unk>`;
 - a tiny `PhiForCausalLM` (hidden 32, 1 layer; Phi because its `lm_head` has a bias): the head's
   weight is zero and its bias is 0 for the arms and -1e4 for the special tokens, so the first
@@ -56,7 +56,7 @@ def _tokenizer(arms: list[str]):
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from zoo.testing import BOS, CHAT_TEMPLATE, EOS, IM_START, PAD, SPECIAL_TOKENS, UNK
+    from zoo.models.chatml import BOS, CHAT_TEMPLATE, EOS, IM_START, PAD, SPECIAL_TOKENS, UNK
 
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + arms)}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))

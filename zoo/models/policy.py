@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from zoo.load_errors import model_load_error
+from zoo.models.load_errors import model_load_error
 from zoo.models.sources import EMBEDDED_MODEL, ModelSource, resolve_model
 
 _LORA_KEYS = {"r", "alpha", "target_modules", "dropout", "bias", "modules_to_save"}

@@ -13,6 +13,7 @@ model, zoo.rewards.reward_model), a stateful reward: the run sets up its session
 (zoo.rewards.session: `open_rewards`, `close_rewards`).
 `compute_rewards(fns, completions, rows)` -> `RewardScores(objectives [N, K], n_failed [K])`, NaN
 where a reward raised or returned None. Accuracy is score == 1.0 (`correct`, `accuracy`).
+A critic started from the reward model (`critic: {init: reward_model}`) is zoo.rewards.critic_init.
 """
 from zoo.rewards import bandit  # noqa: F401  (registers arm_bernoulli, arm_gaussian)
 from zoo.rewards.builtin import BOXED_PATTERN, correctness, format_reward, length

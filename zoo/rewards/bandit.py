@@ -22,7 +22,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from zoo.registry import register
+from zoo.core.registry import register
 
 
 def _draws(rows: list[dict], stream: int, kind: str) -> list[float]:

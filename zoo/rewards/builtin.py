@@ -13,7 +13,7 @@ import re
 import threading
 from typing import Any, Mapping
 
-from zoo.registry import register
+from zoo.core.registry import register
 from zoo.rewards.extract import FALLBACKS, extract_answer, extract_boxed
 
 log = logging.getLogger(__name__)

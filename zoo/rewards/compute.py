@@ -23,9 +23,9 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 import numpy as np
 import torch
 
-from zoo.declarations import of as declared
-from zoo.guards import RewardError
-from zoo.registry import (Component, ComponentError, available, build, get, import_user_module, parse_spec,
+from zoo.core.declarations import of as declared
+from zoo.core.guards import RewardError
+from zoo.core.registry import (Component, ComponentError, available, build, get, import_user_module, parse_spec,
                           register)
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from zoo.models.forward import inner_lm, position_ids_from_mask
-from zoo.registry import register
+from zoo.core.registry import register
 from zoo.rewards.session import score_once
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -39,7 +39,7 @@ def load_reward_model(model: str, dtype: str = "float32", device: torch.device |
     classifier (`checkpoint_error`, from config.json before any weight loads) or has num_labels != 1."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from zoo.load_errors import model_load_error
+    from zoo.models.load_errors import model_load_error
     from zoo.models.sources import EMBEDDED_MODEL, resolve_model
 
     src = resolve_model(model)

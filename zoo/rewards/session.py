@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from zoo.declarations import of as declared
+from zoo.core.declarations import of as declared
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ class LiveReward:
     """A stateful reward component with its session open: called like the component (same name,
     declarations and resolved spec), scoring through `session`."""
 
-    component: Any  # zoo.registry.Component
+    component: Any  # zoo.core.registry.Component
     session: Any
 
     @property
@@ -45,7 +45,7 @@ class LiveReward:
         return self.component.name
 
     @property
-    def decl(self) -> Any:  # zoo.declarations.Declaration
+    def decl(self) -> Any:  # zoo.core.declarations.Declaration
         return self.component.decl
 
     @property

@@ -41,7 +41,7 @@ def load_base(model: str, dtype: str, lora: dict | None) -> tuple[torch.nn.Modul
     in full). Raises ValueError naming the model when transformers cannot load it."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from zoo.load_errors import model_load_error
+    from zoo.models.load_errors import model_load_error
     from zoo.models.policy import apply_lora
     from zoo.models.sources import EMBEDDED_MODEL, resolve_model
 
@@ -92,7 +92,7 @@ def train_reward_model(cfg: RMTrainConfig, *, progress: bool = True) -> dict[str
     Raises FileExistsError when `<output_dir>/model` exists, ValueError for bad pairs or a model that
     does not load."""
     from zoo.models.export import save_hf_checkpoint
-    from zoo.study.tracking import Tracker
+    from zoo.run.tracking import Tracker
 
     out = cfg.out_dir()
     if (out / "model").exists():

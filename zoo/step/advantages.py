@@ -8,8 +8,8 @@ from typing import Callable, Mapping
 import torch
 from torch import Tensor
 
-from zoo import dist
-from zoo.batch import Batch
+from zoo.core import dist
+from zoo.core.batch import Batch
 from zoo.components import AdvantageInputs
 from zoo.components.kl import kl_reward as kl_reward_fn
 from zoo.components.kl import masked_kl

@@ -23,8 +23,8 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
-from zoo import dist
-from zoo.batch import Batch
+from zoo.core import dist
+from zoo.core.batch import Batch
 from zoo.rewards.compute import compute_rewards
 
 

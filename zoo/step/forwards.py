@@ -9,7 +9,7 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
-from zoo.batch import Batch
+from zoo.core.batch import Batch
 from zoo.models.forward import position_ids_from_mask
 from zoo.step.logprobs import token_logprobs
 from zoo.step.hooks import NO_HOOKS, Hooks
@@ -20,11 +20,11 @@ def autocast(setting: str, device: torch.device) -> contextlib.AbstractContextMa
     """bf16/fp16 autocast for forward passes, or a no-op for "none". Log-softmax stays fp32
     (zoo.step.logprobs.token_logprobs). `setting` is a resolved one ("none" | "bf16" | "fp16"); raises
     ValueError for anything else, also for "auto" (resolve it first with
-    `zoo.precision.resolve_autocast`)."""
+    `zoo.run.precision.resolve_autocast`)."""
     if setting == "none":
         return contextlib.nullcontext()
     if setting not in ("bf16", "fp16"):
-        hint = ": resolve it first with zoo.precision.resolve_autocast" if setting == "auto" else ""
+        hint = ": resolve it first with zoo.run.precision.resolve_autocast" if setting == "auto" else ""
         raise ValueError(f"autocast {setting!r}: expected none, bf16 or fp16{hint}")
     dtype = torch.bfloat16 if setting == "bf16" else torch.float16
     return torch.autocast(device_type=device.type, dtype=dtype)

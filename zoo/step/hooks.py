@@ -46,7 +46,7 @@ class Hooks:
     @contextlib.contextmanager
     def forward(self, role: str, mb: Any) -> Iterator[None]:
         """Context manager around one forward of model `role` (one of `ROLES`) over the micro-batch
-        `mb` (a `zoo.batch.Batch`: `prompt_mask [n, P]`, `loss_mask [n, T]`)."""
+        `mb` (a `zoo.core.batch.Batch`: `prompt_mask [n, P]`, `loss_mask [n, T]`)."""
         yield
 
 

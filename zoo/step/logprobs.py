@@ -19,7 +19,7 @@ from zoo.models.forward import (
     position_ids_from_mask,
 )
 from zoo.models.policy import is_checkpointing
-from zoo.strategy import runs_collectives
+from zoo.backends.train.strategy import runs_collectives
 
 
 def _can_share_prompts(model: nn.Module) -> bool:

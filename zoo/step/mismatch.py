@@ -20,9 +20,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from zoo import dist
+from zoo.core import dist
 from zoo.components.stats import as_bool, masked_sum, sanitize
-from zoo.fields import declared_reads
+from zoo.core.fields import declared_reads
 
 LOG_RATIO_CLAMP = 20.0
 

@@ -5,7 +5,7 @@
       reward                     the run's rewards -> objectives [N, K]
       length                     length shaping: extra objective columns and/or loss-mask rows
       objectives                 objective normalizer + weights -> scores [N]
-      (stages after reward)      plugin stages (zoo/stages.py) write Batch.extras, here and below
+      (stages after reward)      plugin stages (zoo/core/stages.py) write Batch.extras, here and below
       filter                     sampling filters keep whole groups
     rollout_forwards             old / reference log-probs, critic values (only what some component reads)
     (stages after forwards)
@@ -22,7 +22,7 @@
 
 Coefficients that a controller may move come from one lookup, `coefficients(st)` ({target:
 {hyperparameter: value}}); a stage or term finds its own by its name (`zoo.step.types.params`).
-The trainer (`zoo.trainer`) sets up, loops, checkpoints and evaluates around `step`; a tool that
+The trainer (`zoo.run.trainer`) sets up, loops, checkpoints and evaluates around `step`; a tool that
 measures the step (`zoo bench`) passes `hooks` (zoo/step/hooks.py), which see each phase and forward.
 """
 from __future__ import annotations
@@ -31,13 +31,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from zoo import dist, strategy
-from zoo.batch import Batch
+from zoo.core import dist
+from zoo.backends.train import strategy
+from zoo.core.batch import Batch
 from zoo.envs.run import unscore_failed
 from zoo.models.reference import reset_reference
-from zoo.provenance import peak_memory_mb
+from zoo.backends.train.memory import peak_memory_mb
 from zoo.rewards.compute import accuracy_index, compute_rewards
-from zoo.stages import run as run_stages
+from zoo.core.stages import run as run_stages
 from zoo.step.advantages import advantage, empty_rows, kl_reward, normalize, normalize_global
 from zoo.step.diagnostics import step_diagnostics
 from zoo.step.forwards import rollout_forwards

@@ -15,13 +15,13 @@ from typing import Any, Iterator
 
 import torch
 
-from zoo import dist
-from zoo.batch import Batch, concat
+from zoo.core import dist
+from zoo.core.batch import Batch, concat
 from zoo.config.run import GENERATE_BATCH
-from zoo.guards import NONFINITE_SAMPLING, nonfinite_sampling
+from zoo.core.guards import NONFINITE_SAMPLING, nonfinite_sampling
 from zoo.rewards.compute import accuracy_metrics
 from zoo.backends.generate.hf_generator import HFGenerator
-from zoo.backends.generate.types import SamplingParams
+from zoo.core.generator_types import SamplingParams
 from zoo.envs.run import conversation, env_metrics, has_env, run_rollout
 from zoo.step.diagnostics import gold_metrics
 from zoo.step.forwards import autocast

@@ -9,10 +9,10 @@ from typing import Mapping
 import torch
 from torch import Tensor
 
-from zoo.batch import Batch
+from zoo.core.batch import Batch
 from zoo.components.objective import combine_objectives
 from zoo.components.stats import group_constant
-from zoo.components.types import LengthRows
+from zoo.core.types import LengthRows
 from zoo.rewards.compute import check_weighted
 from zoo.step.types import Slots
 

@@ -13,12 +13,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from zoo import dist, strategy
-from zoo.batch import Batch
+from zoo.core import dist
+from zoo.backends.train import strategy
+from zoo.core.batch import Batch
 from zoo.components import StepView
-from zoo.declarations import of as declared
-from zoo.fields import BATCH, BY_NAME, declared_reads
-from zoo.kinds import by_kind
+from zoo.core.declarations import of as declared
+from zoo.core.fields import BATCH, BY_NAME, declared_reads
+from zoo.core.kinds import by_kind
 from zoo.step.forwards import forward_logp, micro_rows
 from zoo.step.types import Models, Slots, StepSettings
 

@@ -8,11 +8,11 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from zoo import guards, registry
+from zoo.core import guards, registry
 from zoo.config.desugar import KL_NAME, kl_parts
-from zoo.declarations import Declaration
-from zoo.declarations import of as declared
-from zoo.stages import active as active_stages
+from zoo.core.declarations import Declaration
+from zoo.core.declarations import of as declared
+from zoo.core.stages import active as active_stages
 from zoo.config.variant import KLSpec, Variant, build_components
 
 
@@ -40,7 +40,7 @@ def params(component: Any, coefs: Mapping[str, Mapping[str, float]]) -> dict[str
 
 @dataclass
 class Slots:
-    """A variant's built components, one field per slot of zoo/kinds.py, with the `kl:` slot
+    """A variant's built components, one field per slot of zoo/core/kinds.py, with the `kl:` slot
     expanded (zoo/config/desugar.py): placement loss adds the `kl` loss term to `loss`, placement reward
     sets `kl_reward` (the kl_reward stage's estimator and beta, `KLReward`), `adaptive` adds the
     `adaptive_kl` controller to `controllers`."""
@@ -58,7 +58,7 @@ class Slots:
     controllers: list[registry.Component]
     kl: KLSpec
     kl_reward: KLReward | None = None
-    stages: list[registry.Component] = field(default_factory=list)  # plugin stages some component reads (zoo/stages.py)
+    stages: list[registry.Component] = field(default_factory=list)  # plugin stages some component reads (zoo/core/stages.py)
 
     @staticmethod
     def of(v: Variant, context: Mapping[str, Any] | None = None) -> "Slots":
@@ -106,7 +106,7 @@ class Models:
     tokenizer: Any
     reference: Callable[[], contextlib.AbstractContextManager] | None
     critic: torch.nn.Module | None = None
-    parallel: Any = None  # zoo.strategy.Parallel: the training strategy's wrappers (None: one process, plain)
+    parallel: Any = None  # zoo.backends.train.strategy.Parallel: the training strategy's wrappers (None: one process, plain)
 
 
 @dataclass
@@ -147,4 +147,4 @@ class RunState:
     totals: dict[str, float] = field(default_factory=lambda: {"completions": 0.0, "tokens": 0.0, "elapsed": 0.0})
     guard: guards.GuardState = field(default_factory=guards.GuardState)  # streaks of the run guards
     provenance: dict[str, Any] = field(default_factory=dict)
-    generator: Any = None  # zoo.kinds.Generator built from cfg.sampling.backend (None: the hf generator)
+    generator: Any = None  # zoo.core.kinds.Generator built from cfg.sampling.backend (None: the hf generator)

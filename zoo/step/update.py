@@ -3,7 +3,7 @@ accumulated over micro-batches. Per token the loss is the clip rule's term times
 plus the loss terms (the KL to the reference when it is placed in the loss, the entropy bonus, ...),
 aggregated over the WHOLE optimizer step: every aggregation divides by the step's totals over all micro-batches and ranks
 (`step_counts`), and gradients are summed over ranks (the loss is scaled by the world size: DDP and
-FSDP2 average; zoo/strategy.py), so the result equals one pass over the whole
+FSDP2 average; zoo/backends/train/strategy.py), so the result equals one pass over the whole
 step on one process (cases C2, C3). Shapes: n rows of a micro-batch, T completion tokens."""
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor
 
-from zoo import dist, guards, registry, strategy
-from zoo.batch import Batch
+from zoo.core import dist, guards, registry
+from zoo.backends.train import strategy
+from zoo.core.batch import Batch
 from zoo.components import StepCounts, TermInputs
 from zoo.components.stats import masked_sum, sanitize
-from zoo.declarations import of as declared
+from zoo.core.declarations import of as declared
 from zoo.step import selection
 from zoo.step.forwards import critic_values, forward_logp, micro_rows
 from zoo.step.hooks import NO_HOOKS, Hooks

@@ -1,2 +1,4 @@
-"""Studies: study files and their arms (experiment), running them (runner), what a run records
-(tracking, fingerprint, lock, arm_claim) and the report over a study folder (runs, table, plots, report)."""
+"""Studies: study files and their arms (experiment, validate), running them (runner, ray_runner,
+arm_claim), a run file that may be a one-arm study (run_file), and the report over a study folder
+(`report/`: runs, tables, plots, statistics over seeds). What one run records (tracking, fingerprint,
+lock) is `zoo.run`."""

@@ -1,5 +1,5 @@
-"""Whether `zoo ablate` may train one arm now: its folder's lease (zoo.study.lock), `--fresh`, and the
-fingerprint rule (zoo.study.fingerprint), checked under the lease so two processes never train one arm."""
+"""Whether `zoo ablate` may train one arm now: its folder's lease (zoo.run.lock), `--fresh`, and the
+fingerprint rule (zoo.run.fingerprint), checked under the lease so two processes never train one arm."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,9 +7,9 @@ from typing import Any
 
 import filelock
 
-from zoo.study import fingerprint, lock
+from zoo.run import fingerprint, lock
 from zoo.config.run import RunConfig
-from zoo.study.tracking import read_json
+from zoo.run.tracking import read_json
 from zoo.config.variant import VariantError
 
 

@@ -8,8 +8,8 @@
 selected); then each selected arm is one Ray task (`max_retries=0`) asking for the study's
 `resources: {cpus: N, gpus: M}` (defaults: 1 GPU where the cluster has GPUs, else none; CPUs = the
 run's thread count, `--threads`, else 1). The task pins torch to that many threads (recorded as the
-run's thread choice, zoo.threads; a local Ray's workers get OMP_WAIT_POLICY=PASSIVE) and runs
-`runner.run_arm`: the arm's lease (zoo.study.lock, safe across hosts), the skip/resume rules
+run's thread choice, zoo.run.threads; a local Ray's workers get OMP_WAIT_POLICY=PASSIVE) and runs
+`runner.run_arm`: the arm's lease (zoo.run.lock, safe across hosts), the skip/resume rules
 (zoo.study.arm_claim) and the failure record are the sequential runner's. A task that dies (a
 killed worker, a lost node) is recorded failed in the arm's summary.json; the other arms go on. The
 report is written at the end, on the driver.
@@ -56,7 +56,7 @@ def _arm_task(arm: Arm, train_fn: Callable[..., Any] | None, fresh: bool, study_
     import torch
     from rich.console import Console
 
-    from zoo import threads as zt
+    from zoo.run import threads as zt
 
     torch.set_num_threads(threads)
     zt.adopt(threads, "ray task", f"the arm's {threads} Ray CPU(s) (resources.cpus, else --threads, else 1)")
@@ -86,7 +86,7 @@ def run_arms_on_ray(arms: Sequence[Arm], *, train_fn: Callable[..., Any] | None 
         if address is None:
             root = str(Path(__file__).resolve().parents[2])  # the folder holding the zoo package
             path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-            # the workers' OpenMP threads sleep when idle, as the driver's do (zoo.threads): set before torch loads
+            # the workers' OpenMP threads sleep when idle, as the driver's do (zoo.run.threads): set before torch loads
             policy = os.environ.get("OMP_WAIT_POLICY") or "PASSIVE"
             kwargs.setdefault("runtime_env", {"env_vars": {"PYTHONPATH": path, "OMP_WAIT_POLICY": policy}})
         ray.init(address=address, **kwargs)

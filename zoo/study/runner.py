@@ -13,11 +13,12 @@ from typing import Any, Callable, Mapping
 
 import yaml
 
-from zoo.study import lock, report
+from zoo.run import lock
+from zoo.study import report
 from zoo.study.arm_claim import claim, plan_conflicts
 from zoo.study.experiment import Arm, Study, expand_arms, fmt_value
 from zoo.study.study_checks import foreign_arm_dir
-from zoo.study.tracking import read_json
+from zoo.run.tracking import read_json
 from zoo.study.validate import check_arms
 from zoo.config.variant import VariantError
 
@@ -124,16 +125,16 @@ def run_study(st: Study, *, dry_run: bool = False, shard: tuple[int, int] | None
 
     Every arm's variant is checked before anything runs (VariantError lists all problems). Each
     arm's config.yaml is written first. An arm folder holding results of another config (see
-    zoo.study.fingerprint) is an error naming the changed keys, raised before anything runs, unless the
+    zoo.run.fingerprint) is an error naming the changed keys, raised before anything runs, unless the
     arm's label or group is in `fresh` (its results are then deleted and it is retrained). Finished
     arms with the same fingerprint are skipped, arms whose lease another process holds
-    (zoo.study.lock) are skipped and said so, others run with `train_fn(cfg, resume=True)` (default
-    `zoo.trainer.train`). An arm that raises is recorded in its summary.json (status failed, error,
+    (zoo.run.lock) are skipped and said so, others run with `train_fn(cfg, resume=True)` (default
+    `zoo.run.trainer.train`). An arm that raises is recorded in its summary.json (status failed, error,
     traceback tail) and the study goes on. Writes study.json (under the study's lease), then
     report.md (`zoo.study.report.write_report`). Returns 0 iff every selected arm finished (dry run: 0 when
     the plan is valid). `run_arms(arms, train_fn=, fresh=, study_file=, console=)` -> {label: status}
     replaces the one-after-another loop (each arm through `run_arm`, e.g. as a Ray task); train_fn
-    is then passed as given (None: the executor's default, `zoo.trainer.train`)."""
+    is then passed as given (None: the executor's default, `zoo.run.trainer.train`)."""
     from rich.console import Console
 
     console = console or Console()
@@ -196,7 +197,7 @@ def _summarise(st: Study, arms: list[Arm], results: Mapping[str, str], console: 
 
 
 def _default_train() -> Callable[..., Any]:
-    from zoo import trainer
+    from zoo.run import trainer
 
     return trainer.train
 
@@ -205,7 +206,7 @@ def run_arm(arm: Arm, train_fn: Callable[..., Any] | None, console: Any, fresh: 
             study_file: str | None = None) -> str:
     """Claim, train and record one arm as `zoo ablate` does (zoo.study.arm_claim: skipped when finished
     with the same fingerprint or leased by another process); returns its final status (finished,
-    failed, interrupted, locked, stale). train_fn None: `zoo.trainer.train`. An exception in training
+    failed, interrupted, locked, stale). train_fn None: `zoo.run.trainer.train`. An exception in training
     is recorded in the arm's summary.json (status failed) and not raised."""
     return _run_arm(arm, train_fn or _default_train(), console, fresh, study_file)
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from torch import nn
 
-from zoo.registry import ComponentError, build
+from zoo.core.registry import ComponentError, build
 
 
 def backend_error(spec: Any, key: str = "sampling.backend") -> str | None:
@@ -29,7 +29,7 @@ def backend_fingerprint(spec: Any) -> str | dict[str, Any]:
 
 
 def build_generator(spec: Any, policy: nn.Module, tokenizer) -> Any:
-    """The `zoo.kinds.Generator` of `spec` over the policy module and its tokenizer. Raises ComponentError."""
+    """The `zoo.core.kinds.Generator` of `spec` over the policy module and its tokenizer. Raises ComponentError."""
     return build("generator", spec)(policy, tokenizer)
 
 

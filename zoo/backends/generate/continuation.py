@@ -1,6 +1,6 @@
 """`continue_` for HF models: extend each row from its own (uneven) prefix until a stop string, EOS or
 the token budget, with the sampler's log-probs (multi-turn rollouts; the `generator` kind's contract,
-zoo/kinds.py). Shapes: n rows, P the longest prefix, T new tokens."""
+zoo/core/kinds.py). Shapes: n rows, P the longest prefix, T new tokens."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -12,7 +12,7 @@ from zoo.backends.generate.hf import (
     device_of, eval_no_grad, neutral_generation_config, completion_mask, sampling_config, stop_token_ids,
 )
 from zoo.backends.generate.stops import StopStrings
-from zoo.backends.generate.types import Continuation, SamplingParams
+from zoo.core.generator_types import Continuation, SamplingParams
 from zoo.backends.generate.warping import RolloutLogprobs, processor_list
 
 
@@ -30,7 +30,7 @@ def left_pad(prefix_ids: Sequence[Sequence[int]], pad_id: int, device) -> tuple[
 
 def continue_rows(model: nn.Module, tokenizer, prefix_ids: Sequence[Sequence[int]], sampling: SamplingParams,
                   stop: Sequence[str] = (), eos_token_ids: Sequence[int] | None = None) -> Continuation:
-    """Sample new tokens after each row's prefix -> Continuation (see zoo.backends.generate.types).
+    """Sample new tokens after each row's prefix -> Continuation (see zoo.core.generator_types).
 
     prefix_ids: n token lists of any lengths (a row's prompt and the turns so far), left-padded here.
     sampling: the budget (`max_new_tokens`) and warping; `sampling.logits_processors` come first.

@@ -19,9 +19,9 @@ from typing import Iterable, Iterator, Sequence
 import torch
 from torch import Tensor, nn
 
-from zoo import step_progress
+from zoo.backends.generate import progress as step_progress
 from zoo.backends.generate.warping import RolloutLogprobs, processor_list
-from zoo.batch import Batch
+from zoo.core.batch import Batch
 from zoo.models.forward import (
     accepts_logits_to_keep,
     cache_arg,
@@ -207,7 +207,7 @@ def generate_rollout(
     mb = micro_batch or N
     chunks: list[Tensor] = []
     logps: list[Tensor] = []
-    step_progress.report("generate", 0, N)  # a long step shows its progress chunk by chunk (zoo.step_progress)
+    step_progress.report("generate", 0, N)  # a long step shows its progress chunk by chunk (zoo.backends.generate.progress)
     with eval_no_grad(model), neutral_generation_config(model):
         for s in range(0, N, mb):
             prefix = _shared_prefill(model, ids[s : s + mb], mask[s : s + mb], prompt_index[s : s + mb]) \
@@ -216,7 +216,7 @@ def generate_rollout(
             procs = processor_list(logits_processors, temperature, int(top_k or 0), top_p, do_sample, rec)
             out = model.generate(input_ids=ids[s : s + mb], attention_mask=mask[s : s + mb],
                                  generation_config=gen_config, logits_processor=procs, **prefix,  # [mb, P + T_chunk]
-                                 # an FSDP2 model is generated with its weights gathered (zoo.strategy.gather_weights):
+                                 # an FSDP2 model is generated with its weights gathered (zoo.backends.train.strategy.gather_weights):
                                  # no lockstep over ranks (transformers would all-reduce each token's "done" flag)
                                  synced_gpus=False)
             del prefix

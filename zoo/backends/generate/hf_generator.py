@@ -9,13 +9,13 @@ from torch import nn
 
 from zoo.backends.generate.continuation import continue_rows
 from zoo.backends.generate.hf import generate_rollout
-from zoo.backends.generate.types import Continuation, SamplingParams
-from zoo.batch import Batch
-from zoo.registry import register
+from zoo.core.generator_types import Continuation, SamplingParams
+from zoo.core.batch import Batch
+from zoo.core.registry import register
 
 
 class HFGenerator:
-    """`zoo.kinds.Generator` over a transformers causal LM (the policy, LoRA or not)."""
+    """`zoo.core.kinds.Generator` over a transformers causal LM (the policy, LoRA or not)."""
 
     def __init__(self, policy: nn.Module, tokenizer) -> None:
         self.policy, self.tokenizer = policy, tokenizer

@@ -12,9 +12,9 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
-from zoo.backends.generate.types import Continuation, SamplingParams
-from zoo.batch import Batch
-from zoo.registry import build, register
+from zoo.core.generator_types import Continuation, SamplingParams
+from zoo.core.batch import Batch
+from zoo.core.registry import build, register
 
 
 class LogitNoise:
@@ -33,7 +33,7 @@ class LogitNoise:
 
 
 class NoisyGenerator:
-    """`zoo.kinds.Generator`: `inner`'s generate/continue_ with `LogitNoise` placed before every other
+    """`zoo.core.kinds.Generator`: `inner`'s generate/continue_ with `LogitNoise` placed before every other
     processor; `sync` is the inner's. The inner must apply `SamplingParams.logits_processors`."""
 
     def __init__(self, inner: Any, sigma: float, seed: int) -> None:

@@ -26,14 +26,14 @@ import torch
 from torch import nn
 
 from zoo.backends.generate.hf import completion_mask, decode_completions, encode_prompts, stop_token_ids
-from zoo.backends.generate.types import Continuation, SamplingParams
+from zoo.core.generator_types import Continuation, SamplingParams
 from zoo.backends.generate.vllm_engine import (EngineOptions, check_options, engine_environment, engine_kwargs,
                                                import_vllm, model_folder, remove_folder, resolve_dtype)
 from zoo.backends.generate.weights import PolicyVersion, named_weights
-from zoo.batch import Batch
-from zoo.checkpoint import rng_state, set_rng_state
+from zoo.core.batch import Batch
+from zoo.backends.train.checkpoint import rng_state, set_rng_state
 from zoo.models.forward import inner_lm
-from zoo.registry import register
+from zoo.core.registry import register
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def _pad(rows: list[list], width: int, value) -> list[list]:
 
 
 class VLLMGenerator:
-    """`zoo.kinds.Generator` and `zoo.kinds.WeightReceiver` over one in-process
+    """`zoo.core.kinds.Generator` and `zoo.core.kinds.WeightReceiver` over one in-process
     `vllm.LLM`. `startup_s`, `last_sync_s` and `version` (the policy version served) are public."""
 
     def __init__(self, policy: nn.Module, tokenizer, opts: EngineOptions) -> None:
@@ -239,7 +239,7 @@ class VLLMGenerator:
     def continue_(self, prefix_ids: Sequence[Sequence[int]], sampling: SamplingParams, stop: Sequence[str] = (),
                   /) -> Continuation:
         """Extend each row from its own prefix until a stop string (vLLM's, searched in the new text
-        only), EOS or the budget -> Continuation (see zoo.backends.generate.types). Raises ValueError
+        only), EOS or the budget -> Continuation (see zoo.core.generator_types). Raises ValueError
         for no rows, an empty row or stop string, or what `generate` raises."""
         rows = [[int(t) for t in r] for r in prefix_ids]
         if not rows or any(not r for r in rows):

@@ -85,7 +85,7 @@ def engine_environment(threads: int) -> Iterator[None]:
     """The environment vLLM reads while the engine starts: its engine core and worker in this process
     (`VLLM_ENABLE_V1_MULTIPROCESSING=0`; no `__main__` guard needed). In this process vLLM's CPU
     kernels run on the trainer's own OpenMP threads (torch's count: zoo's thread choice,
-    zoo/threads.py); `VLLM_CPU_OMP_THREADS_BIND` names the first `threads` allowed cores for a user who
+    zoo/run/threads.py); `VLLM_CPU_OMP_THREADS_BIND` names the first `threads` allowed cores for a user who
     turns multiprocessing back on. Variables the
     user set are kept; everything is restored afterwards."""
     want = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}

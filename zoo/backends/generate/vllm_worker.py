@@ -1,7 +1,7 @@
 """The worker side of the `vllm` generator's weight transfer: a vLLM worker extension (engine argument
 `worker_extension_cls`), mixed into each vLLM worker and reached through the public
 `LLM.collective_rpc`. It imports nothing of zoo's beyond this file, so a worker in another process can
-load it. The contract is `zoo.kinds.PolicyVersion`: an integer version and
+load it. The contract is `zoo.core.kinds.PolicyVersion`: an integer version and
 (name, tensor) pairs in the base model's names."""
 from __future__ import annotations
 

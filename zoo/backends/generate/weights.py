@@ -1,7 +1,7 @@
 """The weight-transfer contract between the trainer and a sampler that holds its own copy of the weights
 (the `vllm` generator today; rollout workers in other processes later).
 
-The contract's types live in zoo/kinds.py with the other kinds' contracts (re-exported here). A policy
+The contract's types live in zoo/core/kinds.py with the other kinds' contracts (re-exported here). A policy
 version is `PolicyVersion(version, tensors)`: an increasing integer and the named tensors of the policy
 in the BASE model's names (transformers' `model.layers.0.self_attn.q_proj.weight`, ...). A receiver
 (`WeightReceiver.accept`) loads them and from then on samples with them; it must not assume it runs in
@@ -19,7 +19,7 @@ from typing import Iterator
 import torch
 from torch import Tensor, nn
 
-from zoo.kinds import PolicyVersion, WeightReceiver
+from zoo.core.kinds import PolicyVersion, WeightReceiver
 
 __all__ = ["PEFT_PREFIX", "PolicyVersion", "WeightReceiver", "base_name", "named_weights", "policy_version"]
 

@@ -1,0 +1,191 @@
+"""The source layout's rules (docs/engine.md, "Source layout"), read from the source with `ast`:
+every `zoo` import (top-level, inside a function, under TYPE_CHECKING, or an `importlib.import_module`
+of a literal name) points down the layer order or stays in its layer; the module graph has no cycle; no
+module is over 400 lines; the `zoo/` top level holds only the package root and two public shims."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ZOO = Path(__file__).resolve().parents[2] / "zoo"
+
+# Lowest first; a module imports its own layer and layers below. docs/engine.md groups tasks .. step
+# as one row ("engine") and bench, cli as another; inside a row the packages keep this order too.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("core", ("zoo.core",)),
+    ("components", ("zoo.components",)),
+    ("config", ("zoo.config",)),
+    ("tasks", ("zoo.tasks",)),
+    ("models", ("zoo.models",)),
+    ("rewards", ("zoo.rewards",)),
+    ("backends", ("zoo.backends",)),
+    ("envs", ("zoo.envs",)),
+    ("step", ("zoo.step",)),
+    ("checks", ("zoo.checks",)),
+    ("run", ("zoo.run",)),
+    ("study", ("zoo.study", "zoo.rm")),  # neither imports the other
+    ("bench", ("zoo.bench",)),
+    ("cli", ("zoo.cli",)),
+    # the package root and the public shims (`zoo.registry`, `zoo.batch`): nothing inside zoo imports them
+    ("api", ("zoo", "zoo.registry", "zoo.batch")),
+]
+TESTING = "zoo.testing"  # helpers for the tests: no module of zoo imports it
+TOP_LEVEL = {"__init__.py", "registry.py", "batch.py", "testing.py"}
+MAX_LINES = 400
+LONG_MODULES: dict[str, int] = {}  # allow-list of modules over MAX_LINES (path -> lines); none today
+
+
+def modules_under(zoo: Path) -> dict[str, Path]:
+    """Dotted module name -> source file, for every module of the package folder `zoo`."""
+    out = {}
+    for path in sorted(zoo.rglob("*.py")):
+        parts = list(path.relative_to(zoo.parent).with_suffix("").parts)
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+MODULES = modules_under(ZOO)
+
+
+def layer_of(mod: str) -> int:
+    """Index in LAYERS of the longest listed prefix of `mod`."""
+    best, idx = -1, -1
+    for i, (_, prefixes) in enumerate(LAYERS):
+        for pre in prefixes:
+            if (mod == pre or mod.startswith(pre + ".")) and len(pre) > best:
+                best, idx = len(pre), i
+    assert idx >= 0, f"{mod}: in no layer of LAYERS"
+    return idx
+
+
+def _target(name: str, modules: dict[str, Path]) -> str:
+    """The module an imported dotted name lands in (its longest prefix that is a module)."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def imports_of(mod: str, modules: dict[str, Path] = MODULES) -> list[tuple[str, int]]:
+    """(imported zoo module, line) for every import in `mod`'s source, wherever it sits."""
+    path = modules[mod]
+    package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+    out = []
+    for n in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(n, ast.Import):
+            out += [(_target(a.name, modules), n.lineno) for a in n.names if a.name.split(".")[0] == "zoo"]
+        elif isinstance(n, ast.ImportFrom):
+            base = n.module or ""
+            if n.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - n.level + 1] + ([base] if base else []))
+            if base.split(".")[0] != "zoo":
+                continue
+            for a in n.names:
+                full = f"{base}.{a.name}"
+                out.append((full if full in modules else _target(base, modules), n.lineno))
+        elif (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "import_module"
+              and n.args and isinstance(n.args[0], ast.Constant) and str(n.args[0].value).startswith("zoo.")):
+            out.append((_target(n.args[0].value, modules), n.lineno))
+    return [(t, line) for t, line in out if t and t != mod]
+
+
+def upward_imports(modules: dict[str, Path] = MODULES) -> list[str]:
+    """`file:line: what` for each import against the layer order."""
+    bad = []
+    for mod, path in modules.items():
+        rel = "/".join(path.parts[-(len(mod.split(".")) + (path.name == "__init__.py")):])
+        for tgt, line in imports_of(mod, modules):
+            if tgt == TESTING and mod != TESTING:
+                bad.append(f"{rel}:{line}: imports {tgt} (only the tests may)")
+            elif mod != TESTING and tgt != TESTING and layer_of(tgt) > layer_of(mod):
+                bad.append(f"{rel}:{line}: {mod} (layer {LAYERS[layer_of(mod)][0]}) imports {tgt} "
+                           f"(layer {LAYERS[layer_of(tgt)][0]}, above it)")
+    return bad
+
+
+def cycles(modules: dict[str, Path] = MODULES) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    graph = {m: sorted({t for t, _ in imports_of(m, modules)}) for m in modules}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_every_module_is_in_a_layer():
+    for mod in MODULES:
+        layer_of(mod)
+
+
+def test_no_upward_import():
+    bad = upward_imports()
+    assert not bad, "imports against the layer order (docs/engine.md, Source layout):\n" + "\n".join(bad)
+
+
+def test_no_import_cycle():
+    found = cycles()
+    assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_no_module_over_400_lines():
+    long = {str(p.relative_to(ZOO.parent)): n for p in MODULES.values() if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    over = {k: n for k, n in long.items() if n > LONG_MODULES.get(k, MAX_LINES)}
+    assert not over, f"modules over {MAX_LINES} lines (split them): {over}"
+
+
+def test_top_level_holds_a_handful_of_modules():
+    top = {p.name for p in ZOO.glob("*.py")}
+    assert top <= TOP_LEVEL, (f"zoo/ top level: {sorted(top - TOP_LEVEL)} belong in a layer's package "
+                              f"(allowed there: {sorted(TOP_LEVEL)})")
+
+
+def test_the_checker_sees_a_lazy_upward_import_and_the_cycle_it_makes(tmp_path):
+    """The rules can fail: a function-level import of zoo.run from the core is reported with its line."""
+    fake = tmp_path / "zoo"
+    for d in (fake, fake / "core", fake / "run"):
+        d.mkdir(exist_ok=True)
+        (d / "__init__.py").write_text("")
+    (fake / "run" / "trainer.py").write_text("from zoo.core import kinds\n")
+    (fake / "core" / "kinds.py").write_text("def f():\n    from zoo.run import trainer\n")
+    modules = modules_under(fake)
+    assert upward_imports(modules) == ["zoo/core/kinds.py:2: zoo.core.kinds (layer core) imports zoo.run.trainer "
+                                       "(layer run, above it)"]
+    assert cycles(modules) == [["zoo.core.kinds", "zoo.run.trainer"]]
+
+
+def test_the_wheel_lists_every_package():
+    """pyproject's explicit `packages` holds every folder of zoo/ with an __init__.py (a missing one is
+    left out of the wheel, and the installed zoo fails to import it)."""
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    listed = set(tomllib.loads((ZOO.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ZOO.parent).parts) for p in ZOO.rglob("__init__.py")}
+    assert found <= listed, f"pyproject.toml [tool.setuptools] packages misses {sorted(found - listed)}"
+    assert "zoo._registry" in listed
