@@ -2,6 +2,7 @@
 about 1 GB each) does not pile up over the arms of a study run in one process."""
 import pytest
 
+import zoo.run.setup as run_setup
 import zoo.run.trainer as trainer
 from tests.conftest import tiny_run_config
 from zoo.backends.generate.hf_generator import HFGenerator
@@ -17,7 +18,7 @@ class _Closing(HFGenerator):
 @pytest.mark.parametrize("fail", [False, True])
 def test_the_run_closes_its_generator(tmp_path, tiny_model_dir, monkeypatch, fail):
     _Closing.closed = 0
-    monkeypatch.setattr(trainer, "build_generator", lambda spec, policy, tok: _Closing(policy, tok))
+    monkeypatch.setattr(run_setup, "build_generator", lambda spec, policy, tok: _Closing(policy, tok))
     cfg = tiny_run_config(tiny_model_dir, tmp_path / "out", budget={"steps": 1}, eval={"enabled": False})
     if fail:
         monkeypatch.setattr(trainer, "_write_summary", _boom_once(trainer._write_summary))

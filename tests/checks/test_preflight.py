@@ -54,7 +54,7 @@ def test_group_size_of_a_million_stops_before_the_rollout(tiny_model_dir, tmp_pa
     monkeypatch.setattr(rollout, "generate_rollout", no_rollout)
     monkeypatch.setattr(sample, "generate_rollout", no_rollout)
     # the tiny model's rollout needs ~10 GB at this size (SmolLM2's: terabytes); say the machine has 8
-    monkeypatch.setattr("zoo.run.trainer.available_memory", lambda device: 8 * 10**9)
+    monkeypatch.setattr("zoo.run.setup.available_memory", lambda device: 8 * 10**9)
     cfg = tiny_run_config(tiny_model_dir, tmp_path, budget={"group_size": 1_000_000, "prompts_per_step": 8})
     with pytest.raises(VariantError, match="group_size 1000000 .* lower budget.group_size"):
         trainer.setup(cfg)

@@ -303,12 +303,12 @@ def test_validate_rejects_nan_and_inf_hyperparameters(tmp_path):
 def test_a_missing_registry_path_entry_warns_naming_it(tmp_path, monkeypatch, caplog):
     import os
 
-    from zoo.config import variant
+    from zoo.config import variant_files as variant
 
     missing = tmp_path / "no-such-dir"
     monkeypatch.setenv("ZOO_REGISTRY_PATH", os.pathsep.join([str(missing), str(ROOT / "registry")]))
     monkeypatch.setattr(variant, "_WARNED_DIRS", set())
-    with caplog.at_level("WARNING", logger="zoo.config.variant"):
+    with caplog.at_level("WARNING", logger="zoo.config.variant_files"):
         dirs = variant.search_dirs()
     assert missing not in dirs and ROOT / "registry" in dirs
     assert f"ZOO_REGISTRY_PATH: {missing} is not a directory" in caplog.text

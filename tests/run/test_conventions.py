@@ -12,7 +12,7 @@ from zoo.config.run import RunConfig
 from zoo.run.evaluate import evaluate
 from zoo.rewards.compute import accuracy_metrics
 from zoo.testing import tiny_model_and_tokenizer
-from zoo.run.trainer import _scheduler
+from zoo.run.setup import _scheduler
 
 
 def lrs(schedule: str, warmup: int, total: int) -> list[float]:

@@ -3,7 +3,7 @@ import torch
 
 from tests.conftest import tiny_run_config
 from zoo.run.fingerprint import fingerprint_fields
-from zoo.run.trainer import _adamw
+from zoo.run.setup import _adamw
 
 
 def _steps(fused: bool, tmp_path) -> list[torch.Tensor]:

@@ -120,7 +120,7 @@ def test_prompts_per_step_far_beyond_the_task_warns_and_steps_show_progress(tiny
     from zoo.checks.bounds import work_warnings
     from zoo.testing import tiny_model_and_tokenizer
 
-    monkeypatch.setattr("zoo.run.trainer.available_memory", lambda device: 10**15)  # not this test's check
+    monkeypatch.setattr("zoo.run.setup.available_memory", lambda device: 10**15)  # not this test's check
     cfg = tiny_run_config(tiny_model_dir, tmp_path, budget={"prompts_per_step": 1_000_000})
     with caplog.at_level(logging.WARNING, logger="zoo.run.trainer"):
         trainer.setup(cfg)

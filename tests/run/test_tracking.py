@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from zoo.run import tracking
+from zoo.run import jsonl, tracking
 from zoo.config.run import RunConfig, WandbOpts
 from zoo.run.tracking import Tracker, read_jsonl, resolve_mode
 
@@ -241,7 +241,7 @@ def test_unreadable_lines_are_skipped_counted_and_named(tmp_path, caplog):
                   b'{"step": 3, "reward/total": 0.7}\n{"step": 4, "rew')
     recs, skipped = read_jsonl_counted(p)
     assert [r["step"] for r in recs] == [1, 3] and skipped == 3  # the \xff line, a non-object, the cut line
-    with caplog.at_level(logging.WARNING, logger="zoo.run.tracking"):
+    with caplog.at_level(logging.WARNING, logger="zoo.run.jsonl"):
         assert [r["step"] for r in read_jsonl(p)] == [1, 3]
     assert f"{p}: skipped 3 unreadable line(s)" in caplog.text
     assert read_jsonl_counted(tmp_path / "missing.jsonl") == ([], 0)
@@ -270,7 +270,7 @@ def test_write_errors_name_the_file_and_leave_no_temporary_file(tmp_path, monkey
             raise OSError(errno.ENOSPC, "No space left on device")
         return builtins.open(file, mode, *a, **kw)
 
-    monkeypatch.setattr(tracking, "open", full, raising=False)
+    monkeypatch.setattr(jsonl, "open", full, raising=False)
     with pytest.raises(WriteError, match=rf"^no space left on device while writing {tr.metrics_path}$"):
         tr.log({"reward/total": 0.9}, step=3)
     real = pathlib.Path.write_text

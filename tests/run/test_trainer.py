@@ -481,15 +481,15 @@ def test_a_read_only_metrics_file_is_one_error_and_the_run_is_failed(tiny_model_
     import builtins
     from pathlib import Path
 
-    from zoo.run import tracking
     from zoo.core.faults import WriteError
+    from zoo.run import jsonl
 
     def read_only_metrics(file, mode="r", *a, **kw):
         if Path(file).name == "metrics.jsonl" and "a" in mode:
             raise PermissionError(errno.EACCES, "Permission denied", str(file))
         return builtins.open(file, mode, *a, **kw)
 
-    monkeypatch.setattr(tracking, "open", read_only_metrics, raising=False)
+    monkeypatch.setattr(jsonl, "open", read_only_metrics, raising=False)
     with pytest.raises(WriteError) as e:
         train(_fault_config(tiny_model_dir, tmp_path), progress=False)
     assert str(e.value) == f"permission denied while writing {tmp_path / 'metrics.jsonl'}; no checkpoint was saved yet"

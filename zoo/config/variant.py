@@ -1,5 +1,5 @@
-"""Named variants: find, load and parse the YAML files in `registry/` (and user directories); their
-checks and diffs are in `zoo/config/diff.py`.
+"""Named variants: load and parse the YAML files in `registry/` (and user directories; finding and reading them is
+`zoo/config/variant_files.py`); their checks and diffs are in `zoo/config/diff.py`.
 
 A variant fills every slot of the data flow (the slot table, `zoo/core/kinds.py`) with a component
 spec and sets `group_size` and `updates: {epochs, minibatches}`. There are
@@ -11,29 +11,26 @@ from __future__ import annotations
 
 import copy
 import difflib
-import logging
-import os
 from pathlib import Path
 from typing import Any, Literal, Mapping, Optional, Union
 
-import yaml
 from pydantic import Field, ValidationError, create_model, field_validator
 
 from zoo.core import kinds, registry
 from zoo.config import overrides
-from zoo.config import yaml_strict as strict_yaml
-from zoo.config.yaml_strict import MAX_NESTING, too_deep
 from zoo.config.desugar import hand_written
 from zoo.config.schema import Spec, Strict, format_validation
+from zoo.config.variant_files import (VariantError, available_variants, builtin_dir, read_yaml_file,
+                                      read_yaml_mapping, search_dirs, variant_files)
+
+# finding and reading the files lives in zoo.config.variant_files; these names stay importable from here
+__all__ = ["LIST_SLOTS", "REQUIRED_TOP", "SLOT_KINDS", "AdaptiveKLSpec", "KLSpec", "Slots", "Spec", "Updates", "Variant",
+           "VariantError", "apply_overrides", "available_variants", "build_components", "builtin_dir", "load_variant",
+           "merge_variant", "missing_keys", "parse_variant", "read_yaml_file", "read_yaml_mapping", "repeated_items",
+           "search_dirs", "variant_files"]
 
 SLOT_KINDS = kinds.slot_kinds()  # slot -> registry kind, for the slots filled by components
 LIST_SLOTS = kinds.list_slots()
-log = logging.getLogger(__name__)
-_WARNED_DIRS: set[str] = set()  # ZOO_REGISTRY_PATH entries already warned about
-
-
-class VariantError(ValueError):
-    """A variant file or override that cannot be resolved; the message names file and key."""
 
 
 class AdaptiveKLSpec(Strict):
@@ -117,83 +114,6 @@ class Variant(Strict):
                 out[slot] = comp.spec() if comp is not None else None
         out["kl"] = self.slots.kl_spec().model_dump()
         return out
-
-
-# --------------------------------------------------------------------------- files
-
-
-def builtin_dir() -> Path:
-    """The built-in registry/: the checkout's top-level folder, or the copy inside the wheel."""
-    here = Path(__file__).resolve().parent.parent  # the zoo package (this file is zoo/config/variant.py)
-    for cand in (here.parent / "registry", here / "_registry"):
-        if cand.is_dir() and any(cand.glob("*.yaml")):
-            return cand
-    raise VariantError(f"built-in registry not found next to {here}")
-
-
-def search_dirs() -> list[Path]:
-    """User directories from ZOO_REGISTRY_PATH first, then the built-in registry. An entry that is
-    not a directory is left out with a warning (once per entry) naming it."""
-    dirs = [Path(p) for p in os.environ.get("ZOO_REGISTRY_PATH", "").split(os.pathsep) if p]
-    for d in dirs:
-        if not d.is_dir() and str(d) not in _WARNED_DIRS:
-            _WARNED_DIRS.add(str(d))
-            log.warning("ZOO_REGISTRY_PATH: %s is not a directory; its variants are not loaded", d)
-    return [d for d in dirs if d.is_dir()] + [builtin_dir()]
-
-
-def variant_files() -> dict[str, Path]:
-    """name -> file over all search directories. Raises VariantError on a duplicate name."""
-    found: dict[str, Path] = {}
-    for d in search_dirs():
-        if not d.is_dir():
-            continue
-        for f in sorted(d.glob("*.yaml")):
-            name = read_yaml_mapping(f).get("name", f.stem)
-            if name in found and found[name].resolve() != f.resolve():
-                raise VariantError(f"variant {name!r} is defined twice: {found[name]} and {f}")
-            found[name] = f
-    return found
-
-
-def available_variants() -> list[str]:
-    return sorted(variant_files())
-
-
-def read_yaml_file(path: str | Path) -> Any:
-    """The parsed YAML of a file (None when empty). Raises VariantError naming the file when it is
-    missing, a directory, not UTF-8, not valid YAML, or nested too deeply for the parser's recursion."""
-    p = Path(path)
-    if p.is_dir():
-        hint = (f"; to resume the run in it: zoo run --resume {p}; to check it: zoo validate {p / 'config.yaml'}"
-                if (p / "config.yaml").is_file() else "")
-        raise VariantError(f"{p}: is a directory, not a YAML file{hint}")
-    if not p.exists():
-        raise VariantError(f"{p}: file not found")
-    try:
-        with open(p, encoding="utf-8") as fh:  # a file object: the YAML error names the file
-            data = strict_yaml.load(fh)  # a key given twice is an error, not a silent replacement
-    except UnicodeDecodeError as e:
-        raise VariantError(f"{p}: not UTF-8 text (byte {e.object[e.start:e.start + 1]!r} at offset {e.start})") from None
-    except yaml.YAMLError as e:
-        raise VariantError(f"{p}: not valid YAML: {' '.join(str(e).split())}") from None
-    except RecursionError:  # PyYAML builds nested nodes recursively: thousands of levels exhaust the stack
-        raise VariantError(f"{p}: nested too deeply to read (more levels of mappings or lists than Python's "
-                           f"recursion limit); a zoo file nests a few levels, at most {MAX_NESTING}") from None
-    deep = too_deep(data)
-    if deep is not None:
-        raise VariantError(f"{p}: key {deep!r}: nested more than {MAX_NESTING} levels deep; a zoo file nests a few "
-                           "levels (is a bracket or an indentation repeated?)")
-    return data
-
-
-def read_yaml_mapping(path: Path) -> dict[str, Any]:
-    """The parsed YAML of a file that must hold a mapping (read_yaml_file's errors, and one naming the
-    file when the top level is not a mapping)."""
-    data = read_yaml_file(path)
-    if not isinstance(data, dict):
-        raise VariantError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
-    return data
 
 
 def _raw(name_or_path: str | Path, _seen: tuple[str, ...] = ()) -> tuple[dict[str, Any], Path]:
