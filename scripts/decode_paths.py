@@ -16,6 +16,7 @@ round-robin with the others (the machine is shared: interleaving spreads the loa
 reports the median seconds, generated tokens/s and decode steps/s, and whether its greedy tokens equal
 `hf`'s. Prints one JSON line per path at the end (for docs/performance.md).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,16 +38,19 @@ def load(name: str):
         from zoo.models import load_policy
 
         model, tok = load_policy(name)
-        prompts = [[{"role": "user", "content": q}] for q in
-                   ("What is 12 + 7?", "Name a colour.", "What is 9 - 4?", "Say hello.")]
+        prompts = [
+            [{"role": "user", "content": q}]
+            for q in ("What is 12 + 7?", "Name a colour.", "What is 9 - 4?", "Say hello.")
+        ]
     return model.eval(), tok, prompts
 
 
 def run_hf(model, tok, prompts, group, new, do_sample):
     from zoo.backends.generate.hf import generate_rollout
 
-    b = generate_rollout(model, tok, prompts, group_size=group, max_new_tokens=new, min_new_tokens=new,
-                         do_sample=do_sample)
+    b = generate_rollout(
+        model, tok, prompts, group_size=group, max_new_tokens=new, min_new_tokens=new, do_sample=do_sample
+    )
     return b.completion_ids
 
 
@@ -68,9 +72,13 @@ def run_static(model, tok, prompts, group, new, do_sample, compile_=False):
         cfg.disable_compile = True
     rec = RolloutLogprobs()
     with torch.no_grad(), neutral_generation_config(model):
-        out = model.generate(input_ids=ids, attention_mask=mask, generation_config=cfg,
-                             logits_processor=processor_list((), 1.0, 0, 1.0, do_sample, rec))
-    return out[:, ids.shape[1]:]
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            generation_config=cfg,
+            logits_processor=processor_list((), 1.0, 0, 1.0, do_sample, rec),
+        )
+    return out[:, ids.shape[1] :]
 
 
 def run_paged(model, tok, prompts, group, new, do_sample):
@@ -80,8 +88,16 @@ def run_paged(model, tok, prompts, group, new, do_sample):
 
     ids, mask = encode_prompts(tok, prompts)
     rows = [r[m.bool()].tolist() for r, m in zip(ids, mask) for _ in range(group)]
-    cfg = GenerationConfig(max_new_tokens=new, min_new_tokens=new, do_sample=do_sample, top_k=0 if do_sample else None,
-                           top_p=1.0, temperature=1.0, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    cfg = GenerationConfig(
+        max_new_tokens=new,
+        min_new_tokens=new,
+        do_sample=do_sample,
+        top_k=0 if do_sample else None,
+        top_p=1.0,
+        temperature=1.0,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
     out = model.generate_batch(inputs=rows, generation_config=cfg, progress_bar=False)
     seqs = [out[k].generated_tokens for k in sorted(out, key=lambda k: int(str(k).split("_")[-1]))]
     T = max(len(s) for s in seqs)
@@ -95,8 +111,12 @@ def lengthen(prompt, k: int):
     return [*prompt[:-1], {**prompt[-1], "content": prompt[-1]["content"] + "!" * k}]
 
 
-PATHS = {"hf": run_hf, "static": run_static, "static_compile": lambda *a: run_static(*a, compile_=True),
-         "paged": run_paged}
+PATHS = {
+    "hf": run_hf,
+    "static": run_static,
+    "static_compile": lambda *a: run_static(*a, compile_=True),
+    "paged": run_paged,
+}
 
 
 def main() -> None:
@@ -108,8 +128,12 @@ def main() -> None:
     ap.add_argument("--paths", default="hf,static,static_compile,paged")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--device", default="cpu", help="e.g. cuda")
-    ap.add_argument("--vary", action="store_true", help="each repeat lengthens every prompt by one more '!' "
-                    "(new shapes each time, as in training: a compiled static-cache decode recompiles)")
+    ap.add_argument(
+        "--vary",
+        action="store_true",
+        help="each repeat lengthens every prompt by one more '!' "
+        "(new shapes each time, as in training: a compiled static-cache decode recompiles)",
+    )
     ap.add_argument("--sample", action="store_true", help="sample (default greedy, tokens compared to hf)")
     a = ap.parse_args()
     if a.threads:
@@ -131,10 +155,15 @@ def main() -> None:
         warm[n] = time.perf_counter() - t0
         ref = out if n == "hf" else ref
         equal[n] = None if ref is None else bool(out.shape == ref.shape and torch.equal(out, ref))
-        same = "" if ref is None or out.shape != ref.shape else \
-            f", rows equal {int((out == ref).all(1).sum())}/{out.shape[0]}, first differing position " \
+        same = (
+            ""
+            if ref is None or out.shape != ref.shape
+            else f", rows equal {int((out == ref).all(1).sum())}/{out.shape[0]}, first differing position "
             f"{int((out != ref).any(0).float().argmax()) if not equal[n] else '-'}"
-        print(f"{n}: warm-up {warm[n]:.2f} s, shape {tuple(out.shape)}, greedy equal to hf: {equal[n]}{same}", flush=True)
+        )
+        print(
+            f"{n}: warm-up {warm[n]:.2f} s, shape {tuple(out.shape)}, greedy equal to hf: {equal[n]}{same}", flush=True
+        )
     for r in range(a.repeats):
         ps = [lengthen(p, r + 1) for p in prompts] if a.vary else prompts
         for n in times:
@@ -147,11 +176,25 @@ def main() -> None:
     rows = group * len(prompts)
     for n, ts in times.items():
         s = statistics.median(ts)
-        print(json.dumps({"path": n, "model": a.model, "rows": rows, "new_tokens": a.new, "threads": torch.get_num_threads(),
-                          "median_s": round(s, 4), "tokens_per_s": round(rows * a.new / s, 1),
-                          "decode_steps_per_s": round(a.new / s, 2), "warmup_s": round(warm[n], 2),
-                          "greedy_equal_hf": equal[n], "vary": a.vary,
-                          "times": [round(t, 3) for t in ts]}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "path": n,
+                    "model": a.model,
+                    "rows": rows,
+                    "new_tokens": a.new,
+                    "threads": torch.get_num_threads(),
+                    "median_s": round(s, 4),
+                    "tokens_per_s": round(rows * a.new / s, 1),
+                    "decode_steps_per_s": round(a.new / s, 2),
+                    "warmup_s": round(warm[n], 2),
+                    "greedy_equal_hf": equal[n],
+                    "vary": a.vary,
+                    "times": [round(t, 3) for t in ts],
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

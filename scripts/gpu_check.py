@@ -11,6 +11,7 @@ checks use, vLLM's sync and sleep/wake on CUDA, and figures out of the bench's J
 
 Each prints `key=value` figure lines on stdout and exits non-zero (with the reason on stderr) on a failure.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,19 +19,43 @@ import sys
 from pathlib import Path
 
 #: SmolLM2-135M's architecture (its config.json): 30 layers, hidden 576, 9 heads, 3 KV heads, tied embeddings
-SMOL_SHAPE = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                  num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=2048, rms_norm_eps=1e-5,
-                  rope_theta=100000.0, tie_word_embeddings=True, hidden_act="silu")
-TASK = {"name": "reasoning_gym", "dataset": "basic_arithmetic", "size": 64, "eval_size": 4, "fewshot": 0,
-        "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}}
+SMOL_SHAPE = dict(
+    vocab_size=49152,
+    hidden_size=576,
+    intermediate_size=1536,
+    num_hidden_layers=30,
+    num_attention_heads=9,
+    num_key_value_heads=3,
+    max_position_embeddings=2048,
+    rms_norm_eps=1e-5,
+    rope_theta=100000.0,
+    tie_word_embeddings=True,
+    hidden_act="silu",
+)
+TASK = {
+    "name": "reasoning_gym",
+    "dataset": "basic_arithmetic",
+    "size": 64,
+    "eval_size": 4,
+    "fewshot": 0,
+    "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
+}
 
 
 def _run_file(model: Path, backend, out: Path) -> dict:
-    return {"name": out.name, "variant": "grpo", "model": str(model), "task": TASK,
-            "rewards": ["correctness", {"name": "format", "weight": 0.5}],
-            "budget": {"steps": 3, "prompts_per_step": 4, "group_size": 4, "max_new_tokens": 32, "micro_batch": 16},
-            "sampling": {"backend": backend}, "eval": {"enabled": False}, "tracking": {"wandb": False},
-            "checkpoint": {"every": 3}, "output_dir": str(out)}
+    return {
+        "name": out.name,
+        "variant": "grpo",
+        "model": str(model),
+        "task": TASK,
+        "rewards": ["correctness", {"name": "format", "weight": 0.5}],
+        "budget": {"steps": 3, "prompts_per_step": 4, "group_size": 4, "max_new_tokens": 32, "micro_batch": 16},
+        "sampling": {"backend": backend},
+        "eval": {"enabled": False},
+        "tracking": {"wandb": False},
+        "checkpoint": {"every": 3},
+        "output_dir": str(out),
+    }
 
 
 def models(root: Path) -> None:
@@ -45,16 +70,20 @@ def models(root: Path) -> None:
     m.save_pretrained(root / "tiny")
     tok.save_pretrained(root / "tiny")
     tok = tiny_tokenizer()  # character-level ids are all < SmolLM2's vocabulary
-    cfg = LlamaConfig(**SMOL_SHAPE, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                      pad_token_id=tok.pad_token_id)
+    cfg = LlamaConfig(
+        **SMOL_SHAPE, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
+    )
     torch.manual_seed(0)
     smol = LlamaForCausalLM(cfg)
     smol.save_pretrained(root / "smol")
     tok.save_pretrained(root / "smol")
     print(f"smol_params={sum(p.numel() for p in smol.parameters())}")
     vllm_backend = {"name": "vllm", "gpu_memory_utilization": 0.3, "max_model_len": 1024}
-    for name, model, backend in (("run-tiny-hf", root / "tiny", "hf"), ("run-smol-hf", root / "smol", "hf"),
-                                 ("run-smol-vllm", root / "smol", vllm_backend)):
+    for name, model, backend in (
+        ("run-tiny-hf", root / "tiny", "hf"),
+        ("run-smol-hf", root / "smol", "hf"),
+        ("run-smol-vllm", root / "smol", vllm_backend),
+    ):
         (root / f"{name}.yaml").write_text(yaml.safe_dump(_run_file(model, backend, root / "out" / name)))
 
 
@@ -67,8 +96,10 @@ def sync(level: int, device: str = "cuda") -> None:
 
     model, tok = counting_model_and_tokenizer()  # 'a' -> 'bcde' EOS; shift 2: 'a' -> 'ce' EOS
     model.to(device)
-    gen = registry.build("generator", {"name": "vllm", "max_model_len": 256, "gpu_memory_utilization": 0.2,
-                                       "sleep_level": level, "dtype": "float32"})(model, tok)
+    gen = registry.build(
+        "generator",
+        {"name": "vllm", "max_model_len": 256, "gpu_memory_utilization": 0.2, "sleep_level": level, "dtype": "float32"},
+    )(model, tok)
     a = tok("a", add_special_tokens=False)["input_ids"]
     sp = SamplingParams(max_new_tokens=4)
     got = gen.continue_([a], sp, []).texts
@@ -102,5 +133,6 @@ def figures(path: Path) -> None:
 
 if __name__ == "__main__":
     cmd, arg, rest = sys.argv[1], sys.argv[2], sys.argv[3:]
-    {"models": lambda: models(Path(arg)), "sync": lambda: sync(int(arg), *rest),
-     "figures": lambda: figures(Path(arg))}[cmd]()
+    {"models": lambda: models(Path(arg)), "sync": lambda: sync(int(arg), *rest), "figures": lambda: figures(Path(arg))}[
+        cmd
+    ]()

@@ -8,6 +8,7 @@ Prints one row per setting: median seconds over --reps runs of --iters iteration
 turns), and the median 1-minute load average (os.getloadavg) read before each run, so a figure taken on a shared machine says how busy it was.
 Numbers are printed, never asserted. Linux only for the busy part (`taskset`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,12 @@ for _ in range(iters):
 print(f"{time.perf_counter() - t0:.4f} {torch.get_num_threads()}")
 """
 
-SETTINGS = [("2 threads, policy unset", "2", None), ("1 thread, policy unset", "1", None),
-            ("2 threads, PASSIVE", "2", "PASSIVE"), ("1 thread, PASSIVE", "1", "PASSIVE")]
+SETTINGS = [
+    ("2 threads, policy unset", "2", None),
+    ("1 thread, policy unset", "1", None),
+    ("2 threads, PASSIVE", "2", "PASSIVE"),
+    ("1 thread, PASSIVE", "1", "PASSIVE"),
+]
 
 
 def one(threads: str, policy: str | None, iters: int) -> tuple[float, int]:
@@ -40,8 +45,9 @@ def one(threads: str, policy: str | None, iters: int) -> tuple[float, int]:
     env["OMP_NUM_THREADS"] = threads
     if policy:
         env["OMP_WAIT_POLICY"] = policy
-    out = subprocess.run([sys.executable, "-c", CHILD, str(iters)], env=env, capture_output=True, text=True,
-                         check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(iters)], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
     return float(out[0]), int(out[1])
 
 
@@ -59,8 +65,10 @@ def table(title: str, iters: int, reps: int) -> None:
             s, n[name] = one(threads, policy, iters)
             secs[name].append(s)
     for name, _, _ in SETTINGS:
-        print(f"{name:<26} {statistics.median(secs[name]):8.2f} {n[name]:14d} {statistics.median(loads[name]):8.2f}",
-              flush=True)
+        print(
+            f"{name:<26} {statistics.median(secs[name]):8.2f} {n[name]:14d} {statistics.median(loads[name]):8.2f}",
+            flush=True,
+        )
 
 
 def main() -> None:

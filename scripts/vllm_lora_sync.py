@@ -15,6 +15,7 @@ version (same weights, two ways). Model: the embedded SmolLM2-135M (`--model`, d
     VLLM_ENABLE_V1_MULTIPROCESSING=0 OMP_NUM_THREADS=1 PYTHONPATH=$PWD nice -n 10 \
         /work/vllm-venv/bin/python scripts/vllm_lora_sync.py
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,12 @@ import torch
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
-PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, a small robot",
-           "Water boils at a temperature of"]
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time, a small robot",
+    "Water boils at a temperature of",
+]
 
 
 def load(name: str):
@@ -47,8 +52,9 @@ def load(name: str):
 def lora(model, rank: int):
     from peft import LoraConfig, get_peft_model
 
-    cfg = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0,
-                     target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
+    cfg = LoraConfig(
+        r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]
+    )
     return get_peft_model(model, cfg)
 
 
@@ -68,8 +74,9 @@ def greedy(llm, token_lists, max_tokens: int, lora_request=None):
 
     sp = SamplingParams(temperature=0.0, max_tokens=max_tokens, min_tokens=max_tokens, logprobs=0)
     t0 = time.perf_counter()
-    outs = llm.generate([TokensPrompt(prompt_token_ids=t) for t in token_lists], sp, use_tqdm=False,
-                        lora_request=lora_request)
+    outs = llm.generate(
+        [TokensPrompt(prompt_token_ids=t) for t in token_lists], sp, use_tqdm=False, lora_request=lora_request
+    )
     dt = time.perf_counter() - t0
     toks = [list(o.outputs[0].token_ids) for o in outs]
     lps = [[float(s[t].logprob) for s, t in zip(o.outputs[0].logprobs, o.outputs[0].token_ids)] for o in outs]
@@ -105,8 +112,8 @@ def main() -> None:
     import vllm
     from vllm.lora.request import LoRARequest
 
-    from zoo.core import registry
     from zoo.backends.generate.vllm_engine import EngineOptions, engine_environment, engine_kwargs
+    from zoo.core import registry
 
     print("uptime:", os.popen("uptime").read().strip())
     torch.manual_seed(0)
@@ -164,8 +171,10 @@ def main() -> None:
         greedy(llm, ids, args.tokens)
         base_b = greedy(llm, ids, args.tokens)
         rows["b: generate (base, warm)"] = base_b[0]
-        print(f"check: base greedy tokens equal in (a) and (b): {same_tokens(base_a, base_b):.2f}, "
-              f"max |dlogp| {max_diff(base_a, base_b):.2e}")
+        print(
+            f"check: base greedy tokens equal in (a) and (b): {same_tokens(base_a, base_b):.2f}, "
+            f"max |dlogp| {max_diff(base_a, base_b):.2e}"
+        )
         tmp = tempfile.mkdtemp(prefix="zoo-lora-adapters-")
         for v in range(1, args.versions + 1):
             new_version(peft, v, args.std)
@@ -182,14 +191,18 @@ def main() -> None:
             rows[f"b: v{v} generate again (cached)"] = again[0]
             rows[f"b: v{v} generate without adapter"] = nolora[0]
             rows[f"b: v{v} overhead = save + first - without"] = save + first[0] - nolora[0]
-            print(f"check v{v}: adapter vs base: same tokens {same_tokens(first, base_b):.2f}, "
-                  f"max |dlogp| {max_diff(first, base_b):.3f} | adapter vs merged (a): same tokens "
-                  f"{same_tokens(first, merged_out[v]):.2f}, max |dlogp| {max_diff(first, merged_out[v]):.3f}")
+            print(
+                f"check v{v}: adapter vs base: same tokens {same_tokens(first, base_b):.2f}, "
+                f"max |dlogp| {max_diff(first, base_b):.3f} | adapter vs merged (a): same tokens "
+                f"{same_tokens(first, merged_out[v]):.2f}, max |dlogp| {max_diff(first, merged_out[v]):.3f}"
+            )
         shutil.rmtree(tmp, ignore_errors=True)
     shutil.rmtree(base_folder, ignore_errors=True)
 
-    print(f"\nmodel {args.model}, {args.dtype}, LoRA r{args.rank} on q,k,v,o, {len(ids)} prompts x "
-          f"{args.tokens} greedy tokens, torch threads {torch.get_num_threads()}")
+    print(
+        f"\nmodel {args.model}, {args.dtype}, LoRA r{args.rank} on q,k,v,o, {len(ids)} prompts x "
+        f"{args.tokens} greedy tokens, torch threads {torch.get_num_threads()}"
+    )
     print("| step | seconds |\n|---|---|")
     for k, s in rows.items():
         print(f"| {k} | {s:.3f} |")

@@ -7,6 +7,7 @@ are unique across folders (checked below). Every folder is on sys.path, so a tes
 helpers by module name wherever they live (`from conftest import tiny_run_config`,
 `from test_engine import make_batch`, `from dist_worker import build_case`), and the torchrun
 workers get the same folders on PYTHONPATH (`launch_two_ranks`)."""
+
 import os
 import sys
 from pathlib import Path
@@ -30,8 +31,10 @@ def _duplicate_base_names() -> list[str]:
 
 
 if _duplicate_base_names():
-    raise RuntimeError("tests/: two files share a base name (modules are imported by base name; rename one): "
-                       + "; ".join(_duplicate_base_names()))
+    raise RuntimeError(
+        "tests/: two files share a base name (modules are imported by base name; rename one): "
+        + "; ".join(_duplicate_base_names())
+    )
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -84,8 +87,14 @@ def tiny_run_config(model_dir, out_dir, variant="grpo", **over):
         "name": f"tiny-{variant}",
         "variant": variant,
         "model": str(model_dir),
-        "task": {"name": "reasoning_gym", "dataset": "basic_arithmetic", "size": 32, "eval_size": 4, "fewshot": 0,
-                 "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}},
+        "task": {
+            "name": "reasoning_gym",
+            "dataset": "basic_arithmetic",
+            "size": 32,
+            "eval_size": 4,
+            "fewshot": 0,
+            "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
+        },
         "rewards": ["correctness", {"name": "length", "weight": 0.5, "scale": 10.0}],
         "budget": {"steps": 2, "prompts_per_step": 2, "group_size": 4, "max_new_tokens": 8, "micro_batch": 4},
         "optim": {"lr": 1e-3},
@@ -135,10 +144,18 @@ def launch_two_ranks(script, *args: str, timeout: float = 120):
 
     item = _CURRENT.get("item")
     if item is not None and item.get_closest_marker("dist") is None:
-        raise RuntimeError(f"{item.nodeid} starts torchrun: mark it @pytest.mark.dist (the unit lane "
-                           "-m 'not dist and not e2e and not slow' must not start processes)")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(map(str, [ROOT, *TEST_DIRS])),
-           "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "TOKENIZERS_PARALLELISM": "false"}
+        raise RuntimeError(
+            f"{item.nodeid} starts torchrun: mark it @pytest.mark.dist (the unit lane "
+            "-m 'not dist and not e2e and not slow' must not start processes)"
+        )
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join(map(str, [ROOT, *TEST_DIRS])),
+        "HF_HUB_OFFLINE": "1",
+        "WANDB_MODE": "offline",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
     env.pop("ZOO_FAIL_AT_STEP", None)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script), *args]
     return subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)

@@ -1,4 +1,5 @@
 """Variant Zoo: RL post-training algorithms for language models as named combinations of components."""
+
 from zoo.core import registry as _registry
 from zoo.core.registry import available, build, register  # noqa: F401
 

@@ -1,11 +1,12 @@
 """The component registry's public path (`from zoo.registry import register`, docs/extending.md); the
 registry itself is `zoo.core.registry`."""
+
 from zoo.core.registry import (  # noqa: F401
     KINDS,
-    add_builtin_modules,
     Component,
     ComponentError,
     Entry,
+    add_builtin_modules,
     available,
     build,
     get,

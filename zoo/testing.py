@@ -13,14 +13,20 @@ Token ids: 0 `<|pad|>`, 1 `<|bos|>`, 2 `<|im_end|>` (= eos), 3 `<|im_start|>`, 4
 printable ASCII characters. With `pad_equals_eos=True` there is no separate pad token: pad = eos
 (`<|im_end|>`), as in SmolLM2.
 """
+
 from __future__ import annotations
 
 import string
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import (GenerationConfig, LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification,
-                          PreTrainedTokenizerFast)
+from transformers import (
+    GenerationConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
+    LlamaForSequenceClassification,
+    PreTrainedTokenizerFast,
+)
 
 from zoo.models.chatml import BOS, CHAT_TEMPLATE, EOS, IM_START, PAD, SPECIAL_TOKENS, UNK  # noqa: F401
 
@@ -100,16 +106,28 @@ def tiny_model_and_tokenizer(
 
 
 def tiny_reward_model_and_tokenizer(
-    seed: int = 0, hidden: int = 64, layers: int = 2, *, pad_equals_eos: bool = True,
+    seed: int = 0,
+    hidden: int = 64,
+    layers: int = 2,
+    *,
+    pad_equals_eos: bool = True,
 ) -> tuple[LlamaForSequenceClassification, PreTrainedTokenizerFast]:
     """A random tiny Llama reward model (`LlamaForSequenceClassification`, num_labels 1, the scalar head
     `score`) and its character tokenizer, deterministic given `seed`; pad = eos by default (as in SmolLM2),
     with `config.pad_token_id` set explicitly. Eval mode, fp32, CPU; the global RNG is left untouched."""
     tok = tiny_tokenizer(pad_equals_eos=pad_equals_eos)
     config = LlamaConfig(
-        vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, num_labels=1,
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        num_labels=1,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -132,7 +150,7 @@ def set_counting(model: LlamaForCausalLM, tok: PreTrainedTokenizerFast, shift: i
     so the next token is certain (p = 1 - V e^-2margin) whatever the context. An in-place weight update."""
     V, H = model.lm_head.weight.shape
     e_id, eos = tok.convert_tokens_to_ids("e"), tok.eos_token_id
-    scale = margin / H ** 0.5  # the final RMSNorm maps a one-hot embedding to sqrt(H) * one-hot
+    scale = margin / H**0.5  # the final RMSNorm maps a one-hot embedding to sqrt(H) * one-hot
     w = torch.full((V, H), -scale)
     for i in range(V):
         w[eos if i == e_id else min(i + shift, V - 1), i] = scale
@@ -189,11 +207,17 @@ class ScriptedGenerator:
                 for i, p in enumerate(prefix_ids):
                     full = torch.tensor([list(p) + new])
                     lp = torch.log_softmax(self.model(full).logits[0, len(p) - 1 : -1].float(), -1)
-                    logp[i] = lp.gather(1, full[0, len(p):, None])[:, 0]
+                    logp[i] = lp.gather(1, full[0, len(p) :, None])[:, 0]
         shown = new[:-1] if new and new[-1] == self.tokenizer.eos_token_id else new
-        return Continuation(ids=ids, mask=torch.ones(n, T, dtype=torch.bool), logp_rollout=logp,
-                            truncated=torch.full((n,), truncated), lengths=torch.full((n,), T),
-                            stopped_by=[None] * n, texts=[self.tokenizer.decode(shown, skip_special_tokens=True)] * n)
+        return Continuation(
+            ids=ids,
+            mask=torch.ones(n, T, dtype=torch.bool),
+            logp_rollout=logp,
+            truncated=torch.full((n,), truncated),
+            lengths=torch.full((n,), T),
+            stopped_by=[None] * n,
+            texts=[self.tokenizer.decode(shown, skip_special_tokens=True)] * n,
+        )
 
     def sync(self, policy, /) -> None:
         pass

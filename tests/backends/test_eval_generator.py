@@ -1,6 +1,7 @@
 """Evaluation through the generator: `eval.backend` (default: the run's `sampling.backend`, a wrapper such
 as `noisy` through the generator it wraps). The `hf` generator's evaluation is the direct HF path's
 (the path before `eval.backend` existed), greedy and sampled, token for token."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -38,8 +39,12 @@ def direct_hf_texts(model, tok, batch: int = BATCH) -> list[list[str]]:
     prompts = [r["prompt"] for r in ROWS]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(SEED)
-        g = generate_rollout(model, tok, prompts, group_size=1, max_new_tokens=MAX_NEW, do_sample=False, micro_batch=batch)
-        s = generate_rollout(model, tok, prompts, group_size=K, max_new_tokens=MAX_NEW, temperature=TEMP, micro_batch=batch)
+        g = generate_rollout(
+            model, tok, prompts, group_size=1, max_new_tokens=MAX_NEW, do_sample=False, micro_batch=batch
+        )
+        s = generate_rollout(
+            model, tok, prompts, group_size=K, max_new_tokens=MAX_NEW, temperature=TEMP, micro_batch=batch
+        )
     return [g.texts, s.texts]
 
 
@@ -69,20 +74,39 @@ def test_noisy_is_evaluated_through_its_inner_generator():
 
 def evaluator_state(model, tok, backend, eval_backend):
     """The parts of a RunState the run's evaluator reads."""
-    cfg = RunConfig.model_validate({"sampling": {"backend": backend}, "budget": {"max_new_tokens": MAX_NEW, "micro_batch": 2},
-                                    "eval": {"size": 5, "samples": K, "seed": SEED, "temperature": TEMP,
-                                             **({"backend": eval_backend} if eval_backend else {})}})
-    return SimpleNamespace(cfg=cfg, rewards=[(Recorder(), 1.0)], task=SimpleNamespace(eval=ROWS), step=0,
-                           models=SimpleNamespace(policy=model, tokenizer=tok, parallel=None),
-                           settings=SimpleNamespace(autocast="none"), device=torch.device("cpu"),
-                           generator=build_generator(backend, model, tok))
+    cfg = RunConfig.model_validate(
+        {
+            "sampling": {"backend": backend},
+            "budget": {"max_new_tokens": MAX_NEW, "micro_batch": 2},
+            "eval": {
+                "size": 5,
+                "samples": K,
+                "seed": SEED,
+                "temperature": TEMP,
+                **({"backend": eval_backend} if eval_backend else {}),
+            },
+        }
+    )
+    return SimpleNamespace(
+        cfg=cfg,
+        rewards=[(Recorder(), 1.0)],
+        task=SimpleNamespace(eval=ROWS),
+        step=0,
+        models=SimpleNamespace(policy=model, tokenizer=tok, parallel=None),
+        settings=SimpleNamespace(autocast="none"),
+        device=torch.device("cpu"),
+        generator=build_generator(backend, model, tok),
+    )
 
 
-@pytest.mark.parametrize("backend, eval_backend, same_as_hf", [
-    ("hf", None, True),
-    ({"name": "noisy", "sigma": 20.0}, None, True),                      # the run's generator's inner
-    ("hf", {"name": "noisy", "sigma": 20.0}, False),                     # its own generator, as asked
-])
+@pytest.mark.parametrize(
+    "backend, eval_backend, same_as_hf",
+    [
+        ("hf", None, True),
+        ({"name": "noisy", "sigma": 20.0}, None, True),  # the run's generator's inner
+        ("hf", {"name": "noisy", "sigma": 20.0}, False),  # its own generator, as asked
+    ],
+)
 def test_the_runs_evaluator_samples_with_eval_backend(backend, eval_backend, same_as_hf):
     from zoo.run.progress import evaluator
 
@@ -114,8 +138,17 @@ def test_samples_zero_scores_greedy_only():
         return [1.0 if r["prompt"] == ROWS[0]["prompt"] else 0.0 for r in rows]
 
     first_row_right.decl = Declaration(accuracy=True)
-    res = evaluate(HFGenerator(model, tok), tok, ROWS, first_row_right, max_new_tokens=MAX_NEW, samples=0,
-                   temperature=TEMP, seed=SEED, batch_size=BATCH)
+    res = evaluate(
+        HFGenerator(model, tok),
+        tok,
+        ROWS,
+        first_row_right,
+        max_new_tokens=MAX_NEW,
+        samples=0,
+        temperature=TEMP,
+        seed=SEED,
+        batch_size=BATCH,
+    )
     assert calls == [direct_hf_texts(model, tok)[0]]
     assert res["eval/greedy_acc"] == pytest.approx(0.2, rel=1e-6) and "eval/avg_at_k" not in res
     assert res["eval/k"] == 0.0 and res["eval/n"] == 5.0 and res["eval/unscored"] == 0.0

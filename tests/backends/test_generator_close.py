@@ -1,5 +1,6 @@
 """A run closes its generator when it ends (finished or failed), so an engine-holding backend (vllm:
 about 1 GB each) does not pile up over the arms of a study run in one process."""
+
 import pytest
 
 import zoo.run.setup as run_setup
@@ -50,5 +51,7 @@ def test_a_run_folder_that_cannot_be_made_names_the_key(tmp_path, tiny_model_dir
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
     cfg = tiny_run_config(tiny_model_dir, blocker / "out")
-    with pytest.raises(OSError, match=r"cannot create the run folder .*file/out .*output_dir '.*file/out' must name a folder"):
+    with pytest.raises(
+        OSError, match=r"cannot create the run folder .*file/out .*output_dir '.*file/out' must name a folder"
+    ):
         trainer.train(cfg, progress=False)

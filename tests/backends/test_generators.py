@@ -1,6 +1,7 @@
 """The `generator` kind (issue 12): logp_rollout is the log-prob of the distribution the sampler drew
 from, one contract suite every built-in generator passes, `noisy` wraps its inner generator, and the
 run resolves `sampling.backend` once, records it in the fingerprint and syncs after optimizer steps."""
+
 from __future__ import annotations
 
 import math
@@ -10,15 +11,16 @@ import torch
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from zoo.core import registry
-from zoo.core.generator_types import SamplingParams
 from zoo.config.run import RunConfig
 from zoo.config.variant import VariantError
+from zoo.core import registry
+from zoo.core.generator_types import SamplingParams
 from zoo.step.logprobs import token_logprobs
 from zoo.testing import tiny_model_and_tokenizer
 
-ALL_BUILTIN = [n for n in registry.available("generator")
-               if registry.get("generator", n).fn.__module__.startswith("zoo.")]
+ALL_BUILTIN = [
+    n for n in registry.available("generator") if registry.get("generator", n).fn.__module__.startswith("zoo.")
+]
 # vllm cannot run the fake models below (custom forwards): its contract suite is tests/backends/test_vllm.py
 BUILTIN = [n for n in ALL_BUILTIN if n != "vllm"]
 
@@ -53,7 +55,7 @@ class Counting(LlamaForCausalLM):
 
     def forward(self, input_ids=None, *args, **kwargs):
         out = super().forward(input_ids, *args, **kwargs)
-        ids = input_ids[:, -out.logits.shape[1]:]  # [B, L] the positions whose logits are returned
+        ids = input_ids[:, -out.logits.shape[1] :]  # [B, L] the positions whose logits are returned
         nxt = (ids + int(self.shift.detach().round())).clamp(max=out.logits.shape[-1] - 1)
         nxt = torch.where(ids == self.e_id, torch.full_like(ids, self.eos), nxt)
         logits = torch.full_like(out.logits, -30.0)
@@ -62,9 +64,18 @@ class Counting(LlamaForCausalLM):
 
 
 def _llama_config(vocab: int, pad: int, eos: int) -> LlamaConfig:
-    return LlamaConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                       num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
-                       pad_token_id=pad, eos_token_id=eos, bos_token_id=None)
+    return LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+        pad_token_id=pad,
+        eos_token_id=eos,
+        bos_token_id=None,
+    )
 
 
 def four_token_model_and_tokenizer():
@@ -83,8 +94,11 @@ def counting_model_and_tokenizer():
     _, tok = tiny_model_and_tokenizer(seed=0)
     with torch.random.fork_rng():
         torch.manual_seed(0)
-        model = Counting(_llama_config(len(tok), pad=tok.pad_token_id, eos=tok.eos_token_id), tok.eos_token_id,
-                         tok.convert_tokens_to_ids("e"))
+        model = Counting(
+            _llama_config(len(tok), pad=tok.pad_token_id, eos=tok.eos_token_id),
+            tok.eos_token_id,
+            tok.convert_tokens_to_ids("e"),
+        )
     return model, tok
 
 
@@ -181,11 +195,13 @@ def test_stop_strings_must_be_non_empty():
 def test_unwarped_logp_rollout_equals_the_policys_forward(temperature, do_sample):
     model, tok = tiny_model_and_tokenizer(seed=0)
     torch.manual_seed(0)
-    b = _gen("hf", model, tok).generate(["ab", "hello"], 3, SamplingParams(max_new_tokens=10, temperature=temperature,
-                                                                           do_sample=do_sample))
+    b = _gen("hf", model, tok).generate(
+        ["ab", "hello"], 3, SamplingParams(max_new_tokens=10, temperature=temperature, do_sample=do_sample)
+    )
     with torch.no_grad():
-        lp, _ = token_logprobs(model, b.input_ids(), b.attention_mask(), b.completion_ids.shape[1],
-                               temperature=temperature)
+        lp, _ = token_logprobs(
+            model, b.input_ids(), b.attention_mask(), b.completion_ids.shape[1], temperature=temperature
+        )
     torch.testing.assert_close(b.logp_rollout, lp * b.loss_mask, atol=1e-4, rtol=0)
 
 
@@ -229,18 +245,25 @@ def test_noisy_rejects_a_negative_sigma_and_an_unknown_inner():
 def test_an_unknown_backend_is_a_run_error_listing_the_known_ones():
     from zoo.run.trainer import validate_run
 
-    with pytest.raises(VariantError, match=r"sampling.backend: generator 'sglang' is not registered; "
-                                           r"known: hf, noisy, vllm"):
+    with pytest.raises(
+        VariantError,
+        match=r"sampling.backend: generator 'sglang' is not registered; "
+        r"known: hf, noisy, vllm",
+    ):
         validate_run(RunConfig(sampling={"backend": "sglang"}))
-    with pytest.raises(VariantError, match=r"sampling.backend: generator 'noisy': unknown parameter 'sgima' "
-                                           r"\(did you mean 'sigma'\?\)"):
+    with pytest.raises(
+        VariantError,
+        match=r"sampling.backend: generator 'noisy': unknown parameter 'sgima' "
+        r"\(did you mean 'sigma'\?\)",
+    ):
         validate_run(RunConfig(sampling={"backend": {"name": "noisy", "sgima": 0.1}}))
     from zoo.config.run import effective_variant
     from zoo.study.validate import run_checks  # what `zoo validate` reports per arm
 
     cfg = RunConfig(sampling={"backend": "sglang"})
-    assert run_checks(cfg, effective_variant(cfg)) == ["sampling.backend: generator 'sglang' is not registered; "
-                                                       "known: hf, noisy, vllm"]
+    assert run_checks(cfg, effective_variant(cfg)) == [
+        "sampling.backend: generator 'sglang' is not registered; known: hf, noisy, vllm"
+    ]
     ok = RunConfig(sampling={"backend": {"name": "noisy", "sigma": 0.5}})
     assert run_checks(ok, effective_variant(ok)) == []
 
@@ -265,11 +288,11 @@ def test_the_run_builds_its_generator_once_and_syncs_after_each_updating_step(ti
 
     built, synced = [], []
     real_init = noisy.NoisyGenerator.__init__
-    monkeypatch.setattr(noisy.NoisyGenerator, "__init__",
-                        lambda self, *a: (built.append(1), real_init(self, *a))[1])
+    monkeypatch.setattr(noisy.NoisyGenerator, "__init__", lambda self, *a: (built.append(1), real_init(self, *a))[1])
     monkeypatch.setattr(noisy.NoisyGenerator, "sync", lambda self, policy: synced.append(policy))
-    cfg = tiny_run_config(tiny_model_dir, tmp_path / "run", sampling={"backend": {"name": "noisy", "sigma": 0.5}},
-                          eval={"enabled": False})
+    cfg = tiny_run_config(
+        tiny_model_dir, tmp_path / "run", sampling={"backend": {"name": "noisy", "sigma": 0.5}}, eval={"enabled": False}
+    )
     summary = train(cfg, progress=False)
     assert summary["status"] == "finished"
     assert len(built) == 1 and len(synced) == 2  # 2 steps, each with one applied optimizer step
@@ -282,10 +305,16 @@ def test_select_trimmed_and_concat_carry_logp_rollout():
     def batch(lp, lengths, gid0):
         n, T = lp.shape
         mask = torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]
-        return Batch(prompt_ids=torch.ones(n, 2, dtype=torch.long), prompt_mask=torch.ones(n, 2, dtype=torch.bool),
-                     completion_ids=torch.full((n, T), 7), loss_mask=mask, group_ids=torch.arange(n) + gid0,
-                     truncated=torch.zeros(n, dtype=torch.bool), lengths=torch.tensor(lengths),
-                     logp_rollout=lp * mask)
+        return Batch(
+            prompt_ids=torch.ones(n, 2, dtype=torch.long),
+            prompt_mask=torch.ones(n, 2, dtype=torch.bool),
+            completion_ids=torch.full((n, T), 7),
+            loss_mask=mask,
+            group_ids=torch.arange(n) + gid0,
+            truncated=torch.zeros(n, dtype=torch.bool),
+            lengths=torch.tensor(lengths),
+            logp_rollout=lp * mask,
+        )
 
     a = batch(torch.tensor([[-1.0, -2.0, -3.0, -4.0], [-5.0, -6.0, -7.0, -8.0]]), [2, 1], 0)  # mask ends at col 2
     assert a.select([1]).logp_rollout.tolist() == [[-5.0, 0.0, 0.0, 0.0]]

@@ -1,6 +1,7 @@
 """`training.strategy` without launching processes: the config section, the checks that reject what
 cannot work, the decoder layers FSDP2 shards, the `zoo run --nproc` command line, and the one-process
 paths of zoo/backends/train/strategy.py (2-rank runs: tests/distributed/test_parallel.py)."""
+
 import pytest
 import torch
 
@@ -34,6 +35,7 @@ def test_check_strategy_rejects_what_cannot_work():
 
 def test_fp16_run_is_rejected_before_any_model_loads(tmp_path):
     from conftest import tiny_run_config
+
     from zoo.config.variant import VariantError
     from zoo.run.trainer import validate_run
 
@@ -59,8 +61,19 @@ def test_zoo_run_nproc_builds_the_torchrun_line():
     args = ["run", "r.yaml", "--nproc", "2", "--set", "training.strategy=ddp", "--nproc=3"]
     assert without_nproc(args) == ["run", "r.yaml", "--set", "training.strategy=ddp"]
     cmd = torchrun_command(2, args)
-    assert cmd[1:] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "zoo.cli",
-                       "run", "r.yaml", "--set", "training.strategy=ddp"]
+    assert cmd[1:] == [
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "zoo.cli",
+        "run",
+        "r.yaml",
+        "--set",
+        "training.strategy=ddp",
+    ]
 
 
 def test_one_process_strategy_is_the_plain_module_and_unscaled():
@@ -74,6 +87,6 @@ def test_one_process_strategy_is_the_plain_module_and_unscaled():
     model.weight.grad = torch.full_like(model.weight, 2.0)  # 6 entries of 2: norm sqrt(24)
     model.bias.grad = torch.zeros_like(model.bias)
     norm = strategy.grad_norm(model)
-    assert norm == pytest.approx(24 ** 0.5)
+    assert norm == pytest.approx(24**0.5)
     strategy.clip(model, 1.0, norm)
-    assert float(model.weight.grad[0, 0]) == pytest.approx(2.0 / (24 ** 0.5 + 1e-6))
+    assert float(model.weight.grad[0, 0]) == pytest.approx(2.0 / (24**0.5 + 1e-6))

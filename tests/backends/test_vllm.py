@@ -4,9 +4,8 @@ warped distribution computed by hand, `sync` moving vLLM to the new weights (als
 before it), and a grpo run with `tis` whose weights are 1 when sampler and trainer agree (fp32).
 
 Each engine starts once per module (tens of seconds on 2 CPU cores); run with OMP_NUM_THREADS=1."""
-from __future__ import annotations
 
-import math
+from __future__ import annotations
 
 import pytest
 import torch
@@ -96,10 +95,13 @@ PROMPTS = ["ab", "hello there, a prompt longer than two cache blocks of sixteen 
 def _trainer_logits(model, b):
     """The trainer's logits [N, T, V] (fp32) at the completion positions of batch b."""
     with torch.no_grad():
-        out = model(input_ids=b.input_ids(), attention_mask=b.attention_mask().long(),
-                    position_ids=(b.attention_mask().long().cumsum(1) - 1).clamp(min=0))
+        out = model(
+            input_ids=b.input_ids(),
+            attention_mask=b.attention_mask().long(),
+            position_ids=(b.attention_mask().long().cumsum(1) - 1).clamp(min=0),
+        )
     T = b.completion_ids.shape[1]
-    return out.logits[:, -T - 1:-1].float()
+    return out.logits[:, -T - 1 : -1].float()
 
 
 def test_unwarped_processed_logprobs_equal_the_trainers_forward(tiny):
@@ -199,9 +201,14 @@ def test_a_grpo_run_with_vllm_and_tis_has_weights_near_one_in_fp32(tmp_path):
     path = tmp_path / "tiny-vllm"
     model.save_pretrained(path)
     tok.save_pretrained(path)
-    cfg = tiny_run_config(path, tmp_path / "run", set={"correction": [{"name": "tis", "C": 2.0}]},
-                          eval={"enabled": False}, budget={"steps": 3},
-                          sampling={"backend": {"name": "vllm", "max_model_len": 256}})
+    cfg = tiny_run_config(
+        path,
+        tmp_path / "run",
+        set={"correction": [{"name": "tis", "C": 2.0}]},
+        eval={"enabled": False},
+        budget={"steps": 3},
+        sampling={"backend": {"name": "vllm", "max_model_len": 256}},
+    )
     threads = torch.get_num_threads()
     summary = train(cfg, progress=False)
     assert summary["status"] == "finished" and torch.get_num_threads() == threads
@@ -228,8 +235,11 @@ def test_a_resumed_vllm_run_samples_step_3_as_the_uninterrupted_run(tmp_path, mo
     path = tmp_path / "tiny-vllm"
     model.save_pretrained(path)
     tok.save_pretrained(path)
-    kw = dict(eval={"enabled": False}, budget={"steps": 3},
-              sampling={"backend": {"name": "vllm", "max_model_len": 256}, "temperature": 1.0})
+    kw = dict(
+        eval={"enabled": False},
+        budget={"steps": 3},
+        sampling={"backend": {"name": "vllm", "max_model_len": 256}, "temperature": 1.0},
+    )
     train(tiny_run_config(path, tmp_path / "full", **kw), progress=False)
     cut = tiny_run_config(path, tmp_path / "cut", **kw)
     monkeypatch.setenv("ZOO_FAIL_AT_STEP", "2")
@@ -247,8 +257,14 @@ def test_a_resumed_vllm_run_samples_step_3_as_the_uninterrupted_run(tmp_path, mo
         if k.startswith(("reward/", "completion/", "count/", "loss/")) and isinstance(full[3][k], (int, float)):
             assert resumed[3][k] == pytest.approx(full[3][k], rel=1e-5, abs=1e-6, nan_ok=True), k
     assert full[3]["completion/len_mean"] > 0 and full[3]["count/tokens"] > full[2]["count/tokens"]
-    samples = [[json.dumps(r, sort_keys=True) for r in read_jsonl(tmp_path / run / "samples.jsonl")
-                if r["step"] == 3] for run in ("full", "cut")] if (tmp_path / "full" / "samples.jsonl").exists() else []
+    samples = (
+        [
+            [json.dumps(r, sort_keys=True) for r in read_jsonl(tmp_path / run / "samples.jsonl") if r["step"] == 3]
+            for run in ("full", "cut")
+        ]
+        if (tmp_path / "full" / "samples.jsonl").exists()
+        else []
+    )
     if samples:
         assert samples[0] == samples[1]
 
@@ -269,8 +285,11 @@ def test_the_embedded_model_samples_with_the_trainers_logprobs():
     gen = _vllm(model, tok, dtype="float32", max_model_len=512)
     try:
         torch.manual_seed(0)
-        b = gen.generate([[{"role": "user", "content": "What is 2+3?"}], [{"role": "user", "content": "Name a colour."}]],
-                         2, SamplingParams(max_new_tokens=16))
+        b = gen.generate(
+            [[{"role": "user", "content": "What is 2+3?"}], [{"role": "user", "content": "Name a colour."}]],
+            2,
+            SamplingParams(max_new_tokens=16),
+        )
         with torch.no_grad():
             lp, _ = token_logprobs(model, b.input_ids(), b.attention_mask(), b.completion_ids.shape[1])
         diff = float(((b.logp_rollout - lp) * b.loss_mask).abs().max())

@@ -1,6 +1,7 @@
 """The `vllm` generator's checks and weight export, which need no vLLM: the one-line error when it is
 not installed, the settings it refuses (sleep mode without CUDA, more than one process), the PEFT ->
 base name mapping and the merged LoRA weights of the weight-transfer contract, the per-request seeds."""
+
 from __future__ import annotations
 
 import copy
@@ -8,12 +9,12 @@ import copy
 import pytest
 import torch
 
-from zoo.core import registry
 from zoo.backends.generate import vllm_engine
 from zoo.backends.generate.vllm import row_seed
 from zoo.backends.generate.weights import base_name, named_weights, policy_version
 from zoo.config.run import RunConfig
 from zoo.config.variant import VariantError
+from zoo.core import registry
 from zoo.testing import tiny_model_and_tokenizer
 
 
@@ -42,9 +43,11 @@ def test_importing_vllm_at_engine_start_without_it_names_the_extra(no_vllm, monk
     import builtins
 
     real = builtins.__import__
-    monkeypatch.setattr(builtins, "__import__",
-                        lambda name, *a, **k: (_ for _ in ()).throw(ImportError("no vllm")) if name == "vllm"
-                        else real(name, *a, **k))
+    monkeypatch.setattr(
+        builtins,
+        "__import__",
+        lambda name, *a, **k: (_ for _ in ()).throw(ImportError("no vllm")) if name == "vllm" else real(name, *a, **k),
+    )
     with pytest.raises(RuntimeError, match=r"variant-zoo\[vllm\]"):
         vllm_engine.import_vllm()
 
@@ -66,15 +69,18 @@ def test_more_than_one_process_is_refused(with_vllm, monkeypatch):
     registry.build("generator", "vllm")
 
 
-@pytest.mark.parametrize("params,match", [
-    ({"gpu_memory_utilization": 0.0}, r"gpu_memory_utilization must be a fraction in \(0, 1\], got 0.0"),
-    ({"gpu_memory_utilization": 1.5}, r"in \(0, 1\], got 1.5"),
-    ({"max_model_len": 0}, r"max_model_len must be a positive integer"),
-    ({"dtype": "fp8"}, r"dtype must be one of bfloat16, float16, float32 or null"),
-    ({"sleep_level": 3}, r"sleep_level must be 0 \(off\), 1"),
-    ({"enforce_eager": "yes"}, r"'enforce_eager' must be true or false"),
-    ({"gpu_memroy_utilization": 0.5}, r"did you mean 'gpu_memory_utilization'"),
-])
+@pytest.mark.parametrize(
+    "params,match",
+    [
+        ({"gpu_memory_utilization": 0.0}, r"gpu_memory_utilization must be a fraction in \(0, 1\], got 0.0"),
+        ({"gpu_memory_utilization": 1.5}, r"in \(0, 1\], got 1.5"),
+        ({"max_model_len": 0}, r"max_model_len must be a positive integer"),
+        ({"dtype": "fp8"}, r"dtype must be one of bfloat16, float16, float32 or null"),
+        ({"sleep_level": 3}, r"sleep_level must be 0 \(off\), 1"),
+        ({"enforce_eager": "yes"}, r"'enforce_eager' must be true or false"),
+        ({"gpu_memroy_utilization": 0.5}, r"did you mean 'gpu_memory_utilization'"),
+    ],
+)
 def test_bad_settings_are_refused_with_what_is_allowed(with_vllm, params, match):
     with pytest.raises(registry.ComponentError, match=match):
         registry.build("generator", {"name": "vllm", **params})
@@ -82,21 +88,34 @@ def test_bad_settings_are_refused_with_what_is_allowed(with_vllm, params, match)
 
 def test_the_fingerprint_records_every_setting(with_vllm):
     spec = registry.build("generator", {"name": "vllm", "max_model_len": 512}).spec()
-    assert spec == {"name": "vllm", "gpu_memory_utilization": 0.3, "max_model_len": 512, "enforce_eager": True,
-                    "enable_prefix_caching": True, "dtype": None, "sleep_level": 0}
+    assert spec == {
+        "name": "vllm",
+        "gpu_memory_utilization": 0.3,
+        "max_model_len": 512,
+        "enforce_eager": True,
+        "enable_prefix_caching": True,
+        "dtype": None,
+        "sleep_level": 0,
+    }
 
 
 # --------------------------------------------------------------------------- weight transfer
-@pytest.mark.parametrize("peft,base", [
-    ("base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight", "model.layers.0.self_attn.q_proj.weight"),
-    ("base_model.model.model.layers.0.self_attn.q_proj.base_layer.bias", "model.layers.0.self_attn.q_proj.bias"),
-    ("base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight", None),
-    ("base_model.model.model.layers.0.self_attn.q_proj.lora_B.default.weight", None),
-    ("base_model.model.model.embed_tokens.lora_embedding_A.default", None),
-    ("base_model.model.model.norm.weight", "model.norm.weight"),
-    ("base_model.model.lm_head.weight", "lm_head.weight"),
-    ("model.layers.1.mlp.up_proj.weight", "model.layers.1.mlp.up_proj.weight"),  # no PEFT: unchanged
-])
+@pytest.mark.parametrize(
+    "peft,base",
+    [
+        (
+            "base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight",
+            "model.layers.0.self_attn.q_proj.weight",
+        ),
+        ("base_model.model.model.layers.0.self_attn.q_proj.base_layer.bias", "model.layers.0.self_attn.q_proj.bias"),
+        ("base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight", None),
+        ("base_model.model.model.layers.0.self_attn.q_proj.lora_B.default.weight", None),
+        ("base_model.model.model.embed_tokens.lora_embedding_A.default", None),
+        ("base_model.model.model.norm.weight", "model.norm.weight"),
+        ("base_model.model.lm_head.weight", "lm_head.weight"),
+        ("model.layers.1.mlp.up_proj.weight", "model.layers.1.mlp.up_proj.weight"),  # no PEFT: unchanged
+    ],
+)
 def test_peft_names_map_to_the_base_models(peft, base):
     assert base_name(peft) == base
 
@@ -136,9 +155,9 @@ def test_a_policy_version_holds_every_weight_once():
     assert pv.version == 3 and len(names) == len(set(names)) == len(model.state_dict())
     assert all(torch.equal(t, model.state_dict()[n]) for n, t in pv.tensors)
     # the contract's type is zoo.core.kinds' (weights.py re-exports it), and the vllm generator implements it
-    from zoo.core import kinds
     from zoo.backends.generate import weights
     from zoo.backends.generate.vllm import VLLMGenerator
+    from zoo.core import kinds
 
     assert type(pv) is kinds.PolicyVersion and weights.WeightReceiver is kinds.WeightReceiver
     assert callable(getattr(VLLMGenerator, "accept", None))

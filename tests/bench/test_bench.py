@@ -1,6 +1,7 @@
 """`zoo bench` on the tiny model: every phase reported with finite numbers, the FLOP/s estimate is
 6 x params x tokens / time, the memory breakdown adds up, --json parses, and the TRL path (only when
 trl is installed). No timed assertions: the numbers are whatever this machine measures."""
+
 from __future__ import annotations
 
 import json
@@ -11,13 +12,27 @@ from typer.testing import CliRunner
 
 from zoo import bench as zb
 
-TINY_TASK = {"name": "reasoning_gym", "dataset": "basic_arithmetic", "size": 32, "eval_size": 4, "fewshot": 0,
-             "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}}
+TINY_TASK = {
+    "name": "reasoning_gym",
+    "dataset": "basic_arithmetic",
+    "size": 32,
+    "eval_size": 4,
+    "fewshot": 0,
+    "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
+}
 
 
 def _spec(model_dir, **kw) -> zb.BenchSpec:
-    base = dict(model=str(model_dir), prompts=2, group_size=4, max_new_tokens=8, steps=1, micro_batch=4,
-                task=dict(TINY_TASK), threads=2)
+    base = dict(
+        model=str(model_dir),
+        prompts=2,
+        group_size=4,
+        max_new_tokens=8,
+        steps=1,
+        micro_batch=4,
+        task=dict(TINY_TASK),
+        threads=2,
+    )
     return zb.BenchSpec(**(base | kw))
 
 
@@ -87,12 +102,34 @@ def test_critic_is_reported_within_train(ppo_result):
 
 
 def test_cli_json_output_parses(tiny_model_dir):
-    from zoo.cli import app
     import zoo.cli.bench  # noqa: F401  (registers the command, as main() does)
+    from zoo.cli import app
 
-    res = CliRunner().invoke(app, ["bench", "dapo", "--model", str(tiny_model_dir), "--task", json.dumps(TINY_TASK),
-                                   "--prompts", "2", "--group-size", "2", "--max-new-tokens", "6", "--steps", "1",
-                                   "--micro-batch", "4", "--updates", "1x2", "--lora", "--json"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "dapo",
+            "--model",
+            str(tiny_model_dir),
+            "--task",
+            json.dumps(TINY_TASK),
+            "--prompts",
+            "2",
+            "--group-size",
+            "2",
+            "--max-new-tokens",
+            "6",
+            "--steps",
+            "1",
+            "--micro-batch",
+            "4",
+            "--updates",
+            "1x2",
+            "--lora",
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["spec"]["variant"] == "dapo" and out["spec"]["lora"] is True
@@ -101,8 +138,8 @@ def test_cli_json_output_parses(tiny_model_dir):
 
 
 def test_cli_rejects_bad_options(tiny_model_dir):
-    from zoo.cli import app
     import zoo.cli.bench  # noqa: F401
+    from zoo.cli import app
 
     r = CliRunner().invoke(app, ["bench", "grpo", "--vs", "verl"])
     assert r.exit_code == 1 and "only 'trl'" in r.output
@@ -136,7 +173,13 @@ def test_matched_trl_settings():
 
     spec = zb.BenchSpec(prompts=8, group_size=4, max_new_tokens=64, micro_batch=8)
     g = trl_spec(spec)["grpo"]
-    assert (g["loss_type"], g["scale_rewards"], g["epsilon"], g["beta"], g["num_iterations"]) == ("dapo", "group", 0.2, 0.0, 1)
+    assert (g["loss_type"], g["scale_rewards"], g["epsilon"], g["beta"], g["num_iterations"]) == (
+        "dapo",
+        "group",
+        0.2,
+        0.0,
+        1,
+    )
     assert g["per_device_train_batch_size"] * g["gradient_accumulation_steps"] == 32 and g["num_generations"] == 4
     assert g["max_completion_length"] == 64 and g["top_k"] == 0 and g["gradient_checkpointing"] is False
     r = load_variant(zb.TRL_MATCHED_VARIANT).resolved()

@@ -1,6 +1,7 @@
 """`zoo bench`'s checks before any worker starts (zoo/bench/precheck.py), a failed worker as one
 line, and the small messages: --updates, --vs trl without TRL, the autocast line, the memory table's
 reward-model column."""
+
 from __future__ import annotations
 
 import json
@@ -11,20 +12,38 @@ from typer.testing import CliRunner
 from zoo import bench as zb
 from zoo.bench.precheck import check_bench, worker_error
 
-TINY_TASK = {"name": "reasoning_gym", "dataset": "basic_arithmetic", "size": 32, "eval_size": 4, "fewshot": 0,
-             "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}}
+TINY_TASK = {
+    "name": "reasoning_gym",
+    "dataset": "basic_arithmetic",
+    "size": 32,
+    "eval_size": 4,
+    "fewshot": 0,
+    "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
+}
 
 
 def _bench(*args):
-    from zoo.cli import app
     import zoo.cli.bench  # noqa: F401  (registers the command, as main() does)
+    from zoo.cli import app
 
     return CliRunner().invoke(app, ["bench", *args])
 
 
 def _small(model_dir):
-    return ["--model", str(model_dir), "--task", json.dumps(TINY_TASK), "--prompts", "2", "--group-size", "2",
-            "--max-new-tokens", "4", "--steps", "1"]
+    return [
+        "--model",
+        str(model_dir),
+        "--task",
+        json.dumps(TINY_TASK),
+        "--prompts",
+        "2",
+        "--group-size",
+        "2",
+        "--max-new-tokens",
+        "4",
+        "--steps",
+        "1",
+    ]
 
 
 def test_an_unknown_variant_fails_before_any_worker(tiny_model_dir):
@@ -65,10 +84,12 @@ FileNotFoundError: model directory not found: /nope
 
 def test_worker_error_is_the_exception_line_of_the_last_traceback():
     assert worker_error(STDERR) == "FileNotFoundError: model directory not found: /nope"
-    two = "Traceback (most recent call last):\n  File \"a.py\", line 1, in f\nValueError: first\n\n" \
-          "During handling of the above exception, another exception occurred:\n\n" + STDERR
+    two = (
+        'Traceback (most recent call last):\n  File "a.py", line 1, in f\nValueError: first\n\n'
+        "During handling of the above exception, another exception occurred:\n\n" + STDERR
+    )
     assert worker_error(two) == "FileNotFoundError: model directory not found: /nope"  # the last one
-    multi = "Traceback (most recent call last):\n  File \"a.py\", line 1\n    x()\nVariantError: a: bad\nb: worse\n"
+    multi = 'Traceback (most recent call last):\n  File "a.py", line 1\n    x()\nVariantError: a: bad\nb: worse\n'
     assert worker_error(multi) == "VariantError: a: bad b: worse"  # a multi-line message joined
     assert worker_error("warning: w\nkilled\n") == "killed"  # no traceback: the last line
     assert worker_error("") == ""
@@ -117,11 +138,28 @@ def test_the_autocast_line_says_auto_and_the_run_resolves_it_too():
 
 
 def _memory_result(rewards):
-    row = {"variant": "grpo", "mode": "full", "step_s": 0.5, "phases": {"train": 0.2}, "peak_mb": 2048.0,
-           "weights_mb": 512.0, "reward_model_mb": 256.0 if len(rewards) > 2 else 0.0, "gradients_mb": 512.0,
-           "optimizer_mb": 1024.0, "runtime_mb": 100.0, "activations_mb": 0.0}
-    spec = {"prompts": 2, "group_size": 2, "max_new_tokens": 4, "autocast": "none", "micro_batch": 4,
-            "updates": "1x1", "rewards": rewards}
+    row = {
+        "variant": "grpo",
+        "mode": "full",
+        "step_s": 0.5,
+        "phases": {"train": 0.2},
+        "peak_mb": 2048.0,
+        "weights_mb": 512.0,
+        "reward_model_mb": 256.0 if len(rewards) > 2 else 0.0,
+        "gradients_mb": 512.0,
+        "optimizer_mb": 1024.0,
+        "runtime_mb": 100.0,
+        "activations_mb": 0.0,
+    }
+    spec = {
+        "prompts": 2,
+        "group_size": 2,
+        "max_new_tokens": 4,
+        "autocast": "none",
+        "micro_batch": 4,
+        "updates": "1x1",
+        "rewards": rewards,
+    }
     return {"rows": [row], "baseline": "grpo", "ratio_to_first": {"full": {"grpo": 1.0}}, "spec": spec}
 
 

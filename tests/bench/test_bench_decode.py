@@ -1,6 +1,7 @@
 """The decode bound of `zoo bench` (zoo/bench/bound.py, decode.py) and `--backend`: the arithmetic on a
 hand case, the probe's decode-step count on the tiny model, the option parsing, and a side-by-side
 run that prints the decode columns. No timing asserts: the rates are whatever this machine measures."""
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,14 @@ from typer.testing import CliRunner
 from zoo.bench.bound import copy_bandwidth, decode_bound, decode_work, matmul_rate, model_dims
 from zoo.bench.decode import decode_summary
 
-TINY_TASK = {"name": "reasoning_gym", "dataset": "basic_arithmetic", "size": 32, "eval_size": 4, "fewshot": 0,
-             "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}}
+TINY_TASK = {
+    "name": "reasoning_gym",
+    "dataset": "basic_arithmetic",
+    "size": 32,
+    "eval_size": 4,
+    "fewshot": 0,
+    "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
+}
 DIMS = {"params": 1000.0, "weight_bytes": 4000.0, "layers": 2.0, "q_dim": 8.0, "kv_dim": 4.0}
 
 
@@ -79,14 +86,42 @@ def test_parse_backends():
 def test_cli_backends_side_by_side_print_the_decode_columns(tiny_model_dir, tmp_path):
     from zoo.cli import app
 
-    args = ["bench", "grpo", "--model", str(tiny_model_dir), "--task", json.dumps(TINY_TASK), "--prompts", "2",
-            "--group-size", "2", "--max-new-tokens", "4", "--steps", "1", "--threads", "2", "--ignore-eos"]
+    args = [
+        "bench",
+        "grpo",
+        "--model",
+        str(tiny_model_dir),
+        "--task",
+        json.dumps(TINY_TASK),
+        "--prompts",
+        "2",
+        "--group-size",
+        "2",
+        "--max-new-tokens",
+        "4",
+        "--steps",
+        "1",
+        "--threads",
+        "2",
+        "--ignore-eos",
+    ]
     out = tmp_path / "b.json"
-    r = CliRunner().invoke(app, args + ["--backend", "hf", "--backend", "noisy", "--out", str(out)],
-                           env={"COLUMNS": "250"})
+    r = CliRunner().invoke(
+        app, args + ["--backend", "hf", "--backend", "noisy", "--out", str(out)], env={"COLUMNS": "250"}
+    )
     assert r.exit_code == 0, r.output
-    for col in ("start-up s", "sync s", "gen tok/s", "decode steps/s", "ms/step", "bound steps/s", "bound tok/s",
-                "distance", "noisy", "backend noisy"):
+    for col in (
+        "start-up s",
+        "sync s",
+        "gen tok/s",
+        "decode steps/s",
+        "ms/step",
+        "bound steps/s",
+        "bound tok/s",
+        "distance",
+        "noisy",
+        "backend noisy",
+    ):
         assert col in r.output, col
     res = json.loads(out.read_text())["backends"]
     assert [x["spec"]["backend"] for x in res] == ["hf", "noisy"]
@@ -112,7 +147,9 @@ def test_generator_info_names_the_backend_and_its_start_up():
 
     assert generator_info(SimpleNamespace(), "hf") == {"name": "hf", "startup_s": 0.0}  # no engine: 0
     assert generator_info(SimpleNamespace(startup_s=12.5), {"name": "vllm", "enforce_eager": True}) == {
-        "name": "vllm", "startup_s": 12.5}
+        "name": "vllm",
+        "startup_s": 12.5,
+    }
 
 
 def test_attended_positions_of_a_decode_forward():
@@ -122,8 +159,10 @@ def test_attended_positions_of_a_decode_forward():
 
     # a cache holding 5 positions: the new token attends to 5 + 1; without a cache the 2-D mask's width,
     # then the cache position + 1 (position 9 -> 10 positions), else nothing known
-    assert attended({"past_key_values": SimpleNamespace(get_seq_length=lambda: 5),
-                     "attention_mask": torch.ones(2, 3)}) == 6
+    assert (
+        attended({"past_key_values": SimpleNamespace(get_seq_length=lambda: 5), "attention_mask": torch.ones(2, 3)})
+        == 6
+    )
     assert attended({"cache": SimpleNamespace(get_seq_length=lambda: 8)}) == 9  # transformers 5.x's name
     assert attended({"attention_mask": torch.ones(2, 7)}) == 7
     assert attended({"attention_mask": torch.ones(2, 1, 1, 7), "cache_position": torch.tensor([9])}) == 10

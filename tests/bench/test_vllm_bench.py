@@ -2,6 +2,7 @@
 not import): both backends run in one bench, vLLM's engine start-up and its timed sync are recorded,
 and its decode distance is '-' (vLLM runs its own model copy, whose decode steps the bench does not
 count). No timing asserts."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,14 @@ pytest.importorskip("vllm", reason="vLLM is not installed (docs/configuration.md
 
 pytestmark = pytest.mark.vllm
 
-TINY_TASK = {"name": "reasoning_gym", "dataset": "basic_arithmetic", "size": 32, "eval_size": 4, "fewshot": 0,
-             "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}}
+TINY_TASK = {
+    "name": "reasoning_gym",
+    "dataset": "basic_arithmetic",
+    "size": 32,
+    "eval_size": 4,
+    "fewshot": 0,
+    "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
+}
 
 
 def test_bench_hf_and_vllm_side_by_side(tmp_path):
@@ -26,9 +33,33 @@ def test_bench_hf_and_vllm_side_by_side(tmp_path):
     model.save_pretrained(tmp_path / "m")
     tok.save_pretrained(tmp_path / "m")
     out = tmp_path / "b.json"
-    args = ["bench", "grpo", "--model", str(tmp_path / "m"), "--task", json.dumps(TINY_TASK), "--prompts", "2",
-            "--group-size", "2", "--max-new-tokens", "4", "--steps", "1", "--threads", "1", "--ignore-eos",
-            "--autocast", "none", "--backend", "hf", "--backend", "{name: vllm, max_model_len: 256}", "--out", str(out)]
+    args = [
+        "bench",
+        "grpo",
+        "--model",
+        str(tmp_path / "m"),
+        "--task",
+        json.dumps(TINY_TASK),
+        "--prompts",
+        "2",
+        "--group-size",
+        "2",
+        "--max-new-tokens",
+        "4",
+        "--steps",
+        "1",
+        "--threads",
+        "1",
+        "--ignore-eos",
+        "--autocast",
+        "none",
+        "--backend",
+        "hf",
+        "--backend",
+        "{name: vllm, max_model_len: 256}",
+        "--out",
+        str(out),
+    ]
     r = CliRunner().invoke(app, args, env={"COLUMNS": "250"})
     assert r.exit_code == 0, r.output
     hf, vl = json.loads(out.read_text())["backends"]

@@ -1,5 +1,6 @@
 """One check pipeline (zoo/checks): `zoo validate` refuses exactly what `zoo run` refuses, with the
 same message (validate prefixes the arm), and `zoo ablate` what `zoo validate` refuses for a study."""
+
 from __future__ import annotations
 
 import json
@@ -24,41 +25,88 @@ def _bad_cases(tmp_path, model_dir):
     return {  # name: (run-config overrides, a part of the one message both must give, loads the policy)
         "unknown reward": ({"rewards": ["correctnes"]}, "did you mean 'correctness'", False),
         "unknown gold": ({"gold": ["correctnes"]}, "gold: ", False),
-        "minibatches": ({"budget": {"prompts_per_step": 1, "group_size": 2, "updates": {"epochs": 1, "minibatches": 4}}},
-                        "budget: updates.minibatches 4 > 2 completions per step", False),
+        "minibatches": (
+            {"budget": {"prompts_per_step": 1, "group_size": 2, "updates": {"epochs": 1, "minibatches": 4}}},
+            "budget: updates.minibatches 4 > 2 completions per step",
+            False,
+        ),
         "model path": ({"model": str(tmp_path / "no" / "such" / "model")}, "does not exist", False),
         "model folder without config.json": ({"model": str(empty)}, "has no config.json", False),
-        "fsdp without a launcher": ({"training": {"strategy": "fsdp"}}, "training.strategy fsdp needs a launcher", False),
+        "fsdp without a launcher": (
+            {"training": {"strategy": "fsdp"}},
+            "training.strategy fsdp needs a launcher",
+            False,
+        ),
         "fp16": ({"model_opts": {"autocast": "fp16"}}, "model_opts.autocast fp16 is not supported", False),
         "generator": ({"sampling": {"backend": "vlm"}}, "generator 'vlm' is not registered", False),
-        "filter metric": ({"variant": "dapo", "budget": {"updates": {"epochs": 1, "minibatches": 2}},
-                           "set": {"filter": [{"name": "dynamic_sampling", "metric": "lenght"}]}},
-                          "metric 'lenght' will not exist", False),
-        "reward_model folder without config.json": ({"rewards": [{"name": "reward_model", "model": str(empty)}]},
-                                                    "no config.json in this directory", False),
-        "critic warm-up without a critic": ({"budget": {"critic_warmup": 10}}, "critic_warmup 10 needs a critic", False),
-        "critic init unknown": ({"variant": "ppo", "set": {"critic.init": "reference"}},
-                                "init must be policy or reward_model, got 'reference'", False),
-        "critic init without a reward model": ({"variant": "ppo", "set": {"critic.init": "reward_model"}},
-                                               "needs a reward model in rewards:", False),
-        "override typo": ({"set": {"clip.eps_hgh": 0.3}}, "override_typo.yaml: set.clip.eps_hgh = 0.3: clip 'ppo': "
-                          "unknown parameter 'eps_hgh'", False),  # the run file and the user's key first
+        "filter metric": (
+            {
+                "variant": "dapo",
+                "budget": {"updates": {"epochs": 1, "minibatches": 2}},
+                "set": {"filter": [{"name": "dynamic_sampling", "metric": "lenght"}]},
+            },
+            "metric 'lenght' will not exist",
+            False,
+        ),
+        "reward_model folder without config.json": (
+            {"rewards": [{"name": "reward_model", "model": str(empty)}]},
+            "no config.json in this directory",
+            False,
+        ),
+        "critic warm-up without a critic": (
+            {"budget": {"critic_warmup": 10}},
+            "critic_warmup 10 needs a critic",
+            False,
+        ),
+        "critic init unknown": (
+            {"variant": "ppo", "set": {"critic.init": "reference"}},
+            "init must be policy or reward_model, got 'reference'",
+            False,
+        ),
+        "critic init without a reward model": (
+            {"variant": "ppo", "set": {"critic.init": "reward_model"}},
+            "needs a reward model in rewards:",
+            False,
+        ),
+        "override typo": (
+            {"set": {"clip.eps_hgh": 0.3}},
+            "override_typo.yaml: set.clip.eps_hgh = 0.3: clip 'ppo': unknown parameter 'eps_hgh'",
+            False,
+        ),  # the run file and the user's key first
         "plugin": ({"plugins": ["zoo_no_such_plugin_module"]}, "plugins: ", False),
-        "untrusted reward module": ({"rewards": ["subprocess:call"]},
-                                    "module 'subprocess' is not among this run's plugins", False),
+        "untrusted reward module": (
+            {"rewards": ["subprocess:call"]},
+            "module 'subprocess' is not among this run's plugins",
+            False,
+        ),
         "list item twice": ({"set": {"correction": ["tis", "tis"]}}, "'tis' is listed 2 times", False),
-        "kl beta with placement none": ({"set": {"kl.placement": "none", "kl.beta": 0.1}},
-                                        "kl.placement is 'none', so kl.beta / kl.adaptive have no effect", False),
-        "controller without its term": ({"set": {"controllers": [{"name": "adaptive_entropy"}]}},
-                                        "sets 'entropy_bonus.coef', but slots.loss has no 'entropy_bonus' term", False),
+        "kl beta with placement none": (
+            {"set": {"kl.placement": "none", "kl.beta": 0.1}},
+            "kl.placement is 'none', so kl.beta / kl.adaptive have no effect",
+            False,
+        ),
+        "controller without its term": (
+            {"set": {"controllers": [{"name": "adaptive_entropy"}]}},
+            "sets 'entropy_bonus.coef', but slots.loss has no 'entropy_bonus' term",
+            False,
+        ),
         "groups of one": ({"budget": {"group_size": 1}}, "group_size 1 < 2", False),
         "unknown variant": ({"variant": "grpoo"}, "grpoo", False),
-        "unknown task dataset": ({"task": {"dataset": "basic_arithmetc"}},
-                                 "task: reasoning_gym has no dataset 'basic_arithmetc'; close matches: basic_arithmetic",
-                                 False),
-        "unknown env": ({"task": {"env": {"name": "calculater"}}},
-                        "task.env.name: env 'calculater' is not registered; did you mean 'calculator'", False),
-        "context": ({"budget": {"max_new_tokens": limit}}, f"budget.max_new_tokens {limit} >= the model's context", True),
+        "unknown task dataset": (
+            {"task": {"dataset": "basic_arithmetc"}},
+            "task: reasoning_gym has no dataset 'basic_arithmetc'; close matches: basic_arithmetic",
+            False,
+        ),
+        "unknown env": (
+            {"task": {"env": {"name": "calculater"}}},
+            "task.env.name: env 'calculater' is not registered; did you mean 'calculator'",
+            False,
+        ),
+        "context": (
+            {"budget": {"max_new_tokens": limit}},
+            f"budget.max_new_tokens {limit} >= the model's context",
+            True,
+        ),
     }
 
 
@@ -71,7 +119,7 @@ def _write(tmp_path, name, data):
 def _error_lines(r) -> list[str]:
     text = r.stderr if r.stderr else r.output
     assert "error: " in text, text
-    return text[text.index("error: ") + len("error: "):].rstrip("\n").split("\n")  # after any progress bar
+    return text[text.index("error: ") + len("error: ") :].rstrip("\n").split("\n")  # after any progress bar
 
 
 def test_validate_and_run_refuse_the_same_configs_with_the_same_message(tiny_model_dir, tmp_path, monkeypatch):
@@ -80,7 +128,9 @@ def test_validate_and_run_refuse_the_same_configs_with_the_same_message(tiny_mod
     cases = _bad_cases(tmp_path, tiny_model_dir)
     real_load = models.load_policy
     for name, (over, part, loads) in cases.items():
-        data = tiny_run_config(tiny_model_dir, tmp_path / "out" / name.replace(" ", "_"), **over).model_dump(mode="json")
+        data = tiny_run_config(tiny_model_dir, tmp_path / "out" / name.replace(" ", "_"), **over).model_dump(
+            mode="json"
+        )
         f = _write(tmp_path, name, data)
         v = runner.invoke(app, ["validate", str(f), "--json"])
         (res,) = json.loads(v.stdout)
@@ -109,27 +159,38 @@ def test_the_same_configs_pass_both(tiny_model_dir, tmp_path):
 def test_validate_nproc_checks_as_launched(tiny_model_dir, tmp_path, monkeypatch):
     """`zoo validate --nproc N` checks as `zoo run --nproc N` runs: fsdp passes, an uneven split does not."""
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    f = _write(tmp_path, "fsdp", tiny_run_config(tiny_model_dir, tmp_path / "out", training={"strategy": "fsdp"},
-                                                 budget={"prompts_per_step": 3}).model_dump(mode="json"))
+    f = _write(
+        tmp_path,
+        "fsdp",
+        tiny_run_config(
+            tiny_model_dir, tmp_path / "out", training={"strategy": "fsdp"}, budget={"prompts_per_step": 3}
+        ).model_dump(mode="json"),
+    )
     (res,) = json.loads(runner.invoke(app, ["validate", str(f), "--json", "--nproc", "1"]).stdout)
     assert res["ok"], res
     v = runner.invoke(app, ["validate", str(f), "--json", "--nproc", "2"])
     (res,) = json.loads(v.stdout)
-    assert v.exit_code == 1 and any("prompts_per_step 3 is not a multiple of the 2 processes" in e
-                                    for e in res["errors"]), res
+    assert v.exit_code == 1 and any(
+        "prompts_per_step 3 is not a multiple of the 2 processes" in e for e in res["errors"]
+    ), res
 
 
-@pytest.mark.parametrize("study_extra, part", [
-    ({"ablations": {"typo": {"variant": "grpo", "set": {"clip.eps_hgh": 0.3}}}}, "ablations.typo.set: "),
-    ({"training": {"strategy": "fsdp"}}, "training.strategy fsdp needs a launcher"),
-    ({"rewards": [{"name": "reward_model", "model": "EMPTY"}]}, "no config.json in this directory"),
-])
+@pytest.mark.parametrize(
+    "study_extra, part",
+    [
+        ({"ablations": {"typo": {"variant": "grpo", "set": {"clip.eps_hgh": 0.3}}}}, "ablations.typo.set: "),
+        ({"training": {"strategy": "fsdp"}}, "training.strategy fsdp needs a launcher"),
+        ({"rewards": [{"name": "reward_model", "model": "EMPTY"}]}, "no config.json in this directory"),
+    ],
+)
 def test_validate_and_ablate_refuse_the_same_study(tiny_model_dir, tmp_path, monkeypatch, study_extra, part):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     (tmp_path / "empty").mkdir()
     full = tiny_run_config(tiny_model_dir, tmp_path / "out").model_dump(mode="json")
-    base = {k: full[k] for k in ("model", "task", "rewards", "budget", "optim", "model_opts", "eval", "tracking",
-                                 "output_dir")}
+    base = {
+        k: full[k]
+        for k in ("model", "task", "rewards", "budget", "optim", "model_opts", "eval", "tracking", "output_dir")
+    }
     extra = json.loads(json.dumps(study_extra).replace("EMPTY", str(tmp_path / "empty")))
     f = _write(tmp_path, "study", {**base, "name": "s", "variants": ["grpo"], "seeds": [0, 1], **extra})
     v = runner.invoke(app, ["validate", str(f), "--json"])
@@ -152,7 +213,8 @@ def test_a_check_is_a_registered_function_of_one_stage():
         checks.check("strategy", "before_load")(lambda s, rep: None)
     try:  # a plugin's check runs after the built-in ones and its lines reach the report
         checks.check("test_no_tiny_lr", "before_load")(
-            lambda s, rep: rep.errors.append("optim.lr 1e-12 trains nothing") if s.cfg.optim.lr < 1e-9 else None)
+            lambda s, rep: rep.errors.append("optim.lr 1e-12 trains nothing") if s.cfg.optim.lr < 1e-9 else None
+        )
         from zoo.config.run import RunConfig
 
         rep, _ = checks.before_load(RunConfig(optim={"lr": 1e-12}))
@@ -190,7 +252,8 @@ def test_a_plugin_modules_check_runs_in_validate_and_run(tiny_model_dir, tmp_pat
     (tmp_path / "lab_checks_plugin.py").write_text(
         "from zoo.checks import check\n\n\n@check('lab_lr_ceiling', 'before_load')\n"
         "def lr_ceiling(s, rep):\n    if s.cfg.optim.lr > 1e-4:\n"
-        "        rep.errors.append(f'optim.lr {s.cfg.optim.lr} > 1e-4: lower optim.lr')\n")
+        "        rep.errors.append(f'optim.lr {s.cfg.optim.lr} > 1e-4: lower optim.lr')\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     data = tiny_run_config(tiny_model_dir, tmp_path / "out", plugins=["lab_checks_plugin"]).model_dump(mode="json")
     f = _write(tmp_path, "lab", data)

@@ -1,13 +1,16 @@
 """A task on the Hub that cannot be reached from here: `zoo validate` notes it instead of refusing
 the file (the GSM8K recipes validate offline), while a missing local data file is still an error."""
+
 import pytest
 
-from zoo.checks.task import hub_dataset, task
 from zoo.checks.report import Report
+from zoo.checks.task import hub_dataset, task
 
 
-@pytest.mark.parametrize("path, hub", [("openai/gsm8k", True), ("gsm8k", True), ("data/train.jsonl", False),
-                                       ("a/b/c", False), ("./x", False)])
+@pytest.mark.parametrize(
+    "path, hub",
+    [("openai/gsm8k", True), ("gsm8k", True), ("data/train.jsonl", False), ("a/b/c", False), ("./x", False)],
+)
 def test_what_counts_as_a_hub_dataset(path, hub):
     assert (hub_dataset({"name": "hf", "path": path}) == path) is hub
     assert hub_dataset({"name": "reasoning_gym", "dataset": path}) is None

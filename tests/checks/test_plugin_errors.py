@@ -1,6 +1,7 @@
 """A plugin module that cannot be imported (a SyntaxError, an exception, a sys.exit() at import) is one
 line naming the module, its file and line, under `zoo run` and `zoo validate`, never a traceback or a
 silent exit 0."""
+
 from __future__ import annotations
 
 import json
@@ -42,16 +43,30 @@ def test_a_plugin_that_fails_at_import_is_one_error_naming_module_file_and_line(
 
 
 def test_a_missing_plugin_module_keeps_pythons_message(plugin_dir):
-    with pytest.raises(ComponentError, match=r"^plugin module 'no_such_plugin_zz' could not be imported: "
-                       r"No module named 'no_such_plugin_zz'$"):
+    with pytest.raises(
+        ComponentError,
+        match=r"^plugin module 'no_such_plugin_zz' could not be imported: "
+        r"No module named 'no_such_plugin_zz'$",
+    ):
         load_plugins(["no_such_plugin_zz"])
 
 
 def _run_file(tmp_path, plugin: str, **extra) -> str:
     f = tmp_path / f"run_{plugin}.yaml"
-    f.write_text(yaml.safe_dump({"name": "p", "variant": "grpo", "model": "smollm2-135m-instruct-q4",
-                                 "task": {"name": "bandit"}, "plugins": [plugin], "output_dir": str(tmp_path / "out"),
-                                 "tracking": {"wandb": False}, **extra}))
+    f.write_text(
+        yaml.safe_dump(
+            {
+                "name": "p",
+                "variant": "grpo",
+                "model": "smollm2-135m-instruct-q4",
+                "task": {"name": "bandit"},
+                "plugins": [plugin],
+                "output_dir": str(tmp_path / "out"),
+                "tracking": {"wandb": False},
+                **extra,
+            }
+        )
+    )
     return str(f)
 
 
@@ -75,6 +90,9 @@ def test_zoo_run_and_validate_report_a_broken_plugin_and_exit_1(plugin_dir, tmp_
 def test_a_reward_from_a_module_that_exits_at_import_is_reported(plugin_dir):
     from zoo.rewards.compute import resolve_reward
 
-    with pytest.raises(ComponentError, match=r"reward 'plug_exit0:score': module 'plug_exit0' could not be imported: "
-                       r"it called sys.exit\(0\)"):
+    with pytest.raises(
+        ComponentError,
+        match=r"reward 'plug_exit0:score': module 'plug_exit0' could not be imported: "
+        r"it called sys.exit\(0\)",
+    ):
         resolve_reward("plug_exit0:score", plugins=["plug_exit0"])

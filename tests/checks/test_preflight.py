@@ -1,5 +1,6 @@
 """Checks before the first rollout (zoo.checks.context, zoo.checks.memory_estimate) and model load errors
 (issue 11, items 10 and 11), on the tiny model: each must fail before anything large is allocated."""
+
 import pytest
 from conftest import tiny_run_config
 
@@ -9,8 +10,19 @@ from zoo.config.variant import VariantError
 
 def test_rollout_memory_by_hand():
     # N = 2 x 4 = 8 rows of 10 + 6 = 16 tokens; one generate call of 8 rows
-    est = me.rollout_memory(prompts_per_step=2, group_size=4, micro_batch=4, generate_rows=8, prompt_tokens=10,
-                            max_new_tokens=6, layers=2, kv_heads=2, head_dim=8, vocab=100, kv_bytes=4)
+    est = me.rollout_memory(
+        prompts_per_step=2,
+        group_size=4,
+        micro_batch=4,
+        generate_rows=8,
+        prompt_tokens=10,
+        max_new_tokens=6,
+        layers=2,
+        kv_heads=2,
+        head_dim=8,
+        vocab=100,
+        kv_bytes=4,
+    )
     assert est["token_rows"] == 3 * 8 * 16 * 8
     assert est["kv_cache"] == 2 * 2 * 2 * 8 * 16 * 8 * 4
     assert est["logits"] == max(3 * 8 * 100 * 4, 2 * 4 * 16 * 100 * 4)  # the update's logits: 51200
@@ -38,15 +50,22 @@ def test_check_rollout_fits_names_the_largest_knob(tiny_model_dir, tmp_path):
     # largest first: the KV cache, then the token rows (3 x 8e6 rows x 48 tokens x 8 bytes = 9.2 GB)
     assert f"(KV cache {kv / 1e9:.1f} GB, token rows 9.2 GB, " in msg and kv > 9.2e9
     assert "more than the 8.0 GB available: lower budget.group_size / budget.max_new_tokens" in msg
-    ok = me.check_rollout_fits(cfg.model_copy(update={"budget": cfg.budget.model_copy(update={"group_size": 4})}),
-                               4, 32, config, 40, 4, available=64 * 10**9)
+    ok = me.check_rollout_fits(
+        cfg.model_copy(update={"budget": cfg.budget.model_copy(update={"group_size": 4})}),
+        4,
+        32,
+        config,
+        40,
+        4,
+        available=64 * 10**9,
+    )
     assert ok["total"] < 64 * 10**9
 
 
 def test_group_size_of_a_million_stops_before_the_rollout(tiny_model_dir, tmp_path, monkeypatch):
-    from zoo.run import trainer
     from zoo.backends.generate import hf as rollout
     from zoo.backends.generate import hf_generator as sample
+    from zoo.run import trainer
 
     def no_rollout(*a, **kw):
         raise AssertionError("the rollout must not start")
@@ -67,8 +86,10 @@ def test_max_new_tokens_beyond_the_context_is_an_error(tiny_model_dir, tmp_path)
 
     limit = AutoConfig.from_pretrained(tiny_model_dir).max_position_embeddings
     cfg = tiny_run_config(tiny_model_dir, tmp_path, budget={"max_new_tokens": limit})
-    with pytest.raises(VariantError, match=f"budget.max_new_tokens {limit} >= the model's context "
-                                           f"\\(max_position_embeddings {limit}\\)"):
+    with pytest.raises(
+        VariantError,
+        match=f"budget.max_new_tokens {limit} >= the model's context \\(max_position_embeddings {limit}\\)",
+    ):
         trainer.setup(cfg)
 
 
@@ -116,7 +137,9 @@ def test_ref_reset_every_without_kl_and_a_shadowed_group_size_warn(tiny_model_di
     text = " | ".join(warnings)
     assert "ref_reset_every = 2 has no effect: variant 'grpo' has kl: none" in text
     assert "set.group_size = 3 is ignored: budget.group_size = 4 wins" in text
-    _, warnings = validate_run(tiny_run_config(tiny_model_dir, tmp_path, set={"group_size": 3}, budget={"group_size": None}))
+    _, warnings = validate_run(
+        tiny_run_config(tiny_model_dir, tmp_path, set={"group_size": 3}, budget={"group_size": None})
+    )
     assert not any("ignored" in w for w in warnings)
     _, warnings = validate_run(tiny_run_config(tiny_model_dir, tmp_path, ref_reset_every=2))  # grpo keeps its KL
     assert not any("ref_reset_every" in w for w in warnings)

@@ -1,6 +1,7 @@
 """Inputs refused before a run starts rather than passing silently or failing late: `zoo validate` checks
 gold rewards, the critic warm-up and the `noisy` generator's parameter types; `zoo run --nproc` with
 `training.strategy: single` stops before torchrun; prompts per step must split evenly over ranks."""
+
 from __future__ import annotations
 
 import json
@@ -32,15 +33,19 @@ def test_validate_applies_the_budgets_critic_warmup(tmp_path):
     assert code == 1 and "critic_warmup 10 needs a critic" in errs
 
 
-@pytest.mark.parametrize("sigma, seed, message", [
-    (True, 0, "'sigma' must be a number, got True"),     # a bool is not a number (the registry's type check)
-    ("big", 0, "'sigma' must be a number, got 'big'"),   # used to raise a bare TypeError
-    (0.5, 1.5, "'seed' must be an integer, got 1.5"),
-    (0.5, -5, "seed must be an integer >= 0"),
-])
+@pytest.mark.parametrize(
+    "sigma, seed, message",
+    [
+        (True, 0, "'sigma' must be a number, got True"),  # a bool is not a number (the registry's type check)
+        ("big", 0, "'sigma' must be a number, got 'big'"),  # used to raise a bare TypeError
+        (0.5, 1.5, "'seed' must be an integer, got 1.5"),
+        (0.5, -5, "seed must be an integer >= 0"),
+    ],
+)
 def test_noisy_generator_parameters_are_typed(tmp_path, sigma, seed, message):
-    code, errs = _validate(tmp_path, {"rewards": ["correctness"],
-                                      "sampling": {"backend": {"name": "noisy", "sigma": sigma, "seed": seed}}})
+    code, errs = _validate(
+        tmp_path, {"rewards": ["correctness"], "sampling": {"backend": {"name": "noisy", "sigma": sigma, "seed": seed}}}
+    )
     assert code == 1 and message in errs
 
 
@@ -59,6 +64,7 @@ def test_nproc_with_strategy_single_is_refused_before_torchrun(tmp_path, monkeyp
 def test_prompts_per_step_must_split_evenly_over_ranks(tiny_model_dir, tmp_path, monkeypatch):
     # each rank samples prompts_per_step // world_size prompts: 3 over 2 ranks used to train on 2
     from conftest import tiny_run_config
+
     from zoo.config.variant import VariantError
     from zoo.run.trainer import validate_run
 
@@ -66,4 +72,6 @@ def test_prompts_per_step_must_split_evenly_over_ranks(tiny_model_dir, tmp_path,
     cfg = tiny_run_config(tiny_model_dir, tmp_path, budget={"prompts_per_step": 3}, training={"strategy": "ddp"})
     with pytest.raises(VariantError, match="prompts_per_step 3 is not a multiple of the 2 processes"):
         validate_run(cfg)
-    validate_run(tiny_run_config(tiny_model_dir, tmp_path, budget={"prompts_per_step": 4}, training={"strategy": "ddp"}))
+    validate_run(
+        tiny_run_config(tiny_model_dir, tmp_path, budget={"prompts_per_step": 4}, training={"strategy": "ddp"})
+    )

@@ -1,4 +1,5 @@
 """The `zoo` command line as a user types it (typer's CliRunner, no model loaded)."""
+
 import json
 from pathlib import Path
 
@@ -6,10 +7,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from zoo.core import registry
 from zoo.cli import app
 from zoo.cli import main as _main  # noqa: F401  (importing main's modules registers run/ablate/...)
 from zoo.config.variant import available_variants
+from zoo.core import registry
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -28,8 +29,20 @@ def test_list_json_names_every_component_and_variant():
     assert {"ppo", "grpo", "dapo", "mo_grpo", "dr_grpo", "rloo", "gspo", "reinforce_pp", "gdpo"} <= set(out["variants"])
     for name in ("gae", "group_mean", "rloo", "reinforce", "reinforce_pp"):
         assert name in out["advantage"]
-    assert set(out["clip"]) == {"ppo", "clip_higher", "dual_clip", "gspo", "cispo", "none", "sapo", "gmpo",
-                                "two_sided_clip", "clip_cov", "kl_cov", "dppo"}
+    assert set(out["clip"]) == {
+        "ppo",
+        "clip_higher",
+        "dual_clip",
+        "gspo",
+        "cispo",
+        "none",
+        "sapo",
+        "gmpo",
+        "two_sided_clip",
+        "clip_cov",
+        "kl_cov",
+        "dppo",
+    }
     assert {"sapo", "gmpo", "cispo", "clip_cov", "kl_cov", "dppo"} <= set(out["variants"])
     assert "off_policy_sequence_mask" in out["correction"]
 
@@ -90,8 +103,18 @@ def test_every_shipped_study_dry_runs(tmp_path, monkeypatch):
 
 def test_ablate_set_reaches_every_arm(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    r = runner.invoke(app, ["ablate", str(ROOT / "experiments/quickstart.yaml"), "--dry-run",
-                            "--set", "budget.steps=2", "--set", "variants=[grpo, dapo]"])
+    r = runner.invoke(
+        app,
+        [
+            "ablate",
+            str(ROOT / "experiments/quickstart.yaml"),
+            "--dry-run",
+            "--set",
+            "budget.steps=2",
+            "--set",
+            "variants=[grpo, dapo]",
+        ],
+    )
     assert r.exit_code == 0, r.output
     arms = sorted(p.name for p in (tmp_path / "runs/quickstart").iterdir() if p.is_dir())
     assert arms == ["dapo-s0", "grpo-s0"]
@@ -142,9 +165,16 @@ def test_main_prints_errors_without_traceback(tmp_path, capsys, monkeypatch):
 
 def test_validate_catches_what_run_would_reject(tmp_path):
     bad = tmp_path / "run.yaml"
-    bad.write_text(yaml.safe_dump({"variant": "grpo", "model": "/no/such/model", "rewards": ["correctnes"],
-                                   "budget": {"prompts_per_step": 1, "group_size": 2,
-                                              "updates": {"epochs": 1, "minibatches": 4}}}))
+    bad.write_text(
+        yaml.safe_dump(
+            {
+                "variant": "grpo",
+                "model": "/no/such/model",
+                "rewards": ["correctnes"],
+                "budget": {"prompts_per_step": 1, "group_size": 2, "updates": {"epochs": 1, "minibatches": 4}},
+            }
+        )
+    )
     r = runner.invoke(app, ["validate", str(bad), "--json"])
     errs = " ".join(json.loads(r.stdout)[0]["errors"])
     assert r.exit_code == 1
@@ -183,8 +213,12 @@ def test_sigterm_stops_like_ctrl_c():
 
 
 def test_fresh_user_mistakes_get_one_clear_line(tmp_path):
-    bad_set = runner.invoke(app, ["ablate", str(ROOT / "experiments/quickstart.yaml"), "--dry-run", "--set", "budget.steps={"])
-    assert bad_set.exit_code == 1 and "--set 'budget.steps={': the value is not valid YAML" in " ".join(bad_set.output.split())
+    bad_set = runner.invoke(
+        app, ["ablate", str(ROOT / "experiments/quickstart.yaml"), "--dry-run", "--set", "budget.steps={"]
+    )
+    assert bad_set.exit_code == 1 and "--set 'budget.steps={': the value is not valid YAML" in " ".join(
+        bad_set.output.split()
+    )
     plot = runner.invoke(app, ["bench", "--plot", str(tmp_path / "x.png")])
     assert plot.exit_code == 1 and "--plot draws a --scan" in plot.output
     run_file = tmp_path / "typo.yaml"
@@ -245,7 +279,10 @@ def test_an_empty_mapping_is_an_empty_run_file_not_a_variant(tmp_path):
     f = tmp_path / "run.yaml"
     f.write_text("{}\n")
     r = runner.invoke(app, ["run", str(f)])
-    assert r.exit_code == 1 and "the file has no keys; a run file needs at least `variant`, `model` or `task`" in " ".join(r.output.split())
+    assert (
+        r.exit_code == 1
+        and "the file has no keys; a run file needs at least `variant`, `model` or `task`" in " ".join(r.output.split())
+    )
     r = runner.invoke(app, ["validate", str(f), "--json"])
     err = json.loads(r.stdout)[0]["errors"]
     assert r.exit_code == 1 and len(err) == 1 and "the file has no keys" in err[0] and "'name'" not in err[0]
@@ -262,13 +299,14 @@ def test_yaml_errors_under_run_and_ablate_name_the_file(tmp_path, cmd):
 
 def test_a_non_utf8_run_file_names_the_file(tmp_path):
     f = tmp_path / "run.yaml"
-    f.write_bytes(b"variant: grpo\nname: \"\xff\"\n")
+    f.write_bytes(b'variant: grpo\nname: "\xff"\n')
     r = runner.invoke(app, ["run", str(f)])
     assert r.exit_code == 1 and f"{f}: not UTF-8 text (byte b'\\xff' at offset 21)" in " ".join(r.output.split())
 
 
-@pytest.mark.parametrize("name,why", [("x" * 300, "at most 200 characters, got 300"),
-                                      ("a\nb", "no newlines or other control characters")])
+@pytest.mark.parametrize(
+    "name,why", [("x" * 300, "at most 200 characters, got 300"), ("a\nb", "no newlines or other control characters")]
+)
 def test_run_names_that_cannot_be_folders_fail_before_any_folder(tmp_path, monkeypatch, name, why):
     monkeypatch.chdir(tmp_path)
     f = tmp_path / "run.yaml"
@@ -289,10 +327,15 @@ def test_validate_rejects_the_issues_silent_values(tmp_path):
 
 def test_validate_rejects_nan_and_inf_hyperparameters(tmp_path):
     # the user's key first (run.yaml: set.<key> = <value>: why), the registry file and its key after
-    for line, msg in (("kl.beta: .inf", "set.kl.beta = inf: Input should be a finite number (applied to "),
-                      ("loss.entropy_bonus.coef: .nan", "set.loss.entropy_bonus.coef = nan: loss 'entropy_bonus': "
-                                                        "parameter 'coef' must be a finite number, got nan"),
-                      ("clip.eps: .inf", "set.clip.eps = inf: clip 'ppo': parameter 'eps' must be a finite number")):
+    for line, msg in (
+        ("kl.beta: .inf", "set.kl.beta = inf: Input should be a finite number (applied to "),
+        (
+            "loss.entropy_bonus.coef: .nan",
+            "set.loss.entropy_bonus.coef = nan: loss 'entropy_bonus': "
+            "parameter 'coef' must be a finite number, got nan",
+        ),
+        ("clip.eps: .inf", "set.clip.eps = inf: clip 'ppo': parameter 'eps' must be a finite number"),
+    ):
         f = tmp_path / "run.yaml"
         f.write_text(f"variant: grpo\nset: {{{line}}}\n")
         r = runner.invoke(app, ["validate", str(f), "--json"])
@@ -318,9 +361,22 @@ def test_a_hub_id_while_offline_is_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     f = tmp_path / "run.yaml"
-    f.write_text(yaml.safe_dump({"variant": "grpo", "model": "no-such-org/no-such-model", "tracking": {"wandb": False},
-                                 "task": {"name": "reasoning_gym", "dataset": "basic_arithmetic", "size": 8,
-                                          "eval_size": 2, "fewshot": 0}}))
+    f.write_text(
+        yaml.safe_dump(
+            {
+                "variant": "grpo",
+                "model": "no-such-org/no-such-model",
+                "tracking": {"wandb": False},
+                "task": {
+                    "name": "reasoning_gym",
+                    "dataset": "basic_arithmetic",
+                    "size": 8,
+                    "eval_size": 2,
+                    "fewshot": 0,
+                },
+            }
+        )
+    )
     code, text = run_main(monkeypatch, capsys, "run", f)
     assert code == 1 and "Traceback" not in text and "OSError" not in text
     assert "model 'no-such-org/no-such-model': could not load it from the Hugging Face Hub" in text
@@ -336,8 +392,9 @@ def test_ctrl_c_before_the_run_saved_anything_does_not_offer_a_resume(tmp_path, 
     monkeypatch.setattr(trainer, "setup", interrupted_setup)
     (tmp_path / "config.json").write_text("{}")  # a model folder as far as the checks before setup look
     run_file = tmp_path / "run.yaml"
-    run_file.write_text(f"name: early\nvariant: grpo\nmodel: {tmp_path}\noutput_dir: {tmp_path / 'out'}\n"
-                        "tracking: {wandb: false}\n")
+    run_file.write_text(
+        f"name: early\nvariant: grpo\nmodel: {tmp_path}\noutput_dir: {tmp_path / 'out'}\ntracking: {{wandb: false}}\n"
+    )
     r = runner.invoke(app, ["run", str(run_file)])
     text = " ".join(r.output.split())
     assert r.exit_code == 130 and "--resume" not in text, text

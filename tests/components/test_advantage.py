@@ -1,4 +1,5 @@
 """Advantage estimators: hand-worked cases (C8, C14) and properties (padding, row order, NaN rows)."""
+
 import math
 
 import pytest
@@ -7,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zoo.components.advantage import reward_to_go, sequence_scores, token_rewards
-from zoo.core.types import AdvantageInputs
-from zoo.core.registry import ComponentError, available, build
 from zoo.core.declarations import Declaration
+from zoo.core.registry import ComponentError, available, build
+from zoo.core.types import AdvantageInputs
 
 NAN = float("nan")
 ESTIMATORS = ["gae", "group_mean", "rloo", "reinforce", "reinforce_pp", "pass_at_k", "pass_at_k_analytic"]
@@ -77,9 +78,7 @@ def test_gae_requires_values():
 def test_token_rewards_score_on_last_real_token():
     kl = [[-0.5, -0.5, NAN], [-0.5, -0.5, -0.5], [NAN, math.inf, 1.0]]
     inp = inputs([2.0, 3.0, 5.0], [[1, 1, 0], [1, 1, 1], [0, 0, 0]], kl=kl)
-    torch.testing.assert_close(
-        token_rewards(inp), torch.tensor([[-0.5, 1.5, 0.0], [-0.5, -0.5, 2.5], [0.0, 0.0, 0.0]])
-    )
+    torch.testing.assert_close(token_rewards(inp), torch.tensor([[-0.5, 1.5, 0.0], [-0.5, -0.5, 2.5], [0.0, 0.0, 0.0]]))
 
 
 # ---- C8: reward-to-go ---------------------------------------------------------------------------
@@ -141,9 +140,7 @@ def test_rloo_hand_worked():
         group_ids=[0, 0, 0, 1, 1, 1, 2, 2, 3],
     )
     adv = run("rloo", inp).advantages[:, 0]
-    torch.testing.assert_close(
-        adv, torch.tensor([0.75, -0.75, 0.0, 1.0, NAN, -1.0, NAN, 0.0, 0.0]), equal_nan=True
-    )
+    torch.testing.assert_close(adv, torch.tensor([0.75, -0.75, 0.0, 1.0, NAN, -1.0, NAN, 0.0, 0.0]), equal_nan=True)
 
 
 @given(st.integers(0, 10_000))
@@ -223,8 +220,11 @@ def test_c17_all_alike_groups_are_zero_after_group_std_for_every_estimator(name)
     lengths = torch.tensor([1, 7, 11, 2, 3, 6])
     mask = torch.arange(11)[None, :] < lengths[:, None]  # [6, 11]
     inp = AdvantageInputs(
-        torch.tensor([0.35] * 3 + [0.9] * 3), mask, torch.tensor([5, 5, 5, 2, 2, 2]),
-        torch.zeros(mask.shape), torch.zeros(mask.shape),
+        torch.tensor([0.35] * 3 + [0.9] * 3),
+        mask,
+        torch.tensor([5, 5, 5, 2, 2, 2]),
+        torch.zeros(mask.shape),
+        torch.zeros(mask.shape),
     )
     hyper = build("advantage", name).entry.hyperparameters()
     adv = run(name, inp, **{k: 1.0 for k in ("gamma", "lam") if k in hyper}).advantages
@@ -318,8 +318,10 @@ def test_gae_length_adaptive_lambda_hand_worked():
     torch.testing.assert_close(res.returns, mask.float())
 
 
-@pytest.mark.parametrize("spec", [{"critic_lam": 1.5}, {"critic_lam": -0.1}, {"length_alpha": 0}, {"length_alpha": -0.05},
-                                  {"length_alpha": True}])
+@pytest.mark.parametrize(
+    "spec",
+    [{"critic_lam": 1.5}, {"critic_lam": -0.1}, {"length_alpha": 0}, {"length_alpha": -0.05}, {"length_alpha": True}],
+)
 def test_gae_bad_decoupled_or_adaptive_parameters(spec):
     with pytest.raises(ComponentError):
         build("advantage", {"name": "gae", **spec})
@@ -329,9 +331,13 @@ def test_gae_bad_decoupled_or_adaptive_parameters(spec):
 def test_gae_decoupled_and_length_adaptive_ignore_padding(pad):
     for seed in range(3):
         x = random_inputs(seed)
-        dirty = AdvantageInputs(x.scores, x.mask, x.group_ids,
-                                torch.where(x.mask, x.kl_reward, torch.full_like(x.kl_reward, pad)),
-                                torch.where(x.mask, x.values, torch.full_like(x.values, pad)))
+        dirty = AdvantageInputs(
+            x.scores,
+            x.mask,
+            x.group_ids,
+            torch.where(x.mask, x.kl_reward, torch.full_like(x.kl_reward, pad)),
+            torch.where(x.mask, x.values, torch.full_like(x.values, pad)),
+        )
         params = dict(gamma=1.0, lam=0.95, critic_lam=1.0, length_alpha=0.5)  # l in 1..6: lambda 0 .. 2/3
         a, b = run("gae", x, **params), run("gae", dirty, **params)
         assert torch.isfinite(b.advantages).all() and torch.isfinite(b.returns).all()

@@ -1,4 +1,5 @@
 """Aggregators: cases C2, C3, C6 (loss part), C9; step-share property for every aggregator."""
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -7,8 +8,8 @@ from hypothesis import strategies as st
 from zoo.components.aggregate import seq_mean_token_mean, seq_mean_token_sum, seq_mean_token_sum_norm, token_mean
 from zoo.components.clip import ppo
 from zoo.components.stats import masked_mean, masked_sum
-from zoo.core.types import StepCounts
 from zoo.core.registry import ComponentError, available, build
+from zoo.core.types import StepCounts
 
 ATOL = 1e-6
 AGGREGATORS = {
@@ -38,7 +39,12 @@ def test_c2_token_mean_spans_the_step():
 
 @pytest.mark.parametrize(
     "name, expected",
-    [("token_mean", 1.8), ("seq_mean_token_mean", 3.0), ("seq_mean_token_sum", 4.5), ("seq_mean_token_sum_norm", 1.125)],
+    [
+        ("token_mean", 1.8),
+        ("seq_mean_token_mean", 3.0),
+        ("seq_mean_token_sum", 4.5),
+        ("seq_mean_token_sum_norm", 1.125),
+    ],
 )
 def test_c2_whole_batch_values(name, expected):
     """The C2 data as one padded batch: [[1, 1, 1, 1], [5, pad, pad, pad]], L = 4."""
@@ -52,8 +58,10 @@ def test_c2_same_gradient_whatever_the_split():
     x = _t([1.0, 1.0, 1.0, 1.0, 5.0])
     counts = StepCounts(tokens=5, sequences=2, max_new_tokens=4)
     # split A: micro-batches [1,1,1,1] and [5]
-    (token_mean((w[:4] * x[:4])[None], torch.ones(1, 4), counts)
-     + token_mean((w[4:] * x[4:])[None], torch.ones(1, 1), counts)).backward()
+    (
+        token_mean((w[:4] * x[:4])[None], torch.ones(1, 4), counts)
+        + token_mean((w[4:] * x[4:])[None], torch.ones(1, 1), counts)
+    ).backward()
     grad_a = w.grad.clone()
     w.grad = None
     # split B: one micro-batch holding both sequences, padded
@@ -132,7 +140,9 @@ def test_norm_uses_max_new_tokens_or_L():
     loss, mask = _t([[1.0, 2.0, 0.0]]), _t([[1, 1, 0]])
     counts = StepCounts(tokens=2, sequences=1, max_new_tokens=6)
     assert seq_mean_token_sum_norm(loss, mask, counts).item() == pytest.approx(3.0 / 6)
-    assert build("aggregate", {"name": "seq_mean_token_sum_norm", "L": 10})(loss, mask, counts).item() == pytest.approx(0.3)
+    assert build("aggregate", {"name": "seq_mean_token_sum_norm", "L": 10})(loss, mask, counts).item() == pytest.approx(
+        0.3
+    )
     with pytest.raises(ComponentError, match="L must be"):
         build("aggregate", {"name": "seq_mean_token_sum_norm", "L": 0})
 

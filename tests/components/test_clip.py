@@ -1,4 +1,5 @@
 """Clip rules: cases C4, C5, C7 and the padding/equivalence properties."""
+
 import math
 
 import pytest
@@ -8,8 +9,8 @@ from hypothesis import strategies as st
 
 from zoo.components.aggregate import token_mean
 from zoo.components.clip import cispo, clip_fractions, clip_higher, dual_clip, gspo, no_clip, ppo
-from zoo.core.types import ClipResult, StepCounts
 from zoo.core.registry import ComponentError, available, build
+from zoo.core.types import ClipResult, StepCounts
 
 ATOL = 1e-6
 RULES = {

@@ -1,11 +1,13 @@
 """The soft and covariance clip rules (sapo, gmpo, two_sided_clip, clip_cov, kl_cov) on hand-worked
 cases, their reductions (SAPO at r = 1, GMPO with one token, two_sided_clip == dual_clip, ratio 0),
 padding, row order, the selections' independence of the micro-batch split, and their variants."""
+
 import dataclasses
 import math
 
 import pytest
 import torch
+from test_engine import make_batch, settings
 
 from zoo.components.clip import clip_higher, dual_clip, no_clip, ppo, two_sided_clip
 from zoo.components.clip_cov import clip_cov, kl_cov, selection_count, token_priorities
@@ -16,13 +18,15 @@ from zoo.step.types import Models, Slots
 from zoo.step.update import update
 from zoo.testing import tiny_model_and_tokenizer
 
-from test_engine import make_batch, settings
-
 NAN, INF = float("nan"), float("inf")
 ATOL = 1e-6
-NEW = {"sapo": sapo, "gmpo": gmpo, "two_sided_clip": two_sided_clip,
-       "clip_cov": lambda *a: clip_cov(*a, ratio=0.3, cov_lb=-1e9, cov_ub=1e9),
-       "kl_cov": lambda *a: kl_cov(*a, ratio=0.3)}
+NEW = {
+    "sapo": sapo,
+    "gmpo": gmpo,
+    "two_sided_clip": two_sided_clip,
+    "clip_cov": lambda *a: clip_cov(*a, ratio=0.3, cov_lb=-1e9, cov_ub=1e9),
+    "kl_cov": lambda *a: kl_cov(*a, ratio=0.3),
+}
 
 
 def _t(x):
@@ -58,8 +62,13 @@ def test_sapo_hand_case():
     #        grad = -4 * 0.7310586 * 0.2689414 * 1.5 * (-1) = 1.1796716 (PPO: -A r = 1.5, SAPO damps it)
     # row 2: padding, NaN everywhere
     logp = _leaf([[0.0], [math.log(1.5)], [NAN]])
-    res, g = _loss_and_grad(lambda *a: sapo(*a, tau_pos=1.0, tau_neg=2.0),
-                            logp, _t([[0.0], [0.0], [NAN]]), _t([[1.0], [-1.0], [INF]]), _t([[1.0], [1.0], [0.0]]))
+    res, g = _loss_and_grad(
+        lambda *a: sapo(*a, tau_pos=1.0, tau_neg=2.0),
+        logp,
+        _t([[0.0], [0.0], [NAN]]),
+        _t([[1.0], [-1.0], [INF]]),
+        _t([[1.0], [1.0], [0.0]]),
+    )
     torch.testing.assert_close(res.loss, _t([[-2.0], [1.4621172], [0.0]]), atol=ATOL, rtol=0)
     torch.testing.assert_close(g, _t([[-1.0], [1.1796716], [0.0]]), atol=ATOL, rtol=0)
     assert not res.clip_low.any() and not res.clip_high.any()
@@ -89,8 +98,9 @@ def test_gmpo_hand_case():
     adv = _t([[1.0, 1.0, 0.0], [-1.0, -1.0, INF]])
     mask = _t([[1, 1, 0], [1, 1, 0]])
     res, g = _loss_and_grad(gmpo, logp, old, adv, mask)
-    torch.testing.assert_close(res.loss, _t([[-1.1618342, -1.1618342, 0.0], [0.9048374, 0.9048374, 0.0]]),
-                               atol=ATOL, rtol=0)
+    torch.testing.assert_close(
+        res.loss, _t([[-1.1618342, -1.1618342, 0.0], [0.9048374, 0.9048374, 0.0]]), atol=ATOL, rtol=0
+    )
     torch.testing.assert_close(g, _t([[0.0, -1.1618342, 0.0], [0.0, 0.9048374, 0.0]]), atol=ATOL, rtol=0)
     assert res.clip_high.tolist() == [[True, False, False], [False, False, False]]
     assert res.clip_low.tolist() == [[False, False, False], [True, False, False]]
@@ -253,19 +263,28 @@ def test_token_priorities_follow_their_row_and_the_step():
 # ---------------------------------------------------------------- the engine: selections over the whole step
 ROWS = [1, 6, 3, 2, 5, 4, 6, 2]
 PROMPTS8 = ["1+1", "What is 12 + 30?", "hi", "a much longer prompt", "7 * 6 =", "2+2", "ok", "9-3"]
-SELECTING = {"clip_cov": {"name": "clip_cov", "ratio": 0.15, "cov_lb": -1.0e9, "cov_ub": 1.0e9},
-             "kl_cov": {"name": "kl_cov", "ratio": 0.15, "beta": 1.0}}
+SELECTING = {
+    "clip_cov": {"name": "clip_cov", "ratio": 0.15, "cov_lb": -1.0e9, "cov_ub": 1.0e9},
+    "kl_cov": {"name": "kl_cov", "ratio": 0.15, "beta": 1.0},
+}
 
 
 def _step(clip: dict, micro_batch: int) -> dict[str, torch.Tensor]:
     model, tok = tiny_model_and_tokenizer(seed=0)
     batch = make_batch(tok, seed=3, lengths=ROWS, prompts=PROMPTS8)
     g = torch.Generator().manual_seed(11)  # old log-probs != the policy's, so the ratios (and kl_cov's |log r|) act
-    batch = dataclasses.replace(batch, logp_old=torch.where(batch.loss_mask, -4.0 + torch.randn(batch.loss_mask.shape,
-                                                                                              generator=g), 0.0))
+    batch = dataclasses.replace(
+        batch, logp_old=torch.where(batch.loss_mask, -4.0 + torch.randn(batch.loss_mask.shape, generator=g), 0.0)
+    )
     slots = Slots.of(load_variant("grpo", {"kl": "none", "aggregate": "token_mean", "clip": clip}))
-    update(batch, Models(policy=model, tokenizer=tok, reference=None), slots, settings(micro_batch=micro_batch),
-           torch.optim.SGD(model.parameters(), lr=1.0), None)
+    update(
+        batch,
+        Models(policy=model, tokenizer=tok, reference=None),
+        slots,
+        settings(micro_batch=micro_batch),
+        torch.optim.SGD(model.parameters(), lr=1.0),
+        None,
+    )
     return {k: v.detach().clone() for k, v in model.named_parameters()}
 
 
@@ -289,16 +308,21 @@ def test_the_step_view_is_data_not_a_hyperparameter():
 # ---------------------------------------------------------------- the named variants, with updates that move the ratio
 @pytest.mark.parametrize("variant", ["sapo", "gmpo", "cispo", "clip_cov", "kl_cov"])
 def test_each_variant_trains_two_steps_with_two_minibatches(variant, tiny_model_dir, tmp_path):
+    from conftest import tiny_run_config
     from safetensors.torch import load_file
 
-    from conftest import tiny_run_config
     from zoo.checks.variant import check_variant
     from zoo.run.trainer import train
 
     v = load_variant(variant)
     assert check_variant(v).ok and v.sources.get("clip"), variant
-    cfg = tiny_run_config(tiny_model_dir, tmp_path / variant, variant=variant,
-                          budget={"updates": {"epochs": 1, "minibatches": 2}}, eval={"enabled": False})
+    cfg = tiny_run_config(
+        tiny_model_dir,
+        tmp_path / variant,
+        variant=variant,
+        budget={"updates": {"epochs": 1, "minibatches": 2}},
+        eval={"enabled": False},
+    )
     summary = train(cfg, progress=False)
     assert summary["status"] == "finished" and summary["steps"] == 2
     assert math.isfinite(summary["loss/policy"])

@@ -1,5 +1,6 @@
 """Rollout corrections (zoo/components/correction.py) on hand-worked cases, and the mismatch metrics
 (zoo/step/mismatch.py) on their own and through one update of the tiny model."""
+
 import copy
 import math
 
@@ -7,9 +8,9 @@ import pytest
 import torch
 from test_engine import make_batch, params, settings, slots_for
 
+from zoo.components import StepCounts, TermInputs
 from zoo.core import registry
 from zoo.core.batch import replace
-from zoo.components import StepCounts, TermInputs
 from zoo.core.registry import ComponentError
 from zoo.step.forwards import rollout_forwards
 from zoo.step.logprobs import token_logprobs
@@ -30,8 +31,14 @@ MASK = torch.tensor([[1, 1, 1], [1, 1, 0]], dtype=torch.bool)
 
 
 def inputs(old=OLD, roll=ROLL, mask=MASK, logp=None) -> TermInputs:
-    return TermInputs(logp=old.clone() if logp is None else logp, logp_old=old, advantages=torch.zeros_like(old),
-                      mask=mask, counts=StepCounts.of(mask), logp_rollout=roll)
+    return TermInputs(
+        logp=old.clone() if logp is None else logp,
+        logp_old=old,
+        advantages=torch.zeros_like(old),
+        mask=mask,
+        counts=StepCounts.of(mask),
+        logp_rollout=roll,
+    )
 
 
 def weight(spec, inp=None) -> torch.Tensor:
@@ -66,8 +73,15 @@ def test_weights_on_the_hand_worked_case(spec, want):
     assert not w.requires_grad
 
 
-ALL_SPECS = ["tis", {"name": "tis", "level": "sequence"}, "mis", {"name": "mis", "level": "sequence"},
-             "rs", {"name": "rs", "level": "sequence"}, {"name": "rs", "level": "geometric", "c_high": 1.001}]
+ALL_SPECS = [
+    "tis",
+    {"name": "tis", "level": "sequence"},
+    "mis",
+    {"name": "mis", "level": "sequence"},
+    "rs",
+    {"name": "rs", "level": "sequence"},
+    {"name": "rs", "level": "geometric", "c_high": 1.001},
+]
 
 
 @pytest.mark.parametrize("spec", ALL_SPECS, ids=str)
@@ -85,8 +99,9 @@ def test_sequence_level_is_clamped_in_log_space():
     # (exp(min(120, log 2)) = 2); a masked weight of a tiny product stays finite (exp(-20), verl's bound)
     old = torch.tensor([[0.0, 0.0, 0.0]])
     mask = torch.ones(1, 3, dtype=torch.bool)
-    assert torch.equal(weight({"name": "tis", "level": "sequence"}, inputs(old, old - 40.0, mask)),
-                       torch.full((1, 3), 2.0))
+    assert torch.equal(
+        weight({"name": "tis", "level": "sequence"}, inputs(old, old - 40.0, mask)), torch.full((1, 3), 2.0)
+    )
     w = weight({"name": "mis", "level": "sequence"}, inputs(old, old + 40.0, mask))  # product exp(-120) <= 3: kept
     torch.testing.assert_close(w, torch.full((1, 3), math.exp(-20.0)))
 
@@ -111,14 +126,17 @@ def test_no_sampler_logprobs_is_a_clear_error():
         weight("tis", inp)
 
 
-@pytest.mark.parametrize("spec,msg", [
-    ({"name": "tis", "C": 0.5}, "C must be a finite number >= 1"),
-    ({"name": "tis", "level": "geometric"}, "level must be one of token, sequence"),
-    ({"name": "mis", "c_low": 1.5}, "0 <= c_low <= 1 <= c_high"),
-    ({"name": "mis", "c_high": 0.9}, "0 <= c_low <= 1 <= c_high"),
-    ({"name": "rs", "c_high": 0.5}, "c_high must be a number >= 1"),
-    ({"name": "rs", "level": "row"}, "level must be one of token, sequence, geometric"),
-])
+@pytest.mark.parametrize(
+    "spec,msg",
+    [
+        ({"name": "tis", "C": 0.5}, "C must be a finite number >= 1"),
+        ({"name": "tis", "level": "geometric"}, "level must be one of token, sequence"),
+        ({"name": "mis", "c_low": 1.5}, "0 <= c_low <= 1 <= c_high"),
+        ({"name": "mis", "c_high": 0.9}, "0 <= c_low <= 1 <= c_high"),
+        ({"name": "rs", "c_high": 0.5}, "c_high must be a number >= 1"),
+        ({"name": "rs", "level": "row"}, "level must be one of token, sequence, geometric"),
+    ],
+)
 def test_bad_parameters_are_rejected_when_built(spec, msg):
     with pytest.raises(ComponentError, match=msg):
         registry.build("correction", spec)
@@ -183,7 +201,9 @@ def _engine_case():
     return model, tok, batch, old, roll
 
 
-@pytest.mark.parametrize("level,micro_batch", [("token", 1), ("token", 2), ("token", 5), ("sequence", 1), ("sequence", 5)])
+@pytest.mark.parametrize(
+    "level,micro_batch", [("token", 1), ("token", 2), ("token", 5), ("sequence", 1), ("sequence", 5)]
+)
 def test_one_update_with_tis_weights_the_loss_by_hand(level, micro_batch):
     model, tok, batch, old, roll = _engine_case()
     batch = replace(batch, logp_old=old, logp_rollout=roll)
@@ -207,8 +227,9 @@ def test_one_update_with_tis_weights_the_loss_by_hand(level, micro_batch):
     want = {k: start[k] - p.grad for k, p in ref.named_parameters()}
 
     models = Models(policy=model, tokenizer=tok, reference=None)
-    out = update(batch, models, slots, settings(micro_batch=micro_batch), torch.optim.SGD(model.parameters(), lr=1.0),
-                 None)
+    out = update(
+        batch, models, slots, settings(micro_batch=micro_batch), torch.optim.SGD(model.parameters(), lr=1.0), None
+    )
     assert out["loss/policy"] == pytest.approx(float(want_loss.detach()), rel=1e-5, abs=1e-7)
     got = params(model)
     for k in want:
@@ -233,8 +254,9 @@ def test_mismatch_is_logged_without_a_correction_from_the_update_forward():
     s = settings(micro_batch=2)
     models = Models(policy=model, tokenizer=tok, reference=None)
     assert rollout_forwards(batch, models, slots_for(), s).logp_old is None  # the shortcut stays
-    out = update(replace(batch, logp_rollout=roll), models, slots_for(), s,
-                 torch.optim.SGD(model.parameters(), lr=1.0), None)
+    out = update(
+        replace(batch, logp_rollout=roll), models, slots_for(), s, torch.optim.SGD(model.parameters(), lr=1.0), None
+    )
     m = batch.loss_mask
     d = torch.where(m, torch.nan_to_num(roll) - old, torch.zeros_like(old))
     assert out["rollout/mismatch_kl"] == pytest.approx(float((torch.exp(-d) - 1 + d)[m].mean()), rel=1e-4)
@@ -270,6 +292,7 @@ def test_a_run_logs_the_mismatch_and_the_weights(tiny_model_dir, tmp_path):
     weights (capped at C = 2)."""
     _needs_generators()
     from conftest import tiny_run_config
+
     from zoo.run.trainer import train
 
     one = {"budget": {"steps": 1}}
@@ -277,8 +300,13 @@ def test_a_run_logs_the_mismatch_and_the_weights(tiny_model_dir, tmp_path):
     r = _step_record(tmp_path / "hf")
     assert 0 <= r["rollout/mismatch_kl"] < 1e-4
     assert "rollout/weight_mean" not in r
-    cfg = tiny_run_config(tiny_model_dir, tmp_path / "noisy", **one, sampling={"backend": {"name": "noisy", "sigma": 1.0}},
-                          set={"correction": [{"name": "tis", "C": 2.0}]})
+    cfg = tiny_run_config(
+        tiny_model_dir,
+        tmp_path / "noisy",
+        **one,
+        sampling={"backend": {"name": "noisy", "sigma": 1.0}},
+        set={"correction": [{"name": "tis", "C": 2.0}]},
+    )
     train(cfg, progress=False)
     r = _step_record(tmp_path / "noisy")
     assert r["rollout/mismatch_kl"] > 1e-2

@@ -1,10 +1,11 @@
 """Clipped value loss: hand-worked value and gradient, padding, step-share."""
+
 import pytest
 import torch
 
 from zoo.components.critic import clipped_value
-from zoo.core.types import StepCounts
 from zoo.core.registry import ComponentError, build
+from zoo.core.types import StepCounts
 
 
 def _t(x):

@@ -1,6 +1,7 @@
 """Entropy mechanisms (zoo/components/entropy.py): the high-entropy token selection (arXiv:2506.01939,
 TRL's quantile rule) on hand-worked cases and through the update, and Skywork-OR1's adaptive entropy
 controller (arXiv:2505.22312 §3.2.4) step by step and through a checkpoint."""
+
 from __future__ import annotations
 
 import copy
@@ -8,18 +9,17 @@ import math
 
 import pytest
 import torch
+from test_engine import make_batch, settings
 
-from zoo.core import registry
+from zoo.checks.variant import check_variant
 from zoo.components import StepCounts, StepView, TermInputs
 from zoo.components.entropy import AdaptiveEntropy, linear_quantile, top_entropy_mask
-from zoo.checks.variant import check_variant
 from zoo.config.variant import load_variant
+from zoo.core import registry
 from zoo.step.logprobs import token_logprobs
 from zoo.step.types import Models, Slots
 from zoo.step.update import update
 from zoo.testing import tiny_model_and_tokenizer
-
-from test_engine import make_batch, settings
 
 NAN, INF = float("nan"), float("inf")
 # two rows, 3 and 2 real tokens; the padded slot of row 1 holds garbage
@@ -35,13 +35,16 @@ def test_linear_quantile_is_torch_quantile():
         linear_quantile(x, 1.5)
 
 
-@pytest.mark.parametrize("rho,kept", [
-    # real entropies sorted: 0.1 0.3 0.5 0.7 0.9 (n = 5), threshold = quantile at q = 1 - rho, position q * 4
-    (0.2, [[0, 0, 1], [0, 0, 0]]),  # q 0.8, pos 3.2: 0.7 + 0.2 * (0.9 - 0.7) = 0.74 -> only 0.9 (1 of 5 = 20%)
-    (0.5, [[0, 1, 1], [0, 1, 0]]),  # q 0.5, pos 2: 0.5 exactly -> 0.5 (the tie is kept), 0.7, 0.9
-    (0.0, [[0, 0, 1], [0, 0, 0]]),  # q 1: the maximum 0.9 (TRL: "0.0 masks all but the highest entropy token")
-    (1.0, [[1, 1, 1], [1, 1, 0]]),  # q 0: the minimum 0.1 -> every real token, never the padding
-])
+@pytest.mark.parametrize(
+    "rho,kept",
+    [
+        # real entropies sorted: 0.1 0.3 0.5 0.7 0.9 (n = 5), threshold = quantile at q = 1 - rho, position q * 4
+        (0.2, [[0, 0, 1], [0, 0, 0]]),  # q 0.8, pos 3.2: 0.7 + 0.2 * (0.9 - 0.7) = 0.74 -> only 0.9 (1 of 5 = 20%)
+        (0.5, [[0, 1, 1], [0, 1, 0]]),  # q 0.5, pos 2: 0.5 exactly -> 0.5 (the tie is kept), 0.7, 0.9
+        (0.0, [[0, 0, 1], [0, 0, 0]]),  # q 1: the maximum 0.9 (TRL: "0.0 masks all but the highest entropy token")
+        (1.0, [[1, 1, 1], [1, 1, 0]]),  # q 0: the minimum 0.1 -> every real token, never the padding
+    ],
+)
 def test_top_entropy_mask_hand_worked(rho, kept):
     assert top_entropy_mask(ENT, MASK, rho).int().tolist() == kept
 
@@ -70,8 +73,9 @@ def test_no_real_token_selects_nothing():
 def _inputs(entropy: torch.Tensor) -> TermInputs:
     z = torch.zeros(2, 3)
     view = StepView({"mask": MASK, "advantages": z, "logp_old": z, "entropy": entropy}, torch.tensor([1]))
-    return TermInputs(logp=z[1:], logp_old=z[1:], advantages=z[1:], mask=MASK[1:], counts=StepCounts.of(MASK),
-                      step=view)
+    return TermInputs(
+        logp=z[1:], logp_old=z[1:], advantages=z[1:], mask=MASK[1:], counts=StepCounts.of(MASK), step=view
+    )
 
 
 def test_the_correction_returns_the_micro_batch_slice_of_the_step_selection():
@@ -91,8 +95,14 @@ def _slots(rho: float = 0.3, scope: str = "step", corrections: bool = True) -> S
 
 def _after_update(micro_batch: int, slots: Slots) -> dict[str, torch.Tensor]:
     model, tok = tiny_model_and_tokenizer(seed=0)
-    update(make_batch(tok, seed=3), Models(policy=model, tokenizer=tok, reference=None), slots,
-           settings(micro_batch=micro_batch), torch.optim.SGD(model.parameters(), lr=1.0), None)
+    update(
+        make_batch(tok, seed=3),
+        Models(policy=model, tokenizer=tok, reference=None),
+        slots,
+        settings(micro_batch=micro_batch),
+        torch.optim.SGD(model.parameters(), lr=1.0),
+        None,
+    )
     return {k: v.detach().clone() for k, v in model.named_parameters()}
 
 
@@ -103,8 +113,9 @@ def test_the_update_equals_the_hand_written_selected_loss():
     model, tok = tiny_model_and_tokenizer(seed=0)
     ref = copy.deepcopy(model)
     batch = make_batch(tok, seed=3)
-    logp, ent = token_logprobs(ref, batch.input_ids(), batch.attention_mask(), batch.completion_ids.shape[1],
-                               with_entropy=True)
+    logp, ent = token_logprobs(
+        ref, batch.input_ids(), batch.attention_mask(), batch.completion_ids.shape[1], with_entropy=True
+    )
     sel = top_entropy_mask(ent.detach(), batch.loss_mask, 0.3)  # [N, T]
     assert 0 < sel.sum() < batch.loss_mask.sum()
     loss = torch.where(sel, -batch.advantages * logp, torch.zeros_like(logp)).sum() / batch.loss_mask.sum()
@@ -135,12 +146,12 @@ def test_controller_moves_as_the_paper_states():
     c = registry.build("controller", "adaptive_entropy")()
     assert c.coefficients() == {"entropy_bonus": {"coef": 0.0}}  # nothing measured yet: off
     steps = [
-        (0.5, 0.0, 0.0),     # above target: c - delta clamped at 0; off
+        (0.5, 0.0, 0.0),  # above target: c - delta clamped at 0; off
         (0.1, 0.005, 0.005),  # below: c + delta; on
         (0.1, 0.010, 0.010),
         (0.2, 0.010, 0.010),  # at the target: c unchanged; on (<=)
-        (0.3, 0.005, 0.0),    # above: c - delta, kept in the state, but the bonus is off
-        (NAN, 0.005, 0.0),    # nothing measured (no tokens): unchanged
+        (0.3, 0.005, 0.0),  # above: c - delta, kept in the state, but the bonus is off
+        (NAN, 0.005, 0.0),  # nothing measured (no tokens): unchanged
     ]
     for e, coef, used in steps:
         c.update({"entropy": e}, 10.0, 2.0)
@@ -169,8 +180,10 @@ def test_controller_hyperparameters_are_checked():
 
 def test_validate_rejects_a_controller_whose_term_is_missing():
     rep = check_variant(load_variant("grpo", {"controllers": [{"name": "adaptive_entropy"}]}))
-    assert any("'adaptive_entropy' sets 'entropy_bonus.coef', but slots.loss has no 'entropy_bonus' term" in e
-               for e in rep.errors), rep.errors
+    assert any(
+        "'adaptive_entropy' sets 'entropy_bonus.coef', but slots.loss has no 'entropy_bonus' term" in e
+        for e in rep.errors
+    ), rep.errors
     assert check_variant(load_variant("skywork_or1")).ok
 
 
@@ -178,11 +191,16 @@ def test_skywork_or1_trains_and_logs_the_coefficient(tiny_model_dir, tmp_path):
     """Target 10 nats, above a random tiny model's entropy: the coefficient rises by delta per step and
     the bonus is on from the second step (the first is gated on an entropy not yet measured)."""
     from conftest import tiny_run_config
-    from zoo.run.trainer import train
-    from zoo.run.tracking import read_jsonl
 
-    cfg = tiny_run_config(tiny_model_dir, tmp_path / "sky", variant="skywork_or1",
-                          set={"controllers": [{"name": "adaptive_entropy", "target": 10.0, "delta": 0.01}]})
+    from zoo.run.tracking import read_jsonl
+    from zoo.run.trainer import train
+
+    cfg = tiny_run_config(
+        tiny_model_dir,
+        tmp_path / "sky",
+        variant="skywork_or1",
+        set={"controllers": [{"name": "adaptive_entropy", "target": 10.0, "delta": 0.01}]},
+    )
     summary = train(cfg, progress=False)
     assert summary["status"] == "finished" and summary["steps"] == 2
     recs = [r for r in read_jsonl(tmp_path / "sky" / "metrics.jsonl") if "loss/policy" in r]

@@ -1,5 +1,6 @@
 """Dynamic sampling (DAPO §3.2): whole groups kept iff their metric values are not all equal (for
 accuracy: 0 < mean < 1); row-order invariant; the metric it names is checked against the rewards."""
+
 from types import SimpleNamespace
 
 import pytest
@@ -7,8 +8,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zoo.components.filter import dynamic_sampling, step_metric_kinds
 from zoo.checks.reward_reads import check_reward_reads
+from zoo.components.filter import dynamic_sampling, step_metric_kinds
 from zoo.core.registry import ComponentError, build
 from zoo.rewards import resolve_rewards
 
@@ -74,17 +75,28 @@ def rewards(*specs):
 
 def test_step_metric_kinds_from_the_rewards():
     assert step_metric_kinds(rewards("correctness", "format")) == {
-        "correctness": True, "format": True, "accuracy": True, "reward": True}
+        "correctness": True,
+        "format": True,
+        "accuracy": True,
+        "reward": True,
+    }
     assert step_metric_kinds(rewards("format", {"name": "length", "scale": 10.0})) == {
-        "format": True, "length": False, "reward": False}
+        "format": True,
+        "length": False,
+        "reward": False,
+    }
 
 
 @pytest.mark.parametrize(
     "metric, specs, error, warning",
     [
         ("accuracy", ["correctness"], None, None),
-        ("accuracy", ["format"], "metric 'accuracy' will not exist (it needs a `correctness` reward); "
-                                 "the step's metrics are format, reward", None),
+        (
+            "accuracy",
+            ["format"],
+            "metric 'accuracy' will not exist (it needs a `correctness` reward); the step's metrics are format, reward",
+            None,
+        ),
         ("acuracy", ["correctness"], "metric 'acuracy' will not exist (no reward produces it)", None),
         ("format", ["correctness", "format"], None, None),
         ("length", ["correctness", "length"], None, "metric 'length' is continuous"),
@@ -95,8 +107,11 @@ def test_check_filter_metrics(metric, specs, error, warning):
     slots = SimpleNamespace(filter=[{"name": "dynamic_sampling", "metric": metric}])
     errors, warnings = check_reward_reads(slots, rewards(*specs))
     assert (len(errors) == 1 and errors[0].startswith(f"filter dynamic_sampling: {error}")) if error else errors == []
-    assert (len(warnings) == 1 and warning in warnings[0] and "keeps nearly every group" in warnings[0]) if warning \
+    assert (
+        (len(warnings) == 1 and warning in warnings[0] and "keeps nearly every group" in warnings[0])
+        if warning
         else warnings == []
+    )
 
 
 def test_reward_reads_of_length_rewards_and_loss_columns():
@@ -104,10 +119,16 @@ def test_reward_reads_of_length_rewards_and_loss_columns():
     `column` (0-based, in the order of `rewards:`). Both are errors before any model loads."""
     slots = SimpleNamespace(length=[{"name": "kimi_length"}], loss=[{"name": "nll_positive", "column": 1}])
     errors, warnings = check_reward_reads(slots, rewards("format"))
-    assert errors == ["length kimi_length: metric 'accuracy' will not exist (it needs a `correctness` reward); "
-                      "the step's metrics are format, reward",
-                      "loss nll_positive: column 1 does not exist; the run has 1 reward column(s), numbered 0 .. 0 "
-                      "in the order of the run file's `rewards:`"] and warnings == []
+    assert (
+        errors
+        == [
+            "length kimi_length: metric 'accuracy' will not exist (it needs a `correctness` reward); "
+            "the step's metrics are format, reward",
+            "loss nll_positive: column 1 does not exist; the run has 1 reward column(s), numbered 0 .. 0 "
+            "in the order of the run file's `rewards:`",
+        ]
+        and warnings == []
+    )
     assert check_reward_reads(slots, rewards("format", "correctness")) == ([], [])  # column 1: correctness
     # a continuous metric: kimi_length reads 1.0 as correct, so nearly every row would be incorrect
     slots = SimpleNamespace(length=[{"name": "kimi_length", "metric": "length"}])
@@ -116,6 +137,8 @@ def test_reward_reads_of_length_rewards_and_loss_columns():
     # nll_positive's default column 0 pointing at the length reward: a warning naming the right column
     slots = SimpleNamespace(loss=[{"name": "nll_positive"}])
     errors, warnings = check_reward_reads(slots, rewards({"name": "length", "scale": 10.0}, "correctness"))
-    assert errors == [] and warnings == ["loss nll_positive: column 0 is 'length', not a correctness reward, yet a "
-                                         "row counts as correct when its score is >= the threshold: set column: 1 "
-                                         "(correctness)"]
+    assert errors == [] and warnings == [
+        "loss nll_positive: column 0 is 'length', not a correctness reward, yet a "
+        "row counts as correct when its score is >= the threshold: set column: 1 "
+        "(correctness)"
+    ]

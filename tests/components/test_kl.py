@@ -1,4 +1,5 @@
 """KL estimators (C13), the masked application, the in-reward term, placement parsing, adaptive beta."""
+
 import math
 
 import pytest
@@ -105,7 +106,9 @@ def test_kl_slot_parsing():
     assert Slots(**others, kl="none").kl_spec() == KLSpec(placement="none")
     grpo = Slots(**others, kl={"placement": "loss", "estimator": "k3", "beta": 0.04}).kl_spec()
     assert (grpo.placement, grpo.estimator, grpo.beta, grpo.adaptive) == ("loss", "k3", 0.04, None)
-    ppo = Slots(**others, kl={"placement": "reward", "estimator": "k1", "beta": 0.05, "adaptive": {"target": 6}}).kl_spec()
+    ppo = Slots(
+        **others, kl={"placement": "reward", "estimator": "k1", "beta": 0.05, "adaptive": {"target": 6}}
+    ).kl_spec()
     assert ppo.adaptive.target == 6.0 and ppo.adaptive.horizon == 10_000
 
 

@@ -1,10 +1,11 @@
 """Length shaping: case C12 (DAPO eq. 13), parameter checks, overlong filtering."""
+
 import pytest
 import torch
 
 from zoo.components.length import overlong_filter, overlong_soft
-from zoo.core.types import LengthResult, LengthRows
 from zoo.core.registry import ComponentError, available, build
+from zoo.core.types import LengthResult, LengthRows
 
 LENGTHS = torch.tensor([100, 384, 448, 512, 600])
 
@@ -74,8 +75,9 @@ def test_overlong_filter_keeps_untruncated():
 def kimi(lengths, gids, acc, **params):
     rows = LengthRows(group_ids=torch.tensor(gids), metrics={"accuracy": torch.tensor(acc)})
     n = len(lengths)
-    return build("length", {"name": "kimi_length", **params})(torch.tensor(lengths), torch.zeros(n, dtype=torch.bool),
-                                                               512, rows).column
+    return build("length", {"name": "kimi_length", **params})(
+        torch.tensor(lengths), torch.zeros(n, dtype=torch.bool), 512, rows
+    ).column
 
 
 def test_kimi_length_hand_worked():

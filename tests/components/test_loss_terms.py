@@ -1,19 +1,19 @@
 """The loss as terms (issue 9, Part 3): the kl: slot desugared into the `kl` loss term / the
 kl_reward stage / the `adaptive_kl` controller, the entropy bonus as a loss term, own aggregation,
 corrections, and the errors for what users may not write."""
+
 import math
 
 import pytest
 import torch
+from test_engine import make_batch, settings
 
-from zoo.core import registry
 from zoo.components import StepCounts, TermInputs, TermResult
+from zoo.config.variant import VariantError, load_variant
+from zoo.core import registry
 from zoo.step.types import Models, Slots
 from zoo.step.update import update
 from zoo.testing import tiny_model_and_tokenizer
-from zoo.config.variant import VariantError, load_variant
-
-from test_engine import make_batch, settings
 
 
 def test_kl_slot_becomes_the_kl_term_or_the_reward_stage_and_a_controller():
@@ -29,7 +29,9 @@ def test_kl_slot_becomes_the_kl_term_or_the_reward_stage_and_a_controller():
 
 @pytest.mark.parametrize("slot,name", [("loss", "kl"), ("controllers", "adaptive_kl")])
 def test_writing_kl_or_adaptive_kl_by_hand_is_an_error(slot, name):
-    with pytest.raises(VariantError, match=rf"grpo.yaml \(overrides\)|grpo.yaml: key 'slots.{slot}': '{name}' comes from the kl: slot"):
+    with pytest.raises(
+        VariantError, match=rf"grpo.yaml \(overrides\)|grpo.yaml: key 'slots.{slot}': '{name}' comes from the kl: slot"
+    ):
         load_variant("grpo", {slot: [{"name": name}]})
     with pytest.raises(VariantError, match=rf"key 'slots.{slot}': '{name}' comes from the kl: slot"):
         load_variant("grpo", {slot: [name]})
@@ -38,10 +40,15 @@ def test_writing_kl_or_adaptive_kl_by_hand_is_an_error(slot, name):
 def test_entropy_coef_is_an_error_that_names_the_loss_term(tmp_path):
     p = tmp_path / "v.yaml"
     p.write_text("name: v\nbase: grpo\nentropy_coef: 0.01\n")
-    with pytest.raises(VariantError, match=r"v.yaml: key 'entropy_coef' was replaced by a loss term: write "
-                                           r"`slots: \{loss: \[\{name: entropy_bonus, coef: 0.01\}\]\}`"):
+    with pytest.raises(
+        VariantError,
+        match=r"v.yaml: key 'entropy_coef' was replaced by a loss term: write "
+        r"`slots: \{loss: \[\{name: entropy_bonus, coef: 0.01\}\]\}`",
+    ):
         load_variant(p)
-    with pytest.raises(VariantError, match="entropy_coef was replaced by the loss term entropy_bonus: set loss.entropy_bonus.coef"):
+    with pytest.raises(
+        VariantError, match="entropy_coef was replaced by the loss term entropy_bonus: set loss.entropy_bonus.coef"
+    ):
         load_variant("grpo", {"entropy_coef": 0.01})
 
 
@@ -55,8 +62,14 @@ def test_a_list_slot_item_is_addressed_by_name():
 def test_entropy_bonus_per_token_value():
     ent = torch.tensor([[0.5, 2.0, 9.0]])
     mask = torch.tensor([[True, True, False]])
-    inp = TermInputs(logp=torch.zeros(1, 3), logp_old=torch.zeros(1, 3), advantages=torch.zeros(1, 3), mask=mask,
-                     counts=StepCounts.of(mask), entropy=ent)
+    inp = TermInputs(
+        logp=torch.zeros(1, 3),
+        logp_old=torch.zeros(1, 3),
+        advantages=torch.zeros(1, 3),
+        mask=mask,
+        counts=StepCounts.of(mask),
+        entropy=ent,
+    )
     out = registry.build("loss", {"name": "entropy_bonus", "coef": 0.1})(inp)
     assert out.loss[0].tolist() == pytest.approx([-0.05, -0.2, 0.0])  # padding 0, not -0.9
 
@@ -81,7 +94,9 @@ def test_entropy_bonus_term_adds_minus_coef_times_the_token_mean_entropy():
 @registry.register("loss", "test_const_own_agg", aggregate="token_mean")
 def _const_own(inp: TermInputs, *, value: float = 1.0) -> TermResult:
     """A constant per-token loss aggregated with its own rule (token_mean) whatever the variant's."""
-    return TermResult(torch.where(inp.mask, torch.full_like(inp.logp, value), torch.zeros_like(inp.logp)) + 0 * inp.logp)
+    return TermResult(
+        torch.where(inp.mask, torch.full_like(inp.logp, value), torch.zeros_like(inp.logp)) + 0 * inp.logp
+    )
 
 
 @registry.register("correction", "test_half")

@@ -1,16 +1,17 @@
 """Normalizers: cases C1 (per-group statistics, row order), C16 (GDPO over completions), C17
 (the all-alike tolerance), batch whitening, NaN rows, padding."""
+
 import math
 
 import pytest
 import torch
 
+from zoo.checks.variant import check_variant
 from zoo.components.objective import combine_objectives
 from zoo.components.stats import group_constant
-from zoo.core.types import AdvantageInputs
-from zoo.core.registry import ComponentError, build
-from zoo.checks.variant import check_variant
 from zoo.config.variant import build_components, load_variant
+from zoo.core.registry import ComponentError, build
+from zoo.core.types import AdvantageInputs
 
 NAN = float("nan")
 
@@ -145,8 +146,9 @@ def gdpo_pipeline(objectives, group_ids, lengths, **normalizer):
     return comps["normalizer"](adv, mask, gids), mask
 
 
-C16 = dict(objectives=[[1.0], [1.0], [1.0], [1.0], [0.0], [0.0]], group_ids=[0, 0, 0, 1, 1, 1],
-           lengths=[2, 5, 1, 4, 1, 3])
+C16 = dict(
+    objectives=[[1.0], [1.0], [1.0], [1.0], [0.0], [0.0]], group_ids=[0, 0, 0, 1, 1, 1], lengths=[2, 5, 1, 4, 1, 3]
+)
 
 
 def test_c16_gdpo_all_alike_group_is_exactly_zero_with_unequal_lengths():

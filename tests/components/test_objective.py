@@ -1,4 +1,5 @@
 """Objective normalisation and combination: case C15 (MO-GRPO vs GRPO) and properties."""
+
 import math
 
 import pytest
@@ -7,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zoo.components.objective import combine_objectives
-from zoo.core.types import AdvantageInputs
 from zoo.core.registry import ComponentError, build
+from zoo.core.types import AdvantageInputs
 
 NAN = float("nan")
 C15 = torch.tensor([[1.0, 1.0], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0]])  # correctness, format

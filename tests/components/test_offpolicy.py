@@ -2,14 +2,15 @@
 (zoo/components/clip_divergence.py) and the `off_policy_sequence_mask` correction
 (zoo/components/correction_offpolicy.py), on hand-worked cases, against verl / TRL when those are
 importable (PYTHONPATH=/work/peers), and through the trainer with the `noisy` generator."""
+
 import math
 
 import pytest
 import torch
 
-from zoo.core import registry
 from zoo.components import StepCounts, TermInputs
 from zoo.config.variant import load_variant
+from zoo.core import registry
 
 NAN, INF = float("nan"), float("inf")
 ln = math.log
@@ -53,12 +54,18 @@ def run_dppo(spec, case=None, anchor_old=None):
     return res, logp.grad
 
 
-@pytest.mark.parametrize("spec, keep, w", [
-    ("dppo", [[0, 1, 1], [0, 1, 0]], [[1.6, 1.2, 2.0], [0.4, 1.25, 0]]),
-    ({"name": "dppo", "C": 1.5}, [[0, 1, 1], [0, 1, 0]], [[1.5, 1.2, 1.5], [0.4, 1.25, 0]]),
-    ({"name": "dppo", "divergence": "kl", "delta_low": 0.03, "delta_high": 0.03}, [[0, 1, 0], [0, 1, 0]],
-     [[1.6, 1.2, 2.0], [0.4, 1.25, 0]]),
-])
+@pytest.mark.parametrize(
+    "spec, keep, w",
+    [
+        ("dppo", [[0, 1, 1], [0, 1, 0]], [[1.6, 1.2, 2.0], [0.4, 1.25, 0]]),
+        ({"name": "dppo", "C": 1.5}, [[0, 1, 1], [0, 1, 0]], [[1.5, 1.2, 1.5], [0.4, 1.25, 0]]),
+        (
+            {"name": "dppo", "divergence": "kl", "delta_low": 0.03, "delta_high": 0.03},
+            [[0, 1, 0], [0, 1, 0]],
+            [[1.6, 1.2, 2.0], [0.4, 1.25, 0]],
+        ),
+    ],
+)
 def test_dppo_hand_worked(spec, keep, w):
     res, grad = run_dppo(spec)
     keep, w = torch.tensor(keep, dtype=torch.float), torch.tensor(w)
@@ -123,10 +130,12 @@ def test_dppo_errors_and_data_is_not_a_hyperparameter():
         registry.build("clip", "dppo")(logp, old, adv, MASK)
     with pytest.raises(registry.ComponentError, match="unknown parameter 'logp_rollout'"):
         registry.build("clip", {"name": "dppo", "logp_rollout": None})
-    for bad, msg in (({"divergence": "js"}, "divergence must be one of tv, kl"),
-                     ({"anchor": "ref"}, "anchor must be one of rollout, old"),
-                     ({"delta_low": 0}, "delta_low must be a finite number > 0"),
-                     ({"C": 0.5}, "C must be a finite number >= 1 or null")):
+    for bad, msg in (
+        ({"divergence": "js"}, "divergence must be one of tv, kl"),
+        ({"anchor": "ref"}, "anchor must be one of rollout, old"),
+        ({"delta_low": 0}, "delta_low must be a finite number > 0"),
+        ({"C": 0.5}, "C must be a finite number >= 1 or null"),
+    ):
         with pytest.raises((ValueError, registry.ComponentError), match=msg):
             registry.build("clip", {"name": "dppo", **bad})
     assert "logp_rollout" not in registry.build("clip", "dppo").resolved()
@@ -145,8 +154,9 @@ M3 = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 1, 1]], dtype=torch.bool)
 
 def opsm_inputs(logp=LOGP, roll=None, adv=ADV, mask=M3):
     roll = LOGP + D if roll is None else roll
-    return TermInputs(logp=logp, logp_old=logp, advantages=adv, mask=mask, counts=StepCounts.of(mask),
-                      logp_rollout=roll)
+    return TermInputs(
+        logp=logp, logp_old=logp, advantages=adv, mask=mask, counts=StepCounts.of(mask), logp_rollout=roll
+    )
 
 
 def test_off_policy_sequence_mask_hand_worked():
@@ -182,7 +192,8 @@ def test_off_policy_sequence_mask_padding_and_permutation_and_on_policy():
 def test_off_policy_sequence_mask_errors():
     with pytest.raises(ValueError, match="needs the sampler's log-probs"):
         registry.build("correction", "off_policy_sequence_mask")(
-            TermInputs(logp=LOGP, logp_old=LOGP, advantages=ADV, mask=M3, counts=StepCounts.of(M3)))
+            TermInputs(logp=LOGP, logp_old=LOGP, advantages=ADV, mask=M3, counts=StepCounts.of(M3))
+        )
     with pytest.raises((ValueError, registry.ComponentError), match="delta must be a finite number > 0"):
         registry.build("correction", {"name": "off_policy_sequence_mask", "delta": -1})
 
@@ -207,15 +218,17 @@ def test_dppo_matches_verl(divergence, delta):
     adv = torch.randn(N, 1).expand(N, T).contiguous()
     mask = torch.ones(N, T)
     mask[0, 5:], mask[3, 2:] = 0, 0
-    cfg = _VerlCfg(clip_ratio=delta, clip_ratio_low=delta, clip_ratio_high=delta, clip_ratio_c=3.0,
-                   global_batch_info={})
+    cfg = _VerlCfg(
+        clip_ratio=delta, clip_ratio_low=delta, clip_ratio_high=delta, clip_ratio_c=3.0, global_batch_info={}
+    )
     # verl anchors at old_log_prob; its recipe's bypass_mode makes that the rollout log-probs
     lp_v = logp0.clone().requires_grad_(True)
     loss_v, _ = fn(roll, lp_v, adv, mask, loss_agg_mode="token-mean", config=cfg)
     loss_v.backward()
     lp_z = logp0.clone().requires_grad_(True)
-    res = registry.build("clip", {"name": "dppo", "divergence": divergence, "delta_low": delta, "delta_high": delta,
-                                  "C": 3.0})(lp_z, logp0, adv, mask.bool(), logp_rollout=roll)
+    res = registry.build(
+        "clip", {"name": "dppo", "divergence": divergence, "delta_low": delta, "delta_high": delta, "C": 3.0}
+    )(lp_z, logp0, adv, mask.bool(), logp_rollout=roll)
     loss_z = registry.build("aggregate", "token_mean")(res.loss, mask.bool(), StepCounts.of(mask.bool()))
     loss_z.backward()
     diff = max(float((loss_v - loss_z).detach().abs()), float((lp_v.grad - lp_z.grad).abs().max()))
@@ -234,25 +247,32 @@ def test_off_policy_sequence_mask_matches_trl():
     mask = (torch.rand(N, T) > 0.2).float()
     mask[:, 0] = 1
     want = trainer.GRPOTrainer.get_off_policy_mask(adv, logp, roll, mask, 0.5)  # [N, 1]
-    got = registry.build("correction", "off_policy_sequence_mask")(opsm_inputs(logp=logp, roll=roll,
-                                                                              adv=adv.expand(N, T), mask=mask.bool()))
+    got = registry.build("correction", "off_policy_sequence_mask")(
+        opsm_inputs(logp=logp, roll=roll, adv=adv.expand(N, T), mask=mask.bool())
+    )
     assert torch.equal(got, want.expand(N, T) * mask)
     assert 0 < float(want.sum()) < N  # some rows dropped, some kept
 
 
 # ---------------------------------------------------------------- through the trainer, with the noisy sampler
 def test_dppo_variant_trains_two_steps_with_the_noisy_sampler_and_validates(tiny_model_dir, tmp_path):
+    from conftest import tiny_run_config
     from safetensors.torch import load_file
 
-    from conftest import tiny_run_config
     from zoo.checks.variant import check_variant
     from zoo.run.trainer import train
 
     v = load_variant("dppo")
     rep = check_variant(v)
     assert rep.ok and not rep.errors and v.sources.get("clip")
-    cfg = tiny_run_config(tiny_model_dir, tmp_path / "dppo", variant="dppo", sampling={"backend": {"name": "noisy", "sigma": 1.0}},
-                          budget={"updates": {"epochs": 1, "minibatches": 2}}, eval={"enabled": False})
+    cfg = tiny_run_config(
+        tiny_model_dir,
+        tmp_path / "dppo",
+        variant="dppo",
+        sampling={"backend": {"name": "noisy", "sigma": 1.0}},
+        budget={"updates": {"epochs": 1, "minibatches": 2}},
+        eval={"enabled": False},
+    )
     summary = train(cfg, progress=False)
     assert summary["status"] == "finished" and summary["steps"] == 2 and math.isfinite(summary["loss/policy"])
     assert summary["rollout/mismatch_kl"] > 1e-2  # the sampler really differs, so the trust region acts on it
@@ -265,11 +285,17 @@ def test_dppo_variant_trains_two_steps_with_the_noisy_sampler_and_validates(tiny
 
 def test_off_policy_sequence_mask_in_a_run_masks_with_a_small_delta(tiny_model_dir, tmp_path):
     from conftest import tiny_run_config
+
     from zoo.run.trainer import train
 
-    cfg = tiny_run_config(tiny_model_dir, tmp_path / "opsm", budget={"steps": 1}, eval={"enabled": False},
-                          sampling={"backend": {"name": "noisy", "sigma": 1.0}},
-                          set={"correction": [{"name": "off_policy_sequence_mask", "delta": 1e-3}]})
+    cfg = tiny_run_config(
+        tiny_model_dir,
+        tmp_path / "opsm",
+        budget={"steps": 1},
+        eval={"enabled": False},
+        sampling={"backend": {"name": "noisy", "sigma": 1.0}},
+        set={"correction": [{"name": "off_policy_sequence_mask", "delta": 1e-3}]},
+    )
     summary = train(cfg, progress=False)
     assert summary["status"] == "finished" and math.isfinite(summary["loss/policy"])
     # N(0, 1) logit noise: most rows' mean (logp_rollout - logp) is far from 0; rows with A < 0 above 1e-3 go

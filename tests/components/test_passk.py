@@ -1,11 +1,12 @@
 """Pass@k advantages: hand-worked groups (verl grpo_passk; Chen et al. arXiv 2508.10751 eqs. 14-15),
 k = 1 reduces to GRPO with the population std, row order and NaN rows."""
+
 import math
 
 import torch
 
-from zoo.core.types import AdvantageInputs
 from zoo.core.registry import build
+from zoo.core.types import AdvantageInputs
 
 NAN = float("nan")
 
@@ -28,8 +29,9 @@ def test_pass_at_k_hand_worked():
     # group 9: one row -> 0 (verl raises; our convention)
     x = inp([1.0, 0.5, 0.0, 1.0, 1.0, 0.0, 0.3], [7, 7, 7, 3, 3, 3, 9], lengths=[2, 1, 2, 2, 2, 1, 2])
     got = adv("pass_at_k", x)
-    want = torch.tensor([[0.5 / (0.5 + 1e-6)] * 2, [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0],
-                         [0.0, 0.0]])
+    want = torch.tensor(
+        [[0.5 / (0.5 + 1e-6)] * 2, [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]]
+    )
     torch.testing.assert_close(got, want)
     # without the std division: r_max - r_second = 0.5 on the best row's real tokens
     raw = adv("pass_at_k", x, scale_by_std=False)
@@ -44,7 +46,9 @@ def test_pass_at_k_row_order_and_nan_row():
     s0 = math.sqrt(2 * 0.35**2)  # unbiased std of [0.2, 0.9]
     s1 = math.sqrt(((0.4 - 11 / 30) ** 2 + (0.1 - 11 / 30) ** 2 + (0.6 - 11 / 30) ** 2) / 2)
     assert torch.isnan(got[2]).all()
-    torch.testing.assert_close(got[[0, 1, 3, 4, 5], 0], torch.tensor([0.0, 0.7 / (s0 + 1e-6), 0.0, 0.0, 0.2 / (s1 + 1e-6)]))
+    torch.testing.assert_close(
+        got[[0, 1, 3, 4, 5], 0], torch.tensor([0.0, 0.7 / (s0 + 1e-6), 0.0, 0.0, 0.2 / (s1 + 1e-6)])
+    )
     perm = torch.tensor([5, 2, 0, 4, 1, 3])
     y = AdvantageInputs(x.scores[perm], x.mask[perm], x.group_ids[perm], x.kl_reward[perm])
     torch.testing.assert_close(adv("pass_at_k", y), got[perm], equal_nan=True)

@@ -1,21 +1,21 @@
 """VAPO's positive-example NLL term (zoo/components/positive_nll.py, arXiv:2504.05118 eq. 9) on a
 hand-worked case, split over micro-batches, with garbage in padding, and through the update."""
+
 from __future__ import annotations
 
 from dataclasses import replace
 
 import pytest
 import torch
+from test_engine import make_batch, settings
 
-from zoo.core import registry
 from zoo.components import StepCounts, StepView, TermInputs
 from zoo.config.variant import load_variant
+from zoo.core import registry
 from zoo.step.logprobs import token_logprobs
 from zoo.step.types import Models, Slots
 from zoo.step.update import update
 from zoo.testing import tiny_model_and_tokenizer
-
-from test_engine import make_batch, settings
 
 NAN = float("nan")
 # 3 completions of 2, 1 and 3 real tokens; reward column 0 = correctness: rows 0 and 2 correct
@@ -27,8 +27,9 @@ OBJ = torch.tensor([[1.0, 0.3], [0.0, 0.9], [1.0, 0.1]])
 def _call(logp, rows, obj=OBJ, **hp):
     z = torch.zeros(3, 3)
     view = StepView({"mask": MASK, "advantages": z, "logp_old": z, "objectives": obj}, torch.tensor(rows))
-    inp = TermInputs(logp=logp[rows], logp_old=z[rows], advantages=z[rows], mask=MASK[rows],
-                     counts=StepCounts.of(MASK), step=view)
+    inp = TermInputs(
+        logp=logp[rows], logp_old=z[rows], advantages=z[rows], mask=MASK[rows], counts=StepCounts.of(MASK), step=view
+    )
     term = registry.build("loss", {"name": "nll_positive", **hp})
     agg = registry.build("aggregate", term.decl.aggregate)
     return agg(term(inp).loss, MASK[rows], inp.counts)
@@ -66,8 +67,14 @@ def test_nothing_to_judge_by_is_a_clear_error():
     with pytest.raises(ValueError, match=r"column 2 does not exist; the run has 2 reward column\(s\)"):
         _call(LOGP, [0, 1, 2], column=2)
     z = torch.zeros(1, 3)
-    inp = TermInputs(logp=z, logp_old=z, advantages=z, mask=MASK[:1], counts=StepCounts.of(MASK[:1]),
-                     step=StepView({"mask": MASK[:1], "advantages": z, "logp_old": z}, torch.tensor([0])))
+    inp = TermInputs(
+        logp=z,
+        logp_old=z,
+        advantages=z,
+        mask=MASK[:1],
+        counts=StepCounts.of(MASK[:1]),
+        step=StepView({"mask": MASK[:1], "advantages": z, "logp_old": z}, torch.tensor([0])),
+    )
     with pytest.raises(ValueError, match="needs the reward columns"):
         registry.build("loss", "nll_positive")(inp)
     with pytest.raises(registry.ComponentError, match="column must be a reward column index"):
@@ -83,8 +90,14 @@ def _run(micro_batch: int, aggregate: str):
     logp, _ = token_logprobs(model, batch.input_ids(), batch.attention_mask(), batch.completion_ids.shape[1])
     pos = batch.loss_mask & (correct > 0)
     expected = 0.1 * float(-logp.detach()[pos].mean())
-    m = update(batch, Models(policy=model, tokenizer=tok, reference=None), slots, settings(micro_batch=micro_batch),
-               torch.optim.SGD(model.parameters(), lr=1.0), None)
+    m = update(
+        batch,
+        Models(policy=model, tokenizer=tok, reference=None),
+        slots,
+        settings(micro_batch=micro_batch),
+        torch.optim.SGD(model.parameters(), lr=1.0),
+        None,
+    )
     return m, expected, {k: v.detach().clone() for k, v in model.named_parameters()}
 
 
@@ -104,11 +117,13 @@ def test_trains_two_steps_reading_the_runs_reward_columns(tiny_model_dir, tmp_pa
     length reward of the tiny run) with a threshold every score passes: every completion counts, the term is
     mu x the mean NLL > 0."""
     from conftest import tiny_run_config
+
     from zoo.run.tracking import read_jsonl
     from zoo.run.trainer import train
 
-    cfg = tiny_run_config(tiny_model_dir, tmp_path / "nll",
-                          set={"loss": [{"name": "nll_positive", "column": 1, "threshold": -1.0e9}]})
+    cfg = tiny_run_config(
+        tiny_model_dir, tmp_path / "nll", set={"loss": [{"name": "nll_positive", "column": 1, "threshold": -1.0e9}]}
+    )
     assert train(cfg, progress=False)["steps"] == 2
     recs = [r for r in read_jsonl(tmp_path / "nll" / "metrics.jsonl") if "loss/policy" in r]
     assert len(recs) == 2 and all(r["loss/nll_positive"] > 0 for r in recs)

@@ -2,6 +2,7 @@
 forward; generation (`sampling.batch_size`) and evaluation (`eval.batch_size`) have their own keys,
 whose defaults keep every shipped study's batches; they are recorded in provenance, left out of the
 fingerprint, and a resume that changes them warns."""
+
 from __future__ import annotations
 
 import logging
@@ -9,12 +10,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import tiny_run_config
+
 from zoo.config.run import RunConfig, batch_sizes, effective_variant, generate_batch_size
+from zoo.run.fingerprint import fingerprint
 from zoo.run.provenance import batch_size_warnings
 from zoo.study.experiment import expand_arms, load_study
-from zoo.run.fingerprint import fingerprint
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,7 +52,9 @@ def test_every_shipped_study_keeps_the_batches_it_had(study):
 def test_generation_batch_sizes_are_not_in_the_fingerprint_but_micro_batch_is():
     base = RunConfig.model_validate({})
     digest = fingerprint(base)[0]
-    assert fingerprint(RunConfig.model_validate({"sampling": {"batch_size": 7}, "eval": {"batch_size": 5}}))[0] == digest
+    assert (
+        fingerprint(RunConfig.model_validate({"sampling": {"batch_size": 7}, "eval": {"batch_size": 5}}))[0] == digest
+    )
     assert fingerprint(RunConfig.model_validate({"budget": {"micro_batch": 4}}))[0] != digest
 
 
@@ -64,8 +67,9 @@ def test_a_changed_batch_size_is_one_warning_naming_key_and_values():
     assert batch_size_warnings({"seed": 0}, new) == [] and batch_size_warnings(None, new) == []  # no record
 
 
-def test_the_run_records_its_batch_sizes_and_a_resume_that_changes_one_warns(tiny_model_dir, tmp_path, monkeypatch,
-                                                                          caplog):
+def test_the_run_records_its_batch_sizes_and_a_resume_that_changes_one_warns(
+    tiny_model_dir, tmp_path, monkeypatch, caplog
+):
     from zoo.run.trainer import train
 
     monkeypatch.setenv("ZOO_FAIL_AT_STEP", "1")
@@ -90,7 +94,11 @@ def test_the_memory_check_names_the_generate_batch_when_it_is_the_knob(tiny_mode
     from zoo.config.variant import VariantError
 
     config = AutoConfig.from_pretrained(tiny_model_dir)
-    cfg = tiny_run_config(tiny_model_dir, tmp_path, sampling={"batch_size": 1_000_000},
-                          budget={"prompts_per_step": 250_000, "group_size": 4})
+    cfg = tiny_run_config(
+        tiny_model_dir,
+        tmp_path,
+        sampling={"batch_size": 1_000_000},
+        budget={"prompts_per_step": 250_000, "group_size": 4},
+    )
     with pytest.raises(VariantError, match=r"lower sampling.batch_size / budget.max_new_tokens$"):
         me.check_rollout_fits(cfg, 4, 1_000_000, config, 40, 4, available=8 * 10**9)

@@ -1,5 +1,6 @@
 """A name given twice in a user's file is an error naming it, never silently resolved: a YAML key
 repeated in a run file (PyYAML would keep the last) and an item listed twice in a list slot."""
+
 from __future__ import annotations
 
 import pytest
@@ -28,8 +29,10 @@ def test_a_list_slot_item_repeated_is_an_error(tmp_path):
     p.write_text("base: grpo\nname: dup\nslots:\n  correction: [tis, {name: tis}]\n")
     with pytest.raises(VariantError, match=r"slots.correction.*'tis' is listed 2 times"):
         load_variant(str(p))
-    p.write_text("base: grpo\nname: two\nslots:\n  length: [{name: overlong_soft, cache_frac: 0.2}, "
-                 "{name: overlong_soft, cache_frac: 0.5}]\n")
+    p.write_text(
+        "base: grpo\nname: two\nslots:\n  length: [{name: overlong_soft, cache_frac: 0.2}, "
+        "{name: overlong_soft, cache_frac: 0.5}]\n"
+    )
     with pytest.raises(VariantError, match=r"slots.length.*'overlong_soft' is listed 2 times"):
         load_variant(str(p))
     p.write_text("base: grpo\nname: one\nslots:\n  correction: [tis, rs]\n")

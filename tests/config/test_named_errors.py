@@ -1,6 +1,7 @@
 """Bad inputs whose error used to name nothing ("Overflow when unpacking long long", "maximum recursion
 depth exceeded", a codec error, DatasetGenerationError, "in use by pid ? on host ?"): each is now one
 line naming the user's file, key or line and what is allowed. No model is loaded."""
+
 from __future__ import annotations
 
 import json
@@ -17,7 +18,6 @@ from zoo.cli import app
 from zoo.config.run import RunConfig
 from zoo.config.variant import VariantError, read_yaml_file
 from zoo.config.yaml_strict import MAX_NESTING
-from zoo.study.run_file import load_run_config
 
 runner = CliRunner()
 BASE = {"name": "r", "variant": "grpo", "model": "smollm2-135m-instruct-q4", "task": {"name": "bandit"}}
@@ -32,12 +32,15 @@ def _errors(tmp_path, data: dict) -> str:
     return " ".join(json.loads(r.stdout)[0]["errors"])
 
 
-@pytest.mark.parametrize("data, key, value", [
-    ({"seed": 2**70}, "seed", 2**70),  # torch.manual_seed: "Overflow when unpacking long long"
-    ({"seed": -(2**63) - 1}, "seed", -(2**63) - 1),
-    ({"budget": {"steps": 10**30}}, "budget.steps", 10**30),
-    ({"eval": {"seed": 2**64}}, "eval.seed", 2**64),
-])
+@pytest.mark.parametrize(
+    "data, key, value",
+    [
+        ({"seed": 2**70}, "seed", 2**70),  # torch.manual_seed: "Overflow when unpacking long long"
+        ({"seed": -(2**63) - 1}, "seed", -(2**63) - 1),
+        ({"budget": {"steps": 10**30}}, "budget.steps", 10**30),
+        ({"eval": {"seed": 2**64}}, "eval.seed", 2**64),
+    ],
+)
 def test_an_integer_beyond_64_bits_names_the_key_and_the_range(tmp_path, data, key, value):
     errs = _errors(tmp_path, data)
     assert f"key {key!r}: {value} does not fit in a 64-bit integer" in errs
@@ -94,18 +97,26 @@ def test_a_set_value_nested_too_deeply_is_one_line(tmp_path):
         assert r.exit_code == 1 and "--set budget=...: the value" in r.output and "nest" in r.output
 
 
-@pytest.mark.parametrize("data, key, shown", [
-    ({"rewards": ["correctness", {"weight": 2}]}, "rewards", "item 1, {weight: 2}, has no 'name'"),
-    ({"gold": [{"name": "", "weight": 1}]}, "gold", "item 0, {name: , weight: 1}, has no 'name'"),
-])
+@pytest.mark.parametrize(
+    "data, key, shown",
+    [
+        ({"rewards": ["correctness", {"weight": 2}]}, "rewards", "item 1, {weight: 2}, has no 'name'"),
+        ({"gold": [{"name": "", "weight": 1}]}, "gold", "item 0, {name: , weight: 1}, has no 'name'"),
+    ],
+)
 def test_a_reward_spec_without_a_name_names_the_key_and_the_form(tmp_path, data, key, shown):
     errs = _errors(tmp_path, data)
     assert f"run.yaml: key {key!r}: {shown}" in errs
     assert "each reward is a name (`correctness`) or a mapping `{name: <reward>, weight: <w>" in errs
 
 
-@pytest.mark.parametrize("bad, line", [(b'{"prompt": "q", "chosen": "\xff", "rejected": "b"}', 2),
-                                       (b'{"prompt": "caf\xe9", "chosen": "a", "rejected": "b"}', 3)])
+@pytest.mark.parametrize(
+    "bad, line",
+    [
+        (b'{"prompt": "q", "chosen": "\xff", "rejected": "b"}', 2),
+        (b'{"prompt": "caf\xe9", "chosen": "a", "rejected": "b"}', 3),
+    ],
+)
 def test_pairs_that_are_not_utf8_name_the_file_and_line(tmp_path, bad, line):
     from zoo.rm.data import read_jsonl_pairs
 
@@ -119,17 +130,27 @@ def test_pairs_that_are_not_utf8_name_the_file_and_line(tmp_path, bad, line):
 def test_zoo_rm_train_on_non_utf8_pairs_is_one_line(tmp_path):
     (tmp_path / "p.jsonl").write_bytes(b'{"prompt": "q", "chosen": "\xff", "rejected": "b"}\n')
     f = tmp_path / "rm.yaml"
-    f.write_text(yaml.safe_dump({"name": "rm", "model": "smollm2-135m-instruct-q4",
-                                 "data": {"path": str(tmp_path / "p.jsonl"), "eval_size": 1}}))
+    f.write_text(
+        yaml.safe_dump(
+            {
+                "name": "rm",
+                "model": "smollm2-135m-instruct-q4",
+                "data": {"path": str(tmp_path / "p.jsonl"), "eval_size": 1},
+            }
+        )
+    )
     r = runner.invoke(app, ["rm", "train", str(f)])
     text = " ".join((r.output + str(r.exception or "")).split())
     assert r.exit_code != 0 and f"{tmp_path / 'p.jsonl'}:1: not UTF-8 text" in text and "codec" not in text
 
 
-@pytest.mark.parametrize("text, line, what", [
-    ("this is not json\n", 1, "not valid JSON (Expecting value at column 1)"),
-    ('{"question": "1+1", "answer": "2"}\n[1, 2]\n', 2, "a JSON list, not an object"),
-])
+@pytest.mark.parametrize(
+    "text, line, what",
+    [
+        ("this is not json\n", 1, "not valid JSON (Expecting value at column 1)"),
+        ('{"question": "1+1", "answer": "2"}\n[1, 2]\n', 2, "a JSON list, not an object"),
+    ],
+)
 def test_a_data_file_that_is_not_json_names_the_file_line_and_format(tmp_path, text, line, what):
     from zoo.tasks import load_task
     from zoo.tasks.base import TaskError
@@ -138,8 +159,10 @@ def test_a_data_file_that_is_not_json_names_the_file_line_and_format(tmp_path, t
     f.write_text(text)
     with pytest.raises(TaskError) as e:
         load_task({"name": "jsonl", "path": str(f), "eval_size": 1})
-    assert str(e.value).startswith(f"data file {str(f)!r}, line {line}: {what}; expected JSON lines, one object per "
-                                   'line ({"question": ..., "answer": ...}), or one JSON array')
+    assert str(e.value).startswith(
+        f"data file {str(f)!r}, line {line}: {what}; expected JSON lines, one object per "
+        'line ({"question": ..., "answer": ...}), or one JSON array'
+    )
     assert "DatasetGenerationError" not in str(e.value)
 
 
@@ -161,17 +184,30 @@ def test_a_datasets_folder_holding_non_json_names_the_file_and_line(tmp_path, mo
     (src / "train.jsonl").write_text('{"prompt": "q", "chosen": "a", "rejected": "b"}\nchosen,rejected\n')
     with pytest.raises(ValueError) as e:
         read_dataset_pairs(str(src), None, "train")
-    assert str(e.value).startswith(f"data.dataset {str(src)!r} (split 'train'): could not load it: data file "
-                                   f"{str(src / 'train.jsonl')!r}, line 2: not valid JSON")
+    assert str(e.value).startswith(
+        f"data.dataset {str(src)!r} (split 'train'): could not load it: data file "
+        f"{str(src / 'train.jsonl')!r}, line 2: not valid JSON"
+    )
     assert '{"prompt": ..., "chosen": ..., "rejected": ...}' in str(e.value)
 
 
-@pytest.mark.parametrize("questions, spec, why", [
-    (["1+1"] * 20, {"eval_size": 2}, "its 20 rows hold 1 distinct question (repeats count once), and the 1 eval "
-     "question(s) are kept out of training"),
-    (["a", "b", "a", "b", "a"], {"eval_size": 1, "fewshot": 1}, "its 5 rows hold 2 distinct questions (repeats count "
-     "once), and the 1 eval and 1 few-shot question(s) are kept out of training"),
-])
+@pytest.mark.parametrize(
+    "questions, spec, why",
+    [
+        (
+            ["1+1"] * 20,
+            {"eval_size": 2},
+            "its 20 rows hold 1 distinct question (repeats count once), and the 1 eval "
+            "question(s) are kept out of training",
+        ),
+        (
+            ["a", "b", "a", "b", "a"],
+            {"eval_size": 1, "fewshot": 1},
+            "its 5 rows hold 2 distinct questions (repeats count "
+            "once), and the 1 eval and 1 few-shot question(s) are kept out of training",
+        ),
+    ],
+)
 def test_no_training_rows_says_why(tmp_path, questions, spec, why):
     from zoo.tasks import load_task
     from zoo.tasks.base import TaskError
@@ -195,12 +231,15 @@ def _dead_pid() -> int:
         pid += 1
 
 
-@pytest.mark.parametrize("text, why", [
-    ("\x00garbage\n", "it names no owner"),
-    ("", "it names no owner"),
-    ("pid=?\nhost=?\n", "it names no owner"),
-    (f"pid={{pid}}\nhost={socket.gethostname()}\n", "pid {pid} does not run on this host"),
-])
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("\x00garbage\n", "it names no owner"),
+        ("", "it names no owner"),
+        ("pid=?\nhost=?\n", "it names no owner"),
+        (f"pid={{pid}}\nhost={socket.gethostname()}\n", "pid {pid} does not run on this host"),
+    ],
+)
 def test_a_corrupt_or_hand_written_lock_of_no_live_process_is_taken_at_once(tmp_path, caplog, text, why):
     from zoo.run import lock
 

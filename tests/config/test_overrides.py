@@ -1,14 +1,15 @@
 """zoo/config/overrides.py: the one dotted-override implementation, and the routing of variant, run and study files."""
+
 from __future__ import annotations
 
 import pytest
 import yaml
 
+from zoo.config.overrides import OverrideError, apply_dotted, did_you_mean, set_path
+from zoo.config.run import set_dotted
+from zoo.config.variant import VariantError, apply_overrides, load_variant
 from zoo.study import experiment as E
 from zoo.study.run_file import load_run_config
-from zoo.config.run import set_dotted
-from zoo.config.overrides import OverrideError, apply_dotted, did_you_mean, set_path
-from zoo.config.variant import VariantError, apply_overrides, load_variant
 
 
 def test_set_path_makes_specs_and_mappings_on_the_way():
@@ -47,12 +48,17 @@ def test_variant_slot_param_on_a_name_only_slot():
 
 
 def test_variant_list_slot_and_unknown_key_errors():
-    with pytest.raises(VariantError, match=r"key 'length.cache_frac': length is a list slot; set it whole, e.g. length: \[...\]"):
+    with pytest.raises(
+        VariantError, match=r"key 'length.cache_frac': length is a list slot; set it whole, e.g. length: \[...\]"
+    ):
         load_variant("dapo", {"length.cache_frac": 0.1})
     with pytest.raises(VariantError) as e:
         load_variant("grpo", {"clp.eps": 0.1})
     msg = str(e.value)
-    assert "registry/grpo.yaml (overrides): key 'clp.eps' is neither a slot nor a variant field (did you mean 'clip'?)" in msg
+    assert (
+        "registry/grpo.yaml (overrides): key 'clp.eps' is neither a slot nor a variant field (did you mean 'clip'?)"
+        in msg
+    )
     assert "allowed: advantage, aggregate, base, clip, controllers, correction, critic" in msg
 
 
@@ -67,7 +73,9 @@ def test_run_file_budget_steps_and_set(tmp_path):
     p = tmp_path / "run.yaml"
     p.write_text(yaml.safe_dump(data))
     assert load_run_config(p, {"budget.steps": 3}).budget.steps == 3
-    with pytest.raises(VariantError, match=r"r.yaml: override 'budgett.steps': unknown key 'budgett' \(did you mean 'budget'\?\)"):
+    with pytest.raises(
+        VariantError, match=r"r.yaml: override 'budgett.steps': unknown key 'budgett' \(did you mean 'budget'\?\)"
+    ):
         set_dotted(data, {"budgett.steps": 2}, "r.yaml")
     with pytest.raises(VariantError, match=r"rewards is a list; set it whole"):
         set_dotted({"rewards": ["correctness"]}, {"rewards.weight": 2}, "r.yaml")
@@ -93,15 +101,24 @@ def test_study_routes_slot_keys_to_the_variant_and_run_keys_to_the_run(tmp_path)
     assert [a.config.set for a in arms] == [{"clip.eps_high": 0.28}, {"clip.eps_high": 0.32}]
     assert {a.config.optim.lr for a in arms} == {1e-4}
     assert load_variant("dapo", arms[1].config.set).resolved()["clip"]["eps_high"] == 0.32
-    with pytest.raises(VariantError, match=r"'optm' is neither a variant slot/field nor a run-config key \(did you mean 'optim'\?\)"):
+    with pytest.raises(
+        VariantError, match=r"'optm' is neither a variant slot/field nor a run-config key \(did you mean 'optim'\?\)"
+    ):
         E.route_key("optm.lr", "s")
 
 
 def test_study_overrides_keep_dotted_keys_whole_under_sweep_and_set(tmp_path):
     p = tmp_path / "s.yaml"
     p.write_text(STUDY)
-    st = E.load_study(p, {"sweep.clip.eps_high": [0.3], "ablations.tight.variant": "grpo",
-                          "ablations.tight.set.clip.eps": 0.1, "optim.lr": 2e-4})
+    st = E.load_study(
+        p,
+        {
+            "sweep.clip.eps_high": [0.3],
+            "ablations.tight.variant": "grpo",
+            "ablations.tight.set.clip.eps": 0.1,
+            "optim.lr": 2e-4,
+        },
+    )
     assert st.sweep == {"clip.eps_high": [0.3], "optim.lr": [1e-4]}
     assert st.ablations["tight"].set == {"clip.eps": 0.1} and st.optim.lr == 2e-4
 
@@ -109,7 +126,10 @@ def test_study_overrides_keep_dotted_keys_whole_under_sweep_and_set(tmp_path):
 def test_a_variant_key_on_the_command_line_points_to_set(tmp_path):
     p = tmp_path / "run.yaml"
     p.write_text("variant: grpo\n")
-    with pytest.raises(VariantError, match=r"override 'loss.entropy_bonus.coef': 'loss' is a variant slot, not a "
-                                           r"run-config key; write set.loss.entropy_bonus.coef"):
+    with pytest.raises(
+        VariantError,
+        match=r"override 'loss.entropy_bonus.coef': 'loss' is a variant slot, not a "
+        r"run-config key; write set.loss.entropy_bonus.coef",
+    ):
         load_run_config(p, {"loss.entropy_bonus.coef": 0.01})
     assert load_run_config(p, {"set.loss.entropy_bonus.coef": 0.01}).set == {"loss.entropy_bonus.coef": 0.01}

@@ -1,6 +1,7 @@
 """A run file's errors lead with the run file and the key the user wrote (`run.yaml: set.kl.beta = -1:
 must be >= 0`), the registry file the value was applied to after; and one rule for run files that say
 nothing about what they train (`{}`, only `name:`). No model is loaded."""
+
 from __future__ import annotations
 
 import json
@@ -11,8 +12,8 @@ from typer.testing import CliRunner
 
 from zoo.cli import app
 from zoo.config.variant import VariantError, builtin_dir
-from zoo.study.run_file import load_run_config
 from zoo.run.trainer import validate_run
+from zoo.study.run_file import load_run_config
 
 runner = CliRunner()
 BASE = {"name": "r", "variant": "grpo", "model": "smollm2-135m-instruct-q4", "task": {"name": "bandit"}}
@@ -37,22 +38,37 @@ def _validate_errors(f) -> list[str]:
     return json.loads(r.stdout)[0]["errors"]
 
 
-@pytest.mark.parametrize("data, lead, variant_key", [
-    # the issue's example: a schema bound of the variant (KLSpec.beta >= 0)
-    ({"set": {"kl.beta": -1}}, "set.kl.beta = -1: must be >= 0", "grpo.yaml, key 'slots.kl.beta'"),
-    # a component's own check, reached through a dotted parameter
-    ({"set": {"clip.eps": -1}}, "set.clip.eps = -1: clip 'ppo': eps must be a finite number > 0, got -1",
-     "grpo.yaml, key 'slots.clip'"),
-    # a list slot's item, by name
-    ({"variant": "dapo", "set": {"correction.tis.C": 0.5}},
-     "set.correction.tis.C = 0.5: correction 'tis': C must be a finite number >= 1", "dapo.yaml, key 'slots.correction'"),
-    # a list slot given whole
-    ({"set": {"correction": [{"name": "tis", "cap": 3}]}},
-     "set.correction = [{name: tis, cap: 3}]: correction 'tis': unknown parameter 'cap'", "grpo.yaml, key 'slots.correction'"),
-    # the budget replaces the variant's group size; the variant's check names only `group_size`
-    ({"budget": {"group_size": 1}}, "budget.group_size = 1: group_size 1 < 2 but group_mean, group_std need groups",
-     "grpo.yaml)"),
-])
+@pytest.mark.parametrize(
+    "data, lead, variant_key",
+    [
+        # the issue's example: a schema bound of the variant (KLSpec.beta >= 0)
+        ({"set": {"kl.beta": -1}}, "set.kl.beta = -1: must be >= 0", "grpo.yaml, key 'slots.kl.beta'"),
+        # a component's own check, reached through a dotted parameter
+        (
+            {"set": {"clip.eps": -1}},
+            "set.clip.eps = -1: clip 'ppo': eps must be a finite number > 0, got -1",
+            "grpo.yaml, key 'slots.clip'",
+        ),
+        # a list slot's item, by name
+        (
+            {"variant": "dapo", "set": {"correction.tis.C": 0.5}},
+            "set.correction.tis.C = 0.5: correction 'tis': C must be a finite number >= 1",
+            "dapo.yaml, key 'slots.correction'",
+        ),
+        # a list slot given whole
+        (
+            {"set": {"correction": [{"name": "tis", "cap": 3}]}},
+            "set.correction = [{name: tis, cap: 3}]: correction 'tis': unknown parameter 'cap'",
+            "grpo.yaml, key 'slots.correction'",
+        ),
+        # the budget replaces the variant's group size; the variant's check names only `group_size`
+        (
+            {"budget": {"group_size": 1}},
+            "budget.group_size = 1: group_size 1 < 2 but group_mean, group_std need groups",
+            "grpo.yaml)",
+        ),
+    ],
+)
 def test_a_variant_value_set_in_a_run_file_is_reported_under_the_users_key(tmp_path, data, lead, variant_key):
     f = _file(tmp_path, **data)
     msg = _run_error(f)
@@ -66,7 +82,9 @@ def test_a_variant_value_set_in_a_run_file_is_reported_under_the_users_key(tmp_p
 def test_an_unknown_set_key_names_the_run_file_and_the_close_match(tmp_path):
     f = _file(tmp_path, set={"clpi": "ppo"})
     msg = _run_error(f)
-    assert msg.startswith(f"{f}: set.clpi = ppo: key 'clpi' is neither a slot nor a variant field (did you mean 'clip'?)")
+    assert msg.startswith(
+        f"{f}: set.clpi = ppo: key 'clpi' is neither a slot nor a variant field (did you mean 'clip'?)"
+    )
 
 
 def test_a_set_value_from_the_command_line_is_named_too(tmp_path):
@@ -78,8 +96,15 @@ def test_a_set_value_from_the_command_line_is_named_too(tmp_path):
 def test_a_study_arm_keeps_its_own_origin(tmp_path):
     # a study's arms name the arm and the ablation (zoo.study.validate), not a run file
     f = tmp_path / "study.yaml"
-    f.write_text(yaml.safe_dump({**{k: v for k, v in BASE.items() if k != "variant"}, "variants": ["grpo"],
-                                 "ablations": {"neg": {"variant": "grpo", "set": {"kl.beta": -1}}}}))
+    f.write_text(
+        yaml.safe_dump(
+            {
+                **{k: v for k, v in BASE.items() if k != "variant"},
+                "variants": ["grpo"],
+                "ablations": {"neg": {"variant": "grpo", "set": {"kl.beta": -1}}},
+            }
+        )
+    )
     errs = _validate_errors(f)
     assert any(e.startswith("arm neg: ablations.neg.set: kl.beta=-1: ") for e in errs), errs
 
@@ -91,12 +116,18 @@ def test_a_config_built_in_code_keeps_the_registry_message():
         effective_variant(RunConfig(set={"kl.beta": -1}))
 
 
-@pytest.mark.parametrize("text, why", [
-    ("{}\n", "the file has no keys"),
-    ("", "the file is empty"),
-    ("name: only-a-name\n", "the file sets only `name`, so it would train every default"),
-    ("name: x\nbudget: {steps: 2}\nseed: 3\n", "the file sets only `name`, `budget`, `seed`, so it would train every"),
-])
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("{}\n", "the file has no keys"),
+        ("", "the file is empty"),
+        ("name: only-a-name\n", "the file sets only `name`, so it would train every default"),
+        (
+            "name: x\nbudget: {steps: 2}\nseed: 3\n",
+            "the file sets only `name`, `budget`, `seed`, so it would train every",
+        ),
+    ],
+)
 def test_a_run_file_that_says_nothing_about_what_it_trains_is_refused_one_way(tmp_path, text, why):
     f = tmp_path / "run.yaml"
     f.write_text(text)
@@ -108,8 +139,9 @@ def test_a_run_file_that_says_nothing_about_what_it_trains_is_refused_one_way(tm
     assert len(errs) == 1 and errs[0].startswith(f"{f}: {why}") and rule in errs[0]
 
 
-@pytest.mark.parametrize("data", [{"model": "smollm2-135m-instruct-q4"}, {"variant": "ppo"},
-                                  {"name": "t", "task": {"name": "bandit"}}])
+@pytest.mark.parametrize(
+    "data", [{"model": "smollm2-135m-instruct-q4"}, {"variant": "ppo"}, {"name": "t", "task": {"name": "bandit"}}]
+)
 def test_one_of_variant_model_task_is_enough(tmp_path, data):
     f = tmp_path / "run.yaml"
     f.write_text(yaml.safe_dump(data))

@@ -1,11 +1,12 @@
 """The schema-wide rules of zoo.config.schema.Strict and the error lines of zoo.config.schema (issue 11,
 items 5, 6, 11, 12), with the issue's inputs."""
+
 import pytest
 
 from zoo.config import schema
 from zoo.config.run import RunConfig, parse_run_config
+from zoo.config.variant import VariantError, load_variant, parse_variant
 from zoo.study.experiment import parse_study
-from zoo.config.variant import load_variant, VariantError, parse_variant
 
 
 def run_error(data):
@@ -15,7 +16,8 @@ def run_error(data):
 
 
 def test_config_and_variant_models_share_one_base_class():
-    from zoo.config import run as config, variant
+    from zoo.config import run as config
+    from zoo.config import variant
     from zoo.study import experiment
 
     for m in (config.Budget, config.Optim, config.RunConfig, variant.Variant, variant.KLSpec, experiment.Ablation):
@@ -23,10 +25,13 @@ def test_config_and_variant_models_share_one_base_class():
     assert config.Spec is variant.Spec is schema.Spec
 
 
-@pytest.mark.parametrize("sets,key", [
-    ({"kl.adaptive": {"target": float("nan")}}, "slots.kl.adaptive.target"),
-    ({"kl.beta": float("inf")}, "slots.kl.beta"),
-])
+@pytest.mark.parametrize(
+    "sets,key",
+    [
+        ({"kl.adaptive": {"target": float("nan")}}, "slots.kl.adaptive.target"),
+        ({"kl.beta": float("inf")}, "slots.kl.beta"),
+    ],
+)
 def test_non_finite_variant_floats_are_rejected(sets, key):
     with pytest.raises(VariantError) as e:
         load_variant("grpo", sets)  # every slot stated (no hidden defaults): a shipped variant + overrides
@@ -74,11 +79,14 @@ def test_betas_each_in_zero_one():
     assert parse_run_config({"optim": {"betas": [0, 0.99]}}, "run.yaml").optim.betas == (0.0, 0.99)
 
 
-@pytest.mark.parametrize("name,why", [
-    ("x" * 300, "at most 200 characters, got 300"),
-    ("a\nb", "no newlines or other control characters"),
-    ("a\tb", "no newlines or other control characters"),
-])
+@pytest.mark.parametrize(
+    "name,why",
+    [
+        ("x" * 300, "at most 200 characters, got 300"),
+        ("a\nb", "no newlines or other control characters"),
+        ("a\tb", "no newlines or other control characters"),
+    ],
+)
 def test_run_names_that_cannot_be_folders(name, why):
     assert why in run_error({"name": name})
 
@@ -90,32 +98,48 @@ def test_a_200_character_name_is_fine():
 def test_unknown_key_under_an_ablation_lists_the_allowed_keys():
     with pytest.raises(VariantError) as e:
         parse_study({"ablations": {"small": {"variant": "grpo", "sett": {}}}}, "study.yaml")
-    assert str(e.value) == ("study.yaml: key 'ablations.small.sett' is not allowed (did you mean 'set'?); "
-                            "allowed: variant, set")
+    assert str(e.value) == (
+        "study.yaml: key 'ablations.small.sett' is not allowed (did you mean 'set'?); allowed: variant, set"
+    )
 
 
 def test_unknown_key_under_wandb_lists_the_allowed_keys_without_a_bool_error():
     msg = run_error({"tracking": {"wandb": {"projct": "x"}}})
-    assert msg == ("run.yaml: key 'tracking.wandb.projct' is not allowed (did you mean 'project'?); "
-                   "allowed: project, entity, mode, tags, table_every")
+    assert msg == (
+        "run.yaml: key 'tracking.wandb.projct' is not allowed (did you mean 'project'?); "
+        "allowed: project, entity, mode, tags, table_every"
+    )
 
 
 def test_unknown_key_through_optional_and_union_slots():
-    assert "key 'model_opts.lora.rr' is not allowed (did you mean 'r'?); allowed: r, alpha, target_modules" in \
-        run_error({"model_opts": {"lora": {"rr": 4}}})
+    assert (
+        "key 'model_opts.lora.rr' is not allowed (did you mean 'r'?); allowed: r, alpha, target_modules"
+        in run_error({"model_opts": {"lora": {"rr": 4}}})
+    )
     with pytest.raises(VariantError) as e:
-        parse_variant({"name": "v", "base": "grpo", **load_variant("grpo").model_dump(exclude={"slots"}),
-                       "slots": {**load_variant("grpo").slots.model_dump(), "kl": {"placement": "loss", "betta": 0.1}}},
-                      "v.yaml")
-    assert str(e.value) == ("v.yaml: key 'slots.kl.betta' is not allowed (did you mean 'beta'?); "
-                            "allowed: placement, estimator, beta, adaptive")
+        parse_variant(
+            {
+                "name": "v",
+                "base": "grpo",
+                **load_variant("grpo").model_dump(exclude={"slots"}),
+                "slots": {**load_variant("grpo").slots.model_dump(), "kl": {"placement": "loss", "betta": 0.1}},
+            },
+            "v.yaml",
+        )
+    assert str(e.value) == (
+        "v.yaml: key 'slots.kl.betta' is not allowed (did you mean 'beta'?); "
+        "allowed: placement, estimator, beta, adaptive"
+    )
 
 
 def test_bool_number_mixup_looks_through_optional_and_tuples():
     assert schema.bool_number_mixup(True, int | None) == "expected a number, got the boolean true"
     assert schema.bool_number_mixup(True, bool | int) is None
     assert schema.bool_number_mixup(0, bool) == "expected true or false, got the number 0"
-    assert schema.bool_number_mixup((0.9, False), tuple[float, float]) == "item 1: expected a number, got the boolean false"
+    assert (
+        schema.bool_number_mixup((0.9, False), tuple[float, float])
+        == "item 1: expected a number, got the boolean false"
+    )
     assert schema.bool_number_mixup("x", int) is None
 
 

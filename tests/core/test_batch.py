@@ -1,5 +1,6 @@
 """zoo.core.batch.Batch, the one record of a step: the loss mask vs the attention mask after EOS, and
 `extras` following the rows through select / trimmed / concat."""
+
 import torch
 
 from zoo.core.batch import Batch, concat
@@ -12,9 +13,15 @@ def batch(lengths=(2, 4), T=4, P=2, pad=0) -> Batch:
     L = torch.tensor(lengths)
     att = torch.arange(T)[None, :] < L[:, None]  # [N, T]
     ids = torch.randint(3, 50, (N, T), generator=torch.Generator().manual_seed(0))
-    return Batch(prompt_ids=torch.full((N, P), 7), prompt_mask=torch.ones(N, P, dtype=torch.bool),
-                 completion_ids=torch.where(att, ids, torch.full_like(ids, pad)), loss_mask=att.clone(),
-                 group_ids=torch.arange(N), truncated=L == T, lengths=L)
+    return Batch(
+        prompt_ids=torch.full((N, P), 7),
+        prompt_mask=torch.ones(N, P, dtype=torch.bool),
+        completion_ids=torch.where(att, ids, torch.full_like(ids, pad)),
+        loss_mask=att.clone(),
+        group_ids=torch.arange(N),
+        truncated=L == T,
+        lengths=L,
+    )
 
 
 def test_tokens_after_eos_are_neither_attended_nor_trained():

@@ -3,6 +3,7 @@ at registration), and one vocabulary, `reads=`, decides what the step computes: 
 reads `values` in a variant with a critic and a critic-free estimator gets the critic's values (the
 trainer builds the critic because something reads them), and without a critic `zoo validate` fails
 naming the term and the field."""
+
 from __future__ import annotations
 
 import contextlib
@@ -11,13 +12,12 @@ import json
 
 import pytest
 import torch
+from conftest import tiny_run_config
 from typer.testing import CliRunner
 
-from zoo.core import registry
 from zoo.cli import app
+from zoo.core import registry
 from zoo.core.declarations import Declaration
-
-from conftest import tiny_run_config
 
 PROBE = "test_values_probe"
 
@@ -59,14 +59,15 @@ def values_probe():
 
 
 def test_a_loss_term_reading_values_gets_the_critics_values(values_probe, tiny_model_dir, tmp_path):
+    from zoo.run.trainer import setup
     from zoo.step import pipeline
     from zoo.step.forwards import critic_values
     from zoo.step.hooks import Hooks
-    from zoo.run.trainer import setup
 
     # grpo's estimator (group_mean) reads no values: only the loss term asks for the critic
-    cfg = tiny_run_config(tiny_model_dir, tmp_path, set={"critic": "clipped_value", "loss": [PROBE]},
-                          eval={"enabled": False})
+    cfg = tiny_run_config(
+        tiny_model_dir, tmp_path, set={"critic": "clipped_value", "loss": [PROBE]}, eval={"enabled": False}
+    )
     st = setup(cfg)
     assert st.models.critic is not None and st.slots.reads("values")
     hand: list[torch.Tensor] = []

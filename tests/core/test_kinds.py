@@ -1,5 +1,6 @@
 """zoo/core/kinds.py is the one slot table: the registry, the variant schema, the engine and `zoo list`
 derive from it, and a variant must state (or inherit) every slot."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -10,10 +11,10 @@ import typing
 import pytest
 from typer.testing import CliRunner
 
-from zoo.core import kinds, registry
-from zoo.step.types import Slots as StepSlots
 from zoo.cli import app
 from zoo.config.variant import LIST_SLOTS, SLOT_KINDS, Slots, VariantError, load_variant
+from zoo.core import kinds, registry
+from zoo.step.types import Slots as StepSlots
 
 runner = CliRunner()
 
@@ -31,7 +32,10 @@ def test_variant_schema_is_the_table_slots():
     assert tuple(Slots.model_fields) == kinds.slots()
     assert all(f.is_required() for f in Slots.model_fields.values())  # no hidden defaults
     # every slot is named after its kind, except the list of controllers
-    assert SLOT_KINDS == {**{s: s for s in kinds.slots() if s not in ("kl", "controllers")}, "controllers": "controller"}
+    assert SLOT_KINDS == {
+        **{s: s for s in kinds.slots() if s not in ("kl", "controllers")},
+        "controllers": "controller",
+    }
     assert LIST_SLOTS == ("length", "filter", "loss", "correction", "controllers")
     for slot in LIST_SLOTS:
         assert typing.get_origin(Slots.model_fields[slot].annotation) is list
@@ -40,7 +44,10 @@ def test_variant_schema_is_the_table_slots():
 
 
 def test_engine_slots_list_no_slot_the_table_lacks():
-    fields = {f.name for f in dataclasses.fields(StepSlots)} - {"kl_reward", "stages"}  # the kl: slot's reward part; plugin stages
+    fields = {f.name for f in dataclasses.fields(StepSlots)} - {
+        "kl_reward",
+        "stages",
+    }  # the kl: slot's reward part; plugin stages
     assert fields <= set(kinds.slots()) | set(registry.KINDS)
     assert set(SLOT_KINDS) <= fields
 
@@ -123,4 +130,6 @@ def test_missing_keys_are_all_named_and_a_base_supplies_them(tmp_path):
     p.write_text("name: bare\nbase: grpo\nslots: {clip: cispo}\n")
     v, grpo = load_variant(p), load_variant("grpo")
     assert v.resolved()["clip"]["name"] == "cispo" and v.group_size == grpo.group_size == 64
-    assert {k: x for k, x in v.resolved().items() if k != "clip"} == {k: x for k, x in grpo.resolved().items() if k != "clip"}
+    assert {k: x for k, x in v.resolved().items() if k != "clip"} == {
+        k: x for k, x in grpo.resolved().items() if k != "clip"
+    }

@@ -2,6 +2,7 @@
 every `zoo` import (top-level, inside a function, under TYPE_CHECKING, or an `importlib.import_module`
 of a literal name) points down the layer order or stays in its layer; the module graph has no cycle; no
 module is over 400 lines; the `zoo/` top level holds only the package root and two public shims."""
+
 from __future__ import annotations
 
 import ast
@@ -84,8 +85,14 @@ def imports_of(mod: str, modules: dict[str, Path] = MODULES) -> list[tuple[str, 
             for a in n.names:
                 full = f"{base}.{a.name}"
                 out.append((full if full in modules else _target(base, modules), n.lineno))
-        elif (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "import_module"
-              and n.args and isinstance(n.args[0], ast.Constant) and str(n.args[0].value).startswith("zoo.")):
+        elif (
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr == "import_module"
+            and n.args
+            and isinstance(n.args[0], ast.Constant)
+            and str(n.args[0].value).startswith("zoo.")
+        ):
             out.append((_target(n.args[0].value, modules), n.lineno))
     return [(t, line) for t, line in out if t and t != mod]
 
@@ -94,13 +101,15 @@ def upward_imports(modules: dict[str, Path] = MODULES) -> list[str]:
     """`file:line: what` for each import against the layer order."""
     bad = []
     for mod, path in modules.items():
-        rel = "/".join(path.parts[-(len(mod.split(".")) + (path.name == "__init__.py")):])
+        rel = "/".join(path.parts[-(len(mod.split(".")) + (path.name == "__init__.py")) :])
         for tgt, line in imports_of(mod, modules):
             if tgt == TESTING and mod != TESTING:
                 bad.append(f"{rel}:{line}: imports {tgt} (only the tests may)")
             elif mod != TESTING and tgt != TESTING and layer_of(tgt) > layer_of(mod):
-                bad.append(f"{rel}:{line}: {mod} (layer {LAYERS[layer_of(mod)][0]}) imports {tgt} "
-                           f"(layer {LAYERS[layer_of(tgt)][0]}, above it)")
+                bad.append(
+                    f"{rel}:{line}: {mod} (layer {LAYERS[layer_of(mod)][0]}) imports {tgt} "
+                    f"(layer {LAYERS[layer_of(tgt)][0]}, above it)"
+                )
     return bad
 
 
@@ -156,15 +165,20 @@ def test_no_import_cycle():
 
 
 def test_no_module_over_400_lines():
-    long = {str(p.relative_to(ZOO.parent)): n for p in MODULES.values() if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    long = {
+        str(p.relative_to(ZOO.parent)): n
+        for p in MODULES.values()
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
     over = {k: n for k, n in long.items() if n > LONG_MODULES.get(k, MAX_LINES)}
     assert not over, f"modules over {MAX_LINES} lines (split them): {over}"
 
 
 def test_top_level_holds_a_handful_of_modules():
     top = {p.name for p in ZOO.glob("*.py")}
-    assert top <= TOP_LEVEL, (f"zoo/ top level: {sorted(top - TOP_LEVEL)} belong in a layer's package "
-                              f"(allowed there: {sorted(TOP_LEVEL)})")
+    assert top <= TOP_LEVEL, (
+        f"zoo/ top level: {sorted(top - TOP_LEVEL)} belong in a layer's package (allowed there: {sorted(TOP_LEVEL)})"
+    )
 
 
 def test_the_checker_sees_a_lazy_upward_import_and_the_cycle_it_makes(tmp_path):
@@ -176,8 +190,9 @@ def test_the_checker_sees_a_lazy_upward_import_and_the_cycle_it_makes(tmp_path):
     (fake / "run" / "trainer.py").write_text("from zoo.core import kinds\n")
     (fake / "core" / "kinds.py").write_text("def f():\n    from zoo.run import trainer\n")
     modules = modules_under(fake)
-    assert upward_imports(modules) == ["zoo/core/kinds.py:2: zoo.core.kinds (layer core) imports zoo.run.trainer "
-                                       "(layer run, above it)"]
+    assert upward_imports(modules) == [
+        "zoo/core/kinds.py:2: zoo.core.kinds (layer core) imports zoo.run.trainer (layer run, above it)"
+    ]
     assert cycles(modules) == [["zoo.core.kinds", "zoo.run.trainer"]]
 
 

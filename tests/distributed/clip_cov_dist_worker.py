@@ -1,6 +1,7 @@
 """Worker of tests/distributed/test_clip_cov_dist.py: one optimizer step with a selecting clip rule (clip_cov,
 kl_cov) on dist_worker's batch, either in one process on every row (`single`) or as one of two gloo
 ranks holding an uneven share of the rows (`dist`); saves the parameters after the step."""
+
 import dataclasses
 import json
 import sys
@@ -8,15 +9,19 @@ from pathlib import Path
 
 import torch
 
-TESTS = Path(__file__).resolve().parents[1]  # tests/ (conftest: every tests/ folder on sys.path); its parent the repository
+TESTS = (
+    Path(__file__).resolve().parents[1]
+)  # tests/ (conftest: every tests/ folder on sys.path); its parent the repository
 for p in (str(TESTS.parent), str(TESTS)):
     if p not in sys.path:
         sys.path.insert(0, p)
 
 from dist_worker import SHARES, build_case, run_update  # noqa: E402
 
-CLIPS = {"clip_cov": {"name": "clip_cov", "ratio": 0.3, "cov_lb": -1.0e9, "cov_ub": 1.0e9},
-         "kl_cov": {"name": "kl_cov", "ratio": 0.3, "beta": 1.0}}
+CLIPS = {
+    "clip_cov": {"name": "clip_cov", "ratio": 0.3, "cov_lb": -1.0e9, "cov_ub": 1.0e9},
+    "kl_cov": {"name": "kl_cov", "ratio": 0.3, "beta": 1.0},
+}
 
 
 def case(name: str):

@@ -12,6 +12,7 @@
    save/restore: 4 uninterrupted steps, and 2 steps + save + restore into a differently initialised
    model + 2 steps. Each rank writes its losses and final (gathered) weights under OUT/fsdp/.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,7 +22,9 @@ from pathlib import Path
 
 import torch
 
-TESTS = Path(__file__).resolve().parents[1]  # tests/ (conftest: every tests/ folder on sys.path); its parent the repository
+TESTS = (
+    Path(__file__).resolve().parents[1]
+)  # tests/ (conftest: every tests/ folder on sys.path); its parent the repository
 for p in (str(TESTS.parent), str(TESTS)):
     if p not in sys.path:
         sys.path.insert(0, p)
@@ -30,16 +33,24 @@ CASES = {  # name -> tiny_run_config overrides (3 steps, a checkpoint after ever
     # full fine-tuning; the reference moves after every step (DeepSeekMath Alg. 1), so the checkpoint
     # holds it as a sharded part too (a wrong one changes kl/* after the resume)
     "grpo-full": dict(variant="grpo", ref_reset_every=1, training={"strategy": "ddp"}),
-    "ppo-lora": dict(variant="ppo", budget={"group_size": 2}, training={"strategy": "ddp"},
-                     model_opts={"lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}}),
+    "ppo-lora": dict(
+        variant="ppo",
+        budget={"group_size": 2},
+        training={"strategy": "ddp"},
+        model_opts={"lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}},
+    ),
     # FSDP2 through the trainer: LoRA adapters on frozen, sharded base weights (DTensor shards in DCP)
-    "grpo-lora-fsdp": dict(variant="grpo", training={"strategy": "fsdp"},
-                           model_opts={"lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}}),
+    "grpo-lora-fsdp": dict(
+        variant="grpo",
+        training={"strategy": "fsdp"},
+        model_opts={"lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}},
+    ),
 }
 
 
 def run_cases(out: Path, model_dir: Path) -> None:
     from conftest import tiny_run_config
+
     from zoo.run import trainer
 
     for name, kw in CASES.items():
@@ -72,10 +83,24 @@ def fsdp_state(seed: int, rank: int):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: 1.0 - 0.1 * k)
     rows = [{"x": i} for i in range(7)]
-    return RunState(cfg=None, variant=None, slots=None, models=Models(policy=model, tokenizer=tok, reference=None),
-                    settings=None, optimizer=opt, scheduler=sched, critic_optimizer=None, critic_scheduler=None,
-                    stream=PromptStream(rows, seed=3), resample_stream=PromptStream(rows, seed=4), task=None,
-                    rewards=[], reward_names=[], reference=None, device=torch.device("cpu"))
+    return RunState(
+        cfg=None,
+        variant=None,
+        slots=None,
+        models=Models(policy=model, tokenizer=tok, reference=None),
+        settings=None,
+        optimizer=opt,
+        scheduler=sched,
+        critic_optimizer=None,
+        critic_scheduler=None,
+        stream=PromptStream(rows, seed=3),
+        resample_stream=PromptStream(rows, seed=4),
+        task=None,
+        rewards=[],
+        reward_names=[],
+        reference=None,
+        device=torch.device("cpu"),
+    )
 
 
 def fsdp_step(st, rank: int) -> float:

@@ -6,6 +6,7 @@ Each rank runs `update` on its own, deliberately unequal share of one fixed batc
 what it ends with under OUT_DIR; the test compares that with one process updating on the whole
 batch. `build_case` is shared by both sides so they start from the same model and rows.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,9 @@ from pathlib import Path
 
 import torch
 
-TESTS = Path(__file__).resolve().parents[1]  # tests/ (conftest: every tests/ folder on sys.path); its parent the repository
+TESTS = (
+    Path(__file__).resolve().parents[1]
+)  # tests/ (conftest: every tests/ folder on sys.path); its parent the repository
 for p in (str(TESTS.parent), str(TESTS)):
     if p not in sys.path:
         sys.path.insert(0, p)
@@ -28,13 +31,11 @@ AGGREGATES = ["token_mean", "seq_mean_token_mean"]
 
 def build_case(aggregate: str):
     """(model, tokenizer, batch, slots, settings) - identical in every process."""
-    from zoo.step.advantages import normalize_global
-    from zoo.step.types import Models, Slots, StepSettings
-    from zoo.step.update import step_counts, update
-    from zoo.core.batch import Batch
     from zoo.backends.generate.hf import encode_prompts
-    from zoo.testing import tiny_model_and_tokenizer
     from zoo.config.variant import load_variant
+    from zoo.core.batch import Batch
+    from zoo.step.types import Slots, StepSettings
+    from zoo.testing import tiny_model_and_tokenizer
 
     model, tok = tiny_model_and_tokenizer(seed=7)
     g = torch.Generator().manual_seed(11)
@@ -44,12 +45,20 @@ def build_case(aggregate: str):
     mask = torch.arange(T)[None, :] < torch.tensor(LENGTHS)[:, None]
     comp = torch.where(mask, comp, torch.full_like(comp, tok.pad_token_id))
     adv = torch.where(mask, torch.randn(N, generator=g)[:, None].expand(N, T), torch.zeros(N, T))
-    batch = Batch(prompt_ids=ids, prompt_mask=pmask.bool(), completion_ids=comp, loss_mask=mask,
-                  group_ids=torch.arange(N), truncated=torch.zeros(N, dtype=torch.bool),
-                  lengths=torch.tensor(LENGTHS), advantages=adv)
+    batch = Batch(
+        prompt_ids=ids,
+        prompt_mask=pmask.bool(),
+        completion_ids=comp,
+        loss_mask=mask,
+        group_ids=torch.arange(N),
+        truncated=torch.zeros(N, dtype=torch.bool),
+        lengths=torch.tensor(LENGTHS),
+        advantages=adv,
+    )
     slots = Slots.of(load_variant("grpo", {"aggregate": aggregate, "kl": "none"}))
-    s = StepSettings(temperature=1.0, micro_batch=2, max_new_tokens=T, epochs=1, minibatches=1,
-                            autocast="none", max_grad_norm=None)
+    s = StepSettings(
+        temperature=1.0, micro_batch=2, max_new_tokens=T, epochs=1, minibatches=1, autocast="none", max_grad_norm=None
+    )
     return model, tok, batch, slots, s
 
 
@@ -77,14 +86,17 @@ def normalizer_case():
     N, T = len(LENGTHS), max(LENGTHS)
     mask = torch.arange(T)[None, :] < torch.tensor(LENGTHS)[:, None]
     adv = torch.where(mask, 2.0 + torch.randn(N, T, generator=g), torch.zeros(N, T))
-    return adv, mask, torch.tensor([0, 0, 1, 1, 2]), registry.build("normalizer", {"name": "batch_std", "shift_mean": True})
+    return (
+        adv,
+        mask,
+        torch.tensor([0, 0, 1, 1, 2]),
+        registry.build("normalizer", {"name": "batch_std", "shift_mean": True}),
+    )
 
 
 def normalize_share(rank: int) -> list[list[float]]:
     """This rank's rows, trimmed to their own longest length, normalised over both ranks' rows."""
     from zoo.step.advantages import normalize_global
-    from zoo.step.types import Models, Slots, StepSettings
-    from zoo.step.update import step_counts, update
 
     adv, mask, gids, norm = normalizer_case()
     rows = SHARES[rank]
@@ -100,18 +112,17 @@ def diagnostics_share(rank: int) -> dict:
     """zoo.step.diagnostics on this rank's group of test_diagnostics' two-group batch."""
     import conftest  # noqa: F401  (puts tests/step, test_diagnostics' folder, on sys.path)
     from test_diagnostics import two_group_batch
+
     from zoo.step.diagnostics import step_diagnostics
 
     return step_diagnostics(two_group_batch().select(DIAG_SHARES[rank]), *DIAG_ARGS)
 
 
 def run_update(model, tok, batch, slots, s) -> dict[str, float]:
-    from zoo.step.advantages import normalize_global
-    from zoo.step.types import Models, Slots, StepSettings
-    from zoo.step.update import step_counts, update
-
-    from zoo.core import dist
     from zoo.backends.train import strategy
+    from zoo.core import dist
+    from zoo.step.types import Models
+    from zoo.step.update import update
 
     par = strategy.wrap(model, None, None, "ddp", torch.device("cpu")) if dist.is_distributed() else None
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
@@ -122,8 +133,7 @@ def main(out: Path, model_dir: Path | None = None) -> None:
     import torch.distributed as td
 
     from zoo.core import dist
-    from zoo.step.types import Models, Slots, StepSettings
-    from zoo.step.update import step_counts, update
+    from zoo.step.update import step_counts
 
     torch.set_num_threads(1)
     td.init_process_group("gloo")
@@ -173,8 +183,9 @@ def _keep_states(trainer) -> tuple[list, object]:
 def run_train(out: Path, model_dir: Path, rank: int) -> dict:
     """`zoo.run.trainer.train` under data parallelism: 2 GRPO steps with LoRA on the tiny model."""
     from conftest import tiny_run_config
-    from zoo.run import trainer
+
     from zoo.backends.generate import hf_generator as sample  # the `hf` generator's call of generate_rollout
+    from zoo.run import trainer
 
     seen: list[str] = []
     real = sample.generate_rollout
@@ -185,28 +196,42 @@ def run_train(out: Path, model_dir: Path, rank: int) -> dict:
 
     states, real_setup = _keep_states(trainer)
     sample.generate_rollout = spy
-    cfg = tiny_run_config(model_dir, out / "run", variant="grpo", budget={"prompts_per_step": 2},
-                          model_opts={"lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}},
-                          eval={"enabled": False}, training={"strategy": "ddp"})
+    cfg = tiny_run_config(
+        model_dir,
+        out / "run",
+        variant="grpo",
+        budget={"prompts_per_step": 2},
+        model_opts={"lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}},
+        eval={"enabled": False},
+        training={"strategy": "ddp"},
+    )
     summary = trainer.train(cfg, progress=False)
     sample.generate_rollout, trainer.setup = real, real_setup
     policy = states[-1].models.policy
-    torch.save({k: v.detach().clone() for k, v in policy.named_parameters() if v.requires_grad},
-               out / f"train_params_rank{rank}.pt")
-    return {"summary": {k: summary.get(k) for k in ("status", "steps", "loss/policy", "reward/total")},
-            "prompts": seen}
+    torch.save(
+        {k: v.detach().clone() for k, v in policy.named_parameters() if v.requires_grad},
+        out / f"train_params_rank{rank}.pt",
+    )
+    return {"summary": {k: summary.get(k) for k in ("status", "steps", "loss/policy", "reward/total")}, "prompts": seen}
 
 
 def run_train_adaptive_kl(out: Path, model_dir: Path) -> dict:
     """reinforce_pp (batch_std over the global batch, KL in the reward) with an adaptive beta on two
     ranks: the beta each rank ends with and the advantages' global statistics."""
     from conftest import tiny_run_config
+
     from zoo.run import trainer
 
     states, real_setup = _keep_states(trainer)
-    cfg = tiny_run_config(model_dir, out / "run_kl", variant="reinforce_pp", budget={"prompts_per_step": 2},
-                          set={"kl.beta": 0.1, "kl.adaptive": {"target": 0.5, "horizon": 8}},
-                          eval={"enabled": False}, training={"strategy": "ddp"})
+    cfg = tiny_run_config(
+        model_dir,
+        out / "run_kl",
+        variant="reinforce_pp",
+        budget={"prompts_per_step": 2},
+        set={"kl.beta": 0.1, "kl.adaptive": {"target": 0.5, "horizon": 8}},
+        eval={"enabled": False},
+        training={"strategy": "ddp"},
+    )
     summary = trainer.train(cfg, progress=False)
     trainer.setup = real_setup
     return {"status": summary.get("status"), "beta": states[-1].controllers[0].beta}

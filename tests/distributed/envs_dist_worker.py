@@ -10,6 +10,7 @@ Then one step with `question_turns` (turns by the question, not the rank) under 
 weights the test compares with one process's over the same two prompts (`equal_config`): each ddp
 rank saves its weights, fsdp's rank 0 the whole (unsharded) weights.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,7 +18,9 @@ import os
 import sys
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parents[1]  # tests/ (conftest: every tests/ folder on sys.path); its parent the repository
+TESTS = (
+    Path(__file__).resolve().parents[1]
+)  # tests/ (conftest: every tests/ folder on sys.path); its parent the repository
 for p in (str(TESTS.parent), str(TESTS)):
     if p not in sys.path:
         sys.path.insert(0, p)
@@ -66,11 +69,24 @@ def equal_config(model_dir, out, strategy):
     """One step of GRPO over 2 prompts with `question_turns` (the test repeats it in one process)."""
     from conftest import tiny_run_config
 
-    task = {"name": "reasoning_gym", "dataset": "basic_arithmetic", "size": 16, "eval_size": 2, "fewshot": 0,
-            "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2},
-            "env": {"name": "question_turns", "max_turns": 3, "max_total_tokens": 200}}
-    return tiny_run_config(model_dir, out, task=task, training={"strategy": strategy}, sampling={"backend": "scripted"},
-                           eval={"enabled": False}, budget={"steps": 1, "prompts_per_step": 2, "group_size": 2})
+    task = {
+        "name": "reasoning_gym",
+        "dataset": "basic_arithmetic",
+        "size": 16,
+        "eval_size": 2,
+        "fewshot": 0,
+        "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2},
+        "env": {"name": "question_turns", "max_turns": 3, "max_total_tokens": 200},
+    }
+    return tiny_run_config(
+        model_dir,
+        out,
+        task=task,
+        training={"strategy": strategy},
+        sampling={"backend": "scripted"},
+        eval={"enabled": False},
+        budget={"steps": 1, "prompts_per_step": 2, "group_size": 2},
+    )
 
 
 def trained_params(cfg):
@@ -112,15 +128,21 @@ class Counted(ScriptedGenerator):
         from zoo.core.generator_types import Continuation
 
         CALLS.append(len(prefix_ids))
-        parts = [ScriptedGenerator(self.tokenizer, [TEXTS[i % 2]], model=self.model).continue_([p], sampling, stop)
-                 for i, p in enumerate(prefix_ids)]
+        parts = [
+            ScriptedGenerator(self.tokenizer, [TEXTS[i % 2]], model=self.model).continue_([p], sampling, stop)
+            for i, p in enumerate(prefix_ids)
+        ]
         T = max(c.ids.shape[1] for c in parts)
         pad = lambda x, v: torch.nn.functional.pad(x, (0, T - x.shape[1]), value=v)  # noqa: E731
-        return Continuation(ids=torch.cat([pad(c.ids, self.tokenizer.pad_token_id) for c in parts]),
-                            mask=torch.cat([pad(c.mask, False) for c in parts]),
-                            logp_rollout=torch.cat([pad(c.logp_rollout, 0.0) for c in parts]),
-                            truncated=torch.cat([c.truncated for c in parts]), lengths=torch.cat([c.lengths for c in parts]),
-                            stopped_by=[x for c in parts for x in c.stopped_by], texts=[x for c in parts for x in c.texts])
+        return Continuation(
+            ids=torch.cat([pad(c.ids, self.tokenizer.pad_token_id) for c in parts]),
+            mask=torch.cat([pad(c.mask, False) for c in parts]),
+            logp_rollout=torch.cat([pad(c.logp_rollout, 0.0) for c in parts]),
+            truncated=torch.cat([c.truncated for c in parts]),
+            lengths=torch.cat([c.lengths for c in parts]),
+            stopped_by=[x for c in parts for x in c.stopped_by],
+            texts=[x for c in parts for x in c.texts],
+        )
 
 
 @register("generator", "scripted")
@@ -130,8 +152,8 @@ def scripted(policy, tokenizer) -> Counted:
 
 def main(out: Path, model_dir: Path) -> None:
     import torch.distributed as td
-
     from conftest import tiny_run_config
+
     from zoo.run import trainer
 
     td.init_process_group("gloo")
@@ -139,12 +161,24 @@ def main(out: Path, model_dir: Path) -> None:
     res = {}
     for strategy in ("ddp", "fsdp"):
         CALLS.clear()
-        task = {"name": "reasoning_gym", "dataset": "basic_arithmetic", "size": 16, "eval_size": 2, "fewshot": 0,
-                "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
-                "env": {"name": "rank_turns", "max_turns": 3, "max_total_tokens": 200}}
-        cfg = tiny_run_config(model_dir, out / f"run_{strategy}", task=task, training={"strategy": strategy},
-                              sampling={"backend": "scripted"}, eval={"enabled": False},
-                              budget={"prompts_per_step": 2, "group_size": 2})
+        task = {
+            "name": "reasoning_gym",
+            "dataset": "basic_arithmetic",
+            "size": 16,
+            "eval_size": 2,
+            "fewshot": 0,
+            "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
+            "env": {"name": "rank_turns", "max_turns": 3, "max_total_tokens": 200},
+        }
+        cfg = tiny_run_config(
+            model_dir,
+            out / f"run_{strategy}",
+            task=task,
+            training={"strategy": strategy},
+            sampling={"backend": "scripted"},
+            eval={"enabled": False},
+            budget={"prompts_per_step": 2, "group_size": 2},
+        )
         summary = trainer.train(cfg, progress=False)
         res[strategy] = {"status": summary.get("status"), "steps": summary.get("steps"), "calls": list(CALLS)}
     import torch

@@ -6,6 +6,7 @@ Both ranks run one `zoo.step.update.update` on their share of tests/distributed/
 rule gives a NaN loss. Each rank writes what it decided (skipped or applied) and how far its
 weights moved to OUT_DIR/guards_rank{r}.json: the skip must be the same on both ranks.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,9 @@ from pathlib import Path
 
 import torch
 
-TESTS = Path(__file__).resolve().parents[1]  # tests/ (conftest: every tests/ folder on sys.path); its parent the repository
+TESTS = (
+    Path(__file__).resolve().parents[1]
+)  # tests/ (conftest: every tests/ folder on sys.path); its parent the repository
 for p in (str(TESTS.parent), str(TESTS)):
     if p not in sys.path:
         sys.path.insert(0, p)
@@ -23,7 +26,6 @@ for p in (str(TESTS.parent), str(TESTS)):
 
 def main(out: Path) -> None:
     import torch.distributed as td
-
     from dist_worker import SHARES, build_case, run_update
 
     torch.set_num_threads(1)
@@ -41,8 +43,12 @@ def main(out: Path) -> None:
         slots = replace(slots, clip=nan_clip)
     m = run_update(model, tok, batch.select(SHARES[rank]), slots, s)
     moved = max(float((p.detach() - before[k]).abs().max()) for k, p in model.named_parameters())
-    report = {"skipped": m["optim/skipped"], "updates": m["optim/updates"], "moved": moved,
-              "grads_left": any(p.grad is not None for p in model.parameters())}
+    report = {
+        "skipped": m["optim/skipped"],
+        "updates": m["optim/updates"],
+        "moved": moved,
+        "grads_left": any(p.grad is not None for p in model.parameters()),
+    }
     (out / f"guards_rank{rank}.json").write_text(json.dumps(report))
     td.barrier()
     td.destroy_process_group()

@@ -9,6 +9,7 @@ micro-batches in the first optimizer step and none in the second) and saves its 
 full parameters afterwards. The test repeats each case in one process over the same rows.
 With MODEL_DIR it also trains 2 steps of a run file under the strategy (`zoo.run.trainer.train`).
 """
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,9 @@ from pathlib import Path
 
 import torch
 
-TESTS = Path(__file__).resolve().parents[1]  # tests/ (conftest: every tests/ folder on sys.path); its parent the repository
+TESTS = (
+    Path(__file__).resolve().parents[1]
+)  # tests/ (conftest: every tests/ folder on sys.path); its parent the repository
 for p in (str(TESTS.parent), str(TESTS)):
     if p not in sys.path:
         sys.path.insert(0, p)
@@ -84,8 +87,9 @@ def run_case(lora: bool, agg: str, name: str | None, rank: int | None) -> tuple[
     from dataclasses import replace
 
     steps = minibatch_rows(s.minibatches)
-    ms = [update(batch.select(torch.tensor(rows)), models, slots, replace(s, minibatches=1), opt, None)
-          for rows in steps]
+    ms = [
+        update(batch.select(torch.tensor(rows)), models, slots, replace(s, minibatches=1), opt, None) for rows in steps
+    ]
     m = {k: sum(x[k] for x in ms) / len(ms) for k in ("loss/policy", "optim/grad_norm")}
     return m, full_params(model)
 
@@ -104,11 +108,10 @@ def minibatch_rows(minibatches: int) -> list[list[int]]:
 def run_train(out: Path, model_dir: Path, name: str, rank: int) -> dict:
     """2 steps of reinforce_pp (full fine-tuning: the reference is a copy, sharded too under fsdp;
     KL in the reward with an adaptive beta) and 2 of GRPO with LoRA, through `zoo.run.trainer.train`."""
-    from conftest import tiny_run_config
-    from zoo.run import trainer
-
     import torch.distributed as td
+    from conftest import tiny_run_config
 
+    from zoo.run import trainer
     from zoo.testing import tiny_reward_model_and_tokenizer
 
     rm_dir = out / "reward_model"  # the LoRA run also scores with a reward model: each rank its own rows
@@ -119,20 +122,38 @@ def run_train(out: Path, model_dir: Path, name: str, rank: int) -> dict:
     td.barrier()
     res = {}
     for label, variant, extra in (
-            ("full", "reinforce_pp", {"set": {"kl.beta": 0.1, "kl.adaptive": {"target": 0.5, "horizon": 8}}}),
-            ("lora", "grpo", {"model_opts": {"lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}},
-                              "rewards": ["correctness", {"name": "reward_model", "model": str(rm_dir), "batch_size": 3}]})):
+        ("full", "reinforce_pp", {"set": {"kl.beta": 0.1, "kl.adaptive": {"target": 0.5, "horizon": 8}}}),
+        (
+            "lora",
+            "grpo",
+            {
+                "model_opts": {"lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}},
+                "rewards": ["correctness", {"name": "reward_model", "model": str(rm_dir), "batch_size": 3}],
+            },
+        ),
+    ):
         states: list = []
         real_setup = trainer.setup
         trainer.setup = lambda *a, **kw: states.append(real_setup(*a, **kw)) or states[-1]
-        cfg = tiny_run_config(model_dir, out / f"run_{label}", variant=variant, budget={"prompts_per_step": 2},
-                              training={"strategy": name}, eval={"size": 2, "samples": 2}, **extra)
+        cfg = tiny_run_config(
+            model_dir,
+            out / f"run_{label}",
+            variant=variant,
+            budget={"prompts_per_step": 2},
+            training={"strategy": name},
+            eval={"size": 2, "samples": 2},
+            **extra,
+        )
         summary = trainer.train(cfg, progress=False)
         trainer.setup = real_setup
         torch.save(full_params(states[-1].models.policy), out / f"train_{label}_rank{rank}.pt")
-        res[label] = {"status": summary.get("status"), "steps": summary.get("steps"),
-                      "grad_norm": summary.get("optim/grad_norm"), "updates": summary.get("optim/updates"),
-                      "reward_model": summary.get("reward/reward_model")}
+        res[label] = {
+            "status": summary.get("status"),
+            "steps": summary.get("steps"),
+            "grad_norm": summary.get("optim/grad_norm"),
+            "updates": summary.get("optim/updates"),
+            "reward_model": summary.get("reward/reward_model"),
+        }
     return res
 
 
@@ -149,8 +170,9 @@ def run_dynamic_sampling(out: Path, model_dir: Path, name: str) -> list[list]:
     completion is correct when `injected_correct(question)`, every other completion wrong. Returns
     the decisions [[step, question, kept], ...] this process made (each group once)."""
     from conftest import tiny_run_config
-    from zoo.run import trainer
+
     from zoo.rewards.compute import RewardScores
+    from zoo.run import trainer
     from zoo.step import pipeline as sample  # the stages of each resampling round
 
     decisions: list[list] = []
@@ -177,8 +199,14 @@ def run_dynamic_sampling(out: Path, model_dir: Path, name: str) -> list[list]:
 
     sample.generate, sample.compute_rewards, sample.keep_rows = generate, rewards, keep_rows
     try:
-        cfg = tiny_run_config(model_dir, out / "run_dynamic", variant="dapo", training={"strategy": name},
-                              budget={"prompts_per_step": 4, "max_resample_rounds": 3}, eval={"enabled": False})
+        cfg = tiny_run_config(
+            model_dir,
+            out / "run_dynamic",
+            variant="dapo",
+            training={"strategy": name},
+            budget={"prompts_per_step": 4, "max_resample_rounds": 3},
+            eval={"enabled": False},
+        )
         trainer.train(cfg, progress=False)
     finally:
         sample.generate, sample.compute_rewards, sample.keep_rows = real

@@ -2,19 +2,19 @@
 byte counts of weights, gradients and AdamW state are exact under a real 2-rank FSDP2 `fully_shard`
 (one torchrun launch, tests/distributed/bench_ranks_worker.py) and under DDP; option parsing and the errors for
 a strategy without processes. No timing asserts."""
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 import pytest
-import torch
+from conftest import run_two_ranks
 from typer.testing import CliRunner
 
 from zoo.bench.ranks import bench_ranks, gather_rows
 from zoo.bench.spec import BenchSpec
 from zoo.cli import launch
-from conftest import run_two_ranks
 
 HERE = Path(__file__).resolve().parent
 
@@ -62,8 +62,10 @@ def test_fsdp_rank_counts_are_local_shards_summing_to_the_full_model(rank_counts
 def test_gather_rows_sums_state_and_takes_the_slowest_rank():
     """Rank rows of state 3 + 5 MB -> 8 MB summed; the largest peak (20) and the slowest step by each
     rank's own wall time (2.5, not the ranks' mean step_s 2.0); step_s where wall_s is missing."""
-    rows = [{"rank": 0, "state_mb": 3.0, "peak_mb": 10.0, "step_s": 2.0, "wall_s": 1.5},
-            {"rank": 1, "state_mb": 5.0, "peak_mb": 20.0, "step_s": 2.0, "wall_s": 2.5}]
+    rows = [
+        {"rank": 0, "state_mb": 3.0, "peak_mb": 10.0, "step_s": 2.0, "wall_s": 1.5},
+        {"rank": 1, "state_mb": 5.0, "peak_mb": 20.0, "step_s": 2.0, "wall_s": 2.5},
+    ]
     g = gather_rows(rows, "fsdp")
     assert (g["world_size"], g["state_sum_mb"], g["peak_max_mb"], g["step_max_s"]) == (2, 8.0, 20.0, 2.5)
     assert gather_rows([{**r, "wall_s": None} for r in rows], "ddp")["step_max_s"] == 2.0
@@ -84,22 +86,38 @@ def test_bench_strategy_is_the_runs_training_strategy(tmp_path):
 
 def test_bench_nproc_relaunches_under_torchrun_without_nproc():
     cmd = launch.torchrun_command(2, ["bench", "grpo", "--strategy", "fsdp", "--nproc", "2", "--steps", "1"])
-    assert cmd[1:] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "zoo.cli",
-                       "bench", "grpo", "--strategy", "fsdp", "--steps", "1"]
+    assert cmd[1:] == [
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "zoo.cli",
+        "bench",
+        "grpo",
+        "--strategy",
+        "fsdp",
+        "--steps",
+        "1",
+    ]
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--strategy", "fsdp"], "--strategy fsdp needs processes: add --nproc N"),
-    (["--strategy", "ddp"], "--strategy ddp needs processes: add --nproc N"),
-    (["--strategy", "zero3", "--nproc", "2"], "--strategy 'zero3': use one of single, ddp, fsdp"),
-    (["--nproc", "2"], "--nproc 2 with --strategy single"),
-    (["--strategy", "fsdp", "--nproc", "2", "--memory"], "not with --vs, --memory or --scan"),
-    (["--autocast", "fp16"], "--autocast fp16 is not supported"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--strategy", "fsdp"], "--strategy fsdp needs processes: add --nproc N"),
+        (["--strategy", "ddp"], "--strategy ddp needs processes: add --nproc N"),
+        (["--strategy", "zero3", "--nproc", "2"], "--strategy 'zero3': use one of single, ddp, fsdp"),
+        (["--nproc", "2"], "--nproc 2 with --strategy single"),
+        (["--strategy", "fsdp", "--nproc", "2", "--memory"], "not with --vs, --memory or --scan"),
+        (["--autocast", "fp16"], "--autocast fp16 is not supported"),
+    ],
+)
 def test_bench_strategy_options_are_checked_before_launching(monkeypatch, args, message):
     """Each bad combination exits 1 with its one-line error, and nothing is launched."""
-    from zoo.cli import app
     import zoo.cli.bench  # noqa: F401  (registers the command)
+    from zoo.cli import app
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     monkeypatch.setattr(launch, "relaunch", lambda *a: pytest.fail("launched despite bad options"))
@@ -112,11 +130,30 @@ def test_per_rank_table_prints_every_rank_untruncated(capsys):
     weights 512 + gradients 256 + optimizer 512 MB = 1280 MB = 1.25 GB."""
     from zoo.cli.bench import print_ranks
 
-    row = {"wall_s": 40.05, "step_s": 40.0, "train_s": 22.1, "weights_mb": 512.0, "gradients_mb": 256.0,
-           "optimizer_mb": 512.0, "runtime_mb": 280.0, "activations_mb": 1600.0, "peak_mb": 3160.0}
+    row = {
+        "wall_s": 40.05,
+        "step_s": 40.0,
+        "train_s": 22.1,
+        "weights_mb": 512.0,
+        "gradients_mb": 256.0,
+        "optimizer_mb": 512.0,
+        "runtime_mb": 280.0,
+        "activations_mb": 1600.0,
+        "peak_mb": 3160.0,
+    }
     rows = [{"rank": r, **row, "state_mb": 1280.0} for r in (0, 1)]
-    spec = {"variant": "grpo", "model": "m", "prompts": 2, "group_size": 2, "max_new_tokens": 16, "lora": False,
-            "autocast": "bf16", "micro_batch": 2, "steps": 2, "warmup": 1}
+    spec = {
+        "variant": "grpo",
+        "model": "m",
+        "prompts": 2,
+        "group_size": 2,
+        "max_new_tokens": 16,
+        "lora": False,
+        "autocast": "bf16",
+        "micro_batch": 2,
+        "steps": 2,
+        "warmup": 1,
+    }
     print_ranks({"spec": spec, "distributed": gather_rows(rows, "fsdp")})
     out = capsys.readouterr().out
     assert "…" not in out

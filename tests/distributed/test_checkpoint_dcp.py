@@ -2,6 +2,7 @@
 2 gloo ranks equals the uninterrupted 2-rank run, with plain modules (today's data-parallel path)
 and with the model wrapped by FSDP2's `fully_shard` (DTensor shards); the files are data only; a
 resume under another world size is refused. One torchrun launch (tests/distributed/dcp_worker.py) for all."""
+
 import json
 import shutil
 from pathlib import Path
@@ -9,10 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
+from conftest import run_two_ranks
 from dcp_worker import CASES
 from test_trainer import assert_same_metrics
-from conftest import run_two_ranks
 
 HERE = Path(__file__).resolve().parent
 
@@ -92,7 +92,9 @@ def test_ddp_checkpoint_is_data_only_and_rotates(dcp_runs):
     for folder in (d / "shards.step2", d / "shards.step3"):
         names = sorted(p.name for p in folder.iterdir())
         assert len(names) == 2 and all(n.endswith(".safetensors") for n in names), names  # one file per rank
-    assert len(state["rng_ranks"]) == 2 and not torch.equal(state["rng_ranks"][0]["torch"], state["rng_ranks"][1]["torch"])
+    assert len(state["rng_ranks"]) == 2 and not torch.equal(
+        state["rng_ranks"][0]["torch"], state["rng_ranks"][1]["torch"]
+    )
 
 
 @pytest.mark.dist
@@ -151,15 +153,21 @@ def test_export_of_a_ddp_run_reads_its_shards(dcp_runs, tiny_model_dir, tmp_path
 def test_resume_on_another_world_size_is_refused(dcp_runs, tiny_model_dir, tmp_path):
     """The 2-rank checkpoint resumed in one process stops before any step, naming both sizes."""
     from conftest import tiny_run_config
-    from zoo.run import trainer
+
     from zoo.backends.train.checkpoint import CheckpointError
+    from zoo.run import trainer
 
     run = tmp_path / "run"
     shutil.copytree(dcp_runs / "grpo-full-cut", run)
     (run / "summary.json").unlink()  # not finished: the resume reaches the checkpoint
-    cfg = tiny_run_config(tiny_model_dir, run, **{**CASES["grpo-full"], "budget": {"steps": 3}, "eval": {"enabled": False}})
-    with pytest.raises(CheckpointError, match=r"state.pt: written by a run on 2 processes, this run has 1; resume "
-                                              r"it on 2 processes \(torchrun --nproc_per_node 2"):
+    cfg = tiny_run_config(
+        tiny_model_dir, run, **{**CASES["grpo-full"], "budget": {"steps": 3}, "eval": {"enabled": False}}
+    )
+    with pytest.raises(
+        CheckpointError,
+        match=r"state.pt: written by a run on 2 processes, this run has 1; resume "
+        r"it on 2 processes \(torchrun --nproc_per_node 2",
+    ):
         trainer.train(cfg, progress=False)
     assert sorted(p.name for p in (run / "checkpoint").iterdir())[:2] == ["shards.step2", "shards.step3"]  # kept
 
@@ -169,8 +177,11 @@ def test_world_size_check_both_ways():
     from zoo.backends.train.checkpoint import CheckpointError, check_world_size, world_size_of
 
     check_world_size({"world_size": 2}, Path("c/state.pt"), 2)  # same size: nothing to say
-    with pytest.raises(CheckpointError, match=r"c/state.pt: written by a run on 1 process, this run has 2; "
-                                              r"resume it in one process \(without torchrun\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"c/state.pt: written by a run on 1 process, this run has 2; "
+        r"resume it in one process \(without torchrun\)",
+    ):
         check_world_size({"world_size": 1}, Path("c/state.pt"), 2)
     # checkpoints from before `world_size` was stored: one RNG state per rank
     assert world_size_of({"rng_ranks": [{}, {}, {}]}) == 3 and world_size_of({}) == 1
@@ -179,8 +190,14 @@ def test_world_size_check_both_ways():
 def test_split_and_merge_are_inverse():
     from zoo.backends.train.checkpoint_dcp import merge, split
 
-    sd = {"policy": {"w": torch.ones(2)}, "policy/optimizer": {"state.w.step": torch.tensor(3.0),
-                                                               "param_groups.w.lr": 0.1, "param_groups.w.betas": (0.9, 0.99)}}
+    sd = {
+        "policy": {"w": torch.ones(2)},
+        "policy/optimizer": {
+            "state.w.step": torch.tensor(3.0),
+            "param_groups.w.lr": 0.1,
+            "param_groups.w.betas": (0.9, 0.99),
+        },
+    }
     tensors, plain = split(sd)
     assert plain == {"policy": {}, "policy/optimizer": {"param_groups.w.lr": 0.1, "param_groups.w.betas": (0.9, 0.99)}}
     assert set(tensors["policy/optimizer"]) == {"state.w.step"}
@@ -220,11 +237,20 @@ def test_missing_shards_folder_is_one_error_naming_it(tmp_path):
     from zoo.run.checkpoint import restore_checkpoint
 
     model = torch.nn.Linear(2, 2)
-    st = SimpleNamespace(step=0, totals={}, controllers=[], reference=None, optimizer=None,
-                         models=SimpleNamespace(policy=model, critic=None))
+    st = SimpleNamespace(
+        step=0,
+        totals={},
+        controllers=[],
+        reference=None,
+        optimizer=None,
+        models=SimpleNamespace(policy=model, critic=None),
+    )
     state = {"step": 3, "totals": {}, "world_size": 1, "shards": "shards.step3", "shards_plain": {}}
-    with pytest.raises(CheckpointError, match=r"shards.step3: cannot be loaded into this run \(FileNotFoundError: "
-                                              r"the shards folder .* that state.pt names is missing\); start over"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"shards.step3: cannot be loaded into this run \(FileNotFoundError: "
+        r"the shards folder .* that state.pt names is missing\); start over",
+    ):
         restore_checkpoint(st, state, tmp_path)
 
 

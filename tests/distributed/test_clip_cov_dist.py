@@ -1,5 +1,6 @@
 """clip_cov / kl_cov select over the whole optimizer step on every rank: two gloo ranks holding 1 and
 4 of the 5 rows make the same update, and select the same share of tokens, as one process on all rows."""
+
 import json
 from pathlib import Path
 

@@ -1,6 +1,7 @@
 """Two real gloo processes (torchrun) doing one data-parallel optimizer step: the result equals one
 process doing the step on all rows (C2/C3 across ranks: gradients summed, normalisers over the
 step's totals on every rank), with rows of different lengths split unevenly between the ranks."""
+
 import json
 import math
 import subprocess
@@ -8,15 +9,12 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import gloo_unavailable, launch_two_ranks
 from dist_worker import AGGREGATES, DIAG_ARGS, SHARES, build_case, correction_case, normalizer_case, run_update
 
 pytestmark = pytest.mark.dist  # every test reads a run of two gloo ranks started by torchrun
 
 HERE = Path(__file__).resolve().parent
-
-
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +29,10 @@ def two_ranks(tmp_path_factory, tiny_model_dir):
         pytest.skip("two gloo processes did not finish in time on this machine")
     if proc.returncode != 0:
         text = proc.stdout + proc.stderr
-        if any(s in text for s in ("Address family not supported", "Connection refused", "gloo", "rendezvous")) and \
-                not (out / "report_rank0.json").exists():
+        if (
+            any(s in text for s in ("Address family not supported", "Connection refused", "gloo", "rendezvous"))
+            and not (out / "report_rank0.json").exists()
+        ):
             pytest.skip(f"gloo could not start here:\n{text[-2000:]}")
         pytest.fail(f"torchrun failed ({proc.returncode}):\n{text[-4000:]}")
     return out
@@ -81,7 +81,15 @@ def test_data_parallel_step_equals_one_process(two_ranks, aggregate):
     # logged values are the step's, over all ranks' tokens, on every rank (not one rank's share)
     for r in _reports(two_ranks):
         m = r[f"metrics/{aggregate}"]
-        for k in ("loss/policy", "optim/grad_norm", "entropy", "ratio/mean", "ratio/max", "clip/low_frac", "clip/high_frac"):
+        for k in (
+            "loss/policy",
+            "optim/grad_norm",
+            "entropy",
+            "ratio/mean",
+            "ratio/max",
+            "clip/low_frac",
+            "clip/high_frac",
+        ):
             assert m[k] == pytest.approx(single_metrics[k], rel=1e-5, abs=1e-6), k
 
 
@@ -96,7 +104,13 @@ def test_rollout_metrics_are_over_every_rank(two_ranks):
     assert abs(alone["rollout/mismatch_kl"] - single["rollout/mismatch_kl"]) > 1e-3
     for r in _reports(two_ranks):
         m = r["metrics/correction"]
-        for k in ("rollout/mismatch_kl", "rollout/weight_mean", "rollout/weight_max", "rollout/masked_frac", "loss/policy"):
+        for k in (
+            "rollout/mismatch_kl",
+            "rollout/weight_mean",
+            "rollout/weight_max",
+            "rollout/masked_frac",
+            "loss/policy",
+        ):
             assert m[k] == pytest.approx(single[k], rel=1e-5, abs=1e-7), k
 
 
@@ -119,6 +133,7 @@ def test_step_diagnostics_gather_the_rows_of_every_rank(two_ranks):
     """Each rank holds one group; both log the diagnostics of the whole step (test_diagnostics' hand-worked
     values), not of their own group (one group alone gives other correlations)."""
     from test_diagnostics import two_group_batch
+
     from zoo.step.diagnostics import step_diagnostics
 
     whole = step_diagnostics(two_group_batch(), *DIAG_ARGS)
@@ -134,8 +149,8 @@ def test_step_diagnostics_gather_the_rows_of_every_rank(two_ranks):
 # ---------------------------------------------------------------- zoo.run.trainer.train on two ranks
 def test_training_run_on_two_ranks(two_ranks):
     """2 GRPO steps with LoRA, 1 prompt per rank per step: disjoint prompts, one set of metrics,
-    the same weights on both ranks afterwards (training.strategy ddp: adapters initialised from the same
-seed on every rank, gradients summed through DDP with the loss scaled by the world size)."""
+        the same weights on both ranks afterwards (training.strategy ddp: adapters initialised from the same
+    seed on every rank, gradients summed through DDP with the loss scaled by the world size)."""
     from zoo.run.tracking import read_jsonl
 
     reps = [r["train"] for r in _reports(two_ranks)]
@@ -167,4 +182,3 @@ def test_adaptive_kl_beta_agrees_across_ranks(two_ranks):
     recs = [x for x in read_jsonl(two_ranks / "run_kl" / "metrics.jsonl") if "kl/beta" in x]
     assert len(recs) == 2 and recs[-1]["kl/beta"] == pytest.approx(reps[0]["beta"])
     assert reps[0]["beta"] != 0.1
-

@@ -2,10 +2,10 @@
 different numbers of `continue_` calls per step and neither deadlocks; the logged env metrics are the
 mean over both ranks' trajectories; with the scripted generator a step under either strategy ends with
 one process's weights."""
+
 import json
 
 import pytest
-
 from conftest import TESTS, run_two_ranks
 
 pytestmark = pytest.mark.dist  # every test reads a run of two gloo ranks started by torchrun
@@ -37,6 +37,7 @@ def single(tmp_path_factory, tiny_model_dir):
     """(trainable params, continue_ calls, max grad norm) of `equal_config` in this process (strategy
     single: both prompts)."""
     import envs_dist_worker as w
+
     from zoo.core import registry
 
     out = tmp_path_factory.mktemp("envs_one")

@@ -5,15 +5,16 @@ micro-batches, or the collectives would hang) equals one process updating on the
 gradient norm (clipped to 0.05) and parameters, full fine-tuning and LoRA, token_mean and
 seq_mean_token_mean. Then 2 steps of `zoo.run.trainer.train` under the strategy (the LoRA run also scores
 with a tiny reward model on each rank: the reduced `reward/reward_model` agrees across ranks)."""
+
 import json
 import math
 from pathlib import Path
 
 import pytest
 import torch
-
+from conftest import TESTS as HERE
+from conftest import gloo_unavailable, launch_two_ranks
 from parallel_worker import CASES, case_name, injected_correct, run_case, run_dynamic_sampling
-from conftest import TESTS as HERE, gloo_unavailable, launch_two_ranks
 
 pytestmark = pytest.mark.dist  # every test reads a run of two gloo ranks started by torchrun
 
@@ -23,7 +24,9 @@ def _run(strategy: str, tmp_path_factory, model_dir) -> Path:
     if why:
         pytest.skip(why)
     out = tmp_path_factory.mktemp(strategy)
-    proc = launch_two_ranks(HERE / "distributed" / "parallel_worker.py", strategy, str(out), str(model_dir), timeout=600)
+    proc = launch_two_ranks(
+        HERE / "distributed" / "parallel_worker.py", strategy, str(out), str(model_dir), timeout=600
+    )
     if proc.returncode != 0:
         pytest.fail(f"torchrun ({strategy}) failed ({proc.returncode}):\n{(proc.stdout + proc.stderr)[-4000:]}")
     return out

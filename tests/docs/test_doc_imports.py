@@ -1,4 +1,5 @@
 """Every zoo import the README and docs/*.md show in a code block works: each is executed as written."""
+
 from __future__ import annotations
 
 import re

@@ -6,6 +6,7 @@ Blocks are fenced code blocks preceded by `<!-- test: NAME -->`: `plugin` (mylab
 (run_tanh.yaml) and `reward` (mylab/rewards.py). Whatever the test registers is removed afterwards,
 so other tests see the built-in registry only.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,9 +20,9 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
-from zoo.core import registry
 from zoo.cli import app
 from zoo.config.variant import build_components, load_variant
+from zoo.core import registry
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "extending.md"
 BLOCK = re.compile(r"<!-- test: (\w+) -->\s*\n```(\w+)\n(.*?)\n```", re.S)

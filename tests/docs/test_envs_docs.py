@@ -1,10 +1,11 @@
 """docs/extending.md §7 runs as written: the `try_again` environment through the multi-turn rollout, its
 run file's `task.env` validated, and the Gymnasium wrapper on a stand-in environment."""
+
 import sys
 
 import pytest
-
 from test_docs import doc_blocks
+
 from zoo.core import registry
 from zoo.core.generator_types import SamplingParams
 from zoo.envs.base import env_spec
@@ -46,9 +47,8 @@ def test_the_try_again_env_runs_through_the_rollout(mylab):
 
 
 def test_the_documented_run_file_validates(mylab):
-    import yaml
-
     import mylab.envs  # noqa: F401
+    import yaml
 
     run = yaml.safe_load(next(b for b in _yaml_blocks() if "name: try_again" in b))
     assert run["plugins"] == ["mylab.envs"]

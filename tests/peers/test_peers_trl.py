@@ -19,6 +19,7 @@ Conventions mapped here (ours -> TRL):
 - importance_sampling_level "sequence" (GSPO in TRL) is our gspo.
 - TRL's advantages are one per completion [B]; ours are [N, T], the row's value broadcast.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -26,8 +27,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
 from peer_inputs import SEEDS, compare, ours, random_inputs, require, value_and_grad
+
 from zoo.core.types import StepCounts, StepView, TermInputs
 
 grpo = pytest.importorskip("trl.trainer.grpo_trainer", reason="trl not installed (peer comparison)")
@@ -55,8 +56,21 @@ class OneProcess:
 class FakeTrainer:
     """Stand-in `self` for GRPOTrainer._compute_loss: its forward returns (logp, entropy, None)."""
 
-    def __init__(self, logp, entropy=None, *, loss_type="grpo", epsilon=0.2, epsilon_high=None, delta=None,
-                 level="token", top_entropy_quantile=1.0, max_completion_length=None, tau_pos=1.0, tau_neg=1.05):
+    def __init__(
+        self,
+        logp,
+        entropy=None,
+        *,
+        loss_type="grpo",
+        epsilon=0.2,
+        epsilon_high=None,
+        delta=None,
+        level="token",
+        top_entropy_quantile=1.0,
+        max_completion_length=None,
+        tau_pos=1.0,
+        tau_neg=1.05,
+    ):
         self._logp = logp
         self._entropy = torch.zeros_like(logp) if entropy is None else entropy
         self.loss_type = loss_type
@@ -75,8 +89,13 @@ class FakeTrainer:
         self.model = SimpleNamespace(training=True)
         self.accelerator = OneProcess()
         self._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
-        self.args = SimpleNamespace(delta=delta, sapo_temperature_pos=tau_pos, sapo_temperature_neg=tau_neg,
-                                    use_bias_correction_kl=False, steps_per_generation=1)
+        self.args = SimpleNamespace(
+            delta=delta,
+            sapo_temperature_pos=tau_pos,
+            sapo_temperature_neg=tau_neg,
+            use_bias_correction_kl=False,
+            steps_per_generation=1,
+        )
 
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
         return self._logp, self._entropy, None
@@ -89,9 +108,12 @@ def trl_loss(x, logp, **cfg):
     """TRL's loss on our inputs: advantages one per row (x.seq_adv), old log-probs x.logp_old."""
     n, t = x.mask.shape
     inputs = {
-        "prompt_ids": torch.zeros(n, 1, dtype=torch.long), "prompt_mask": torch.ones(n, 1, dtype=torch.long),
-        "completion_ids": torch.zeros(n, t, dtype=torch.long), "completion_mask": x.mask.long(),
-        "advantages": x.seq_adv, "old_per_token_logps": x.logp_old,
+        "prompt_ids": torch.zeros(n, 1, dtype=torch.long),
+        "prompt_mask": torch.ones(n, 1, dtype=torch.long),
+        "completion_ids": torch.zeros(n, t, dtype=torch.long),
+        "completion_mask": x.mask.long(),
+        "advantages": x.seq_adv,
+        "old_per_token_logps": x.logp_old,
         "num_items_in_batch": x.mask.sum().double(),
     }
     entropy = cfg.pop("entropy", None)
@@ -105,16 +127,29 @@ def check(name: str, peer: str, clip, agg, x, tol: float = 1e-6, **cfg) -> None:
     compare(name, peer, g1, g2, tol=tol)
 
 
-LOSS_TYPES = [("grpo", "seq_mean_token_mean"), ("bnpo", "token_mean"), ("dapo", "token_mean"),
-              ("dr_grpo", {"name": "seq_mean_token_sum_norm", "L": 12})]
+LOSS_TYPES = [
+    ("grpo", "seq_mean_token_mean"),
+    ("bnpo", "token_mean"),
+    ("dapo", "token_mean"),
+    ("dr_grpo", {"name": "seq_mean_token_sum_norm", "L": 12}),
+]
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("loss_type,agg", LOSS_TYPES)
 def test_clip_higher_with_trl_loss_types(seed, loss_type, agg):
     x = random_inputs(seed, spread=0.4)
-    check("clip_higher", f"TRL loss_type={loss_type}", {"name": "clip_higher", "eps_low": 0.2, "eps_high": 0.28},
-          agg, x, loss_type=loss_type, epsilon=0.2, epsilon_high=0.28, max_completion_length=12)
+    check(
+        "clip_higher",
+        f"TRL loss_type={loss_type}",
+        {"name": "clip_higher", "eps_low": 0.2, "eps_high": 0.28},
+        agg,
+        x,
+        loss_type=loss_type,
+        epsilon=0.2,
+        epsilon_high=0.28,
+        max_completion_length=12,
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -128,8 +163,17 @@ def test_dual_clip_is_trl_delta(seed, rule):
     x.logp[i, j] = x.logp_old[i, j] + 2.0  # one A < 0 token at r = e^2 ~ 7.4, beyond delta
     assert (neg & ((x.logp - x.logp_old).exp() > 3.0)).any()  # delta acts
     spec = {"name": rule, "eps_low": 0.2, "eps_high": 0.28, ("c" if rule == "dual_clip" else "delta"): 3.0}
-    check(rule, "TRL delta=3 (loss_type=dapo)", spec,
-          "token_mean", x, loss_type="dapo", epsilon=0.2, epsilon_high=0.28, delta=3.0)
+    check(
+        rule,
+        "TRL delta=3 (loss_type=dapo)",
+        spec,
+        "token_mean",
+        x,
+        loss_type="dapo",
+        epsilon=0.2,
+        epsilon_high=0.28,
+        delta=3.0,
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -137,23 +181,47 @@ def test_cispo_absolute_cap_is_our_one_plus_eps_high(seed):
     # TRL: w = min(r, epsilon_high) with epsilon_high 5.0 (absolute); ours: min(r, 1 + eps_high), eps_high 4.0
     x = random_inputs(seed, spread=1.0)
     x.logp[0, 0] = x.logp_old[0, 0] + 2.0  # r = e^2 ~ 7.4: the cap acts on this token at least
-    check("cispo", "TRL loss_type=cispo, epsilon_high=5.0", {"name": "cispo", "eps_low": None, "eps_high": 4.0},
-          "token_mean", x, loss_type="cispo", epsilon_high=5.0)
+    check(
+        "cispo",
+        "TRL loss_type=cispo, epsilon_high=5.0",
+        {"name": "cispo", "eps_low": None, "eps_high": 4.0},
+        "token_mean",
+        x,
+        loss_type="cispo",
+        epsilon_high=5.0,
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_gspo_is_trl_sequence_level(seed):
     x = random_inputs(seed, spread=1e-3)
-    check("gspo", "TRL importance_sampling_level=sequence (loss_type=grpo)", {"name": "gspo"}, "seq_mean_token_mean",
-          x, loss_type="grpo", epsilon=3e-4, epsilon_high=4e-4, level="sequence")
+    check(
+        "gspo",
+        "TRL importance_sampling_level=sequence (loss_type=grpo)",
+        {"name": "gspo"},
+        "seq_mean_token_mean",
+        x,
+        loss_type="grpo",
+        epsilon=3e-4,
+        epsilon_high=4e-4,
+        level="sequence",
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_sapo_is_trl_sapo(seed):
     require("clip", "sapo")
     x = random_inputs(seed, spread=0.5)
-    check("sapo", "TRL loss_type=sapo", {"name": "sapo", "tau_pos": 1.0, "tau_neg": 1.05}, "seq_mean_token_mean",
-          x, loss_type="sapo", tau_pos=1.0, tau_neg=1.05)
+    check(
+        "sapo",
+        "TRL loss_type=sapo",
+        {"name": "sapo", "tau_pos": 1.0, "tau_neg": 1.05},
+        "seq_mean_token_mean",
+        x,
+        loss_type="sapo",
+        tau_pos=1.0,
+        tau_neg=1.05,
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -166,27 +234,44 @@ def test_high_entropy_tokens_is_trl_top_entropy_quantile(seed, rho):
 
     x = random_inputs(seed, spread=0.4)
     g = torch.Generator().manual_seed(50 + seed)
-    entropy = torch.where(x.mask, 3 * torch.rand(x.mask.shape, generator=g, dtype=torch.float64),
-                          torch.full(x.mask.shape, 1e3, dtype=torch.float64))  # padding above every real value
+    entropy = torch.where(
+        x.mask,
+        3 * torch.rand(x.mask.shape, generator=g, dtype=torch.float64),
+        torch.full(x.mask.shape, 1e3, dtype=torch.float64),
+    )  # padding above every real value
     # float32 values (as a model's entropies are): TRL takes the quantile in float32 and compares the
     # tensor's own dtype with it, so a float64 entropy just below its float32 rounding would drop out
     entropy = entropy.float().double()
-    view = StepView({"mask": x.mask, "entropy": entropy, "advantages": x.adv, "logp_old": x.logp_old},
-                    torch.arange(x.mask.shape[0]))
-    inp = TermInputs(logp=x.logp, logp_old=x.logp_old, advantages=x.adv, mask=x.mask, counts=StepCounts.of(x.mask),
-                     entropy=entropy, step=view)
+    view = StepView(
+        {"mask": x.mask, "entropy": entropy, "advantages": x.adv, "logp_old": x.logp_old}, torch.arange(x.mask.shape[0])
+    )
+    inp = TermInputs(
+        logp=x.logp,
+        logp_old=x.logp_old,
+        advantages=x.adv,
+        mask=x.mask,
+        counts=StepCounts.of(x.mask),
+        entropy=entropy,
+        step=view,
+    )
     weight = registry.build("correction", {"name": "high_entropy_tokens", "rho": rho})(inp)
     theirs = GRPOTrainer.get_high_entropy_mask(FakeTrainer(x.logp), entropy, x.mask.long(), 1 - rho)
     assert 0 < int(theirs.sum()) < int(x.mask.sum())
     compare("high_entropy_tokens", f"TRL get_high_entropy_mask (top_entropy_quantile={rho})", weight, theirs.double())
 
     def mine(lp):
-        res = registry.build("clip", {"name": "clip_higher", "eps_low": 0.2, "eps_high": 0.28})(lp, x.logp_old, x.adv, x.mask)
+        res = registry.build("clip", {"name": "clip_higher", "eps_low": 0.2, "eps_high": 0.28})(
+            lp, x.logp_old, x.adv, x.mask
+        )
         return registry.build("aggregate", "token_mean")(res.loss * weight, x.mask, StepCounts.of(x.mask))
 
     v1, g1 = value_and_grad(mine, x.logp)
-    v2, g2 = value_and_grad(lambda lp: trl_loss(x, lp, loss_type="dapo", epsilon=0.2, epsilon_high=0.28,
-                                                top_entropy_quantile=rho, entropy=entropy), x.logp)
+    v2, g2 = value_and_grad(
+        lambda lp: trl_loss(
+            x, lp, loss_type="dapo", epsilon=0.2, epsilon_high=0.28, top_entropy_quantile=rho, entropy=entropy
+        ),
+        x.logp,
+    )
     compare("high_entropy_tokens", f"TRL top_entropy_quantile={rho} (loss_type=dapo)", v1, v2)
     compare("high_entropy_tokens", f"TRL top_entropy_quantile={rho} (loss_type=dapo)", g1, g2)
 
@@ -201,8 +286,9 @@ def test_adaptive_entropy_is_trl_adaptive_entropy_control():
     from zoo.core import registry
 
     target, delta = 0.2, 0.05
-    ctrl = registry.build("controller", {"name": "adaptive_entropy", "target": target, "delta": delta,
-                                         "coef": 0.05, "max_coef": 1.0})()
+    ctrl = registry.build(
+        "controller", {"name": "adaptive_entropy", "target": target, "delta": delta, "coef": 0.05, "max_coef": 1.0}
+    )()
     x = random_inputs(0, spread=0.3)
     fake = FakeTrainer(x.logp, loss_type="dapo")
     fake._entropy_bonus_enabled = fake.use_adaptive_entropy = True
@@ -214,18 +300,32 @@ def test_adaptive_entropy_is_trl_adaptive_entropy_control():
     for e in [0.1, 0.3, 0.15, 0.12, 0.5, 0.6, 0.7, 0.8, 0.9, 0.1, 0.05]:
         fake._entropy = torch.full_like(x.logp, e)
         applied_ours = ctrl.coefficients()["entropy_bonus"]["coef"]
-        inputs = {"prompt_ids": torch.zeros(6, 1, dtype=torch.long), "prompt_mask": torch.ones(6, 1, dtype=torch.long),
-                  "completion_ids": torch.zeros_like(x.mask, dtype=torch.long), "completion_mask": x.mask.long(),
-                  "advantages": x.seq_adv, "old_per_token_logps": x.logp_old, "num_items_in_batch": x.mask.sum().double()}
+        inputs = {
+            "prompt_ids": torch.zeros(6, 1, dtype=torch.long),
+            "prompt_mask": torch.ones(6, 1, dtype=torch.long),
+            "completion_ids": torch.zeros_like(x.mask, dtype=torch.long),
+            "completion_mask": x.mask.long(),
+            "advantages": x.seq_adv,
+            "old_per_token_logps": x.logp_old,
+            "num_items_in_batch": x.mask.sum().double(),
+        }
         loss = GRPOTrainer._compute_loss(fake, None, inputs)
         applied_trl = (fake._metrics["train"]["policy_loss"][-1] - float(loss)) / e  # loss = policy - coef * H
         ctrl.update({"entropy": e}, tokens=float(x.mask.sum()), rows=6.0)
         applied.append(applied_ours)
         coefs.append(ctrl.coef)
-        compare("adaptive_entropy", "TRL use_adaptive_entropy (coef applied)", torch.tensor(applied_ours),
-                torch.tensor(applied_trl))
-        compare("adaptive_entropy", "TRL use_adaptive_entropy (next coef)", torch.tensor(ctrl.coef),
-                torch.tensor(fake.entropy_coef))
+        compare(
+            "adaptive_entropy",
+            "TRL use_adaptive_entropy (coef applied)",
+            torch.tensor(applied_ours),
+            torch.tensor(applied_trl),
+        )
+        compare(
+            "adaptive_entropy",
+            "TRL use_adaptive_entropy (next coef)",
+            torch.tensor(ctrl.coef),
+            torch.tensor(fake.entropy_coef),
+        )
     assert max(applied) > 0 and applied[0] == 0  # the bonus is on in some steps, off before any entropy
     assert coefs[7] == coefs[8] == 0.0  # the clamp at 0 acted
 

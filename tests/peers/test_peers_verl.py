@@ -19,14 +19,15 @@ Conventions mapped here (ours -> verl):
   divide by every row of the step (StepCounts.sequences): equal without empty rows, and a test pins
   the ratio with one.
 """
+
 from __future__ import annotations
 
 from types import SimpleNamespace
 
 import pytest
 import torch
-
 from peer_inputs import SEEDS, compare, ours, random_inputs, require, value_and_grad
+
 from zoo.core import registry
 from zoo.core.types import AdvantageInputs, StepCounts, StepView
 
@@ -39,14 +40,21 @@ HUGE = 1e12  # a bound that never acts
 def actor(**kw) -> ActorConfig:
     """A verl ActorConfig with the fields the policy losses read (the rest are verl's defaults)."""
     policy = kw.pop("policy_loss", {})
-    return ActorConfig(strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1,
-                       policy_loss=PolicyLossConfig(**policy), **kw)
+    return ActorConfig(
+        strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1, policy_loss=PolicyLossConfig(**policy), **kw
+    )
 
 
 def verl_loss(name: str, x, logp, mode: str, config: ActorConfig):
     fn = core.get_policy_loss_fn(name)
-    loss, _ = fn(old_log_prob=x.logp_old, log_prob=logp, advantages=x.adv, response_mask=x.mask.double(),
-                 loss_agg_mode=mode, config=config)
+    loss, _ = fn(
+        old_log_prob=x.logp_old,
+        log_prob=logp,
+        advantages=x.adv,
+        response_mask=x.mask.double(),
+        loss_agg_mode=mode,
+        config=config,
+    )
     return loss
 
 
@@ -58,8 +66,12 @@ def check_policy(name: str, peer: str, clip, agg: str, mode: str, config: ActorC
     compare(name, f"verl {peer} ({mode})", g1, g2)
 
 
-AGG = [("token_mean", "token-mean"), ("seq_mean_token_mean", "seq-mean-token-mean"),
-       ("seq_mean_token_sum", "seq-mean-token-sum"), ("seq_mean_token_sum_norm", "seq-mean-token-sum-norm")]
+AGG = [
+    ("token_mean", "token-mean"),
+    ("seq_mean_token_mean", "seq-mean-token-mean"),
+    ("seq_mean_token_sum", "seq-mean-token-sum"),
+    ("seq_mean_token_sum_norm", "seq-mean-token-sum-norm"),
+]
 
 
 # ---------------------------------------------------------------- clip rules
@@ -67,8 +79,15 @@ AGG = [("token_mean", "token-mean"), ("seq_mean_token_mean", "seq-mean-token-mea
 @pytest.mark.parametrize("agg,mode", AGG)
 def test_ppo_is_vanilla_without_dual_clip(seed, agg, mode):
     x = random_inputs(seed, spread=0.4)
-    check_policy("ppo", "vanilla", {"name": "ppo", "eps": 0.2}, agg, mode,
-                 actor(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=HUGE), x)
+    check_policy(
+        "ppo",
+        "vanilla",
+        {"name": "ppo", "eps": 0.2},
+        agg,
+        mode,
+        actor(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=HUGE),
+        x,
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -76,8 +95,15 @@ def test_clip_higher_is_vanilla_low_high(seed):
     x = random_inputs(seed, spread=0.4)
     r = (x.logp - x.logp_old).exp()[x.mask]
     assert ((r > 1.28) | (r < 0.8)).any()  # some tokens are clipped, so eps_low/eps_high matter
-    check_policy("clip_higher", "vanilla", {"name": "clip_higher", "eps_low": 0.2, "eps_high": 0.28},
-                 "token_mean", "token-mean", actor(clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=HUGE), x)
+    check_policy(
+        "clip_higher",
+        "vanilla",
+        {"name": "clip_higher", "eps_low": 0.2, "eps_high": 0.28},
+        "token_mean",
+        "token-mean",
+        actor(clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=HUGE),
+        x,
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -88,8 +114,15 @@ def test_dual_clip_is_vanilla_with_clip_ratio_c(seed):
     x.logp[i, j] = x.logp_old[i, j] + 2.0  # one A < 0 token at r = e^2 ~ 7.4, beyond c = 3
     r = (x.logp - x.logp_old).exp()
     assert (neg & (r > 3.0)).any()  # the dual-clip region is reached
-    check_policy("dual_clip", "vanilla", {"name": "dual_clip", "eps_low": 0.2, "eps_high": 0.28, "c": 3.0},
-                 "token_mean", "token-mean", actor(clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0), x)
+    check_policy(
+        "dual_clip",
+        "vanilla",
+        {"name": "dual_clip", "eps_low": 0.2, "eps_high": 0.28, "c": 3.0},
+        "token_mean",
+        "token-mean",
+        actor(clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0),
+        x,
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -98,16 +131,30 @@ def test_cispo_is_verl_cispo(seed, eps_low):
     # verl and zoo cap the IS weight at 1 + eps_high (TRL caps r itself: see test_peers_trl.py)
     x = random_inputs(seed, spread=0.5)
     low = HUGE if eps_low is None else eps_low
-    check_policy("cispo", "cispo", {"name": "cispo", "eps_low": eps_low, "eps_high": 0.28}, "token_mean",
-                 "token-mean", actor(clip_ratio_low=low, clip_ratio_high=0.28), x)
+    check_policy(
+        "cispo",
+        "cispo",
+        {"name": "cispo", "eps_low": eps_low, "eps_high": 0.28},
+        "token_mean",
+        "token-mean",
+        actor(clip_ratio_low=low, clip_ratio_high=0.28),
+        x,
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_gspo_is_verl_gspo(seed):
     # log-ratios of ~1e-3 so some rows' sequence ratio is inside [1 - 3e-4, 1 + 4e-4], some outside
     x = random_inputs(seed, spread=1e-3)
-    check_policy("gspo", "gspo", {"name": "gspo"}, "seq_mean_token_mean", "seq-mean-token-mean",
-                 actor(clip_ratio_low=3e-4, clip_ratio_high=4e-4), x)
+    check_policy(
+        "gspo",
+        "gspo",
+        {"name": "gspo"},
+        "seq_mean_token_mean",
+        "seq-mean-token-mean",
+        actor(clip_ratio_low=3e-4, clip_ratio_high=4e-4),
+        x,
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -115,8 +162,15 @@ def test_sapo_is_verl_sapo(seed):
     # verl's sapo aggregates seq-mean-token-mean whatever loss_agg_mode says: we pass token-mean to show it
     require("clip", "sapo")
     x = random_inputs(seed, spread=0.5)
-    check_policy("sapo", "sapo", {"name": "sapo", "tau_pos": 1.0, "tau_neg": 1.05}, "seq_mean_token_mean",
-                 "token-mean", actor(tau_pos=1.0, tau_neg=1.05), x)
+    check_policy(
+        "sapo",
+        "sapo",
+        {"name": "sapo", "tau_pos": 1.0, "tau_neg": 1.05},
+        "seq_mean_token_mean",
+        "token-mean",
+        actor(tau_pos=1.0, tau_neg=1.05),
+        x,
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -124,8 +178,15 @@ def test_gmpo_is_verl_geo_mean(seed):
     # verl geo_mean: clip_ratio_low/high are the log-space bounds; its loss is a plain mean over rows
     require("clip", "gmpo")
     x = random_inputs(seed, spread=0.5)
-    check_policy("gmpo", "geo_mean", {"name": "gmpo", "eps_low": 0.4, "eps_high": 0.4}, "seq_mean_token_mean",
-                 "token-mean", actor(clip_ratio_low=0.4, clip_ratio_high=0.4), x)
+    check_policy(
+        "gmpo",
+        "geo_mean",
+        {"name": "gmpo", "eps_low": 0.4, "eps_high": 0.4},
+        "seq_mean_token_mean",
+        "token-mean",
+        actor(clip_ratio_low=0.4, clip_ratio_high=0.4),
+        x,
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -136,8 +197,11 @@ def test_clip_cov_is_verl_clip_cov_when_every_candidate_is_picked(seed):
     require("clip", "clip_cov")
     x = random_inputs(seed, spread=0.4, token_adv=True)
     spec = {"name": "clip_cov", "eps_low": 0.2, "eps_high": 0.2, "ratio": 1.0, "cov_lb": 0.05, "cov_ub": 0.5}
-    cfg = actor(clip_ratio_low=0.2, clip_ratio_high=0.2,
-                policy_loss={"loss_mode": "clip_cov", "clip_cov_ratio": 1.0, "clip_cov_lb": 0.05, "clip_cov_ub": 0.5})
+    cfg = actor(
+        clip_ratio_low=0.2,
+        clip_ratio_high=0.2,
+        policy_loss={"loss_mode": "clip_cov", "clip_cov_ratio": 1.0, "clip_cov_lb": 0.05, "clip_cov_ub": 0.5},
+    )
     from zoo.components.clip_cov import token_covariance
 
     cov = token_covariance(x.logp, x.adv, x.mask)[x.mask]
@@ -164,8 +228,10 @@ def test_whole_step_selection_is_verl_on_the_whole_step_in_one_call(seed, rule):
     require("clip", rule)
     x = random_inputs(seed, spread=0.4, token_adv=True)
     if rule == "kl_cov":
-        spec, cfg = {"name": "kl_cov", "ratio": 0.1, "beta": 1.0}, {"loss_mode": "kl_cov", "kl_cov_ratio": 0.1,
-                                                                      "ppo_kl_coef": 1.0}
+        spec, cfg = (
+            {"name": "kl_cov", "ratio": 0.1, "beta": 1.0},
+            {"loss_mode": "kl_cov", "kl_cov_ratio": 0.1, "ppo_kl_coef": 1.0},
+        )
     else:
         spec = {"name": "clip_cov", "eps_low": 0.2, "eps_high": 0.2, "ratio": 1.0, "cov_lb": 0.05, "cov_ub": 0.5}
         cfg = {"loss_mode": "clip_cov", "clip_cov_ratio": 1.0, "clip_cov_lb": 0.05, "clip_cov_ub": 0.5}
@@ -173,8 +239,12 @@ def test_whole_step_selection_is_verl_on_the_whole_step_in_one_call(seed, rule):
     counts = StepCounts.of(x.mask)
 
     def ours_in_micro_batches(lp):
-        fields = {"mask": x.mask, "advantages": torch.where(x.mask, x.adv, 0.0),
-                  "logp_old": torch.where(x.mask, x.logp_old, 0.0), "logp": torch.where(x.mask, lp.detach(), 0.0)}
+        fields = {
+            "mask": x.mask,
+            "advantages": torch.where(x.mask, x.adv, 0.0),
+            "logp_old": torch.where(x.mask, x.logp_old, 0.0),
+            "logp": torch.where(x.mask, lp.detach(), 0.0),
+        }
         total = 0.0
         for i in range(0, x.mask.shape[0], 2):
             rows = torch.arange(i, i + 2)
@@ -184,8 +254,12 @@ def test_whole_step_selection_is_verl_on_the_whole_step_in_one_call(seed, rule):
         return total
 
     v1, g1 = value_and_grad(ours_in_micro_batches, x.logp)
-    v2, g2 = value_and_grad(lambda lp: verl_loss(rule, x, lp, "token-mean", actor(clip_ratio_low=0.2, clip_ratio_high=0.2,
-                                                                                policy_loss=cfg)), x.logp)
+    v2, g2 = value_and_grad(
+        lambda lp: verl_loss(
+            rule, x, lp, "token-mean", actor(clip_ratio_low=0.2, clip_ratio_high=0.2, policy_loss=cfg)
+        ),
+        x.logp,
+    )
     compare(f"{rule} (scope step, micro-batches of 2)", f"verl {rule} (whole step in one call)", v1, v2)
     compare(f"{rule} (scope step, micro-batches of 2)", f"verl {rule} (whole step in one call)", g1, g2)
 
@@ -198,13 +272,23 @@ def test_aggregations_are_agg_loss_also_in_micro_batch_shares(seed, agg, mode):
     loss = torch.randn(x.mask.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
     counts = StepCounts.of(x.mask)
     fn = registry.build("aggregate", agg)
-    compare(f"aggregate {agg}", f"verl agg_loss {mode}", fn(loss, x.mask, counts),
-            core.agg_loss(loss, x.mask.double(), mode))
+    compare(
+        f"aggregate {agg}",
+        f"verl agg_loss {mode}",
+        fn(loss, x.mask, counts),
+        core.agg_loss(loss, x.mask.double(), mode),
+    )
     # micro-batches of 2 rows: verl with the step's totals in global_batch_info; the shares sum to the step
-    info = {"dp_size": 1, "batch_num_tokens": int(x.mask.sum()), "global_batch_size": x.mask.shape[0],
-            "loss_scale_factor": x.mask.shape[1]}
-    ours_sum = sum(fn(loss[i:i + 2], x.mask[i:i + 2], counts) for i in range(0, len(loss), 2))
-    verl_sum = sum(core.agg_loss(loss[i:i + 2], x.mask[i:i + 2].double(), mode, **info) for i in range(0, len(loss), 2))
+    info = {
+        "dp_size": 1,
+        "batch_num_tokens": int(x.mask.sum()),
+        "global_batch_size": x.mask.shape[0],
+        "loss_scale_factor": x.mask.shape[1],
+    }
+    ours_sum = sum(fn(loss[i : i + 2], x.mask[i : i + 2], counts) for i in range(0, len(loss), 2))
+    verl_sum = sum(
+        core.agg_loss(loss[i : i + 2], x.mask[i : i + 2].double(), mode, **info) for i in range(0, len(loss), 2)
+    )
     compare(f"aggregate {agg}", f"verl agg_loss {mode}", ours_sum, verl_sum)
 
 
@@ -217,13 +301,18 @@ def test_seq_mean_counts_empty_rows_unlike_verl(agg, mode):
     mask[3] = False
     loss = torch.randn(mask.shape, dtype=torch.float64)
     got = registry.build("aggregate", agg)(loss, mask, StepCounts.of(mask))
-    compare(f"aggregate {agg} (empty row)", f"verl agg_loss {mode} x 5/6", got,
-            core.agg_loss(loss, mask.double(), mode) * 5 / 6)
+    compare(
+        f"aggregate {agg} (empty row)",
+        f"verl agg_loss {mode} x 5/6",
+        got,
+        core.agg_loss(loss, mask.double(), mode) * 5 / 6,
+    )
 
 
 # ---------------------------------------------------------------- KL estimators
-@pytest.mark.parametrize("ours_name,verl_names", [("k1", ("k1", "kl")), ("k2", ("k2", "mse")),
-                                                  ("k3", ("k3", "low_var_kl"))])
+@pytest.mark.parametrize(
+    "ours_name,verl_names", [("k1", ("k1", "kl")), ("k2", ("k2", "mse")), ("k3", ("k3", "low_var_kl"))]
+)
 def test_kl_estimators_are_kl_penalty(ours_name, verl_names):
     g = torch.Generator().manual_seed(0)
     logp = -6 * torch.rand(50, 40, generator=g, dtype=torch.float64)
@@ -251,8 +340,13 @@ def outcome_batch(seed: int, n_groups: int = 4, g_size: int = 4, t: int = 8, bin
     kl = 0.05 * torch.randn(n, t, generator=gen, dtype=torch.float64)
     values = torch.randn(n, t, generator=gen, dtype=torch.float64)
     garbage = 7.0 * torch.randn(n, t, generator=gen, dtype=torch.float64)
-    inp = AdvantageInputs(scores=scores, mask=mask, group_ids=gids, kl_reward=torch.where(mask, kl, garbage),
-                          values=torch.where(mask, values, garbage))
+    inp = AdvantageInputs(
+        scores=scores,
+        mask=mask,
+        group_ids=gids,
+        kl_reward=torch.where(mask, kl, garbage),
+        values=torch.where(mask, values, garbage),
+    )
     rewards = torch.where(mask, kl, torch.zeros_like(kl))
     rewards[torch.arange(n), lengths - 1] += scores  # verl: the score on the last real token
     return inp, rewards, gids.numpy()
@@ -272,8 +366,9 @@ WHITEN = {"name": "batch_std", "shift_mean": True, "level": "token", "eps": 1e-1
 def test_group_mean_group_std_is_grpo_outcome(seed, std):
     inp, rewards, index = outcome_batch(seed)
     mine, _ = advantages("group_mean", inp, "group_std" if std else "none")
-    theirs, _ = core.compute_grpo_outcome_advantage(rewards, inp.mask.double(), index, epsilon=1e-6,
-                                                    norm_adv_by_std_in_grpo=std)
+    theirs, _ = core.compute_grpo_outcome_advantage(
+        rewards, inp.mask.double(), index, epsilon=1e-6, norm_adv_by_std_in_grpo=std
+    )
     compare("group_mean + group_std" if std else "group_mean", "verl grpo", mine, theirs, inp.mask)
 
 
@@ -290,8 +385,9 @@ def test_reinforce_pp_batch_std_is_verl_reinforce_plus_plus(seed, gamma):
     inp, rewards, _ = outcome_batch(seed)
     adv, _ = advantages("reinforce_pp", inp, WHITEN, gamma=gamma)
     raw, _ = advantages("reinforce_pp", inp, gamma=gamma)
-    theirs, returns = core.compute_reinforce_plus_plus_outcome_advantage(rewards, inp.mask.double(),
-                                                                        config=SimpleNamespace(gamma=gamma))
+    theirs, returns = core.compute_reinforce_plus_plus_outcome_advantage(
+        rewards, inp.mask.double(), config=SimpleNamespace(gamma=gamma)
+    )
     compare("reinforce_pp + batch_std", "verl reinforce_plus_plus", adv, theirs, inp.mask)
     compare("reinforce_pp (returns)", "verl reinforce_plus_plus returns", raw, returns, inp.mask)
 
@@ -300,8 +396,13 @@ def test_reinforce_pp_batch_std_is_verl_reinforce_plus_plus(seed, gamma):
 def test_group_mean_batch_std_is_verl_reinforce_plus_plus_baseline(seed):
     inp, rewards, index = outcome_batch(seed)
     theirs, _ = core.compute_reinforce_plus_plus_baseline_outcome_advantage(rewards, inp.mask.double(), index)
-    compare("group_mean + batch_std", "verl reinforce_plus_plus_baseline", advantages("group_mean", inp, WHITEN)[0],
-            theirs, inp.mask)
+    compare(
+        "group_mean + batch_std",
+        "verl reinforce_plus_plus_baseline",
+        advantages("group_mean", inp, WHITEN)[0],
+        theirs,
+        inp.mask,
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -323,8 +424,9 @@ def test_pass_at_k_is_verl_grpo_passk(seed, std, binary):
     # binary scores: ties at the maximum, where verl's topk gives the tied winner r_max - r_second = 0
     require("advantage", "pass_at_k")
     inp, rewards, index = outcome_batch(seed, binary=binary)
-    theirs, _ = core.compute_grpo_passk_outcome_advantage(rewards, inp.mask.double(), index, epsilon=1e-6,
-                                                          config={"norm_adv_by_std_in_grpo": std})
+    theirs, _ = core.compute_grpo_passk_outcome_advantage(
+        rewards, inp.mask.double(), index, epsilon=1e-6, config={"norm_adv_by_std_in_grpo": std}
+    )
     mine, _ = advantages("pass_at_k", inp, scale_by_std=std, eps=1e-6)
     compare("pass_at_k", "verl grpo_passk", mine, theirs, inp.mask)
 
@@ -351,8 +453,14 @@ def our_weight(name: str, spec: dict, x, rollout):
     require("correction", name)
     from zoo.core.types import TermInputs
 
-    inp = TermInputs(logp=x.logp, logp_old=x.logp_old, advantages=x.adv, mask=x.mask,
-                     counts=StepCounts.of(x.mask), logp_rollout=rollout)
+    inp = TermInputs(
+        logp=x.logp,
+        logp_old=x.logp_old,
+        advantages=x.adv,
+        mask=x.mask,
+        counts=StepCounts.of(x.mask),
+        logp_rollout=rollout,
+    )
     return registry.build("correction", {"name": name, **spec})(inp)
 
 
@@ -363,8 +471,9 @@ def test_tis_is_verl_rollout_is_truncate(seed, level):
     mine = our_weight("tis", {"C": 2.0, "level": level}, x, rollout)
     from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_weights
 
-    theirs, _ = compute_rollout_correction_weights(x.logp_old - rollout, x.mask.double(), rollout_is=level,
-                                                   rollout_is_threshold=2.0)
+    theirs, _ = compute_rollout_correction_weights(
+        x.logp_old - rollout, x.mask.double(), rollout_is=level, rollout_is_threshold=2.0
+    )
     assert (theirs[x.mask] == 2.0).any() and (theirs[x.mask] < 2.0).any()  # the cap acts on some tokens only
     compare(f"tis ({level})", f"verl rollout_is={level}, threshold 2.0", mine, theirs, x.mask, tol=F32_TOL)
 
@@ -376,15 +485,21 @@ def test_mis_is_verl_rollout_is_icepop(seed, level):
     mine = our_weight("mis", {"c_low": 0.5, "c_high": 2.0, "level": level}, x, rollout)
     from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_weights
 
-    theirs, _ = compute_rollout_correction_weights(x.logp_old - rollout, x.mask.double(), rollout_is=level,
-                                                   rollout_is_threshold="0.5_2.0")
+    theirs, _ = compute_rollout_correction_weights(
+        x.logp_old - rollout, x.mask.double(), rollout_is=level, rollout_is_threshold="0.5_2.0"
+    )
     assert (theirs[x.mask] == 0).any() and (theirs[x.mask] > 0).any()
     compare(f"mis ({level})", f"verl rollout_is={level}, threshold 0.5_2.0", mine, theirs, x.mask, tol=F32_TOL)
 
 
-RS_CASES = [("token", "token_k1", None, 2.0), ("token", "token_k1", 0.6, 1.5),
-            ("sequence", "seq_sum_k1", None, 2.0), ("sequence", "seq_sum_k1", 0.6, 1.5),
-            ("geometric", "seq_mean_k1", None, 1.1), ("geometric", "seq_mean_k1", 0.95, 1.05)]
+RS_CASES = [
+    ("token", "token_k1", None, 2.0),
+    ("token", "token_k1", 0.6, 1.5),
+    ("sequence", "seq_sum_k1", None, 2.0),
+    ("sequence", "seq_sum_k1", 0.6, 1.5),
+    ("geometric", "seq_mean_k1", None, 1.1),
+    ("geometric", "seq_mean_k1", 0.95, 1.05),
+]
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -398,11 +513,11 @@ def test_rs_is_verl_rollout_rs_k1(seed, level, option, c_low, c_high):
     lo = 1.0 / c_high if c_low is None else c_low
     from verl.trainer.ppo.rollout_corr_helper import compute_rollout_rejection_mask
 
-    theirs, _ = compute_rollout_rejection_mask(x.logp_old - rollout, x.mask.double(), rollout_rs=option,
-                                               rollout_rs_threshold=f"{1.0 / c_high!r}_{1.0 / lo!r}")
+    theirs, _ = compute_rollout_rejection_mask(
+        x.logp_old - rollout, x.mask.double(), rollout_rs=option, rollout_rs_threshold=f"{1.0 / c_high!r}_{1.0 / lo!r}"
+    )
     assert (theirs[x.mask] == 0).any() and (theirs[x.mask] == 1).any()
     compare(f"rs ({level})", f"verl rollout_rs={option}", mine, theirs, x.mask)
 
 
 # dppo against verl compute_policy_loss_dppo_tv / dppo_kl: tests/components/test_offpolicy.py (max |diff| 0)
-

@@ -1,5 +1,6 @@
 """The `reward_model` reward (zoo.rewards.reward_model) and the stateful-reward contract
 (zoo.rewards.session), on a tiny random Llama reward model built in code (zoo.testing)."""
+
 import pytest
 import torch
 
@@ -9,9 +10,11 @@ from zoo.rewards.reward_model import RewardModelSession, load_reward_model, rm_t
 from zoo.rewards.session import LiveReward, close_rewards, open_rewards
 from zoo.testing import tiny_reward_model_and_tokenizer
 
-ROWS = [{"prompt": [{"role": "user", "content": "What is 2+3?"}]},
-        {"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "7-4?"}]},
-        {"prompt": "1+1"}]
+ROWS = [
+    {"prompt": [{"role": "user", "content": "What is 2+3?"}]},
+    {"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "7-4?"}]},
+    {"prompt": "1+1"},
+]
 COMPLETIONS = ["It is \\boxed{5}.", "3", "The answer, after a long think about it, is \\boxed{2}"]
 
 
@@ -37,7 +40,9 @@ def test_scores_are_deterministic_and_batch_size_independent(rm_dir):
     again = _session(rm_dir, batch_size=3)(COMPLETIONS, ROWS)
     assert three == again
     assert len(set(one)) == 3  # a random model gives three different scores (the comparison can fail)
-    assert one == pytest.approx(three, rel=1e-5)  # scores near 14: 1 float32 ulp there is 1.9e-6, machines differ in the last bits
+    assert one == pytest.approx(
+        three, rel=1e-5
+    )  # scores near 14: 1 float32 ulp there is 1.9e-6, machines differ in the last bits
 
 
 def test_left_and_right_padding_give_the_same_score(rm_dir):
@@ -69,8 +74,9 @@ def test_a_rows_score_equals_a_hand_call_of_the_model_on_its_text(rm_dir):
 def test_plain_text_without_a_chat_template(rm_dir):
     _, tok = load_reward_model(str(rm_dir))
     tok.chat_template = None
-    assert rm_texts(tok, ["x"], [{"prompt": [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]}]) \
-        == ["s\n\nq\nx"]
+    assert rm_texts(
+        tok, ["x"], [{"prompt": [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]}]
+    ) == ["s\n\nq\nx"]
 
 
 def test_a_session_is_set_up_once_by_the_run_and_torn_down(rm_dir):
@@ -91,13 +97,18 @@ def test_a_session_is_set_up_once_by_the_run_and_torn_down(rm_dir):
 
 
 def test_a_direct_call_loads_for_that_call_only(rm_dir):
-    (comp, _), = resolve_rewards([{"name": "reward_model", "model": str(rm_dir)}])
+    ((comp, _),) = resolve_rewards([{"name": "reward_model", "model": str(rm_dir)}])
     assert comp(COMPLETIONS, ROWS) == pytest.approx(_session(rm_dir)(COMPLETIONS, ROWS), rel=1e-5)
 
 
-@pytest.mark.parametrize("bad, match", [({"dtype": "int8"}, "dtype must be one of float32"),
-                                        ({"batch_size": 0}, "batch_size must be an integer >= 1"),
-                                        ({"max_length": 1}, "max_length must be an integer >= 2")])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ({"dtype": "int8"}, "dtype must be one of float32"),
+        ({"batch_size": 0}, "batch_size must be an integer >= 1"),
+        ({"max_length": 1}, "max_length must be an integer >= 2"),
+    ],
+)
 def test_bad_parameters_are_named(rm_dir, bad, match):
     with pytest.raises(ComponentError, match=match):
         resolve_rewards([{"name": "reward_model", "model": str(rm_dir), **bad}])
@@ -107,8 +118,15 @@ def test_a_classifier_with_two_labels_is_refused(tmp_path):
     from transformers import LlamaConfig, LlamaForSequenceClassification
 
     _, tok = tiny_reward_model_and_tokenizer()
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, num_labels=2)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        num_labels=2,
+    )
     LlamaForSequenceClassification(cfg).save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="num_labels=2"):
@@ -121,6 +139,7 @@ def test_the_documented_stateful_reward_runs_as_written(tmp_path, monkeypatch):
     import sys
 
     from test_docs import doc_blocks
+
     from zoo.core import registry
 
     (tmp_path / "mylab_stateful.py").write_text(doc_blocks()["stateful_reward"][1])
@@ -129,7 +148,9 @@ def test_the_documented_stateful_reward_runs_as_written(tmp_path, monkeypatch):
         __import__("mylab_stateful")
         live = open_rewards(resolve_rewards(["length_model"]), torch.device("cpu"))
         session = live[0][0].session
-        assert compute_rewards([live[0][0]], ["abcd", ""], [{}, {}]).objectives[:, 0].tolist() == pytest.approx([0.4, 0.0])
+        assert compute_rewards([live[0][0]], ["abcd", ""], [{}, {}]).objectives[:, 0].tolist() == pytest.approx(
+            [0.4, 0.0]
+        )
         close_rewards(live)
         assert session.w is None
     finally:
@@ -147,11 +168,19 @@ def test_the_memory_breakdown_has_a_reward_model_line(rm_dir):
     from zoo.testing import tiny_model_and_tokenizer
 
     policy, _ = tiny_model_and_tokenizer()
-    live = open_rewards(resolve_rewards([{"name": "reward_model", "model": str(rm_dir)}, "format"]), torch.device("cpu"))
+    live = open_rewards(
+        resolve_rewards([{"name": "reward_model", "model": str(rm_dir)}, "format"]), torch.device("cpu")
+    )
     rm = live[0][0].session.model
     want = sum(t.numel() * 4 for t in [*rm.parameters(), *rm.buffers()]) / 2**20
-    st = SimpleNamespace(models=SimpleNamespace(policy=policy, critic=None), reference=None, optimizer=None,
-                         critic_optimizer=None, rewards=live, gold=[])
+    st = SimpleNamespace(
+        models=SimpleNamespace(policy=policy, critic=None),
+        reference=None,
+        optimizer=None,
+        critic_optimizer=None,
+        rewards=live,
+        gold=[],
+    )
     m = memory_breakdown(st, runtime_mb=10.0, peak_mb=100.0)
     assert m["reward_model_mb"] == pytest.approx(want, rel=1e-9) and want > 0
     policy_mb = sum(t.numel() * 4 for t in [*policy.parameters(), *policy.buffers()]) / 2**20
@@ -162,7 +191,9 @@ def test_the_memory_breakdown_has_a_reward_model_line(rm_dir):
 
 def test_a_causal_lm_is_refused_from_its_config_alone(tiny_model_dir, rm_dir, tmp_path):
     # the tiny policy (LlamaForCausalLM) as a reward model: refused when the reward resolves (zoo validate)
-    with pytest.raises(ComponentError, match="is a causal language model, not a reward model .*: train one with `zoo rm train`"):
+    with pytest.raises(
+        ComponentError, match="is a causal language model, not a reward model .*: train one with `zoo rm train`"
+    ):
         resolve_rewards([{"name": "reward_model", "model": str(tiny_model_dir)}])
     # config.json only, no weights: the same error, so nothing but the config was read
     (tmp_path / "config.json").write_text((tiny_model_dir / "config.json").read_text())
@@ -178,8 +209,15 @@ def test_a_two_label_classifier_is_refused_at_validate(tmp_path):
 
     from transformers import LlamaConfig
 
-    cfg = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, num_labels=2)
+    cfg = LlamaConfig(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        num_labels=2,
+    )
     cfg.architectures = ["LlamaForSequenceClassification"]
     cfg.save_pretrained(tmp_path)
     assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["LlamaForSequenceClassification"]

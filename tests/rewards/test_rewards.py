@@ -1,5 +1,6 @@
 """Reward functions: answer extraction, correctness (reasoning_gym scorer and math-verify), format,
 length, NaN on failure, and user rewards by dotted path."""
+
 import logging
 import math
 import sys
@@ -27,8 +28,16 @@ from zoo.tasks import EASY_ARITHMETIC, load_task
 
 @pytest.fixture(scope="module")
 def rg_rows():
-    task = load_task({"name": "reasoning_gym", "dataset": "basic_arithmetic", "config": EASY_ARITHMETIC,
-                      "size": 8, "eval_size": 0, "seed": 0})
+    task = load_task(
+        {
+            "name": "reasoning_gym",
+            "dataset": "basic_arithmetic",
+            "config": EASY_ARITHMETIC,
+            "size": 8,
+            "eval_size": 0,
+            "seed": 0,
+        }
+    )
     return task.train
 
 
@@ -143,6 +152,7 @@ def test_raising_and_none_rows_are_unscored_and_counted(caplog):
 def _named(fn_name, body):
     def fn(completions, rows):
         return body(completions)
+
     fn.__qualname__ = fn_name
     return fn
 
@@ -188,9 +198,14 @@ def test_numbers_of_any_kind_are_accepted():
     import numpy as np
 
     objectives, n_failed = compute_rewards(
-        [lambda c, r: [1, np.float32(0.5), torch.tensor(0.25)], lambda c, r: torch.tensor([2.0, 3.0, 4.0]),
-         lambda c, r: np.array([0.0, None, 1.0], dtype=object)],
-        ["a", "b", "c"], [{}] * 3)
+        [
+            lambda c, r: [1, np.float32(0.5), torch.tensor(0.25)],
+            lambda c, r: torch.tensor([2.0, 3.0, 4.0]),
+            lambda c, r: np.array([0.0, None, 1.0], dtype=object),
+        ],
+        ["a", "b", "c"],
+        [{}] * 3,
+    )
     torch.testing.assert_close(objectives[:, :2], torch.tensor([[1.0, 2.0], [0.5, 3.0], [0.25, 4.0]]))
     assert objectives[[0, 2], 2].tolist() == [0.0, 1.0] and math.isnan(objectives[1, 2])
     assert n_failed == [0, 0, 1]
@@ -204,7 +219,8 @@ def test_accuracy_counts_exact_scores_only():
 
 @pytest.fixture
 def user_module(tmp_path, monkeypatch):
-    (tmp_path / "my_user_rewards.py").write_text(textwrap.dedent("""
+    (tmp_path / "my_user_rewards.py").write_text(
+        textwrap.dedent("""
         def shouty(completions, rows, *, bonus=1.0):
             return [bonus if c.isupper() else 0.0 for c in completions]
 
@@ -223,7 +239,8 @@ def user_module(tmp_path, monkeypatch):
 
         def needs_target(completions, rows, *, target):
             return [float(c == target) for c in completions]
-    """))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     yield "my_user_rewards"
     sys.modules.pop("my_user_rewards", None)

@@ -1,5 +1,6 @@
 """`zoo rm train` (Bradley-Terry reward-model training) and `zoo rm pairs` (pairs from a task), on tiny
 models built in code."""
+
 import json
 import random
 import string
@@ -20,8 +21,13 @@ def _marker_pairs(n, seed):
     for _ in range(n):
         base = "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(6, 12)))
         k = rng.randint(0, len(base))
-        out.append({"prompt": "Pick one.", "chosen": base[:k] + "#" + base[k:],
-                    "rejected": base[:k] + rng.choice(string.ascii_lowercase) + base[k:]})
+        out.append(
+            {
+                "prompt": "Pick one.",
+                "chosen": base[:k] + "#" + base[k:],
+                "rejected": base[:k] + rng.choice(string.ascii_lowercase) + base[k:],
+            }
+        )
     return out
 
 
@@ -39,8 +45,15 @@ def test_rm_train_learns_the_marker_and_the_checkpoint_loads_as_the_reward(tiny_
 
     pairs = _marker_pairs(48, seed=0)  # 32 trained, 16 held out
     (tmp_path / "pairs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pairs))
-    cfg = RMTrainConfig(model=str(tiny_model_dir), data=PairData(path=str(tmp_path / "pairs.jsonl"), eval_size=16),
-                        epochs=8, batch_size=8, lr=1e-3, output_dir=str(tmp_path / "rm"), tracking={"wandb": False})
+    cfg = RMTrainConfig(
+        model=str(tiny_model_dir),
+        data=PairData(path=str(tmp_path / "pairs.jsonl"), eval_size=16),
+        epochs=8,
+        batch_size=8,
+        lr=1e-3,
+        output_dir=str(tmp_path / "rm"),
+        tracking={"wandb": False},
+    )
     s = train_reward_model(cfg, progress=False)
     assert s["pairs/train"] == 32 and s["pairs/eval"] == 16 and s["steps"] == 8 * 4
     assert s["eval/accuracy/after"] >= 0.9
@@ -59,7 +72,9 @@ def test_rm_train_learns_the_marker_and_the_checkpoint_loads_as_the_reward(tiny_
 def test_a_bad_pair_names_the_file_and_line(tmp_path):
     from zoo.rm.data import read_jsonl_pairs
 
-    (tmp_path / "p.jsonl").write_text('{"prompt": "a", "chosen": "b", "rejected": "c"}\n{"prompt": "a", "chosen": "b"}\n')
+    (tmp_path / "p.jsonl").write_text(
+        '{"prompt": "a", "chosen": "b", "rejected": "c"}\n{"prompt": "a", "chosen": "b"}\n'
+    )
     with pytest.raises(ValueError, match=r"p.jsonl:2: missing 'rejected'"):
         read_jsonl_pairs(tmp_path / "p.jsonl")
 
@@ -67,8 +82,14 @@ def test_a_bad_pair_names_the_file_and_line(tmp_path):
 def test_chat_list_pairs_append_to_the_prompt():
     from zoo.rm.data import parse_pair
 
-    p = parse_pair({"chosen": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
-                    "rejected": "b", "prompt": None}, "x")
+    p = parse_pair(
+        {
+            "chosen": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
+            "rejected": "b",
+            "prompt": None,
+        },
+        "x",
+    )
     assert p.chosen[-1] == {"role": "assistant", "content": "a"} and len(p.chosen) == 2
     assert p.rejected == ({"role": "assistant", "content": "b"},)
 
@@ -114,8 +135,15 @@ def test_rm_pairs_samples_the_policy_with_the_stated_length_bias():
     policy.lm_head = head
     policy.eval()
     rows = [{"prompt": [{"role": "user", "content": f"q{i}"}], "question": f"q{i}", "answer": "0"} for i in range(96)]
-    cfg = PairsConfig(task={"name": "none"}, judge={"name": "format", "pattern": "[a-m]"}, prompts=96, samples=8,
-                      max_new_tokens=24, length_bias=0.8, seed=0)
+    cfg = PairsConfig(
+        task={"name": "none"},
+        judge={"name": "format", "pattern": "[a-m]"},
+        prompts=96,
+        samples=8,
+        max_new_tokens=24,
+        length_bias=0.8,
+        seed=0,
+    )
     records, s = make_pairs(cfg, policy, tok, rows)
     assert s["pairs"] >= 40, s  # enough pairs for the fraction to mean something
     frac = sum(len(r["chosen"]) > len(r["rejected"]) for r in records) / len(records)
@@ -158,15 +186,26 @@ def test_a_datasets_source_reads_the_same_pairs_as_the_jsonl(tmp_path, monkeypat
         read_dataset_pairs(str(tmp_path / "missing"), None, "train")
 
 
-@pytest.mark.parametrize("line, match", [
-    ({"prompt": "p", "chosen": "x", "rejected": "x"}, "chosen and rejected are identical: the pair carries no preference"),
-    # the same text after formatting: a string response is the assistant turn a message list states
-    ({"prompt": "p", "chosen": "x", "rejected": [{"role": "assistant", "content": "x"}]}, "chosen and rejected are identical"),
-    ({"prompt": "p", "chosen": "", "rejected": "y"}, "'chosen' is empty"),
-    ({"prompt": "p", "chosen": "x", "rejected": "  "}, "'rejected' is empty"),
-    ({"prompt": "p", "chosen": "x", "rejected": "y", "extra": 1},
-     "unknown key 'extra'; allowed: prompt, chosen, rejected, margin"),
-])
+@pytest.mark.parametrize(
+    "line, match",
+    [
+        (
+            {"prompt": "p", "chosen": "x", "rejected": "x"},
+            "chosen and rejected are identical: the pair carries no preference",
+        ),
+        # the same text after formatting: a string response is the assistant turn a message list states
+        (
+            {"prompt": "p", "chosen": "x", "rejected": [{"role": "assistant", "content": "x"}]},
+            "chosen and rejected are identical",
+        ),
+        ({"prompt": "p", "chosen": "", "rejected": "y"}, "'chosen' is empty"),
+        ({"prompt": "p", "chosen": "x", "rejected": "  "}, "'rejected' is empty"),
+        (
+            {"prompt": "p", "chosen": "x", "rejected": "y", "extra": 1},
+            "unknown key 'extra'; allowed: prompt, chosen, rejected, margin",
+        ),
+    ],
+)
 def test_useless_pairs_are_errors_naming_the_file_and_line(tmp_path, line, match):
     from zoo.rm.data import read_jsonl_pairs
 
@@ -179,8 +218,16 @@ def test_useless_pairs_are_errors_naming_the_file_and_line(tmp_path, line, match
 def test_the_keys_rm_pairs_writes_are_accepted(tmp_path):
     from zoo.rm.data import read_jsonl_pairs
 
-    rec = {"prompt": [{"role": "user", "content": "1+1"}], "chosen": "2", "rejected": "3", "chosen_correct": True,
-           "chosen_longer": False, "question": "1+1", "answer": "2", "margin": 0.5}  # make_pairs' record + margin
+    rec = {
+        "prompt": [{"role": "user", "content": "1+1"}],
+        "chosen": "2",
+        "rejected": "3",
+        "chosen_correct": True,
+        "chosen_longer": False,
+        "question": "1+1",
+        "answer": "2",
+        "margin": 0.5,
+    }  # make_pairs' record + margin
     (tmp_path / "p.jsonl").write_text(json.dumps(rec) + "\n")
     assert read_jsonl_pairs(tmp_path / "p.jsonl")[0].margin == 0.5
 
@@ -195,7 +242,9 @@ def test_held_out_pairs_seen_in_training_are_counted_in_a_warning(tmp_path, capl
     with caplog.at_level("WARNING", logger="zoo.rm.data"):
         pairs, ev = load_pairs(PairData(path=str(tmp_path / "t.jsonl"), eval_path=str(tmp_path / "e.jsonl")), seed=0)
     assert (len(pairs), len(ev)) == (4, 3)
-    assert "2 of 3 held-out pairs also appear in the training pairs: the held-out accuracy is not held out" in caplog.text
+    assert (
+        "2 of 3 held-out pairs also appear in the training pairs: the held-out accuracy is not held out" in caplog.text
+    )
     caplog.clear()
     (tmp_path / "e.jsonl").write_text(json.dumps(held[2]) + "\n")  # disjoint: no warning
     with caplog.at_level("WARNING", logger="zoo.rm.data"):

@@ -1,6 +1,7 @@
 """zoo.backends.train.checkpoint and zoo.core.faults without a model: weights-only loading (a malicious pickle is refused
 and does not run), the previous checkpoint kept, damaged files named with the options, a full disk
 leaving no temporary file (issue 11 items 7, 8, 14)."""
+
 import errno
 import logging
 import pickle
@@ -25,8 +26,16 @@ class Payload:
 
 
 def _state(step: int) -> dict:
-    return {"step": step, "beta": 0.1, "policy": {"w": torch.full((2, 3), float(step))}, "rng": ckpt.rng_state(),
-            "optimizer": {"state": {0: {"step": torch.tensor(3.0)}}, "param_groups": [{"betas": (0.9, 0.99), "foreach": None}]}}
+    return {
+        "step": step,
+        "beta": 0.1,
+        "policy": {"w": torch.full((2, 3), float(step))},
+        "rng": ckpt.rng_state(),
+        "optimizer": {
+            "state": {0: {"step": torch.tensor(3.0)}},
+            "param_groups": [{"betas": (0.9, 0.99), "foreach": None}],
+        },
+    }
 
 
 def test_rng_state_round_trips_through_a_weights_only_file(tmp_path):
@@ -73,7 +82,9 @@ def test_a_plain_pickle_naming_os_system_is_refused(tmp_path):
 
 def test_random_bytes_are_damaged_not_refused(tmp_path):
     (tmp_path / ckpt.FILE).write_bytes(bytes(range(256)) * 8)
-    with pytest.raises(ckpt.CheckpointError, match=r"state\.pt: damaged checkpoint, cannot be read \((UnpicklingError|RuntimeError)"):
+    with pytest.raises(
+        ckpt.CheckpointError, match=r"state\.pt: damaged checkpoint, cannot be read \((UnpicklingError|RuntimeError)"
+    ):
         ckpt.load(tmp_path)
 
 
@@ -116,7 +127,9 @@ def test_moving_the_damaged_file_away_resumes_from_the_previous_one(tmp_path, ca
 
 def test_damaged_with_no_previous_checkpoint_offers_fresh(tmp_path):
     (tmp_path / ckpt.FILE).write_bytes(b"")
-    with pytest.raises(ckpt.CheckpointError, match=r"damaged checkpoint, cannot be read \(EOFError\); start over with --fresh$"):
+    with pytest.raises(
+        ckpt.CheckpointError, match=r"damaged checkpoint, cannot be read \(EOFError\); start over with --fresh$"
+    ):
         ckpt.load(tmp_path)
 
 
@@ -163,15 +176,20 @@ def test_write_guard_names_the_file_and_removes_tmp(tmp_path):
 
 
 def test_os_error_message_is_one_line_with_the_file():
-    assert os_error_message(PermissionError(errno.EACCES, "Permission denied", "/ro/run")) == "permission denied: /ro/run"
+    assert (
+        os_error_message(PermissionError(errno.EACCES, "Permission denied", "/ro/run")) == "permission denied: /ro/run"
+    )
     assert os_error_message(OSError(errno.ENOSPC, "No space left on device")) == "no space left on device (OSError)"
     assert os_error_message(WriteError("disk quota exceeded while writing a")) == "disk quota exceeded while writing a"
 
 
 def test_a_state_that_does_not_fit_is_one_error_naming_the_file(tmp_path):
     model = torch.nn.Linear(3, 2)
-    with pytest.raises(ckpt.CheckpointError, match=r"^x/state\.pt: does not fit this run \(RuntimeError: Error\(s\) in "
-                                                  r"loading state_dict for Linear:\); start over with --fresh$"):
+    with pytest.raises(
+        ckpt.CheckpointError,
+        match=r"^x/state\.pt: does not fit this run \(RuntimeError: Error\(s\) in "
+        r"loading state_dict for Linear:\); start over with --fresh$",
+    ):
         with ckpt.restoring("x/state.pt"):
             ckpt.load_policy_state(model, {"weight": torch.zeros(5, 5), "bias": torch.zeros(2)})
     with pytest.raises(ckpt.CheckpointError, match=r"^x/state\.pt: does not fit this run \(KeyError: 'policy'\)"):

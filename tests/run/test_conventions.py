@@ -1,18 +1,19 @@
 """The conventions engine v2 fixed (issue 9, Part 2), each with its value before and after the change:
 one accuracy definition (NaN left out, counted), one masked-std convention (unbiased), and
 transformers' LR schedules instead of a hand-written lambda."""
+
 import math
 
 import pytest
 import torch
 
+from zoo.config.run import RunConfig
+from zoo.rewards.compute import accuracy_metrics
+from zoo.run.evaluate import evaluate
+from zoo.run.setup import _scheduler
 from zoo.step.advantages import advantage, kl_reward, normalize
 from zoo.step.types import Slots
-from zoo.config.run import RunConfig
-from zoo.run.evaluate import evaluate
-from zoo.rewards.compute import accuracy_metrics
 from zoo.testing import tiny_model_and_tokenizer
-from zoo.run.setup import _scheduler
 
 
 def lrs(schedule: str, warmup: int, total: int) -> list[float]:
@@ -60,7 +61,9 @@ def test_eval_accuracy_leaves_out_unscored_completions():
 
     from zoo.backends.generate.hf_generator import HFGenerator
 
-    res = evaluate(HFGenerator(model, tok), tok, rows, correctness, max_new_tokens=2, samples=2, temperature=1.0, seed=0)
+    res = evaluate(
+        HFGenerator(model, tok), tok, rows, correctness, max_new_tokens=2, samples=2, temperature=1.0, seed=0
+    )
     # before: None counted as wrong, 1 of 3 -> 0.333; after: 1 of the 2 scored
     assert res["eval/greedy_acc"] == pytest.approx(0.5)
     assert res["eval/avg_at_k"] == pytest.approx(0.5)
@@ -68,14 +71,21 @@ def test_eval_accuracy_leaves_out_unscored_completions():
 
 
 def test_adv_std_metric_is_the_unbiased_masked_std():
-    from zoo.core.batch import Batch
     from zoo.config.variant import load_variant
+    from zoo.core.batch import Batch
 
     mask = torch.tensor([[True, True], [True, False], [True, True]])  # 5 real tokens
     scores = torch.tensor([1.0, 0.0, 0.5])
-    b = Batch(prompt_ids=torch.zeros(3, 1, dtype=torch.long), prompt_mask=torch.ones(3, 1, dtype=torch.bool),
-              completion_ids=torch.zeros(3, 2, dtype=torch.long), loss_mask=mask, group_ids=torch.tensor([0, 0, 0]),
-              truncated=torch.zeros(3, dtype=torch.bool), lengths=mask.sum(1), scores=scores)
+    b = Batch(
+        prompt_ids=torch.zeros(3, 1, dtype=torch.long),
+        prompt_mask=torch.ones(3, 1, dtype=torch.bool),
+        completion_ids=torch.zeros(3, 2, dtype=torch.long),
+        loss_mask=mask,
+        group_ids=torch.tensor([0, 0, 0]),
+        truncated=torch.zeros(3, dtype=torch.bool),
+        lengths=mask.sum(1),
+        scores=scores,
+    )
     slots = Slots.of(load_variant("grpo", {"kl": "none", "normalizer": "none"}))
     b, _ = kl_reward(b, slots, {})
     _, m = normalize(advantage(b, slots), slots)

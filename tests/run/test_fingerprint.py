@@ -1,4 +1,5 @@
 """zoo.run.fingerprint and `zoo run`'s reuse rule (issue 11, items 1 and 3) on the tiny model."""
+
 from __future__ import annotations
 
 import hashlib
@@ -7,11 +8,11 @@ import json
 import pytest
 import torch
 import yaml
+from conftest import tiny_run_config
 from typer.testing import CliRunner
 
-from conftest import tiny_run_config
-from zoo.run import fingerprint as fp
 from zoo.config.run import RunConfig
+from zoo.run import fingerprint as fp
 from zoo.run.tracking import read_jsonl
 from zoo.run.trainer import train
 
@@ -123,8 +124,8 @@ def test_grown_steps_continue_under_constant_schedule_only(tiny_model_dir, tmp_p
 
 
 def test_cli_resume_with_another_variant_is_a_clear_error(tiny_model_dir, tmp_path):
-    from zoo.cli import run as cli_run  # noqa: F401  (registers `zoo run`)
     from zoo.cli import app
+    from zoo.cli import run as cli_run  # noqa: F401  (registers `zoo run`)
 
     cfg = tiny_run_config(tiny_model_dir, tmp_path / "g", budget={"steps": 1})
     train(cfg, progress=False)
@@ -152,7 +153,9 @@ def test_run_on_a_folder_another_process_trains_names_the_holder(tiny_model_dir,
     t.start()
     held.wait(30)
     try:
-        with pytest.raises(lock.LockedError, match=rf"run folder {cfg.out_dir()} is in use by pid {os.getpid()} on host"):
+        with pytest.raises(
+            lock.LockedError, match=rf"run folder {cfg.out_dir()} is in use by pid {os.getpid()} on host"
+        ):
             train(cfg, progress=False)
     finally:
         done.set()
@@ -167,12 +170,16 @@ def test_critic_warmup_enters_the_fingerprint_only_when_set(tmp_path):
     warm = RunConfig.model_validate({"variant": "ppo", "budget": {"critic_warmup": 2}})
     fb, fw = fp.fingerprint(base)[1], fp.fingerprint(warm)[1]
     assert "critic_warmup" not in fb["budget"] and "critic_warmup" not in fb["variant"]
-    assert fw["variant"]["critic_warmup"] == 2 and fp.compare(fb, fw) == ["budget.critic_warmup", "variant.critic_warmup"]
+    assert fw["variant"]["critic_warmup"] == 2 and fp.compare(fb, fw) == [
+        "budget.critic_warmup",
+        "variant.critic_warmup",
+    ]
 
 
 def test_the_way_out_of_a_changed_config_names_output_dir_when_the_file_sets_it(tiny_model_dir, tmp_path):
     """`--set name=NEW` does not move a run whose file sets output_dir: the hint says output_dir then."""
     from conftest import tiny_run_config
+
     from zoo.run.fingerprint import StaleRunError
     from zoo.run.trainer import train
 

@@ -1,4 +1,5 @@
 """`optim.fused`: torch's fused AdamW kernel, the same update as the default up to float rounding."""
+
 import torch
 
 from tests.conftest import tiny_run_config

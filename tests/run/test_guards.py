@@ -1,21 +1,21 @@
 """zoo.core.guards and the non-finite guard in zoo.step.update: a non-finite optimizer step is skipped
 (weights and optimizer state unchanged), streaks of unscored or skipped steps stop the run, a run
 without any update fails, non-finite weights are never checkpointed."""
+
 import copy
 import math
 from dataclasses import replace
 
 import pytest
 import torch
+from test_engine import make_batch, params, reference_loss, settings, slots_for
 
+from zoo.config.run import Guards, RunConfig
+from zoo.config.variant import load_variant
 from zoo.core import guards
 from zoo.step.types import Models, Slots
 from zoo.step.update import update
-from zoo.config.run import Guards, RunConfig
 from zoo.testing import tiny_model_and_tokenizer
-from zoo.config.variant import load_variant
-
-from test_engine import make_batch, params, reference_loss, settings, slots_for
 
 NAN, INF = float("nan"), float("inf")
 
@@ -50,8 +50,9 @@ def test_a_nan_loss_skips_that_optimizer_step_only():
     clean = copy.deepcopy(model)
 
     # two optimizer steps (epochs 2); the first one's loss is NaN
-    out, opt, sched = adamw_update(model, tok, batch, replace(slots, clip=nan_first_call(slots.clip)),
-                                   settings(micro_batch=2, epochs=2))
+    out, opt, sched = adamw_update(
+        model, tok, batch, replace(slots, clip=nan_first_call(slots.clip)), settings(micro_batch=2, epochs=2)
+    )
     assert out["optim/skipped"] == 1.0 and out["optim/updates"] == 1.0 and out["optim/steps"] == 2.0
     assert math.isnan(out["loss/policy"])  # the mean over both steps shows the non-finite one
     assert sched.last_epoch == 2  # the skipped step still used its slot of the schedule
@@ -70,7 +71,9 @@ def test_every_step_skipped_leaves_the_model_and_optimizer_untouched():
     start = params(model)
     slots = grpo_slots()
     always_nan = lambda logp, old, adv, mask: replace(slots.clip(logp, old, adv, mask), loss=logp * NAN)  # noqa: E731
-    out, opt, _ = adamw_update(model, tok, batch, replace(slots, clip=always_nan), settings(micro_batch=2, minibatches=2))
+    out, opt, _ = adamw_update(
+        model, tok, batch, replace(slots, clip=always_nan), settings(micro_batch=2, minibatches=2)
+    )
     assert out["optim/skipped"] == 2.0 and out["optim/updates"] == 0.0
     assert opt.state == {} or all(len(v) == 0 for v in opt.state.values())
     assert all(torch.equal(p, start[k]) for k, p in model.named_parameters())
@@ -136,8 +139,11 @@ def test_skipped_streak_names_the_first_non_finite_quantity(caplog):
     assert st.skipped_steps == 0 and "every group was filtered out" in caplog.text
     guards.after_step(st, G, 4, skipped)
     guards.after_step(st, G, 5, skipped)
-    with pytest.raises(guards.RunFailed, match=r"step 6: every optimizer step was skipped for 3 consecutive steps .* "
-                                               r"because loss/kl = nan, optim/grad_norm = inf is not finite"):
+    with pytest.raises(
+        guards.RunFailed,
+        match=r"step 6: every optimizer step was skipped for 3 consecutive steps .* "
+        r"because loss/kl = nan, optim/grad_norm = inf is not finite",
+    ):
         guards.after_step(st, G, 6, skipped)
     assert st.updates == 0
 
@@ -174,8 +180,11 @@ def test_non_finite_weights_are_refused_naming_the_parameter():
     guards.check_finite_weights(models, 1, None)
     with torch.no_grad():
         model.lm_head.weight[3, 2] = NAN
-    with pytest.raises(guards.RunFailed, match=r"step 4: policy parameter 'lm_head.weight' is not finite .* refusing "
-                                               r"to checkpoint .* \(the last checkpoint \(step 3\) is kept\)"):
+    with pytest.raises(
+        guards.RunFailed,
+        match=r"step 4: policy parameter 'lm_head.weight' is not finite .* refusing "
+        r"to checkpoint .* \(the last checkpoint \(step 3\) is kept\)",
+    ):
         guards.check_finite_weights(models, 4, 3)
     model.lm_head.weight.requires_grad_(False)  # frozen weights never change: not checked
     guards.check_finite_weights(models, 4, 3)
@@ -183,8 +192,13 @@ def test_non_finite_weights_are_refused_naming_the_parameter():
 
 def test_guards_config_bounds():
     assert RunConfig().guards == Guards(max_unscored_frac=0.5, unscored_steps=3, max_skipped_steps=3)
-    for bad in ({"max_unscored_frac": 1.5}, {"max_unscored_frac": NAN}, {"unscored_steps": 0}, {"max_skipped_steps": 0},
-                {"max_skiped_steps": 2}):
+    for bad in (
+        {"max_unscored_frac": 1.5},
+        {"max_unscored_frac": NAN},
+        {"unscored_steps": 0},
+        {"max_skipped_steps": 0},
+        {"max_skiped_steps": 2},
+    ):
         with pytest.raises(ValueError):
             RunConfig.model_validate({"guards": bad})
 

@@ -1,4 +1,5 @@
 """zoo.run.lock: a lease per run folder, exclusive between threads and processes, expiring without heartbeat."""
+
 from __future__ import annotations
 
 import os
@@ -9,8 +10,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-
-import pytest
 
 from zoo.run import lock
 
@@ -25,8 +24,12 @@ time.sleep(600)
 
 def _holder(path: Path, ttl: float) -> subprocess.Popen:
     """A process that takes the lease and keeps it (its heartbeat running) until killed."""
-    p = subprocess.Popen([sys.executable, "-c", HOLD, str(path), str(ttl)], stdout=subprocess.PIPE, text=True,
-                         cwd=Path(__file__).resolve().parents[2])
+    p = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(path), str(ttl)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert p.stdout.readline().strip() == "held"
     return p
 

@@ -2,6 +2,7 @@
 
 The CPU flags, oneDNN's answer, the timed probe and torch.cuda are faked, so every branch runs on
 any machine."""
+
 from __future__ import annotations
 
 import json
@@ -140,11 +141,38 @@ def test_zoo_bench_resolves_auto_prints_and_records_the_choice(cpuinfo, tiny_mod
     from zoo.cli import app
 
     cpuinfo(AVX2_ONLY)
-    task = {"name": "reasoning_gym", "dataset": "basic_arithmetic", "size": 8, "eval_size": 2, "fewshot": 0,
-            "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}}
-    r = CliRunner().invoke(app, ["bench", "grpo", "--model", str(tiny_model_dir), "--task", json.dumps(task),
-                                 "--prompts", "2", "--group-size", "2", "--max-new-tokens", "4", "--steps", "1",
-                                 "--micro-batch", "4", "--threads", "1", "--json"])  # --autocast auto: the default
+    task = {
+        "name": "reasoning_gym",
+        "dataset": "basic_arithmetic",
+        "size": 8,
+        "eval_size": 2,
+        "fewshot": 0,
+        "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
+    }
+    r = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "grpo",
+            "--model",
+            str(tiny_model_dir),
+            "--task",
+            json.dumps(task),
+            "--prompts",
+            "2",
+            "--group-size",
+            "2",
+            "--max-new-tokens",
+            "4",
+            "--steps",
+            "1",
+            "--micro-batch",
+            "4",
+            "--threads",
+            "1",
+            "--json",
+        ],
+    )  # --autocast auto: the default
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert out["spec"]["autocast"] == "none"  # the bench ran (and records) the resolved choice

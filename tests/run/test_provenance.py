@@ -1,4 +1,5 @@
 """Peak memory per run and provenance records."""
+
 import sys
 
 import pytest

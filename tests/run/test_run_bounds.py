@@ -1,6 +1,7 @@
 """Reports use the values a run used and keep a damaged study.json's baseline; bounded work: a step far
 beyond the task warns, long steps show progress, an absurd step count warns, the memory estimate caps
 micro-batches at the rows that exist, and a LoRA rank above the layer width warns. Tiny model."""
+
 import io
 import json
 import logging
@@ -8,14 +9,13 @@ import os
 
 import pytest
 import yaml
+from conftest import tiny_run_config
 from rich.console import Console
 
-from conftest import tiny_run_config
 from zoo.checks import memory_estimate as me
 from zoo.study import experiment, report, runner
-from zoo.study.report.runs import RunData
+from zoo.study.report.runs import ArmGroup, RunData
 from zoo.study.report.seed_stats import pairing_note
-from zoo.study.report.runs import ArmGroup
 from zoo.study.report.study_index import read_index
 from zoo.study.report.table import used_values
 
@@ -31,15 +31,32 @@ def test_an_arm_set_group_size_overridden_by_the_budget_is_reported_as_trained(t
     """`set: {group_size: 3}` with `budget.group_size: 2`: the arm trains with G = 2, and the report
     pairs it with the baseline (no "group sizes 3 vs 2")."""
     study = tmp_path / "study.yaml"
-    task = {"name": "reasoning_gym", "dataset": "basic_arithmetic", "size": 16, "eval_size": 2, "fewshot": 0,
-            "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}}
-    study.write_text(yaml.safe_dump({
-        "name": "g", "model": str(tiny_model_dir), "task": task, "variants": ["grpo"],
-        "ablations": {"g3": {"variant": "grpo", "set": {"group_size": 3}}},
-        "budget": {"steps": 1, "prompts_per_step": 2, "group_size": 2, "max_new_tokens": 4, "micro_batch": 4},
-        "model_opts": {"autocast": "none"}, "eval": {"enabled": False}, "tracking": {"wandb": False},
-        "rewards": ["correctness", {"name": "length", "weight": 0.5, "scale": 10.0}], "seeds": [0],
-        "output_dir": str(tmp_path / "runs")}))
+    task = {
+        "name": "reasoning_gym",
+        "dataset": "basic_arithmetic",
+        "size": 16,
+        "eval_size": 2,
+        "fewshot": 0,
+        "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
+    }
+    study.write_text(
+        yaml.safe_dump(
+            {
+                "name": "g",
+                "model": str(tiny_model_dir),
+                "task": task,
+                "variants": ["grpo"],
+                "ablations": {"g3": {"variant": "grpo", "set": {"group_size": 3}}},
+                "budget": {"steps": 1, "prompts_per_step": 2, "group_size": 2, "max_new_tokens": 4, "micro_batch": 4},
+                "model_opts": {"autocast": "none"},
+                "eval": {"enabled": False},
+                "tracking": {"wandb": False},
+                "rewards": ["correctness", {"name": "length", "weight": 0.5, "scale": 10.0}],
+                "seeds": [0],
+                "output_dir": str(tmp_path / "runs"),
+            }
+        )
+    )
     st = experiment.load_study(study)
     assert runner.run_study(st, console=Console(file=open(os.devnull, "w"))) == 0
     recs = [json.loads(x) for x in (tmp_path / "runs" / "g3-s0" / "metrics.jsonl").read_text().splitlines()]
@@ -53,14 +70,21 @@ def test_an_arm_set_group_size_overridden_by_the_budget_is_reported_as_trained(t
 
 
 def _ran(group_size_set, resolved_g, resolved_updates, budget_updates=None):
-    cfg = {"variant": "grpo", "set": group_size_set, "budget": {"group_size": None, "updates": budget_updates},
-           "task": {"name": "t"}, "resolved_variant": {"group_size": resolved_g, "updates": resolved_updates}}
+    cfg = {
+        "variant": "grpo",
+        "set": group_size_set,
+        "budget": {"group_size": None, "updates": budget_updates},
+        "task": {"name": "t"},
+        "resolved_variant": {"group_size": resolved_g, "updates": resolved_updates},
+    }
     return RunData("a-s0", None, [], {"status": "finished"}, cfg, 0, "finished")
 
 
 def test_used_values_come_from_the_resolved_variant_not_the_set():
     """Variation: an arm's set of updates.minibatches = 4 that the budget replaced with 1x2 is shown 1x2."""
-    r = _ran({"updates.minibatches": 4, "group_size": 8}, 4, {"epochs": 1, "minibatches": 2}, {"epochs": 1, "minibatches": 2})
+    r = _ran(
+        {"updates.minibatches": 4, "group_size": 8}, 4, {"epochs": 1, "minibatches": 2}, {"epochs": 1, "minibatches": 2}
+    )
     assert used_values(r) == {"group_size": "4", "updates": "1x2", "lr": "-", "max_new_tokens": "-"}
     other = _ran({}, 4, {"epochs": 1, "minibatches": 1})
     assert pairing_note(ArmGroup("a", [r]), ArmGroup("b", [other])) == ""
@@ -77,8 +101,15 @@ def _study_dir(tmp_path, index_text: str):
     return root
 
 
-GOOD = json.dumps({"name": "s", "file": "nowhere.yaml", "baseline": "grpo",
-                   "arms": [{"label": "grpo-s0", "arm": "grpo"}, {"label": "dr_grpo-s0", "arm": "dr_grpo"}]}, indent=2)
+GOOD = json.dumps(
+    {
+        "name": "s",
+        "file": "nowhere.yaml",
+        "baseline": "grpo",
+        "arms": [{"label": "grpo-s0", "arm": "grpo"}, {"label": "dr_grpo-s0", "arm": "dr_grpo"}],
+    },
+    indent=2,
+)
 
 
 def test_a_cut_study_json_keeps_its_baseline_and_warns(tmp_path):
@@ -110,14 +141,15 @@ def test_a_damaged_study_json_takes_the_baseline_from_the_study_file_or_the_firs
 
 
 # ---------------------------------------------------------------- 8. work far beyond the task, progress
-def test_prompts_per_step_far_beyond_the_task_warns_and_steps_show_progress(tiny_model_dir, tmp_path, caplog,
-                                                                            monkeypatch):
+def test_prompts_per_step_far_beyond_the_task_warns_and_steps_show_progress(
+    tiny_model_dir, tmp_path, caplog, monkeypatch
+):
     """The example scaled to the tiny run: 1000 prompts per step on a 32-row task warns before the
     step; a step of several generate chunks reports each one to the progress listener."""
     from zoo.backends.generate import progress as step_progress
-    from zoo.run import trainer
     from zoo.backends.generate.hf import generate_rollout
     from zoo.checks.bounds import work_warnings
+    from zoo.run import trainer
     from zoo.testing import tiny_model_and_tokenizer
 
     monkeypatch.setattr("zoo.run.setup.available_memory", lambda device: 10**15)  # not this test's check
@@ -125,10 +157,14 @@ def test_prompts_per_step_far_beyond_the_task_warns_and_steps_show_progress(tiny
     with caplog.at_level(logging.WARNING, logger="zoo.run.trainer"):
         trainer.setup(cfg)
     # the task: 32 training + 4 eval prompts
-    assert ("budget.prompts_per_step = 1000000 is 2.78e+04x the task's 36 prompts: each step repeats every "
-            "prompt about 27777 times (4000000 completions per step") in caplog.text
-    assert work_warnings(cfg.model_copy(update={"budget": cfg.budget.model_copy(update={"prompts_per_step": 144})}),
-                         4, 36) == []  # 4x the task: the limit itself is allowed
+    assert (
+        "budget.prompts_per_step = 1000000 is 2.78e+04x the task's 36 prompts: each step repeats every "
+        "prompt about 27777 times (4000000 completions per step"
+    ) in caplog.text
+    assert (
+        work_warnings(cfg.model_copy(update={"budget": cfg.budget.model_copy(update={"prompts_per_step": 144})}), 4, 36)
+        == []
+    )  # 4x the task: the limit itself is allowed
     model, tok = tiny_model_and_tokenizer()
     seen = []
     with step_progress.listening(lambda phase, done, total: seen.append((phase, done, total))):
@@ -167,10 +203,32 @@ def test_budget_steps_of_1e18_warns(tiny_model_dir, tmp_path):
 def test_a_huge_micro_batch_is_estimated_at_the_rows_that_exist(tiny_model_dir, tmp_path):
     from zoo.run import trainer
 
-    by_hand = me.rollout_memory(prompts_per_step=2, group_size=4, micro_batch=8, generate_rows=8, prompt_tokens=10,
-                                max_new_tokens=6, layers=2, kv_heads=2, head_dim=8, vocab=100, kv_bytes=4)
-    huge = me.rollout_memory(prompts_per_step=2, group_size=4, micro_batch=10_000_000, generate_rows=10_000_000,
-                             prompt_tokens=10, max_new_tokens=6, layers=2, kv_heads=2, head_dim=8, vocab=100, kv_bytes=4)
+    by_hand = me.rollout_memory(
+        prompts_per_step=2,
+        group_size=4,
+        micro_batch=8,
+        generate_rows=8,
+        prompt_tokens=10,
+        max_new_tokens=6,
+        layers=2,
+        kv_heads=2,
+        head_dim=8,
+        vocab=100,
+        kv_bytes=4,
+    )
+    huge = me.rollout_memory(
+        prompts_per_step=2,
+        group_size=4,
+        micro_batch=10_000_000,
+        generate_rows=10_000_000,
+        prompt_tokens=10,
+        max_new_tokens=6,
+        layers=2,
+        kv_heads=2,
+        head_dim=8,
+        vocab=100,
+        kv_bytes=4,
+    )
     assert huge == by_hand and by_hand["logits"] == 2 * 8 * 16 * 100 * 4
     # the example: budget.micro_batch 10000000 with 2 x 4 = 8 completions per step starts
     cfg = tiny_run_config(tiny_model_dir, tmp_path, budget={"micro_batch": 10_000_000})
@@ -179,8 +237,19 @@ def test_a_huge_micro_batch_is_estimated_at_the_rows_that_exist(tiny_model_dir, 
 
 def test_generate_rows_are_capped_too():
     """Variation: GENERATE_BATCH (32) rows per generate call with a 6-row step is estimated at 6."""
-    a = me.rollout_memory(prompts_per_step=3, group_size=2, micro_batch=2, generate_rows=32, prompt_tokens=5,
-                          max_new_tokens=5, layers=1, kv_heads=1, head_dim=4, vocab=10, kv_bytes=2)
+    a = me.rollout_memory(
+        prompts_per_step=3,
+        group_size=2,
+        micro_batch=2,
+        generate_rows=32,
+        prompt_tokens=5,
+        max_new_tokens=5,
+        layers=1,
+        kv_heads=1,
+        head_dim=4,
+        vocab=10,
+        kv_bytes=2,
+    )
     assert a["kv_cache"] == 2 * 1 * 1 * 4 * 10 * 6 * 2
 
 
@@ -191,15 +260,21 @@ def test_a_lora_rank_above_the_layer_width_warns(r, targets, narrowest, tiny_mod
     r = 128 is above every layer's width (the example); r = 40 only above k_proj's (a variation)."""
     from zoo.run import trainer
 
-    cfg = tiny_run_config(tiny_model_dir, tmp_path, model_opts={"autocast": "none",
-                                                                "lora": {"r": r, "alpha": 16, "target_modules": targets}})
+    cfg = tiny_run_config(
+        tiny_model_dir,
+        tmp_path,
+        model_opts={"autocast": "none", "lora": {"r": r, "alpha": 16, "target_modules": targets}},
+    )
     with caplog.at_level(logging.WARNING, logger="zoo.run.trainer"):
         trainer.setup(cfg)
     assert f"model_opts.lora.r = {r} is larger than the width of the layers it adapts" in caplog.text
     assert f"min(in, out) = {narrowest}" in caplog.text and f"use r <= {narrowest}" in caplog.text
     caplog.clear()
-    ok = tiny_run_config(tiny_model_dir, tmp_path / "ok", model_opts={"autocast": "none", "lora": {"r": 32, "alpha": 16,
-                                                                                                   "target_modules": targets}})
+    ok = tiny_run_config(
+        tiny_model_dir,
+        tmp_path / "ok",
+        model_opts={"autocast": "none", "lora": {"r": 32, "alpha": 16, "target_modules": targets}},
+    )
     with caplog.at_level(logging.WARNING, logger="zoo.run.trainer"):
         trainer.setup(ok)
     assert "lora.r" not in caplog.text
@@ -210,8 +285,11 @@ def test_validate_warns_about_the_lora_rank_from_the_meta_model(tiny_model_dir, 
     from zoo import checks
     from zoo.checks.pipeline import check_loadable
 
-    cfg = tiny_run_config(tiny_model_dir, tmp_path, model_opts={"autocast": "none",
-                                                                "lora": {"r": 48, "alpha": 16, "target_modules": ["v_proj"]}})
+    cfg = tiny_run_config(
+        tiny_model_dir,
+        tmp_path,
+        model_opts={"autocast": "none", "lora": {"r": 48, "alpha": 16, "target_modules": ["v_proj"]}},
+    )
     v = checks.before_load(cfg)[1]
     rep = check_loadable(cfg, v)
     assert any("model_opts.lora.r = 48" in w and "min(in, out) = 32" in w for w in rep.warnings), rep

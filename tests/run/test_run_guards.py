@@ -2,17 +2,17 @@
 a collapsed policy warns, sampling on non-finite probabilities (training or eval) is one line naming
 the likely key, skipped optimizer steps are counted and warned, reward scores that would overflow
 float32 are refused, and a reward cannot mutate the rows it is given."""
-import json
+
 import logging
 import math
 import textwrap
 
 import pytest
 import torch
-
 from conftest import tiny_run_config
-from zoo.core import guards
+
 from zoo.config.run import Guards
+from zoo.core import guards
 from zoo.core.guards import RewardError, RunFailed
 from zoo.rewards.compute import REWARD_LIMIT, check_weighted, compute_rewards, resolve_rewards
 from zoo.run.tracking import read_json, read_jsonl
@@ -30,7 +30,8 @@ def _no_crash_env(monkeypatch):
 @pytest.fixture
 def odd_rewards(tmp_path, monkeypatch):
     """A plugin module of rewards that break in different ways."""
-    (tmp_path / "odd_rewards.py").write_text(textwrap.dedent("""
+    (tmp_path / "odd_rewards.py").write_text(
+        textwrap.dedent("""
         def all_none(completions, rows):
             return [None] * len(completions)
 
@@ -50,7 +51,8 @@ def odd_rewards(tmp_path, monkeypatch):
                 r.clear()
             completions.clear()
             return out
-    """))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     return "odd_rewards"
 
@@ -61,10 +63,12 @@ def _run(model_dir, out, **over):
 
 
 # ---------------------------------------------------------------- 1. a reward that never scores a row
-@pytest.mark.parametrize("fn, steps, alone", [("all_none", 2, False), ("always_raises", 2, False),
-                                              ("all_none", 1, True)])
-def test_a_reward_that_never_scores_fails_a_run_shorter_than_the_streak(fn, steps, alone, odd_rewards,
-                                                                        tiny_model_dir, tmp_path):
+@pytest.mark.parametrize(
+    "fn, steps, alone", [("all_none", 2, False), ("always_raises", 2, False), ("all_none", 1, True)]
+)
+def test_a_reward_that_never_scores_fails_a_run_shorter_than_the_streak(
+    fn, steps, alone, odd_rewards, tiny_model_dir, tmp_path
+):
     """2 steps (< guards.unscored_steps = 3) with the length reward scoring beside it (the example);
     1 step with the reward alone (a variation). Both fail instead of `finished` with reward/total NaN."""
     rewards = [f"{odd_rewards}:{fn}"] + ([] if alone else [{"name": "length", "weight": 0.5, "scale": 10.0}])
@@ -72,8 +76,9 @@ def test_a_reward_that_never_scores_fails_a_run_shorter_than_the_streak(fn, step
     with pytest.raises(RunFailed) as e:
         train(cfg, progress=False)
     msg = str(e.value)
-    assert msg.startswith(f"no completion was scored in the {steps} step(s) of this run: reward "
-                          f"'{odd_rewards}:{fn}' scored none"), msg
+    assert msg.startswith(
+        f"no completion was scored in the {steps} step(s) of this run: reward '{odd_rewards}:{fn}' scored none"
+    ), msg
     assert "\n" not in msg
     summary = read_json(tmp_path / "summary.json")
     assert summary["status"] == "failed" and summary["steps"] == steps
@@ -89,12 +94,22 @@ def test_a_reward_that_scores_in_some_steps_finishes(odd_rewards, tiny_model_dir
 
 def test_the_scored_count_survives_a_checkpoint_and_is_unknown_in_an_older_one():
     st = guards.GuardState()
-    guards.after_step(st, Guards(max_unscored_frac=1.0), 1, {"optim/updates": 1.0, "reward/unscored_frac": 1.0,
-                                                            "reward/a": math.nan, "reward/b": 0.5}, rewards=["a", "b"])
+    guards.after_step(
+        st,
+        Guards(max_unscored_frac=1.0),
+        1,
+        {"optim/updates": 1.0, "reward/unscored_frac": 1.0, "reward/a": math.nan, "reward/b": 0.5},
+        rewards=["a", "b"],
+    )
     assert st.unscored_all_steps == 0 and st.unscored_by == {"a": 1}  # the guard is off (max_unscored_frac 1)
     guards.at_end(st, 1)
-    guards.after_step(st, G, 2, {"optim/updates": 1.0, "reward/unscored_frac": 1.0, "reward/a": math.nan,
-                                 "reward/b": 0.5}, rewards=["a", "b"])
+    guards.after_step(
+        st,
+        G,
+        2,
+        {"optim/updates": 1.0, "reward/unscored_frac": 1.0, "reward/a": math.nan, "reward/b": 0.5},
+        rewards=["a", "b"],
+    )
     again = guards.GuardState()
     again.load_state_dict(st.state_dict())
     assert again == st and again.unscored_all_steps == 1
@@ -143,8 +158,9 @@ def test_weight_decay_1e9_fails_the_eval_with_one_line_naming_the_key(tiny_model
     with pytest.raises(RunFailed) as e:
         train(cfg, progress=False)
     msg = str(e.value)
-    assert msg.startswith("eval after training: sampling failed because the policy's next-token probabilities are "
-                          "not finite"), msg
+    assert msg.startswith(
+        "eval after training: sampling failed because the policy's next-token probabilities are not finite"
+    ), msg
     assert "optim.weight_decay = 1e+09" in msg and "1 - lr x weight_decay = -999999" in msg and "\n" not in msg
     assert read_json(tmp_path / "summary.json")["status"] == "failed"
 
@@ -154,21 +170,29 @@ def test_non_finite_sampling_names_the_temperature_or_the_model():
     from zoo.config.run import RunConfig
 
     cfg = RunConfig.model_validate({"optim": {"lr": 3e-4}})
-    tiny = guards.nonfinite_sampling("step 1", cfg, temperature=1e-300, temperature_key="sampling.temperature",
-                                     updated=False)
+    tiny = guards.nonfinite_sampling(
+        "step 1", cfg, temperature=1e-300, temperature_key="sampling.temperature", updated=False
+    )
     assert str(tiny).startswith("step 1: sampling failed") and "sampling.temperature = 1e-300" in str(tiny)
-    fresh = guards.nonfinite_sampling("eval before training", cfg, temperature=1.0, temperature_key="eval.temperature",
-                                      updated=False)
+    fresh = guards.nonfinite_sampling(
+        "eval before training", cfg, temperature=1.0, temperature_key="eval.temperature", updated=False
+    )
     assert "the model's own weights" in str(fresh)
-    diverged = guards.nonfinite_sampling("step 4", cfg, temperature=1.0, temperature_key="sampling.temperature",
-                                         updated=True)
+    diverged = guards.nonfinite_sampling(
+        "step 4", cfg, temperature=1.0, temperature_key="sampling.temperature", updated=True
+    )
     assert "optim.lr = 0.0003 too high?" in str(diverged) and "weight_decay" not in str(diverged)
 
 
 # ---------------------------------------------------------------- 3. skipped optimizer steps are counted
 def test_kl_cov_beta_1e30_skips_are_counted_and_warned(tiny_model_dir, tmp_path, caplog):
-    cfg = _run(tiny_model_dir, tmp_path, variant="kl_cov", set={"clip.beta": 1e30},
-               budget={"updates": {"epochs": 1, "minibatches": 2}})
+    cfg = _run(
+        tiny_model_dir,
+        tmp_path,
+        variant="kl_cov",
+        set={"clip.beta": 1e30},
+        budget={"updates": {"epochs": 1, "minibatches": 2}},
+    )
     with caplog.at_level(logging.WARNING, logger="zoo.core.guards"):
         summary = train(cfg, progress=False)
     assert summary["status"] == "finished"
@@ -205,7 +229,9 @@ def test_weight_times_value_beyond_the_limit_is_refused():
     """Variation: each factor is allowed, their product is not (weight 1e10 x value 1e6 = 1e16)."""
     obj = torch.tensor([[1.0, 0.5], [1e6, math.nan]])  # [N=2, K=2]
     check_weighted(obj, ["a", "b"], [1e9, 2.0])  # 1e15: at the limit
-    with pytest.raises(RewardError, match=r"reward 'a': weight 1e\+10 x value 1e\+06 \(row 1\) = 1e\+16 exceeds 1e\+15"):
+    with pytest.raises(
+        RewardError, match=r"reward 'a': weight 1e\+10 x value 1e\+06 \(row 1\) = 1e\+16 exceeds 1e\+15"
+    ):
         check_weighted(obj, ["a", "b"], [1e10, 2.0])
 
 
@@ -218,8 +244,13 @@ def test_reward_means_are_float64():
 
 # ---------------------------------------------------------------- 5. rewards get copies
 def test_a_reward_that_clears_its_rows_changes_nothing(odd_rewards, tiny_model_dir, tmp_path):
-    cfg = _run(tiny_model_dir, tmp_path, plugins=[odd_rewards], rewards=[f"{odd_rewards}:clears_rows", "correctness"],
-               budget={"steps": 1})
+    cfg = _run(
+        tiny_model_dir,
+        tmp_path,
+        plugins=[odd_rewards],
+        rewards=[f"{odd_rewards}:clears_rows", "correctness"],
+        budget={"steps": 1},
+    )
     assert train(cfg, progress=False)["status"] == "finished"
     samples = read_jsonl(tmp_path / "samples.jsonl")
     assert samples and all(s["prompt"] for s in samples), samples[:2]
@@ -228,6 +259,7 @@ def test_a_reward_that_clears_its_rows_changes_nothing(odd_rewards, tiny_model_d
 def test_the_next_reward_sees_the_rows_unchanged():
     """Variation: a reward that edits a row's answer and the completion list; the one after it
     scores against the original row."""
+
     def edits(completions, rows):
         for r in rows:
             r["answer"] = "wrong"

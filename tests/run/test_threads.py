@@ -1,5 +1,6 @@
 """zoo.run.threads: the thread count and OpenMP wait policy chosen before torch loads (fake CPUs, quotas
 and leases), and what a `zoo` subprocess ends up with."""
+
 import os
 import subprocess
 import sys
@@ -20,16 +21,21 @@ def test_cgroup_quota_files_parse_to_cpus():
 
 
 def test_cgroup_v2_takes_the_tightest_limit_of_the_cgroup_and_its_ancestors():
-    files = {"/sys/fs/cgroup/a/b/cpu.max": "max 100000", "/sys/fs/cgroup/a/cpu.max": "300000 100000",
-             "/sys/fs/cgroup/cpu.max": "max 100000"}
+    files = {
+        "/sys/fs/cgroup/a/b/cpu.max": "max 100000",
+        "/sys/fs/cgroup/a/cpu.max": "300000 100000",
+        "/sys/fs/cgroup/cpu.max": "max 100000",
+    }
     assert T.cgroup_cpus("0::/a/b\n", files.get) == 3.0
     files["/sys/fs/cgroup/a/b/cpu.max"] = "50000 100000"
     assert T.cgroup_cpus("0::/a/b\n", files.get) == 0.5
 
 
 def test_cgroup_v1_cpu_controller_and_no_quota():
-    files = {"/sys/fs/cgroup/cpu,cpuacct/job/cpu.cfs_quota_us": "200000",
-             "/sys/fs/cgroup/cpu,cpuacct/job/cpu.cfs_period_us": "100000"}
+    files = {
+        "/sys/fs/cgroup/cpu,cpuacct/job/cpu.cfs_quota_us": "200000",
+        "/sys/fs/cgroup/cpu,cpuacct/job/cpu.cfs_period_us": "100000",
+    }
     assert T.cgroup_cpus("4:cpu,cpuacct:/job\n3:memory:/job\n", files.get) == 2.0
     assert T.cgroup_cpus("4:cpu,cpuacct:/job\n", {}.get) is None
     assert T.cgroup_cpus("", files.get) is None
@@ -42,9 +48,17 @@ def test_usable_cpus_is_affinity_capped_by_the_whole_quota_and_at_least_one():
     assert T.usable_cpus(4, 0.5) == 1
 
 
-@pytest.mark.parametrize("argv,want", [(["run", "r.yaml", "--threads", "3"], 3), (["bench", "--threads=2"], 2),
-                                       (["run", "--threads", "x"], None), (["run", "--threads"], None),
-                                       (["run", "--threads", "0"], None), (["run", "r.yaml"], None)])
+@pytest.mark.parametrize(
+    "argv,want",
+    [
+        (["run", "r.yaml", "--threads", "3"], 3),
+        (["bench", "--threads=2"], 2),
+        (["run", "--threads", "x"], None),
+        (["run", "--threads"], None),
+        (["run", "--threads", "0"], None),
+        (["run", "r.yaml"], None),
+    ],
+)
 def test_threads_flag_read_from_argv(argv, want):
     assert T.threads_from_argv(argv) == want
 
@@ -88,12 +102,12 @@ def test_torchrun_ranks_share_the_usable_cpus():
 
 
 def test_stale_and_malformed_leases_are_removed_live_ones_counted(tmp_path):
-    (tmp_path / "10.lease").write_text("10 2 555\n")     # alive, same start time: counted
-    (tmp_path / "11.lease").write_text("11 1 555\n")     # dead pid
-    (tmp_path / "12.lease").write_text("12 3 777\n")     # pid reused by another process (other start time)
+    (tmp_path / "10.lease").write_text("10 2 555\n")  # alive, same start time: counted
+    (tmp_path / "11.lease").write_text("11 1 555\n")  # dead pid
+    (tmp_path / "12.lease").write_text("12 3 777\n")  # pid reused by another process (other start time)
     (tmp_path / "13.lease").write_text("garbage\n")
-    (tmp_path / "14.lease").write_text("14 1 -\n")       # start time unknown: alive is enough
-    (tmp_path / "99.lease").write_text("99 4 555\n")     # this process's own: not counted, kept
+    (tmp_path / "14.lease").write_text("14 1 -\n")  # start time unknown: alive is enough
+    (tmp_path / "99.lease").write_text("99 4 555\n")  # this process's own: not counted, kept
     held = T.live_leases(tmp_path, self_pid=99, alive=lambda pid: pid != 11, started=lambda pid: "555")
     assert held == {10: 2, 14: 1}
     assert sorted(p.name for p in tmp_path.glob("*.lease")) == ["10.lease", "14.lease", "99.lease"]
@@ -101,8 +115,13 @@ def test_stale_and_malformed_leases_are_removed_live_ones_counted(tmp_path):
 
 def test_importing_zoo_does_not_import_torch():
     code = "import sys, zoo, zoo.run.threads; print('torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)},
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert out.strip() == "False"
 
 
@@ -119,15 +138,25 @@ def test_zoo_cli_import_sets_passive_and_the_threads_before_torch(tmp_path):
     d.mkdir()
     me = os.getpid()
     (d / f"{me}.lease").write_text(f"{me} 1 {T.start_time(me) or '-'}\n")
-    usable = T.usable_cpus(T.affinity_cpus(), T.cgroup_cpus(Path("/proc/self/cgroup").read_text()
-                                                             if Path("/proc/self/cgroup").exists() else ""))
-    code = ("import os, zoo.cli, torch, zoo.run.threads as T; "
-            "print(os.environ['OMP_WAIT_POLICY'], torch.get_num_threads(), T.current().source)")
-    out = subprocess.run([sys.executable, "-c", code], env=_clean_env(tmp_path), capture_output=True, text=True,
-                         check=True).stdout.split()
+    usable = T.usable_cpus(
+        T.affinity_cpus(),
+        T.cgroup_cpus(Path("/proc/self/cgroup").read_text() if Path("/proc/self/cgroup").exists() else ""),
+    )
+    code = (
+        "import os, zoo.cli, torch, zoo.run.threads as T; "
+        "print(os.environ['OMP_WAIT_POLICY'], torch.get_num_threads(), T.current().source)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=_clean_env(tmp_path), capture_output=True, text=True, check=True
+    ).stdout.split()
     assert out == ["PASSIVE", str(max(1, usable - 1)), "auto"]
-    out = subprocess.run([sys.executable, "-c", code], env=_clean_env(tmp_path, OMP_NUM_THREADS="1",
-                         OMP_WAIT_POLICY="ACTIVE"), capture_output=True, text=True, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=_clean_env(tmp_path, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="ACTIVE"),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert out == ["ACTIVE", "1", "OMP_NUM_THREADS"]  # the user's settings win
     assert sorted(p.name for p in d.glob("*.lease")) == [f"{me}.lease"]  # the children's leases went at exit
 
@@ -137,18 +166,27 @@ def test_zoo_run_subprocess_logs_the_choice_and_records_it(tmp_path, tiny_model_
     """`python -m zoo.cli run` with --threads 2: one stderr line, PASSIVE, torch on 2 threads, and the
     same in the run's provenance."""
     import yaml
-
     from conftest import tiny_run_config
 
     cfg = tiny_run_config(tiny_model_dir, tmp_path / "run", budget={"steps": 1})
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
-    proc = subprocess.run([sys.executable, "-m", "zoo.cli", "run", str(path), "--threads", "2"],
-                          env=_clean_env(tmp_path), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "zoo.cli", "run", str(path), "--threads", "2"],
+        env=_clean_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("threads: ")]
     assert lines == ["threads: 2 (--threads: --threads 2); OMP_WAIT_POLICY=PASSIVE (zoo default)"]
     prov = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["provenance"]
     assert prov["torch_threads"] == 2
-    assert prov["threads"] == {"threads": 2, "wait_policy": "PASSIVE", "source": "--threads", "why": "--threads 2",
-                               "policy_source": "zoo default"}
+    assert prov["threads"] == {
+        "threads": 2,
+        "wait_policy": "PASSIVE",
+        "source": "--threads",
+        "why": "--threads 2",
+        "policy_source": "zoo default",
+    }

@@ -1,4 +1,5 @@
 """zoo.run.tracking: JSONL always, W&B offline by default, W&B failures never stop a run."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from zoo.run import jsonl, tracking
 from zoo.config.run import RunConfig, WandbOpts
+from zoo.run import jsonl, tracking
 from zoo.run.tracking import Tracker, read_jsonl, resolve_mode
 
 
@@ -22,8 +23,9 @@ def _wandb_exe() -> str:
 
 def _inspect(offline_dir: Path) -> list[dict]:
     """Records of an offline run, read back with `wandb leet inspect --json` (environment.md)."""
-    out = subprocess.run([_wandb_exe(), "leet", "inspect", "--json", str(offline_dir)],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [_wandb_exe(), "leet", "inspect", "--json", str(offline_dir)], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 
@@ -54,10 +56,10 @@ def test_mode_netrc_entry_counts_as_key(no_credentials):
 
 
 def test_mode_env_and_config(no_credentials, monkeypatch):
-    assert resolve_mode(None) == "disabled"                         # tracking: {wandb: false}
+    assert resolve_mode(None) == "disabled"  # tracking: {wandb: false}
     assert resolve_mode(WandbOpts(mode="disabled")) == "disabled"
     assert resolve_mode(WandbOpts(mode="online")) == "online"
-    monkeypatch.setenv("WANDB_MODE", "offline")                     # the machine's choice wins
+    monkeypatch.setenv("WANDB_MODE", "offline")  # the machine's choice wins
     assert resolve_mode(WandbOpts(mode="online")) == "offline"
     monkeypatch.setenv("WANDB_MODE", "dryrun")
     assert resolve_mode(WandbOpts()) == "offline"
@@ -82,14 +84,26 @@ def test_offline_run_files_hold_the_logged_history(tmp_path, no_credentials):
     import torch
 
     run_dir = tmp_path / "arm-s0"
-    tr = Tracker(run_dir, config={"variant": "grpo", "budget": {"steps": 3}}, wandb_opts=WandbOpts(project="zoo-test"),
-                 name="grpo-s0", group="study1", job_type="grpo", tags=["grpo", "clip=ppo"])
+    tr = Tracker(
+        run_dir,
+        config={"variant": "grpo", "budget": {"steps": 3}},
+        wandb_opts=WandbOpts(project="zoo-test"),
+        name="grpo-s0",
+        group="study1",
+        job_type="grpo",
+        tags=["grpo", "clip=ppo"],
+    )
     assert tr.mode == "offline" and tr.run_id
     rewards = [0.25, 0.5, 0.875]
     for step, r in enumerate(rewards):
         tr.log({"reward/total": torch.tensor(r), "kl/ref": 0.01 * step}, step=step)
-    tr.log_samples(2, [{"prompt": "1+1=", "completion": "2", "reward/correctness": 1.0},
-                       {"prompt": "2+2=", "completion": "5", "reward/correctness": 0.0}])
+    tr.log_samples(
+        2,
+        [
+            {"prompt": "1+1=", "completion": "2", "reward/correctness": 1.0},
+            {"prompt": "2+2=", "completion": "5", "reward/correctness": 0.0},
+        ],
+    )
     tr.set_summary({"reward/total": 0.875, "status": "finished"})
     tr.finish()
     tr.finish()  # idempotent
@@ -189,7 +203,7 @@ def test_wandb_log_failure_disables_wandb_not_training(tmp_path, no_credentials,
         for s in range(4):
             tr.log({"loss/policy": float(s)}, step=s)
         tr.finish()
-    assert [d["step"] for d in fake.logged] == [0]          # second log raised, then W&B is off
+    assert [d["step"] for d in fake.logged] == [0]  # second log raised, then W&B is off
     assert fake.finished == [1]
     assert len([r for r in caplog.records if "disk full" in r.getMessage()]) == 1
     assert [r["loss/policy"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl")] == [0.0, 1.0, 2.0, 3.0]
@@ -225,20 +239,32 @@ def test_truncate_after_drops_later_steps_and_torn_lines(tmp_path):
 
 
 def test_wandb_tags_name_variant_overrides_and_changed_slots():
-    cfg = RunConfig.model_validate({"variant": "dapo", "set": {"clip.eps_high": 0.32},
-                                    "tracking": {"wandb": {"tags": ["mine"]}}})
-    slots = {"clip": {"name": "clip_higher", "eps_low": 0.2}, "advantage": {"name": "group_mean"},
-             "kl": {"placement": "none", "estimator": "k3", "beta": 0.0}, "length": [{"name": "overlong_filter"}]}
-    assert tracking.wandb_tags(cfg, slots) == ["dapo", "clip.eps_high=0.32", "clip=clip_higher",
-                                               "length=overlong_filter", "mine"]
+    cfg = RunConfig.model_validate(
+        {"variant": "dapo", "set": {"clip.eps_high": 0.32}, "tracking": {"wandb": {"tags": ["mine"]}}}
+    )
+    slots = {
+        "clip": {"name": "clip_higher", "eps_low": 0.2},
+        "advantage": {"name": "group_mean"},
+        "kl": {"placement": "none", "estimator": "k3", "beta": 0.0},
+        "length": [{"name": "overlong_filter"}],
+    }
+    assert tracking.wandb_tags(cfg, slots) == [
+        "dapo",
+        "clip.eps_high=0.32",
+        "clip=clip_higher",
+        "length=overlong_filter",
+        "mine",
+    ]
 
 
 def test_unreadable_lines_are_skipped_counted_and_named(tmp_path, caplog):
     from zoo.run.tracking import read_jsonl_counted
 
     p = tmp_path / "metrics.jsonl"
-    p.write_bytes(b'{"step": 1, "reward/total": 0.5}\n{"step": 2, "reward/total": 0.6\xff}\n[1, 2]\n\n'
-                  b'{"step": 3, "reward/total": 0.7}\n{"step": 4, "rew')
+    p.write_bytes(
+        b'{"step": 1, "reward/total": 0.5}\n{"step": 2, "reward/total": 0.6\xff}\n[1, 2]\n\n'
+        b'{"step": 3, "reward/total": 0.7}\n{"step": 4, "rew'
+    )
     recs, skipped = read_jsonl_counted(p)
     assert [r["step"] for r in recs] == [1, 3] and skipped == 3  # the \xff line, a non-object, the cut line
     with caplog.at_level(logging.WARNING, logger="zoo.run.jsonl"):

@@ -1,5 +1,6 @@
 """zoo.run.trainer end to end on the tiny random Llama: every registered variant trains, resumes give the
 same run as no interruption, a raising reward does not stop a run."""
+
 import errno
 import importlib.util
 import json
@@ -8,22 +9,20 @@ import textwrap
 
 import pytest
 import torch
+from conftest import tiny_run_config
 from safetensors.torch import load_file
 
-from conftest import tiny_run_config
+from zoo.config.variant import available_variants, load_variant
 from zoo.core.guards import RewardError, RunFailed
-from zoo.step.types import Slots
 from zoo.run.tracking import read_jsonl
 from zoo.run.trainer import train
-from zoo.config.variant import available_variants, load_variant
+from zoo.step.types import Slots
 
 pytestmark = pytest.mark.e2e  # whole training runs through zoo.trainer (about 1 s each, 50 s in all)
 
 LOSS_KEYS = ("loss/policy", "loss/kl", "loss/value")
 # keys whose values depend on the wall clock or the process, not on the computation
 VOLATILE = ("time/", "perf/")
-
-
 
 
 @pytest.fixture(autouse=True)
@@ -106,8 +105,9 @@ def test_every_variant_trains_two_steps(variant, tiny_model_dir, tmp_path, monke
         # best-of-group: the random model's completions mostly reach max_new_tokens, so the length
         # reward ties at every group's top and every advantage is 0; a reward that differs between
         # distinct texts breaks the ties (sum of character codes mod 97, scaled to [0, 1))
-        (tmp_path / "tiebreak_rewards.py").write_text("def char_code(completions, rows):\n"
-                                                      "    return [sum(map(ord, c)) % 97 / 97 for c in completions]\n")
+        (tmp_path / "tiebreak_rewards.py").write_text(
+            "def char_code(completions, rows):\n    return [sum(map(ord, c)) % 97 / 97 for c in completions]\n"
+        )
         monkeypatch.syspath_prepend(str(tmp_path))
         over.update(plugins=["tiebreak_rewards"], rewards=["correctness", "tiebreak_rewards:char_code"])
     if variant == "dapo":
@@ -146,10 +146,14 @@ def test_every_variant_trains_two_steps(variant, tiny_model_dir, tmp_path, monke
 
 
 def test_dapo_dynamic_sampling_drops_every_group_of_a_random_model(tiny_model_dir, tmp_path):
-    cfg = tiny_run_config(tiny_model_dir, tmp_path, variant="dapo", budget={**small_updates("dapo"),
-                          "max_resample_rounds": 1})
-    with pytest.raises(RunFailed, match="no optimizer step trained the policy in 2 steps, so it never changed: every "
-                                        "group was filtered out by the sampling filter \\(2 of 2 steps\\)"):
+    cfg = tiny_run_config(
+        tiny_model_dir, tmp_path, variant="dapo", budget={**small_updates("dapo"), "max_resample_rounds": 1}
+    )
+    with pytest.raises(
+        RunFailed,
+        match="no optimizer step trained the policy in 2 steps, so it never changed: every "
+        "group was filtered out by the sampling filter \\(2 of 2 steps\\)",
+    ):
         train(cfg, progress=False)
     summary = json.loads((tmp_path / "summary.json").read_text())
     recs = read_jsonl(tmp_path / "metrics.jsonl")
@@ -171,8 +175,9 @@ def test_dapo_dynamic_sampling_drops_every_group_of_a_random_model(tiny_model_di
 
 
 def test_dapo_overlong_filter_masks_exactly_the_truncated_rows(tiny_model_dir, tmp_path):
-    cfg = tiny_run_config(tiny_model_dir, tmp_path, variant="dapo", budget={**small_updates("dapo"), "steps": 1},
-                          set={"filter": []})
+    cfg = tiny_run_config(
+        tiny_model_dir, tmp_path, variant="dapo", budget={**small_updates("dapo"), "steps": 1}, set={"filter": []}
+    )
     failed = False
     try:
         train(cfg, progress=False)
@@ -208,8 +213,9 @@ RESUME_CASES = {
     "grpo-minibatches": dict(variant="grpo", budget={"steps": 4, "updates": {"epochs": 1, "minibatches": 2}}),
     "ppo-critic": dict(variant="ppo", budget={"steps": 4, "group_size": 2}),
     # the adaptive KL controller's beta is checkpointed: kl/beta after resume == uninterrupted
-    "ppo-adaptive-kl": dict(variant="ppo", budget={"steps": 4, "group_size": 2},
-                            set={"kl.adaptive": {"target": 0.001, "horizon": 4}}),
+    "ppo-adaptive-kl": dict(
+        variant="ppo", budget={"steps": 4, "group_size": 2}, set={"kl.adaptive": {"target": 0.001, "horizon": 4}}
+    ),
     # value pretraining spans the crash: steps 1-3 train the critic alone, the resumed run still
     # counts step 3 as warm-up (critic/warmup is compared) and moves the policy at step 4
     "ppo-critic-warmup": dict(variant="ppo", budget={"steps": 4, "group_size": 2, "critic_warmup": 3}),
@@ -288,8 +294,9 @@ def test_fresh_run_ignores_an_existing_checkpoint(tiny_model_dir, tmp_path):
 
 # ---------------------------------------------------------------- off-policy ratios in a real run
 def test_second_minibatch_sees_ratios_off_one_in_a_run(tiny_model_dir, tmp_path):
-    cfg = tiny_run_config(tiny_model_dir, tmp_path, budget={"steps": 1, "updates": {"epochs": 1, "minibatches": 2}},
-                          optim={"lr": 0.05})
+    cfg = tiny_run_config(
+        tiny_model_dir, tmp_path, budget={"steps": 1, "updates": {"epochs": 1, "minibatches": 2}}, optim={"lr": 0.05}
+    )
     train(cfg, progress=False)
     (r,) = _step_records(tmp_path)
     assert r["optim/steps"] == 2.0
@@ -301,7 +308,8 @@ def test_second_minibatch_sees_ratios_off_one_in_a_run(tiny_model_dir, tmp_path)
 # ---------------------------------------------------------------- a reward function that raises
 @pytest.fixture
 def flaky_reward_module(tmp_path, monkeypatch):
-    (tmp_path / "flaky_rewards.py").write_text(textwrap.dedent("""
+    (tmp_path / "flaky_rewards.py").write_text(
+        textwrap.dedent("""
         def flaky(completions, rows):
             if len(completions) > 1:
                 raise RuntimeError("batch call refused")
@@ -312,15 +320,21 @@ def flaky_reward_module(tmp_path, monkeypatch):
 
         def broken(completions, rows):
             raise RuntimeError("always")
-    """))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     return "flaky_rewards"
 
 
 @pytest.mark.parametrize("fn", ["flaky", "broken"])
 def test_a_raising_reward_trains_on_the_rows_it_scores(fn, flaky_reward_module, tiny_model_dir, tmp_path):
-    cfg = tiny_run_config(tiny_model_dir, tmp_path / "run", variant="grpo", plugins=[flaky_reward_module],
-                          rewards=[f"{flaky_reward_module}:{fn}", {"name": "length", "weight": 0.5, "scale": 10.0}])
+    cfg = tiny_run_config(
+        tiny_model_dir,
+        tmp_path / "run",
+        variant="grpo",
+        plugins=[flaky_reward_module],
+        rewards=[f"{flaky_reward_module}:{fn}", {"name": "length", "weight": 0.5, "scale": 10.0}],
+    )
     if fn == "broken":  # it never scored a row: the run fails at its end, however short (zoo.core.guards.at_end)
         with pytest.raises(RunFailed, match=f"no completion was scored in the 2 step.*'{flaky_reward_module}:broken'"):
             train(cfg, progress=False)
@@ -332,7 +346,9 @@ def test_a_raising_reward_trains_on_the_rows_it_scores(fn, flaky_reward_module, 
     n = 2 * 2 * 4  # steps x prompts x group size
     if fn == "broken":
         assert failed == n
-        assert all(math.isnan(r[f"reward/{flaky_reward_module}:broken"]) for r in recs)  # nothing to average: NaN, not 0
+        assert all(
+            math.isnan(r[f"reward/{flaky_reward_module}:broken"]) for r in recs
+        )  # nothing to average: NaN, not 0
     else:
         assert 0 < failed < n
         assert all(r[f"reward/{flaky_reward_module}:flaky"] == 1.0 for r in recs)  # the mean over the rows that scored
@@ -355,19 +371,44 @@ def test_two_grpo_steps_on_the_embedded_smollm2(tmp_path):
     from zoo.config.run import RunConfig
     from zoo.run.trainer import train
 
-    cfg = RunConfig.model_validate({
-        "name": "smollm2-grpo", "variant": "grpo", "model": "smollm2-135m-instruct-q4",
-        "model_opts": {"autocast": "bf16", "lora": {"r": 8, "alpha": 16, "target_modules": ["q_proj", "v_proj"]}},
-        "task": {"name": "reasoning_gym", "dataset": "basic_arithmetic", "size": 16, "eval_size": 2, "fewshot": 2,
-                 "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1, "operators": ["+"],
-                            "allow_negation": False, "allow_parentheses": False},
-                 "fewshot_answer": "{expression} = {answer}. The answer is \\boxed{{answer}}."},
-        "rewards": ["correctness", {"name": "length", "scale": 10.0}],
-        "budget": {"steps": 2, "prompts_per_step": 2, "group_size": 2, "max_new_tokens": 16, "micro_batch": 4,
-                   "updates": {"epochs": 1, "minibatches": 2}},
-        "optim": {"lr": 1e-3}, "eval": {"enabled": False}, "tracking": {"wandb": False},
-        "output_dir": str(tmp_path / "run"),
-    })
+    cfg = RunConfig.model_validate(
+        {
+            "name": "smollm2-grpo",
+            "variant": "grpo",
+            "model": "smollm2-135m-instruct-q4",
+            "model_opts": {"autocast": "bf16", "lora": {"r": 8, "alpha": 16, "target_modules": ["q_proj", "v_proj"]}},
+            "task": {
+                "name": "reasoning_gym",
+                "dataset": "basic_arithmetic",
+                "size": 16,
+                "eval_size": 2,
+                "fewshot": 2,
+                "config": {
+                    "min_terms": 2,
+                    "max_terms": 2,
+                    "min_digits": 1,
+                    "max_digits": 1,
+                    "operators": ["+"],
+                    "allow_negation": False,
+                    "allow_parentheses": False,
+                },
+                "fewshot_answer": "{expression} = {answer}. The answer is \\boxed{{answer}}.",
+            },
+            "rewards": ["correctness", {"name": "length", "scale": 10.0}],
+            "budget": {
+                "steps": 2,
+                "prompts_per_step": 2,
+                "group_size": 2,
+                "max_new_tokens": 16,
+                "micro_batch": 4,
+                "updates": {"epochs": 1, "minibatches": 2},
+            },
+            "optim": {"lr": 1e-3},
+            "eval": {"enabled": False},
+            "tracking": {"wandb": False},
+            "output_dir": str(tmp_path / "run"),
+        }
+    )
     s = train(cfg, progress=False)
     assert s["status"] == "finished" and s["steps"] == 2
     for k in ("loss/policy", "kl/ref", "entropy", "reward/total"):
@@ -378,8 +419,13 @@ def test_two_grpo_steps_on_the_embedded_smollm2(tmp_path):
 
 def test_ignore_eos_makes_every_completion_full_length(tiny_model_dir, tmp_path):
     def first_step(ignore_eos, out):
-        cfg = tiny_run_config(tiny_model_dir, out, budget={"steps": 1, "max_new_tokens": 16},
-                              sampling={"ignore_eos": ignore_eos}, eval={"enabled": False})
+        cfg = tiny_run_config(
+            tiny_model_dir,
+            out,
+            budget={"steps": 1, "max_new_tokens": 16},
+            sampling={"ignore_eos": ignore_eos},
+            eval={"enabled": False},
+        )
         train(cfg, progress=False)
         (r,) = [r for r in read_jsonl(out / "metrics.jsonl") if "reward/total" in r]
         return r
@@ -391,8 +437,8 @@ def test_ignore_eos_makes_every_completion_full_length(tiny_model_dir, tmp_path)
 
 
 def test_ctrl_c_leaves_an_interrupted_not_failed_run_that_resumes(tiny_model_dir, tmp_path, monkeypatch):
-    from zoo.study.runner import arm_status
     from zoo.step import pipeline as T
+    from zoo.study.runner import arm_status
 
     real, calls = T.step, []
 
@@ -471,8 +517,10 @@ def test_disk_full_also_for_the_summary_says_the_status_on_stderr(tiny_model_dir
     with pytest.raises(WriteError, match=r"summary\.json; no checkpoint was saved yet$"):
         train(_fault_config(tiny_model_dir, tmp_path), progress=False)
     summary = tmp_path / "summary.json"
-    assert (f"error: could not record status 'failed' in {summary}: no space left on device while writing {summary}"
-            in capsys.readouterr().err)
+    assert (
+        f"error: could not record status 'failed' in {summary}: no space left on device while writing {summary}"
+        in capsys.readouterr().err
+    )
     assert not summary.exists() and not (tmp_path / ".summary.json.tmp").exists()
 
 
@@ -507,8 +555,10 @@ def test_cli_disk_full_prints_one_line_and_exits_1(tiny_model_dir, tmp_path, mon
     r = CliRunner().invoke(app, ["run", "--resume", str(tmp_path), "--set", "budget.steps=2"])
     path = tmp_path / "checkpoint" / "state.pt"
     assert r.exit_code == 1 and "Traceback" not in r.output
-    assert (f"error: no space left on device while writing {path}; the last good checkpoint is step 1 ({path})"
-            in r.output.splitlines())
+    assert (
+        f"error: no space left on device while writing {path}; the last good checkpoint is step 1 ({path})"
+        in r.output.splitlines()
+    )
 
 
 def test_damaged_checkpoint_names_the_file_and_resumes_from_the_previous_when_moved(tiny_model_dir, tmp_path):
@@ -522,7 +572,9 @@ def test_damaged_checkpoint_names_the_file_and_resumes_from_the_previous_when_mo
     with pytest.raises(CheckpointError) as e:
         train(longer, progress=False)
     assert str(e.value).startswith(f"{path}: damaged checkpoint, cannot be read")
-    assert f"(step 1) is intact: move state.pt away (mv {path} {path}.bad)" in str(e.value) and "--fresh" in str(e.value)
+    assert f"(step 1) is intact: move state.pt away (mv {path} {path}.bad)" in str(e.value) and "--fresh" in str(
+        e.value
+    )
     path.rename(path.with_name("state.pt.bad"))
     ran = []
     assert train(longer, progress=False, on_step=lambda step, m: ran.append(step))["status"] == "finished"
@@ -560,8 +612,10 @@ def test_resume_refuses_a_checkpoint_whose_pickle_runs_code(tiny_model_dir, tmp_
     r = CliRunner().invoke(app, ["run", "--resume", str(tmp_path), "--set", "budget.steps=2"])
     assert r.exit_code == 1 and "Traceback" not in r.output
     line = next(x for x in r.output.splitlines() if x.startswith("error:"))
-    assert line.startswith(f"error: {tmp_path / 'checkpoint' / 'state.pt'}: refused: it holds objects other than "
-                           "tensors and plain values (exec)")
+    assert line.startswith(
+        f"error: {tmp_path / 'checkpoint' / 'state.pt'}: refused: it holds objects other than "
+        "tensors and plain values (exec)"
+    )
     assert not marker.exists()
 
 
@@ -635,9 +689,9 @@ def test_kill_9_then_resume_keeps_eval_before_labels_and_prints_it(tiny_model_di
     final evaluation as "after training" and prints both accuracies."""
     from typer.testing import CliRunner
 
+    from zoo.cli import app
     from zoo.cli import run as cli_run  # noqa: F401  (registers `run` on the app)
     from zoo.run import trainer as T
-    from zoo.cli import app
 
     real_write = T._write_summary
     monkeypatch.setattr(T, "_write_summary", lambda out, s: None if s.get("status") == "failed" else real_write(out, s))
@@ -664,7 +718,8 @@ def test_kill_9_then_resume_keeps_eval_before_labels_and_prints_it(tiny_model_di
 @pytest.fixture
 def bad_plugin(tmp_path, monkeypatch):
     """A plugin module with rewards that break the contract or cannot score, and a NaN clip rule."""
-    (tmp_path / "bad_plugin.py").write_text(textwrap.dedent("""
+    (tmp_path / "bad_plugin.py").write_text(
+        textwrap.dedent("""
         from dataclasses import replace
 
         from zoo.components.clip import ppo
@@ -683,12 +738,14 @@ def bad_plugin(tmp_path, monkeypatch):
         def nan_clip(logp, logp_old, adv, mask, *, eps: float = 0.2):
             res = ppo(logp, logp_old, adv, mask, eps=eps)
             return replace(res, loss=res.loss * float("nan"))
-    """))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     yield "bad_plugin"
     import sys
 
     from zoo.core import registry
+
     registry._REGISTRY["clip"].pop("test_nan_clip", None)
     sys.modules.pop("bad_plugin", None)
 
@@ -703,8 +760,13 @@ def test_a_reward_that_breaks_the_contract_fails_the_run_at_step_1(fn, words, ba
 
 
 def test_mostly_unscored_rows_for_three_steps_fail_the_run(bad_plugin, tiny_model_dir, tmp_path):
-    cfg = tiny_run_config(tiny_model_dir, tmp_path, plugins=[bad_plugin], budget={"steps": 5},
-                          rewards=["correctness", f"{bad_plugin}:unscorable"])
+    cfg = tiny_run_config(
+        tiny_model_dir,
+        tmp_path,
+        plugins=[bad_plugin],
+        budget={"steps": 5},
+        rewards=["correctness", f"{bad_plugin}:unscorable"],
+    )
     with pytest.raises(RunFailed, match="step 3: rewards could not score 100% of the rows .* for 3 consecutive steps"):
         train(cfg, progress=False)
     recs = _step_records(tmp_path)
@@ -714,17 +776,31 @@ def test_mostly_unscored_rows_for_three_steps_fail_the_run(bad_plugin, tiny_mode
     assert summary["status"] == "failed" and summary["steps"] == 3
     assert saved_state(tmp_path)["step"] == 2  # the failing step is not checkpointed
     # with the guard loosened the same run finishes
-    cfg = tiny_run_config(tiny_model_dir, tmp_path / "loose", plugins=[bad_plugin], budget={"steps": 3},
-                          rewards=["correctness", f"{bad_plugin}:unscorable"], guards={"max_unscored_frac": 1.0})
+    cfg = tiny_run_config(
+        tiny_model_dir,
+        tmp_path / "loose",
+        plugins=[bad_plugin],
+        budget={"steps": 3},
+        rewards=["correctness", f"{bad_plugin}:unscorable"],
+        guards={"max_unscored_frac": 1.0},
+    )
     assert train(cfg, progress=False)["status"] == "finished"
 
 
-def test_every_update_skipped_for_a_nan_loss_fails_without_changing_or_saving_nan_weights(bad_plugin, tiny_model_dir,
-                                                                                           tmp_path):
-    cfg = tiny_run_config(tiny_model_dir, tmp_path, plugins=[bad_plugin], set={"clip": "test_nan_clip"},
-                          budget={"steps": 4}, guards={"max_skipped_steps": 2})
-    with pytest.raises(RunFailed, match="step 2: every optimizer step was skipped for 2 consecutive steps .* because "
-                                        "loss/policy = nan"):
+def test_every_update_skipped_for_a_nan_loss_fails_without_changing_or_saving_nan_weights(
+    bad_plugin, tiny_model_dir, tmp_path
+):
+    cfg = tiny_run_config(
+        tiny_model_dir,
+        tmp_path,
+        plugins=[bad_plugin],
+        set={"clip": "test_nan_clip"},
+        budget={"steps": 4},
+        guards={"max_skipped_steps": 2},
+    )
+    with pytest.raises(
+        RunFailed, match="step 2: every optimizer step was skipped for 2 consecutive steps .* because loss/policy = nan"
+    ):
         train(cfg, progress=False)
     recs = _step_records(tmp_path)
     assert [(r["optim/skipped"], r["optim/updates"]) for r in recs] == [(1.0, 0.0), (1.0, 0.0)]
@@ -737,32 +813,41 @@ def test_float16_weights_are_never_checkpointed_once_they_turn_nan(tiny_model_di
     """Pure fp16 weights on CPU: AdamW's eps (1e-8) underflows to 0 in fp16, so parameters whose
     gradient is 0 become 0/0 = NaN after the first optimizer step (finite loss and gradient norm)."""
     cfg = tiny_run_config(tiny_model_dir, tmp_path, model_opts={"dtype": "float16"}, budget={"steps": 3})
-    with pytest.raises(RunFailed, match="step 1: policy parameter .* is not finite after the optimizer step; refusing "
-                                        "to checkpoint non-finite weights \\(no checkpoint was written\\)"):
+    with pytest.raises(
+        RunFailed,
+        match="step 1: policy parameter .* is not finite after the optimizer step; refusing "
+        "to checkpoint non-finite weights \\(no checkpoint was written\\)",
+    ):
         train(cfg, progress=False)
     assert not (tmp_path / "checkpoint" / "state.pt").exists()
     assert json.loads((tmp_path / "summary.json").read_text())["status"] == "failed"
 
 
 def test_validate_run_checks_the_filter_metric_and_the_reward_trust(tiny_model_dir, tmp_path):
-    from zoo.run.trainer import validate_run
     from zoo.config.variant import VariantError
+    from zoo.run.trainer import validate_run
 
     def cfg(**over):
         return tiny_run_config(tiny_model_dir, tmp_path, variant="dapo", budget=small_updates("dapo"), **over)
 
-    with pytest.raises(VariantError, match="filter dynamic_sampling: metric 'accuracy' will not exist \\(it needs a "
-                                           "`correctness` reward\\)"):
+    with pytest.raises(
+        VariantError,
+        match="filter dynamic_sampling: metric 'accuracy' will not exist \\(it needs a `correctness` reward\\)",
+    ):
         validate_run(cfg(rewards=["format"]))
-    with pytest.raises(VariantError, match="metric 'lenght' will not exist \\(no reward produces it\\); the step's "
-                                           "metrics are accuracy, correctness, length, reward"):
+    with pytest.raises(
+        VariantError,
+        match="metric 'lenght' will not exist \\(no reward produces it\\); the step's "
+        "metrics are accuracy, correctness, length, reward",
+    ):
         validate_run(cfg(set={"filter": [{"name": "dynamic_sampling", "metric": "lenght"}]}))
     _, warnings = validate_run(cfg(set={"filter": [{"name": "dynamic_sampling", "metric": "length"}]}))
     assert any("metric 'length' is continuous" in w for w in warnings)
     _, warnings = validate_run(cfg())
     assert not any("dynamic_sampling" in w for w in warnings)
-    with pytest.raises(VariantError, match="rewards: reward 'subprocess:call': module 'subprocess' is not among this "
-                                           "run's plugins"):
+    with pytest.raises(
+        VariantError, match="rewards: reward 'subprocess:call': module 'subprocess' is not among this run's plugins"
+    ):
         validate_run(cfg(rewards=["subprocess:call"]))
 
 
@@ -771,8 +856,9 @@ def test_zoo_validate_reports_the_filter_metric_and_untrusted_rewards(tiny_model
 
     from zoo.study.validate import check_study_file
 
-    base = tiny_run_config(tiny_model_dir, tmp_path / "out", variant="dapo",
-                           budget=small_updates("dapo")).model_dump(mode="json")
+    base = tiny_run_config(tiny_model_dir, tmp_path / "out", variant="dapo", budget=small_updates("dapo")).model_dump(
+        mode="json"
+    )
     f = tmp_path / "run.yaml"
     f.write_text(yaml.safe_dump({**base, "rewards": ["format", "subprocess:call"]}))
     rep = check_study_file(f)
@@ -819,8 +905,11 @@ def test_diverged_logits_fail_the_run_in_one_line_and_keep_the_checkpoint(tiny_m
 
     monkeypatch.setattr(hf_generator.HFGenerator, "generate", generate)
     cfg = tiny_run_config(tiny_model_dir, tmp_path, variant="grpo", checkpoint={"every": 1}, eval={"enabled": False})
-    with pytest.raises(RunFailed, match=r"step 2: sampling failed because the policy's next-token probabilities are "
-                                        r"not finite .* the previous updates diverged: optim.lr = 0.001 too high\?"):
+    with pytest.raises(
+        RunFailed,
+        match=r"step 2: sampling failed because the policy's next-token probabilities are "
+        r"not finite .* the previous updates diverged: optim.lr = 0.001 too high\?",
+    ):
         train(cfg, progress=False)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "failed" and (tmp_path / "checkpoint" / "state.pt").exists()

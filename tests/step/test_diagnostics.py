@@ -1,5 +1,6 @@
 """zoo.step.diagnostics: adv/corr/<objective> on objectives centred within their group, length by
 correctness, length-reward correlation and gold rewards, each worked out by hand."""
+
 import math
 
 import pytest
@@ -19,10 +20,17 @@ def two_group_batch() -> Batch:
     adv_rows = torch.tensor([[1.0, 1.0, 99.0], [-1.0, 99.0, 99.0], [0.5, 0.5, 0.5], [-0.5, -0.5, 99.0]])
     obj = torch.tensor([[1.0, 0.0, 1.0], [0.0, 2.0, 1.0], [1.0, 10.0, 1.0], [0.0, 20.0, 1.0]])
     N = 4
-    return Batch(prompt_ids=torch.zeros(N, 1, dtype=torch.long), prompt_mask=torch.ones(N, 1, dtype=torch.bool),
-                 completion_ids=torch.zeros(N, T, dtype=torch.long), loss_mask=mask,
-                 group_ids=torch.tensor([0, 0, 1, 1]), truncated=torch.zeros(N, dtype=torch.bool), lengths=lengths,
-                 objectives=obj, advantages=adv_rows)
+    return Batch(
+        prompt_ids=torch.zeros(N, 1, dtype=torch.long),
+        prompt_mask=torch.ones(N, 1, dtype=torch.bool),
+        completion_ids=torch.zeros(N, T, dtype=torch.long),
+        loss_mask=mask,
+        group_ids=torch.tensor([0, 0, 1, 1]),
+        truncated=torch.zeros(N, dtype=torch.bool),
+        lengths=lengths,
+        objectives=obj,
+        advantages=adv_rows,
+    )
 
 
 def test_adv_corr_uses_group_centred_objectives_two_groups():
@@ -33,7 +41,9 @@ def test_adv_corr_uses_group_centred_objectives_two_groups():
     #   sum(a*c) = -1 - 1 - 2.5 - 2.5 = -7; |c|^2 = 52 -> -7 / sqrt(130) = -0.613941
     #   (pooled raw R2 [-8, -6, 2, 12] around its mean 8 would give -7 / sqrt(2.5 * 248) = -0.2811)
     # the constant column has no variance: NaN
-    m = step_diagnostics(two_group_batch(), ["correctness", "r2", "const"], [1.0, 0.1, 1.0], n_rewards=2, accuracy_col=0)
+    m = step_diagnostics(
+        two_group_batch(), ["correctness", "r2", "const"], [1.0, 0.1, 1.0], n_rewards=2, accuracy_col=0
+    )
     assert m["adv/corr/correctness"] == pytest.approx(1.5 / math.sqrt(2.5))
     assert m["adv/corr/r2"] == pytest.approx(-7 / math.sqrt(130))
     assert m["adv/corr/r2"] != pytest.approx(-7 / math.sqrt(2.5 * 248), abs=1e-3)
@@ -45,7 +55,9 @@ def test_len_correct_incorrect_and_len_reward_corr():
     # weighted raw reward over the 2 rewards (w = [1, 0.1]): [1, 0.2, 2, 2] -> centred [.4, -.4, 0, 0]
     # lengths centred: g0 [2, 1] -> [.5, -.5]; g1 [3, 2] -> [.5, -.5]
     #   sum = .2 + .2 = .4; |r|^2 = .32; |l|^2 = 1 -> .4 / sqrt(.32) = 0.707107
-    m = step_diagnostics(two_group_batch(), ["correctness", "r2", "const"], [1.0, 0.1, 1.0], n_rewards=2, accuracy_col=0)
+    m = step_diagnostics(
+        two_group_batch(), ["correctness", "r2", "const"], [1.0, 0.1, 1.0], n_rewards=2, accuracy_col=0
+    )
     assert m["completion/len_correct"] == 2.5
     assert m["completion/len_incorrect"] == 1.5
     assert m["completion/len_reward_corr"] == pytest.approx(0.4 / math.sqrt(0.32))
@@ -69,7 +81,8 @@ def test_group_centred_and_pearson_edge_cases():
     assert math.isnan(pearson(torch.tensor([1.0]), torch.tensor([2.0])))  # one row
     assert math.isnan(pearson(torch.tensor([0.9, 0.9, 0.9]), torch.tensor([1.0, 2.0, 3.0])))  # constant up to rounding
     assert pearson(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([2.0, 4.0, 6.5])) == pytest.approx(
-        float(torch.corrcoef(torch.tensor([[1.0, 2.0, 3.0], [2.0, 4.0, 6.5]]))[0, 1]))
+        float(torch.corrcoef(torch.tensor([[1.0, 2.0, 3.0], [2.0, 4.0, 6.5]]))[0, 1])
+    )
 
 
 def test_gold_rewards_are_means_of_what_they_score():
@@ -84,6 +97,7 @@ def test_gold_rewards_are_means_of_what_they_score():
 
 def test_a_run_logs_the_diagnostics_and_gold_rewards_that_do_not_train(tiny_model_dir, tmp_path):
     from conftest import tiny_run_config
+
     from zoo.run import fingerprint as fp
     from zoo.run.tracking import read_jsonl
     from zoo.run.trainer import train
@@ -93,13 +107,21 @@ def test_a_run_logs_the_diagnostics_and_gold_rewards_that_do_not_train(tiny_mode
     gold = tiny_run_config(tiny_model_dir, tmp_path / "gold", gold=["correctness"], **over)
     train(plain)
     train(gold)
-    steps = [[r for r in read_jsonl(d / "metrics.jsonl") if "reward/total" in r] for d in (tmp_path / "plain", tmp_path / "gold")]
+    steps = [
+        [r for r in read_jsonl(d / "metrics.jsonl") if "reward/total" in r]
+        for d in (tmp_path / "plain", tmp_path / "gold")
+    ]
     for a, b in zip(*steps):
         assert a["loss/policy"] == b["loss/policy"]  # gold rewards never train
         assert b["gold/correctness"] == b["reward/correctness"]  # the same function on the same completions
         assert "gold/correctness" not in a
-        for key in ("adv/corr/correctness", "adv/corr/length", "completion/len_reward_corr",
-                    "completion/len_correct", "completion/len_incorrect"):
+        for key in (
+            "adv/corr/correctness",
+            "adv/corr/length",
+            "completion/len_reward_corr",
+            "completion/len_correct",
+            "completion/len_incorrect",
+        ):
             assert key in b
     assert "gold" in fp.fingerprint_fields(gold) and "gold" not in fp.fingerprint_fields(plain)
     assert fp.fingerprint(gold)[0] != fp.fingerprint(plain)[0]
@@ -107,6 +129,7 @@ def test_a_run_logs_the_diagnostics_and_gold_rewards_that_do_not_train(tiny_mode
 
 def test_an_unknown_gold_reward_is_an_error_before_any_model_loads(tiny_model_dir, tmp_path):
     from conftest import tiny_run_config
+
     from zoo.config.variant import VariantError
     from zoo.run.trainer import validate_run
 

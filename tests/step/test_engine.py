@@ -1,23 +1,22 @@
 """The step's update and forwards (zoo.step) on hand-built batches with a tiny model: the update's normalisation over micro-batches
 (C2/C3), frozen old log-probs and clipping on later optimizer steps (C4), step counts."""
+
 import copy
 
 import pytest
 import torch
 
+from zoo.backends.generate.hf import encode_prompts
+from zoo.config.variant import load_variant
+from zoo.core.batch import Batch
 from zoo.step.forwards import rollout_forwards
+from zoo.step.logprobs import token_logprobs
 from zoo.step.types import Models, Slots, StepSettings
 from zoo.step.update import step_counts, update
-from zoo.core.batch import Batch
-from zoo.backends.generate.hf import encode_prompts
-from zoo.step.logprobs import token_logprobs
 from zoo.testing import tiny_model_and_tokenizer
-from zoo.config.variant import load_variant
 
 PROMPTS = ["1+1", "What is 12 + 30?", "hi", "a much longer prompt than the others", "7 * 6 ="]
 LENGTHS = [1, 6, 3, 2, 5]  # completion tokens per row (T = 6): rows of very different lengths
-
-
 
 
 def make_batch(tok, seed: int = 0, lengths=LENGTHS, prompts=PROMPTS) -> Batch:
@@ -29,9 +28,16 @@ def make_batch(tok, seed: int = 0, lengths=LENGTHS, prompts=PROMPTS) -> Batch:
     mask = torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]  # [N, T]
     comp = torch.where(mask, comp, torch.full_like(comp, tok.pad_token_id))
     adv = torch.randn(N, generator=g)[:, None].expand(N, T).clone() * mask  # sequence-level, 0 on padding
-    return Batch(prompt_ids=ids, prompt_mask=pmask.bool(), completion_ids=comp, loss_mask=mask,
-                 group_ids=torch.arange(N), truncated=torch.zeros(N, dtype=torch.bool),
-                 lengths=torch.tensor(lengths), advantages=adv)
+    return Batch(
+        prompt_ids=ids,
+        prompt_mask=pmask.bool(),
+        completion_ids=comp,
+        loss_mask=mask,
+        group_ids=torch.arange(N),
+        truncated=torch.zeros(N, dtype=torch.bool),
+        lengths=torch.tensor(lengths),
+        advantages=adv,
+    )
 
 
 def slots_for(aggregate: str = "token_mean", clip: str | dict = "ppo", variant: str = "grpo") -> Slots:
@@ -39,9 +45,15 @@ def slots_for(aggregate: str = "token_mean", clip: str | dict = "ppo", variant: 
 
 
 def settings(micro_batch: int, epochs: int = 1, minibatches: int = 1, max_new_tokens: int = 6) -> StepSettings:
-    return StepSettings(temperature=1.0, micro_batch=micro_batch, max_new_tokens=max_new_tokens,
-                               epochs=epochs, minibatches=minibatches, autocast="none",
-                               max_grad_norm=None)
+    return StepSettings(
+        temperature=1.0,
+        micro_batch=micro_batch,
+        max_new_tokens=max_new_tokens,
+        epochs=epochs,
+        minibatches=minibatches,
+        autocast="none",
+        max_grad_norm=None,
+    )
 
 
 def params(model) -> dict[str, torch.Tensor]:
@@ -146,14 +158,21 @@ def test_c4_later_optimizer_steps_see_ratios_off_one(epochs, minibatches):
     batch = _with_old_logp(model, tok, make_batch(tok, seed=1), slots, s)
     seen = _record_ratios(slots)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    out = update(batch, Models(policy=model, tokenizer=tok, reference=None), slots, s, opt, None,
-                        generator=torch.Generator().manual_seed(0))
+    out = update(
+        batch,
+        Models(policy=model, tokenizer=tok, reference=None),
+        slots,
+        s,
+        opt,
+        None,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert out["optim/steps"] == 2.0
     # micro-batches of the first optimizer step are on-policy: ratio 1 (up to float noise)
     n_first = sum(len(mb) for mb in torch.arange(batch.size).tensor_split(minibatches)[0].split(2))
     first = torch.cat(seen[: -(-n_first // 2)])
     torch.testing.assert_close(first, torch.ones_like(first), atol=1e-5, rtol=0)
-    later = torch.cat(seen[-(-n_first // 2):])
+    later = torch.cat(seen[-(-n_first // 2) :])
     assert float((later - 1).abs().max()) > 1e-3, "the second optimizer step must see pi_now / pi_at_rollout"
     assert out["ratio/approx_kl"] > 0
     assert out["ratio/max"] != pytest.approx(1.0, abs=1e-4)
@@ -168,14 +187,18 @@ def test_c4_clip_fractions_on_a_crafted_case():
     # the same rows twice: the second minibatch contains what the first one just pushed on
     prompts, lengths = PROMPTS + PROMPTS, LENGTHS + LENGTHS
     b = make_batch(tok, seed=2, lengths=lengths, prompts=prompts)
-    b = Batch(**{**b.__dict__, "advantages": torch.where(b.loss_mask, torch.sign(b.advantages) * 5.0, 0.0),
-                 "group_ids": torch.arange(b.size) % 5})
+    b = Batch(
+        **{
+            **b.__dict__,
+            "advantages": torch.where(b.loss_mask, torch.sign(b.advantages) * 5.0, 0.0),
+            "group_ids": torch.arange(b.size) % 5,
+        }
+    )
     batch = _with_old_logp(model, tok, b, slots, s)
     seen = _record_ratios(slots)
     opt = torch.optim.SGD(model.parameters(), lr=5.0)
     order = torch.Generator().manual_seed(0)
-    out = update(batch, Models(policy=model, tokenizer=tok, reference=None), slots, s, opt, None,
-                        generator=order)
+    out = update(batch, Models(policy=model, tokenizer=tok, reference=None), slots, s, opt, None, generator=order)
     assert len(seen) == 2
     torch.testing.assert_close(seen[0], torch.ones_like(seen[0]), atol=1e-5, rtol=0)
     assert float((seen[1] - 1).abs().max()) > 0.2
@@ -197,8 +220,7 @@ def test_c4_clipped_tokens_have_no_gradient():
 def test_on_policy_single_update_needs_no_old_logprobs():
     model, tok = tiny_model_and_tokenizer(seed=4)
     s = settings(micro_batch=2)
-    out = rollout_forwards(make_batch(tok), Models(policy=model, tokenizer=tok, reference=None),
-                                  slots_for(), s)
+    out = rollout_forwards(make_batch(tok), Models(policy=model, tokenizer=tok, reference=None), slots_for(), s)
     assert out.logp_old is None and out.logp_ref is None and out.values is None
 
 

@@ -2,16 +2,17 @@
 is separate from the count of the policy's own tokens (`Batch.policy_tokens`). Single-turn the two
 are equal and nothing changes; in a hand-built multi-turn row with environment tokens, length
 shaping, the aggregators and the length metrics count only the policy's tokens."""
+
 from types import SimpleNamespace
 
 import torch
 
 from zoo.backends.generate.hf import generate_rollout
-from zoo.core.batch import Batch, concat
 from zoo.bench.probe import phase_tokens
 from zoo.components.aggregate import seq_mean_token_sum_norm, token_mean
-from zoo.core.types import LengthRows, StepCounts
+from zoo.core.batch import Batch, concat
 from zoo.core.registry import build
+from zoo.core.types import LengthRows, StepCounts
 from zoo.step.diagnostics import LEN, row_table
 from zoo.step.hooks import Phase
 from zoo.step.sample import _completion_metrics
@@ -20,9 +21,11 @@ from zoo.testing import tiny_model_and_tokenizer
 
 T, P, MAX_NEW = 9, 2, 8
 # P = policy token, E = environment token (attended, never trained), . = after the row's end
-ROWS = ("PPPPPP...",   # single-turn: 6 policy tokens
-        "PPPEEEEEP",   # two assistant turns around a tool result: 4 policy tokens, extent 9
-        "PPPPP....")   # single-turn: 5 policy tokens
+ROWS = (
+    "PPPPPP...",  # single-turn: 6 policy tokens
+    "PPPEEEEEP",  # two assistant turns around a tool result: 4 policy tokens, extent 9
+    "PPPPP....",
+)  # single-turn: 5 policy tokens
 
 
 def multi_turn_batch() -> Batch:
@@ -30,9 +33,16 @@ def multi_turn_batch() -> Batch:
     loss = torch.tensor([[c == "P" for c in r] for r in ROWS])  # [3, T]
     extent = torch.tensor([len(r.rstrip(".")) for r in ROWS])  # [3] = 6, 9, 5
     ids = torch.arange(3 * T).reshape(3, T) + 10
-    return Batch(prompt_ids=torch.full((3, P), 7), prompt_mask=torch.ones(3, P, dtype=torch.bool),
-                 completion_ids=ids, loss_mask=loss, group_ids=torch.zeros(3, dtype=torch.long),
-                 truncated=torch.zeros(3, dtype=torch.bool), lengths=extent, policy_tokens=loss.sum(1))
+    return Batch(
+        prompt_ids=torch.full((3, P), 7),
+        prompt_mask=torch.ones(3, P, dtype=torch.bool),
+        completion_ids=ids,
+        loss_mask=loss,
+        group_ids=torch.zeros(3, dtype=torch.long),
+        truncated=torch.zeros(3, dtype=torch.bool),
+        lengths=extent,
+        policy_tokens=loss.sum(1),
+    )
 
 
 def length_slots() -> SimpleNamespace:
@@ -53,9 +63,15 @@ def test_single_turn_length_shaping_and_aggregation_are_unchanged():
     on lengths (the path before policy_tokens existed), and the aggregators see the same mask."""
     lengths = torch.tensor([6, 3, 5, 8])
     att = torch.arange(T)[None, :] < lengths[:, None]
-    b = Batch(prompt_ids=torch.full((4, P), 7), prompt_mask=torch.ones(4, P, dtype=torch.bool),
-              completion_ids=torch.ones(4, T, dtype=torch.long), loss_mask=att, group_ids=torch.tensor([0, 0, 1, 1]),
-              truncated=lengths == MAX_NEW, lengths=lengths)
+    b = Batch(
+        prompt_ids=torch.full((4, P), 7),
+        prompt_mask=torch.ones(4, P, dtype=torch.bool),
+        completion_ids=torch.ones(4, T, dtype=torch.long),
+        loss_mask=att,
+        group_ids=torch.tensor([0, 0, 1, 1]),
+        truncated=lengths == MAX_NEW,
+        lengths=lengths,
+    )
     assert b.policy_tokens.tolist() == [6, 3, 5, 8]
     obj = torch.tensor([[1.0], [1.0], [0.0], [1.0]])
     slots = length_slots()
@@ -103,9 +119,15 @@ def test_policy_tokens_follow_select_concat_and_trimmed():
     b = multi_turn_batch()
     assert b.select([1, 2]).policy_tokens.tolist() == [4, 5]
     assert b.select(torch.tensor([True, False, True])).policy_tokens.tolist() == [6, 5]
-    single = Batch(prompt_ids=torch.full((1, 3), 7), prompt_mask=torch.ones(1, 3, dtype=torch.bool),
-                   completion_ids=torch.ones(1, 2, dtype=torch.long), loss_mask=torch.ones(1, 2, dtype=torch.bool),
-                   group_ids=torch.tensor([1]), truncated=torch.tensor([False]), lengths=torch.tensor([2]))
+    single = Batch(
+        prompt_ids=torch.full((1, 3), 7),
+        prompt_mask=torch.ones(1, 3, dtype=torch.bool),
+        completion_ids=torch.ones(1, 2, dtype=torch.long),
+        loss_mask=torch.ones(1, 2, dtype=torch.bool),
+        group_ids=torch.tensor([1]),
+        truncated=torch.tensor([False]),
+        lengths=torch.tensor([2]),
+    )
     c = concat([b, single], pad_id=0)
     assert c.policy_tokens.tolist() == [6, 4, 5, 2] and c.lengths.tolist() == [6, 9, 5, 2]
     t = b.trimmed()

@@ -1,12 +1,13 @@
 """zoo.backends.generate.hf (masks C6, generation), zoo.models.forward (position ids C10), zoo.step.logprobs (log-probs)."""
+
 import pytest
 import torch
 from torch import nn
 
-from zoo.models.forward import position_ids_from_mask
 from zoo.backends.generate.hf import completion_mask, encode_prompts, generate_rollout
-from zoo.step.logprobs import token_logprobs
 from zoo.core.batch import Batch
+from zoo.models.forward import position_ids_from_mask
+from zoo.step.logprobs import token_logprobs
 from zoo.testing import tiny_model_and_tokenizer
 
 CHAT = [[{"role": "user", "content": "hi"}], [{"role": "user", "content": "What is 12 + 30?"}]]
@@ -275,8 +276,10 @@ def test_shared_prompt_logprobs_equal_the_plain_forward_values_and_gradients(mon
 def test_shared_prefill_generation_equals_plain_generation():
     model, tok = tiny_model_and_tokenizer(seed=4)
     prompts = ["ab", "a much longer prompt"]
-    outs = [generate_rollout(model, tok, prompts, group_size=3, max_new_tokens=6, do_sample=False, share_prompts=s)
-            for s in (True, False)]
+    outs = [
+        generate_rollout(model, tok, prompts, group_size=3, max_new_tokens=6, do_sample=False, share_prompts=s)
+        for s in (True, False)
+    ]
     assert torch.equal(outs[0].completion_ids, outs[1].completion_ids)
     assert torch.equal(outs[0].loss_mask, outs[1].loss_mask)
     torch.manual_seed(5)

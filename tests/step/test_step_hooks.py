@@ -1,14 +1,15 @@
 """The step's hooks (zoo/step/hooks.py): `pipeline.step` opens its phases in order, one forward
 context per model forward (the critic's share nested in train), and a hook that only watches
 changes no number and no weight."""
+
 from __future__ import annotations
 
 import contextlib
 import math
 
 import torch
-
 from conftest import tiny_run_config
+
 from zoo.step import pipeline
 from zoo.step.hooks import NO_HOOKS, Hooks, Phase
 
@@ -38,27 +39,54 @@ def _ppo(tiny_model_dir, tmp_path):
     from zoo.run import trainer
 
     # 2 prompts x 4 = 8 rows in micro-batches of 4; 2 epochs x 1 minibatch; KL in the reward (old + reference)
-    cfg = tiny_run_config(tiny_model_dir, tmp_path, variant="ppo", budget={"updates": {"epochs": 2, "minibatches": 1}},
-                          eval={"enabled": False})
+    cfg = tiny_run_config(
+        tiny_model_dir,
+        tmp_path,
+        variant="ppo",
+        budget={"updates": {"epochs": 2, "minibatches": 1}},
+        eval={"enabled": False},
+    )
     return trainer.setup(cfg)
 
 
 def test_ppo_step_opens_every_phase_and_forward_in_order(tiny_model_dir, tmp_path):
     rec = Recorder()
     pipeline.step(_ppo(tiny_model_dir, tmp_path), hooks=rec)
-    rollout = ["policy:4", "reference:4", "critic:4"] * 2          # per micro-batch: old, reference, values
-    train_mb = ["policy:4", "<critic", "critic:4", "critic>"]      # per micro-batch of an optimizer step
-    assert rec.events == (["<generate", "generate>", "<score", "score>", "<forward", *rollout, "forward>",
-                           "<advantage", "advantage>", "<train", *(train_mb * 2 * 2), "train>"])
-    assert rec.batches == ([("generate", 8), ("score", 8), ("forward", None), ("advantage", 8)]
-                           + [("critic", None)] * 4 + [("train", None)])
+    rollout = ["policy:4", "reference:4", "critic:4"] * 2  # per micro-batch: old, reference, values
+    train_mb = ["policy:4", "<critic", "critic:4", "critic>"]  # per micro-batch of an optimizer step
+    assert rec.events == (
+        [
+            "<generate",
+            "generate>",
+            "<score",
+            "score>",
+            "<forward",
+            *rollout,
+            "forward>",
+            "<advantage",
+            "advantage>",
+            "<train",
+            *(train_mb * 2 * 2),
+            "train>",
+        ]
+    )
+    assert rec.batches == (
+        [("generate", 8), ("score", 8), ("forward", None), ("advantage", 8)]
+        + [("critic", None)] * 4
+        + [("train", None)]
+    )
 
 
 def test_dapo_opens_generate_and_score_once_per_resampling_round(tiny_model_dir, tmp_path):
     from zoo.run import trainer
 
-    cfg = tiny_run_config(tiny_model_dir, tmp_path, variant="dapo", eval={"enabled": False},
-                          budget={"max_resample_rounds": 2, "updates": {"epochs": 1, "minibatches": 2}})
+    cfg = tiny_run_config(
+        tiny_model_dir,
+        tmp_path,
+        variant="dapo",
+        eval={"enabled": False},
+        budget={"max_resample_rounds": 2, "updates": {"epochs": 1, "minibatches": 2}},
+    )
     rec = Recorder()
     m = pipeline.step(trainer.setup(cfg), hooks=rec).metrics
     # the random model solves no group: dynamic sampling drops them all, refilling up to 1 + 2 rounds

@@ -1,6 +1,7 @@
 """The MO-GRPO bandit (experiments/mo_grpo_bandit.yaml): the `arms:a,b` model samples only arms and
 ends there (not truncated), the rewards' noise pairs arms by (row, completion), and a short version of
 the study runs and logs adv/corr with the values the construction predicts at the first step."""
+
 import json
 import math
 import os
@@ -23,12 +24,14 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_arms_model_samples_only_arms_and_they_end_the_completion():
     model, tok = build_arms_model(["a", "b"])
     torch.manual_seed(0)
-    b = generate_rollout(model, tok, [[{"role": "user", "content": "Pick an arm."}]] * 2, group_size=32,
-                         max_new_tokens=1)
+    b = generate_rollout(
+        model, tok, [[{"role": "user", "content": "Pick an arm."}]] * 2, group_size=32, max_new_tokens=1
+    )
     assert set(b.texts) == {"a", "b"}  # 64 draws at p = 1/2 each: both appear (P(miss) = 2^-63)
     assert not b.truncated.any() and b.lengths.tolist() == [1] * 64
-    ids, mask = tok.apply_chat_template([{"role": "user", "content": "x"}], add_generation_prompt=True,
-                                        return_tensors="pt", return_dict=True).values()
+    ids, mask = tok.apply_chat_template(
+        [{"role": "user", "content": "x"}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+    ).values()
     with torch.no_grad():
         p = model(input_ids=ids).logits[0, -1].softmax(-1)
     arm_ids = tok.convert_tokens_to_ids(["a", "b"])
@@ -48,7 +51,10 @@ def test_bandit_rewards_pair_arms_by_row_and_completion():
     z = [np.random.default_rng([rows[1]["noise_seed"], j, 1]).standard_normal() for j in range(4)]
     r2 = arm_gaussian(["a", "b", "b", "c"], group, mean={"a": 0.0, "b": 5.0}, std=10.0, scale=10.0)
     assert r2[:3] == pytest.approx([z[0], (5 + 10 * z[1]) / 10, (5 + 10 * z[2]) / 10]) and r2[3] is None
-    assert arm_bernoulli(["", "ba"], group[:2], p={"a": 1.0, "b": 0.0}, missing=0.0) == [0.0, 0.0]  # no arm; first char b
+    assert arm_bernoulli(["", "ba"], group[:2], p={"a": 1.0, "b": 0.0}, missing=0.0) == [
+        0.0,
+        0.0,
+    ]  # no arm; first char b
     # another row gives other noise (rows differ only by noise_seed)
     assert arm_gaussian(["a"], [rows[2]], mean={"a": 0.0}) != arm_gaussian(["a"], [rows[1]], mean={"a": 0.0})
 
@@ -62,14 +68,24 @@ def test_short_bandit_study_logs_adv_corr_as_the_construction_predicts(tmp_path,
     One step's 64 completions in 4 groups of 16 leave grpo's R1 correlation noisy (seen: -0.46), so
     the test asks only that R2 drives grpo (corr > 0.95, R1's far below) and that mo_grpo's are even."""
     monkeypatch.setenv("ZOO_CACHE", str(tmp_path / "cache"))
-    st = experiment.load_study(ROOT / "experiments" / "mo_grpo_bandit.yaml", overrides={
-        "budget.steps": 2, "seeds": [0, 1], "variants": ["grpo", "mo_grpo"], "ablations": {},
-        "output_dir": str(tmp_path / "bandit")})
+    st = experiment.load_study(
+        ROOT / "experiments" / "mo_grpo_bandit.yaml",
+        overrides={
+            "budget.steps": 2,
+            "seeds": [0, 1],
+            "variants": ["grpo", "mo_grpo"],
+            "ablations": {},
+            "output_dir": str(tmp_path / "bandit"),
+        },
+    )
     assert runner.run_study(st, console=Console(file=open(os.devnull, "w"))) == 0
     for seed in (0, 1):
         first = {}
         for arm in ("grpo", "mo_grpo"):
-            recs = [json.loads(x) for x in (tmp_path / "bandit" / f"{arm}-s{seed}" / "metrics.jsonl").read_text().splitlines()]
+            recs = [
+                json.loads(x)
+                for x in (tmp_path / "bandit" / f"{arm}-s{seed}" / "metrics.jsonl").read_text().splitlines()
+            ]
             steps = [r for r in recs if "adv/corr/arm_gaussian" in r]
             assert [r["step"] for r in steps] == [1, 2] and all(r["completion/truncated_frac"] == 0 for r in steps)
             first[arm] = steps[0]

@@ -1,5 +1,6 @@
 """Two `zoo ablate` of one study at once: the arms the other process held count as finished once it
 finished them, so the last process to end reports every arm and exits 0."""
+
 import io
 import json
 from types import SimpleNamespace

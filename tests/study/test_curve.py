@@ -1,5 +1,6 @@
 """The report's learning curve (zoo.study.report.curve): held-out accuracy at step 0, at every eval.every steps
 and after the last step, mean over seeds with a t interval, and paired differences against the baseline."""
+
 from __future__ import annotations
 
 import json
@@ -9,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from zoo.study.report import curve
 from zoo.study import report
+from zoo.study.report import curve
 from zoo.study.report.runs import discover, group_runs
 
 
@@ -26,13 +27,13 @@ def _run(root: Path, variant: str, seed: int, accs: list[float], status: str = "
     if status == "finished":
         recs.append({"step": 4, "eval/greedy_acc": accs[2], "eval/phase": 1.0})
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
-    summary = {"status": status, "eval/before": {"eval/greedy_acc": accs[0]},
-               "config": {"variant": {"name": variant}}}
+    summary = {"status": status, "eval/before": {"eval/greedy_acc": accs[0]}, "config": {"variant": {"name": variant}}}
     if status == "finished":
         summary["eval/after"] = {"eval/greedy_acc": accs[2]}
     (d / "summary.json").write_text(json.dumps(summary))
-    (d / "config.yaml").write_text(yaml.safe_dump({"name": d.name, "variant": variant, "seed": seed,
-                                                   "budget": {"steps": 4}}))
+    (d / "config.yaml").write_text(
+        yaml.safe_dump({"name": d.name, "variant": variant, "seed": seed, "budget": {"steps": 4}})
+    )
 
 
 @pytest.fixture

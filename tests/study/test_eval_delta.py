@@ -1,4 +1,5 @@
 """Per-prompt eval records and the paired after - before accuracy over prompts (zoo.study.report.eval_delta)."""
+
 import math
 
 import pytest
@@ -85,9 +86,9 @@ def test_a_study_evaluates_before_training_once_and_reports_the_paired_change(tm
     import os
 
     from rich.console import Console
+    from test_study_e2e import _study
 
     import zoo.run.progress as rp
-    from test_study_e2e import _study
     from zoo.study import experiment, runner
 
     calls = []

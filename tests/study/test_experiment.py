@@ -1,4 +1,5 @@
 """zoo.study.experiment: study files -> arms; validate, dry run, shard, run/skip/resume, failures recorded."""
+
 from __future__ import annotations
 
 import io
@@ -9,13 +10,13 @@ import pytest
 import yaml
 from rich.console import Console
 
+from zoo.config.run import RunConfig
+from zoo.config.variant import VariantError
+from zoo.run.tracking import Tracker
 from zoo.study import experiment as E
 from zoo.study import runner as R
 from zoo.study import validate as VAL
-from zoo.config.run import RunConfig
 from zoo.study.run_file import load_run_config
-from zoo.run.tracking import Tracker
-from zoo.config.variant import VariantError
 
 STUDY = """
 name: demo
@@ -54,12 +55,23 @@ class FakeTrain:
         out.mkdir(parents=True, exist_ok=True)
         tr = Tracker(out, config={}, wandb_opts=cfg.tracking.wandb_opts(), name=cfg.name)
         for s in range(cfg.budget.steps):
-            tr.log({"reward/total": 0.1 * s + 0.01 * cfg.seed, "count/completions": 8, "time/step": 1.0,
-                    "time/elapsed": float(s + 1)}, step=s)
+            tr.log(
+                {
+                    "reward/total": 0.1 * s + 0.01 * cfg.seed,
+                    "count/completions": 8,
+                    "time/step": 1.0,
+                    "time/elapsed": float(s + 1),
+                },
+                step=s,
+            )
         if cfg.name in self.fail:
             raise RuntimeError(f"boom in {cfg.name}")
-        summ = {"status": "finished", "reward/total": 0.1 * (cfg.budget.steps - 1),
-                "eval/before": {"eval/greedy_acc": 0.2}, "eval/after": {"eval/greedy_acc": 0.3}}
+        summ = {
+            "status": "finished",
+            "reward/total": 0.1 * (cfg.budget.steps - 1),
+            "eval/before": {"eval/greedy_acc": 0.2},
+            "eval/after": {"eval/greedy_acc": 0.3},
+        }
         (out / "summary.json").write_text(json.dumps(summ))
         tr.finish()
         return summ
@@ -71,22 +83,42 @@ class FakeTrain:
 def test_expand_arms_labels_configs_and_dirs(tmp_path):
     st = E.load_study(_write(tmp_path, STUDY))
     arms = E.expand_arms(st)
-    assert [a.label for a in arms] == ["grpo-s0", "grpo-s1", "dapo-s0", "dapo-s1",
-                                       "dapo-no-clip-higher-s0", "dapo-no-clip-higher-s1"]
+    assert [a.label for a in arms] == [
+        "grpo-s0",
+        "grpo-s1",
+        "dapo-s0",
+        "dapo-s1",
+        "dapo-no-clip-higher-s0",
+        "dapo-no-clip-higher-s1",
+    ]
     ab = arms[5].config
     assert (ab.name, ab.variant, ab.set, ab.seed, ab.study, ab.arm) == (
-        "dapo-no-clip-higher-s1", "dapo", {"clip": "ppo"}, 1, "demo", "dapo-no-clip-higher")
+        "dapo-no-clip-higher-s1",
+        "dapo",
+        {"clip": "ppo"},
+        1,
+        "demo",
+        "dapo-no-clip-higher",
+    )
     assert ab.out_dir() == tmp_path / "runs" / "demo" / "dapo-no-clip-higher-s1"
     assert ab.optim.lr == 2e-5 and ab.budget.group_size == 4 and ab.tracking.wandb is False
 
 
 def test_sweep_grid_routes_slot_keys_to_set_and_others_to_run_config(tmp_path):
-    extra = {"variants": ["dapo"], "ablations": {}, "seeds": [3],
-             "sweep": {"clip.eps_high": [0.28, 0.32], "optim.lr": [1.0e-5, 3.0e-5]}, "set": {"kl.beta": 0.0}}
+    extra = {
+        "variants": ["dapo"],
+        "ablations": {},
+        "seeds": [3],
+        "sweep": {"clip.eps_high": [0.28, 0.32], "optim.lr": [1.0e-5, 3.0e-5]},
+        "set": {"kl.beta": 0.0},
+    }
     arms = E.expand_arms(E.load_study(_write(tmp_path, STUDY, extra)))
     assert [a.label for a in arms] == [
-        "dapo-clip.eps_high=0.28-optim.lr=1e-05-s3", "dapo-clip.eps_high=0.28-optim.lr=3e-05-s3",
-        "dapo-clip.eps_high=0.32-optim.lr=1e-05-s3", "dapo-clip.eps_high=0.32-optim.lr=3e-05-s3"]
+        "dapo-clip.eps_high=0.28-optim.lr=1e-05-s3",
+        "dapo-clip.eps_high=0.28-optim.lr=3e-05-s3",
+        "dapo-clip.eps_high=0.32-optim.lr=1e-05-s3",
+        "dapo-clip.eps_high=0.32-optim.lr=3e-05-s3",
+    ]
     last = arms[-1].config
     assert last.set == {"kl.beta": 0.0, "clip.eps_high": 0.32} and last.optim.lr == 3e-5
     assert last.arm == "dapo-clip.eps_high=0.32-optim.lr=3e-05" and arms[-1].group == last.arm
@@ -94,9 +126,17 @@ def test_sweep_grid_routes_slot_keys_to_set_and_others_to_run_config(tmp_path):
 
 
 def test_sweep_over_group_size_goes_to_the_budget(tmp_path):
-    extra = {"variants": ["grpo"], "ablations": {}, "seeds": [0], "sweep": {"group_size": [2, 8], "loss.entropy_bonus.coef": [0.01]}}
+    extra = {
+        "variants": ["grpo"],
+        "ablations": {},
+        "seeds": [0],
+        "sweep": {"group_size": [2, 8], "loss.entropy_bonus.coef": [0.01]},
+    }
     arms = E.expand_arms(E.load_study(_write(tmp_path, STUDY, extra)))
-    assert [a.label for a in arms] == ["grpo-group_size=2-loss.entropy_bonus.coef=0.01-s0", "grpo-group_size=8-loss.entropy_bonus.coef=0.01-s0"]
+    assert [a.label for a in arms] == [
+        "grpo-group_size=2-loss.entropy_bonus.coef=0.01-s0",
+        "grpo-group_size=8-loss.entropy_bonus.coef=0.01-s0",
+    ]
     assert [a.config.budget.group_size for a in arms] == [2, 8]  # the study budget had 4: the sweep wins
     assert arms[0].config.set == {"loss.entropy_bonus.coef": 0.01}
 
@@ -109,21 +149,27 @@ def test_study_name_defaults_to_file_stem_and_output_dir_to_runs(tmp_path):
     assert E.expand_arms(st)[0].config.output_dir == str(Path("runs/my_study/grpo-s0"))
 
 
-@pytest.mark.parametrize("extra, needle", [
-    ({"varaints": ["grpo"]}, "key 'varaints' is not allowed (did you mean 'variants'?)"),
-    ({"budget": {"stepz": 3}}, "key 'budget.stepz' is not allowed (did you mean 'steps'?)"),
-    ({"seeds": [0, 0]}, "key 'seeds': need at least one seed and no repeats"),
-    ({"sweep": {"clipp.eps_high": [0.3]}}, "did you mean 'clip'?"),
-    ({"sweep": {"clip.eps_high": []}}, "key 'sweep.clip.eps_high': needs at least one value"),
-    ({"ablations": {"grpo": {"variant": "dapo"}}}, "grpo is also a variant arm"),
-    ({"ablations": {"a b/c": {"variant": "dapo"}}}, "not usable as a folder name"),
-    ({"ablations": {"x": {"variant": "dapo", "sett": {}}}}, "key 'ablations.x.sett' is not allowed"),
-    ({"arm": "x"}, "key 'arm' is set by `zoo ablate`"),
-    ({"name": ".."}, "'..' names the"),
-    ({"variant": "ppo"}, "key 'variant': a study's arms come from `variants`"),  # was silently ignored  # would write beside runs/
-    ({"name": "my study $(x)"}, "key 'name'"),
-    ({"ablations": {"..": {"variant": "dapo"}}}, "not usable as a folder name"),
-])
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        ({"varaints": ["grpo"]}, "key 'varaints' is not allowed (did you mean 'variants'?)"),
+        ({"budget": {"stepz": 3}}, "key 'budget.stepz' is not allowed (did you mean 'steps'?)"),
+        ({"seeds": [0, 0]}, "key 'seeds': need at least one seed and no repeats"),
+        ({"sweep": {"clipp.eps_high": [0.3]}}, "did you mean 'clip'?"),
+        ({"sweep": {"clip.eps_high": []}}, "key 'sweep.clip.eps_high': needs at least one value"),
+        ({"ablations": {"grpo": {"variant": "dapo"}}}, "grpo is also a variant arm"),
+        ({"ablations": {"a b/c": {"variant": "dapo"}}}, "not usable as a folder name"),
+        ({"ablations": {"x": {"variant": "dapo", "sett": {}}}}, "key 'ablations.x.sett' is not allowed"),
+        ({"arm": "x"}, "key 'arm' is set by `zoo ablate`"),
+        ({"name": ".."}, "'..' names the"),
+        (
+            {"variant": "ppo"},
+            "key 'variant': a study's arms come from `variants`",
+        ),  # was silently ignored  # would write beside runs/
+        ({"name": "my study $(x)"}, "key 'name'"),
+        ({"ablations": {"..": {"variant": "dapo"}}}, "not usable as a folder name"),
+    ],
+)
 def test_study_errors_name_file_and_key(tmp_path, extra, needle):
     p = _write(tmp_path, STUDY, extra)
     with pytest.raises(VariantError) as e:
@@ -153,7 +199,9 @@ def test_check_study_file_unknown_variant_and_bad_override(tmp_path):
     assert not rep.ok and len(rep.errors) == 2
     assert "arm grpoo (seeds 0, 1)" in rep.errors[0] and "did you mean 'grpo'" in rep.errors[0]
     assert rep.errors[1].startswith("arm bad (seeds 0, 1):") and "eps_hgh" in rep.errors[1]
-    assert rep.errors[1].startswith("arm bad (seeds 0, 1): ablations.bad.set: clip.eps_hgh=0.3: ")  # where the typo was written, first
+    assert rep.errors[1].startswith(
+        "arm bad (seeds 0, 1): ablations.bad.set: clip.eps_hgh=0.3: "
+    )  # where the typo was written, first
 
 
 def test_bad_override_key_names_the_ablation_not_the_registry_file(tmp_path):
@@ -166,7 +214,11 @@ def test_bad_override_key_names_the_ablation_not_the_registry_file(tmp_path):
 
 def test_check_study_file_uses_the_study_budget(tmp_path):
     # group_size 1 from the study budget breaks group-based GRPO; updates 1x1 makes the clip a no-op
-    extra = {"variants": ["grpo"], "ablations": {}, "budget": {"group_size": 1, "updates": {"epochs": 1, "minibatches": 1}}}
+    extra = {
+        "variants": ["grpo"],
+        "ablations": {},
+        "budget": {"group_size": 1, "updates": {"epochs": 1, "minibatches": 1}},
+    }
     rep = VAL.check_study_file(_write(tmp_path, STUDY, extra))
     assert any("group_size 1 < 2" in m for m in rep.errors)
     assert any("can have no effect" in m for m in rep.warnings)
@@ -243,7 +295,11 @@ def test_run_study_records_failure_goes_on_and_resumes(tmp_path):
     assert "Traceback" in failed["traceback"] and "boom in dapo-s1" in failed["traceback"]
     index = json.loads((root / "study.json").read_text())
     assert {a["label"]: a["status"] for a in index["arms"]} == {
-        "grpo-s0": "finished", "grpo-s1": "finished", "dapo-s0": "finished", "dapo-s1": "failed"}
+        "grpo-s0": "finished",
+        "grpo-s1": "finished",
+        "dapo-s0": "finished",
+        "dapo-s1": "failed",
+    }
     assert index["arms"][0]["config"] == str(root / "grpo-s0" / "config.yaml")
     assert (root / "grpo-s0" / "config.yaml").exists()
     report = (root / "report.md").read_text()
@@ -316,8 +372,12 @@ def test_grown_steps_continue_only_with_a_constant_schedule(tmp_path):
     assert R.run_study(E.load_study(path, overrides={"budget.steps": 5}), train_fn=again, console=_console()) == 0
     assert again.calls == []
 
-    lin = _write(tmp_path, STUDY, {**ONE, "optim": {"lr": 2.0e-5, "schedule": "linear"},
-                                   "output_dir": str(tmp_path / "runs/lin")}, name="lin.yaml")
+    lin = _write(
+        tmp_path,
+        STUDY,
+        {**ONE, "optim": {"lr": 2.0e-5, "schedule": "linear"}, "output_dir": str(tmp_path / "runs/lin")},
+        name="lin.yaml",
+    )
     R.run_study(E.load_study(lin), train_fn=FakeTrain(), console=_console())
     with pytest.raises(VariantError, match=r"budget.steps grew \(3 -> 5\) but optim.schedule is 'linear'"):
         R.run_study(E.load_study(lin, overrides={"budget.steps": 5}), train_fn=FakeTrain(), console=_console())
@@ -339,8 +399,10 @@ def test_added_seed_with_more_steps_does_not_mix_arms_of_different_lengths(tmp_p
     assert {f["budget"]["steps"] for f in fields.values()} == {5}
     assert fingerprint.mixed_keys(fields) == []
     # seeds recorded with different configs are never averaged
-    fingerprint.write_record(root / "grpo-s1", E.expand_arms(E.load_study(path, overrides={
-        "seeds": [1], "budget.steps": 5, "optim.lr": 0.1}))[0].config)
+    fingerprint.write_record(
+        root / "grpo-s1",
+        E.expand_arms(E.load_study(path, overrides={"seeds": [1], "budget.steps": 5, "optim.lr": 0.1}))[0].config,
+    )
     with pytest.raises(report.ReportError, match=r"arm grpo: .*grpo-s0, grpo-s1.*\(optim.lr\).*not averaged"):
         report.write_report(root)
 
@@ -380,8 +442,10 @@ def test_two_concurrent_studies_train_each_arm_once(tmp_path, monkeypatch):
             return super().__call__(cfg, resume)
 
     trains, consoles = [Slow(), Slow()], [_console(), _console()]
-    threads = [threading.Thread(target=R.run_study, args=(E.load_study(path),),
-                                kwargs={"train_fn": t, "console": c}) for t, c in zip(trains, consoles)]
+    threads = [
+        threading.Thread(target=R.run_study, args=(E.load_study(path),), kwargs={"train_fn": t, "console": c})
+        for t, c in zip(trains, consoles)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -400,8 +464,8 @@ def test_cli_ablate_rerun_prints_changed_keys_and_fresh_retrains(tmp_path, monke
     from typer.testing import CliRunner
 
     import zoo.cli.run  # noqa: F401  (registers `zoo ablate`)
-    from zoo.run import trainer
     from zoo.cli import app
+    from zoo.run import trainer
 
     train = FakeTrain()
     monkeypatch.setattr(trainer, "train", train)
@@ -436,7 +500,10 @@ def test_ctrl_c_records_the_arm_interrupted_in_study_json_and_a_rerun_resumes_it
         R.run_study(st, train_fn=train, console=_console())
     index = json.loads((root / "study.json").read_text())
     assert {a["label"]: a["status"] for a in index["arms"]} == {
-        "grpo-s0": "finished", "grpo-s1": "interrupted", "grpo-s2": "pending"}
+        "grpo-s0": "finished",
+        "grpo-s1": "interrupted",
+        "grpo-s2": "pending",
+    }
     assert R.arm_status(root / "grpo-s1") == ("interrupted", "KeyboardInterrupt: ")
 
     again = FakeTrain()
@@ -455,8 +522,9 @@ def test_sweep_points_equal_once_read_as_numbers_are_rejected(tmp_path):
     assert yaml.safe_load(p.read_text())["sweep"]["optim.lr"] == ["1e-3", 0.001]
     with pytest.raises(VariantError) as e:
         E.expand_arms(E.load_study(p))
-    assert "key 'sweep': points that give the same arm twice (grpo-optim.lr=1e-3-s0 = grpo-optim.lr=0.001-s0)" \
-        in str(e.value)
+    assert "key 'sweep': points that give the same arm twice (grpo-optim.lr=1e-3-s0 = grpo-optim.lr=0.001-s0)" in str(
+        e.value
+    )
     p.write_text("variants: [grpo]\nsweep: {clip.eps_high: [2e-1, 0.2]}\n")  # a variant override: the same
     with pytest.raises(VariantError, match="same arm twice"):
         E.expand_arms(E.load_study(p))
@@ -491,8 +559,19 @@ def test_ref_reset_every_with_kl_none_warns(tmp_path):
 def test_a_symlinked_arm_of_another_study_is_refused_and_left_out_of_the_report(tmp_path, caplog):
     from zoo.study import report
 
-    other = E.load_study(_write(tmp_path, STUDY, {"variants": ["grpo"], "ablations": {}, "seeds": [0],
-                                                  "name": "other", "output_dir": str(tmp_path / "runs/other")}))
+    other = E.load_study(
+        _write(
+            tmp_path,
+            STUDY,
+            {
+                "variants": ["grpo"],
+                "ablations": {},
+                "seeds": [0],
+                "name": "other",
+                "output_dir": str(tmp_path / "runs/other"),
+            },
+        )
+    )
     assert R.run_study(other, train_fn=FakeTrain(), console=_console()) == 0
     st = E.load_study(_write(tmp_path, STUDY, {"variants": ["grpo", "dapo"], "ablations": {}, "seeds": [0]}))
     root = tmp_path / "runs" / "demo"

@@ -2,6 +2,7 @@
 gives the per-arm metrics of the sequential run (one thread too), and an arm that raises is recorded
 failed while the others finish; a re-run skips the finished arms. One module, one Ray start: the
 fixture starts Ray as `run_arms_on_ray` would (zoo on the workers' PYTHONPATH), and the runner joins it."""
+
 import json
 import os
 from functools import partial
@@ -21,10 +22,15 @@ ray = pytest.importorskip("ray")
 @pytest.fixture(scope="module")
 def local_ray():
     root = str(Path(ray_runner.__file__).resolve().parents[2])
-    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False,
-             runtime_env={"env_vars": {"PYTHONPATH": root, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}})
+    ray.init(
+        num_cpus=2,
+        num_gpus=0,
+        include_dashboard=False,
+        runtime_env={"env_vars": {"PYTHONPATH": root, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}},
+    )
     yield
     ray.shutdown()
+
 
 NOISE = ("time/", "perf/")  # wall-clock and memory: differ run to run, everything else must not
 
@@ -34,8 +40,14 @@ def _study(tmp_path, model_dir, name, failing_arm):
         "name": name,
         "model": str(model_dir),
         "model_opts": {"autocast": "none"},
-        "task": {"name": "reasoning_gym", "dataset": "basic_arithmetic", "size": 16, "eval_size": 2, "fewshot": 0,
-                 "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}},
+        "task": {
+            "name": "reasoning_gym",
+            "dataset": "basic_arithmetic",
+            "size": 16,
+            "eval_size": 2,
+            "fewshot": 0,
+            "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
+        },
         "rewards": ["correctness", {"name": "length", "scale": 10.0}],
         "budget": {"steps": 2, "prompts_per_step": 2, "group_size": 2, "max_new_tokens": 6, "micro_batch": 4},
         "optim": {"lr": 1e-3},
@@ -46,7 +58,9 @@ def _study(tmp_path, model_dir, name, failing_arm):
         "output_dir": str(tmp_path / name),
     }
     if failing_arm:  # a bandit reward on reasoning_gym rows raises ValueError (no noise_seed) in the arm
-        data["ablations"] = {"broken": {"variant": "grpo", "set": {"rewards": [{"name": "arm_bernoulli", "p": {"a": 0.5}}]}}}
+        data["ablations"] = {
+            "broken": {"variant": "grpo", "set": {"rewards": [{"name": "arm_bernoulli", "p": {"a": 0.5}}]}}
+        }
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data))
     return experiment.load_study(path)
@@ -88,9 +102,15 @@ def test_ray_arms_match_the_sequential_run_and_a_failure_is_recorded(tmp_path, t
 
 
 def test_resources_default_and_too_large_a_request():
-    assert ray_runner.arm_resources(Resources(), {"CPU": 16, "GPU": 2}, threads=None) == {"num_cpus": 1.0, "num_gpus": 1.0}
+    assert ray_runner.arm_resources(Resources(), {"CPU": 16, "GPU": 2}, threads=None) == {
+        "num_cpus": 1.0,
+        "num_gpus": 1.0,
+    }
     assert ray_runner.arm_resources(Resources(), {"CPU": 16}, threads=4) == {"num_cpus": 4.0, "num_gpus": 0.0}
-    assert ray_runner.arm_resources(Resources(cpus=2, gpus=0), {"CPU": 16, "GPU": 8}, 4) == {"num_cpus": 2.0, "num_gpus": 0.0}
+    assert ray_runner.arm_resources(Resources(cpus=2, gpus=0), {"CPU": 16, "GPU": 8}, 4) == {
+        "num_cpus": 2.0,
+        "num_gpus": 0.0,
+    }
 
 
 def test_study_resources_key_is_checked(tmp_path):
@@ -111,8 +131,14 @@ def test_without_ray_the_flag_says_how_to_install(monkeypatch):
         ray_runner.import_ray()
 
 
-@pytest.mark.parametrize("args, address", [(["--ray"], None), (["--ray", "--ray-address", "auto"], "auto"),
-                                           (["--ray-address", "ray://head:10001", "--threads", "2"], "ray://head:10001")])
+@pytest.mark.parametrize(
+    "args, address",
+    [
+        (["--ray"], None),
+        (["--ray", "--ray-address", "auto"], "auto"),
+        (["--ray-address", "ray://head:10001", "--threads", "2"], "ray://head:10001"),
+    ],
+)
 def test_cli_ray_flag_and_address(tmp_path, monkeypatch, args, address):
     from typer.testing import CliRunner
 

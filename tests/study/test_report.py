@@ -1,4 +1,5 @@
 """zoo.study.report: a fake study (2 arms x 2 seeds + a failed arm) -> report.md numbers, PNGs, terminal table."""
+
 from __future__ import annotations
 
 import io
@@ -10,22 +11,50 @@ import pytest
 import yaml
 from rich.console import Console
 
-from zoo.study.report import plots, stats
 from zoo.study import report
+from zoo.study.report import plots, stats
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 # per run: reward/total, reward/correctness, accuracy per step; time/step; peak memory per step;
 # eval greedy accuracy before / after
 RUNS = {
-    "grpo-s0": dict(total=[0.1, 0.3, 0.5, 0.4], corr=[0.0, 0.25, 0.5, 0.5], acc=[0.0, 0.25, 0.5, 0.5],
-                    t=2.0, mem=[900, 1000, 950, 980], before=0.25, after=0.50),
-    "grpo-s1": dict(total=[0.2, 0.2, 0.6, 0.7], corr=[0.25, 0.25, 0.5, 0.75], acc=[0.25, 0.25, 0.5, 0.75],
-                    t=3.0, mem=[1100, 1200, 1150, 1190], before=0.35, after=0.60),
-    "dapo-s0": dict(total=[0.0, 0.1, 0.2, 0.3], corr=[0.0, 0.0, 0.25, 0.25], acc=[0.0, 0.0, 0.25, 0.25],
-                    t=1.0, mem=[500, 500, 500, 500], before=0.25, after=0.25),
-    "dapo-s1": dict(total=[0.1, 0.3, 0.3, 0.5], corr=[0.0, 0.25, 0.25, 0.5], acc=[0.0, 0.25, 0.25, 0.5],
-                    t=1.5, mem=[600, 700, 650, 600], before=0.35, after=0.45),
+    "grpo-s0": dict(
+        total=[0.1, 0.3, 0.5, 0.4],
+        corr=[0.0, 0.25, 0.5, 0.5],
+        acc=[0.0, 0.25, 0.5, 0.5],
+        t=2.0,
+        mem=[900, 1000, 950, 980],
+        before=0.25,
+        after=0.50,
+    ),
+    "grpo-s1": dict(
+        total=[0.2, 0.2, 0.6, 0.7],
+        corr=[0.25, 0.25, 0.5, 0.75],
+        acc=[0.25, 0.25, 0.5, 0.75],
+        t=3.0,
+        mem=[1100, 1200, 1150, 1190],
+        before=0.35,
+        after=0.60,
+    ),
+    "dapo-s0": dict(
+        total=[0.0, 0.1, 0.2, 0.3],
+        corr=[0.0, 0.0, 0.25, 0.25],
+        acc=[0.0, 0.0, 0.25, 0.25],
+        t=1.0,
+        mem=[500, 500, 500, 500],
+        before=0.25,
+        after=0.25,
+    ),
+    "dapo-s1": dict(
+        total=[0.1, 0.3, 0.3, 0.5],
+        corr=[0.0, 0.25, 0.25, 0.5],
+        acc=[0.0, 0.25, 0.25, 0.5],
+        t=1.5,
+        mem=[600, 700, 650, 600],
+        before=0.35,
+        after=0.45,
+    ),
 }
 
 
@@ -35,21 +64,54 @@ def _write_run(d: Path, m: dict, variant: str, seed: int) -> None:
     elapsed = 0.0
     for s, (tot, corr, acc, mem) in enumerate(zip(m["total"], m["corr"], m["acc"], m["mem"])):
         elapsed += m["t"]
-        recs.append({"step": s, "reward/total": tot, "reward/correctness": corr, "accuracy": acc,
-                     "kl/ref": 0.01 * s, "entropy": 1.0 - 0.1 * s, "completion/len_mean": 20 + s,
-                     "clip/low_frac": 0.0, "clip/high_frac": 0.05, "count/completions": 8 * (s + 1), "count/tokens": 160 * (s + 1),
-                     "time/step": m["t"], "time/elapsed": elapsed, "perf/peak_mem_mb": mem, "loss/policy": 0.1})
+        recs.append(
+            {
+                "step": s,
+                "reward/total": tot,
+                "reward/correctness": corr,
+                "accuracy": acc,
+                "kl/ref": 0.01 * s,
+                "entropy": 1.0 - 0.1 * s,
+                "completion/len_mean": 20 + s,
+                "clip/low_frac": 0.0,
+                "clip/high_frac": 0.05,
+                "count/completions": 8 * (s + 1),
+                "count/tokens": 160 * (s + 1),
+                "time/step": m["t"],
+                "time/elapsed": elapsed,
+                "perf/peak_mem_mb": mem,
+                "loss/policy": 0.1,
+            }
+        )
     recs.append({"step": 3, "eval/greedy_acc": m["after"], "eval/avg_at_k": 0.2})
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
-    (d / "summary.json").write_text(json.dumps({
-        "status": "finished", "reward/total": m["total"][-1], "time/total_s": 4 * m["t"],
-        "eval/before": {"eval/greedy_acc": m["before"], "eval/avg_at_k": 0.1},
-        "eval/after": {"eval/greedy_acc": m["after"], "eval/avg_at_k": 0.2},
-        "config": {"variant": {"name": variant, "group_size": 4, "updates": {"epochs": 1, "minibatches": 2}},
-                   "budget": {"max_new_tokens": 48}, "optim": {"lr": 3e-6}}}))
-    (d / "config.yaml").write_text(yaml.safe_dump({"name": d.name, "variant": variant, "seed": seed,
-                                                   "budget": {"steps": 4, "max_new_tokens": 48, "group_size": None},
-                                                   "optim": {"lr": 3e-6}}))
+    (d / "summary.json").write_text(
+        json.dumps(
+            {
+                "status": "finished",
+                "reward/total": m["total"][-1],
+                "time/total_s": 4 * m["t"],
+                "eval/before": {"eval/greedy_acc": m["before"], "eval/avg_at_k": 0.1},
+                "eval/after": {"eval/greedy_acc": m["after"], "eval/avg_at_k": 0.2},
+                "config": {
+                    "variant": {"name": variant, "group_size": 4, "updates": {"epochs": 1, "minibatches": 2}},
+                    "budget": {"max_new_tokens": 48},
+                    "optim": {"lr": 3e-6},
+                },
+            }
+        )
+    )
+    (d / "config.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": d.name,
+                "variant": variant,
+                "seed": seed,
+                "budget": {"steps": 4, "max_new_tokens": 48, "group_size": None},
+                "optim": {"lr": 3e-6},
+            }
+        )
+    )
 
 
 @pytest.fixture
@@ -59,10 +121,18 @@ def study(tmp_path) -> Path:
         _write_run(root / label, m, label.split("-")[0], int(label[-1]))
     bad = root / "ppo-s0"  # crashed before its first step: no metrics at all
     bad.mkdir()
-    (bad / "summary.json").write_text(json.dumps({"status": "failed", "error": "RuntimeError: out of memory | boom\nmore"}))
+    (bad / "summary.json").write_text(
+        json.dumps({"status": "failed", "error": "RuntimeError: out of memory | boom\nmore"})
+    )
     (bad / "config.yaml").write_text(yaml.safe_dump({"name": "ppo-s0", "variant": "ppo", "seed": 0}))
-    (root / "study.json").write_text(json.dumps({"name": "demo", "arms": [
-        {"label": x} for x in ["grpo-s0", "grpo-s1", "dapo-s0", "dapo-s1", "ppo-s0", "rloo-s0"]]}))
+    (root / "study.json").write_text(
+        json.dumps(
+            {
+                "name": "demo",
+                "arms": [{"label": x} for x in ["grpo-s0", "grpo-s1", "dapo-s0", "dapo-s1", "ppo-s0", "rloo-s0"]],
+            }
+        )
+    )
     return root
 
 
@@ -116,9 +186,15 @@ def test_report_numbers_are_mean_and_sample_std_over_seeds(study):
 def test_report_plots_exist_are_pngs_and_are_linked(study):
     md = report.write_report(study, console=Console(file=io.StringIO())).read_text()
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
-    assert set(links) == {"plots/reward_vs_step.png", "plots/reward_vs_completions.png", "plots/reward_vs_time.png",
-                          "plots/eval_accuracy.png", "plots/training_dynamics.png",
-                          "plots/training_dynamics_vs_completions.png", "plots/training_dynamics_vs_time.png"}
+    assert set(links) == {
+        "plots/reward_vs_step.png",
+        "plots/reward_vs_completions.png",
+        "plots/reward_vs_time.png",
+        "plots/eval_accuracy.png",
+        "plots/training_dynamics.png",
+        "plots/training_dynamics_vs_completions.png",
+        "plots/training_dynamics_vs_time.png",
+    }
     # no diagnostics_*.png: these fake runs log no mechanism diagnostic (adv/corr/*, completion/len_correct, ...)
     for rel in links:
         data = (study / rel).read_bytes()
@@ -132,13 +208,14 @@ def test_report_plots_exist_are_pngs_and_are_linked(study):
 def test_curves_average_seeds_against_cumulative_completions(study):
     groups = report.group_runs(report.discover(study))
     grpo = next(g for g in groups if g.name == "grpo")
-    xs, ys, sd = plots._mean_curve(grpo.ok_runs, lambda r: r.series("reward/total"),
-                                    lambda r: r.series("count/completions"))
+    xs, ys, sd = plots._mean_curve(
+        grpo.ok_runs, lambda r: r.series("reward/total"), lambda r: r.series("count/completions")
+    )
     assert xs == [8, 16, 24, 32]
     assert ys == pytest.approx([0.15, 0.25, 0.55, 0.55])
     # band: the 95% t interval of the mean of 2 seeds (0.1, 0.2): t_{0.975, 1} = 12.7062, s = 0.0707107,
     # half width 12.7062 * 0.0707107 / sqrt(2) = 0.635310
-    assert sd[0] == pytest.approx(12.7062047 * 0.0707107 / 2 ** 0.5, abs=1e-5)
+    assert sd[0] == pytest.approx(12.7062047 * 0.0707107 / 2**0.5, abs=1e-5)
     xt, _, _ = plots._mean_curve(grpo.ok_runs, lambda r: r.series("reward/total"), lambda r: r.series("time/elapsed"))
     assert xt == pytest.approx([2.5, 5.0, 7.5, 10.0])  # mean of 2,4,6,8 and 3,6,9,12
 
@@ -147,8 +224,12 @@ def test_report_with_missing_metrics_and_fallbacks(tmp_path):
     root = tmp_path / "s"
     d = root / "grpo-s0"
     d.mkdir(parents=True)
-    (d / "metrics.jsonl").write_text('{"step": 0, "reward/total": 0.5}\n{"step": 1, "reward/total": 0.25}\n{"step": 2, "rew')
-    (d / "config.yaml").write_text(yaml.safe_dump({"variant": "grpo", "budget": {"max_new_tokens": 16}, "optim": {"lr": 1e-5}}))
+    (d / "metrics.jsonl").write_text(
+        '{"step": 0, "reward/total": 0.5}\n{"step": 1, "reward/total": 0.25}\n{"step": 2, "rew'
+    )
+    (d / "config.yaml").write_text(
+        yaml.safe_dump({"variant": "grpo", "budget": {"max_new_tokens": 16}, "optim": {"lr": 1e-5}})
+    )
     md = report.write_report(root, console=Console(file=io.StringIO())).read_text()
     row = dict(zip(_row(md, "arm"), _row(md, "grpo")))
     assert (row["final reward"], row["best reward"], row["status"]) == ("0.250", "0.500", "unfinished")
@@ -174,8 +255,12 @@ def test_mean_std_and_format():
 def _finished_run(d: Path, totals: list[float]) -> Path:
     """A finished 4-step run: metrics.jsonl with one reward/total per step, summary.json with the last."""
     d.mkdir(parents=True)
-    (d / "metrics.jsonl").write_text("".join(json.dumps({"step": s + 1, "reward/total": t}) + "\n" for s, t in enumerate(totals)))
-    (d / "summary.json").write_text(json.dumps({"status": "finished", "steps": len(totals), "reward/total": totals[-1]}))
+    (d / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": s + 1, "reward/total": t}) + "\n" for s, t in enumerate(totals))
+    )
+    (d / "summary.json").write_text(
+        json.dumps({"status": "finished", "steps": len(totals), "reward/total": totals[-1]})
+    )
     (d / "config.yaml").write_text(yaml.safe_dump({"variant": "grpo", "budget": {"max_new_tokens": 16}}))
     return d
 
@@ -188,8 +273,10 @@ def test_a_cut_metrics_file_takes_the_final_reward_from_the_summary_and_warns(tm
     md = report.write_report(tmp_path / "s", console=Console(file=out, width=300)).read_text()
     row = dict(zip(_row(md, "arm"), _row(md, "grpo")))
     assert row["final reward"] == "0.725"  # summary.json's, not step 2's 0.575
-    warns = [f"{d / 'metrics.jsonl'}: skipped 1 unreadable line(s)",
-             f"{d / 'metrics.jsonl'}: ends at step 2 but summary.json records 4 steps"]
+    warns = [
+        f"{d / 'metrics.jsonl'}: skipped 1 unreadable line(s)",
+        f"{d / 'metrics.jsonl'}: ends at step 2 but summary.json records 4 steps",
+    ]
     for w in warns:
         assert w in md and f"warning: {w}" in out.getvalue()
 
@@ -198,8 +285,9 @@ def test_a_non_utf8_byte_skips_one_line_not_the_report(tmp_path):
     good = _finished_run(tmp_path / "s" / "grpo-s0", [0.25, 0.5])
     bad = tmp_path / "s" / "dapo-s0"
     bad.mkdir()
-    (bad / "metrics.jsonl").write_bytes(b'{"step": 1, "reward/total": 0.1}\n{"step": 2, "reward/total": 0.3}\xff\n'
-                                        b'{"step": 3, "reward/total": 0.2}\n')
+    (bad / "metrics.jsonl").write_bytes(
+        b'{"step": 1, "reward/total": 0.1}\n{"step": 2, "reward/total": 0.3}\xff\n{"step": 3, "reward/total": 0.2}\n'
+    )
     (bad / "summary.json").write_bytes(b'{"status": "finished", "reward/total": 0.2\xff}')
     out = io.StringIO()
     md = report.write_report(tmp_path / "s", console=Console(file=out, width=300)).read_text()
@@ -217,8 +305,9 @@ def test_scoring_counts_are_not_objectives():
     from zoo.study.report.runs import RunData
     from zoo.study.report.stats import reward_keys
 
-    recs = [{"step": 1, "reward/total": 1.0, "reward/correctness": 0.5, "reward/failed": 2.0,
-             "reward/unscored_frac": 0.25}]
+    recs = [
+        {"step": 1, "reward/total": 1.0, "reward/correctness": 0.5, "reward/failed": 2.0, "reward/unscored_frac": 0.25}
+    ]
     run = RunData.__new__(RunData)
     run.records = recs
     assert reward_keys([run]) == ["reward/total", "reward/correctness"]
@@ -258,16 +347,23 @@ def test_a_killed_seed_is_listed_but_left_out_of_the_statistics(study):
     d = study / "grpo-s1"
     recs = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs[:3]))  # before-eval, steps 0, 1
-    (d / "summary.json").write_text(json.dumps({"status": "running", "steps": 0,
-                                                "eval/before": {"eval/greedy_acc": 0.35}}))
+    (d / "summary.json").write_text(
+        json.dumps({"status": "running", "steps": 0, "eval/before": {"eval/greedy_acc": 0.35}})
+    )
     out = io.StringIO()
     md = report.write_report(study, console=Console(file=out, width=200)).read_text()
     msg = "grpo-s1 unfinished at step 1 of 4: left out of the statistics"
     assert "1 finished, 1 unfinished" in _row(md, "grpo")[2]
     assert f"- {msg}" in md.split("## Warnings", 1)[1] and f"warning: {msg}" in out.getvalue()
     js = json.loads((study / "report.json").read_text())
-    assert js["left_out"][0] == {"arm": "grpo", "run": "grpo-s1", "status": "unfinished", "step": 1, "steps": 4,
-                                 "message": msg}
+    assert js["left_out"][0] == {
+        "arm": "grpo",
+        "run": "grpo-s1",
+        "status": "unfinished",
+        "step": 1,
+        "steps": 4,
+        "message": msg,
+    }
     vals = {(s["metric"], s["arm"]): s["values"] for s in js["stats"]}
     assert vals[("final reward", "grpo")] == {"0": 0.4} and vals[("eval accuracy", "grpo")] == {"0": 0.5}
     assert vals[("final reward", "dapo")] == {"0": 0.3, "1": 0.5}

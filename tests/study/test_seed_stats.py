@@ -1,13 +1,21 @@
 """zoo.study.report.intervals and zoo.study.report.seed_stats by hand: IQM of a known list, the power formula, a
 paired difference with its bootstrap interval, "1 seed: no interval", unpaired arms named as such."""
+
 import math
 
 import numpy as np
 import pytest
 from scipy import stats as sps
 
-from zoo.study.report.intervals import (BOOTSTRAP_SEED, N_RESAMPLES, difference, estimate, iqm,
-                                 probability_of_improvement, seeds_needed)
+from zoo.study.report.intervals import (
+    BOOTSTRAP_SEED,
+    N_RESAMPLES,
+    difference,
+    estimate,
+    iqm,
+    probability_of_improvement,
+    seeds_needed,
+)
 from zoo.study.report.runs import ArmGroup, RunData
 from zoo.study.report.seed_stats import ArmComparison, pairing_note, seed_statistics
 from zoo.study.report.stats_table import compare_rows, stats_rows
@@ -51,7 +59,12 @@ def test_one_seed_has_no_interval():
     one = [ArmGroup("grpo", [_run("grpo-s0", 0, 4, [0.1, 0.3])]), ArmGroup("dapo", [_run("dapo-s0", 0, 4, [0.2, 0.6])])]
     stats, comps, _ = seed_statistics(one)
     assert next(r for r in stats_rows(stats)[1] if r[:2] == ["final reward", "grpo"]) == [
-        "final reward", "grpo", "1", "0.300", "1 seed: no interval"]
+        "final reward",
+        "grpo",
+        "1",
+        "0.300",
+        "1 seed: no interval",
+    ]
     row = next(r for r in compare_rows(comps)[1] if r[0] == "final reward")
     assert row[1:6] == ["dapo", "grpo", "1", "0.300", "1 seed: no interval"] and row[7] == "1 seed: no interval"
 
@@ -59,17 +72,28 @@ def test_one_seed_has_no_interval():
 def test_estimate_interval_is_scipys_fixed_seed_bootstrap_of_the_iqm():
     vals = [0.1, 0.4, 0.35, 0.8, 0.5]
     e = estimate(vals)
-    ref = sps.bootstrap((np.array(vals),), lambda x, axis: sps.trim_mean(x, 0.25, axis=axis), n_resamples=N_RESAMPLES,
-                        method="percentile", rng=np.random.default_rng(BOOTSTRAP_SEED)).confidence_interval
+    ref = sps.bootstrap(
+        (np.array(vals),),
+        lambda x, axis: sps.trim_mean(x, 0.25, axis=axis),
+        n_resamples=N_RESAMPLES,
+        method="percentile",
+        rng=np.random.default_rng(BOOTSTRAP_SEED),
+    ).confidence_interval
     assert (e.low, e.high) == (ref.low, ref.high) and e.low <= e.iqm <= e.high
     assert estimate(vals).low == e.low  # reproducible
 
 
 def _run(label, seed, group_size, totals):
     recs = [{"step": i + 1, "reward/total": t} for i, t in enumerate(totals)]
-    return RunData(label, None, recs, {"status": "finished", "reward/total": totals[-1]},
-                   {"seed": seed, "budget": {"group_size": group_size, "prompts_per_step": 4}, "task": {"name": "t"}},
-                   seed, "finished")
+    return RunData(
+        label,
+        None,
+        recs,
+        {"status": "finished", "reward/total": totals[-1]},
+        {"seed": seed, "budget": {"group_size": group_size, "prompts_per_step": 4}, "task": {"name": "t"}},
+        seed,
+        "finished",
+    )
 
 
 def test_different_group_sizes_are_compared_unpaired_and_say_so():
@@ -92,13 +116,19 @@ def test_study_baseline_must_name_an_arm_and_defaults_to_the_first(tmp_path):
     from zoo.config.variant import VariantError
     from zoo.study import experiment, runner
 
-    base = {"variants": ["grpo", "dr_grpo"], "ablations": {"no-clip": {"variant": "grpo", "set": {"clip": "none"}}},
-            "output_dir": str(tmp_path / "s")}
-    with pytest.raises(VariantError, match=r"key 'baseline': 'ppo' is not an arm of this study \(known: grpo, dr_grpo, no-clip\)"):
+    base = {
+        "variants": ["grpo", "dr_grpo"],
+        "ablations": {"no-clip": {"variant": "grpo", "set": {"clip": "none"}}},
+        "output_dir": str(tmp_path / "s"),
+    }
+    with pytest.raises(
+        VariantError, match=r"key 'baseline': 'ppo' is not an arm of this study \(known: grpo, dr_grpo, no-clip\)"
+    ):
         experiment.parse_study({**base, "baseline": "ppo"}, "s.yaml")
     st = experiment.parse_study({**base, "baseline": "no-clip"}, "s.yaml")
     assert all("baseline" not in a.config.model_dump() for a in experiment.expand_arms(st))  # a study key, not an arm's
     import json
+
     assert json.loads(runner.write_index(st, experiment.expand_arms(st)).read_text())["baseline"] == "no-clip"
     st = experiment.parse_study(base, "s.yaml")
     assert json.loads(runner.write_index(st, experiment.expand_arms(st)).read_text())["baseline"] == "grpo"
@@ -132,11 +162,15 @@ def test_stats_tables_wrap_in_a_narrow_terminal_and_never_cut_a_cell():
     from zoo.study.report.stats_table import compare_rows, stats_rows
 
     a = ArmGroup("grpo", [_run(f"grpo-s{s}", s, 4, [0.1 * s, 0.2]) for s in range(3)])
-    b = ArmGroup("mo_grpo_with_a_long_name", [_run(f"mo_grpo_with_a_long_name-s{s}", s, 4, [0.3, 0.1 * s]) for s in range(3)])
+    b = ArmGroup(
+        "mo_grpo_with_a_long_name", [_run(f"mo_grpo_with_a_long_name-s{s}", s, 4, [0.3, 0.1 * s]) for s in range(3)]
+    )
     stats, comps, warning = seed_statistics([a, b], baseline="grpo")
     buf = io.StringIO()
-    print_stats((stats_rows(stats), compare_rows(comps), "grpo", warning),
-                Console(file=buf, width=80, force_terminal=True, color_system=None))
+    print_stats(
+        (stats_rows(stats), compare_rows(comps), "grpo", warning),
+        Console(file=buf, width=80, force_terminal=True, color_system=None),
+    )
     text = buf.getvalue()
     assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
     assert "[-0.20" in text and "0.000]" in text  # the interval folded over lines, not cut
@@ -145,9 +179,15 @@ def test_stats_tables_wrap_in_a_narrow_terminal_and_never_cut_a_cell():
 def _killed(label, seed, totals, steps, evals=()):
     """A run killed mid-training: metrics up to len(totals) of `steps`, no final summary."""
     recs = [{"step": i + 1, "reward/total": t} for i, t in enumerate(totals)] + list(evals)
-    return RunData(label, None, recs, {"status": "running", "steps": 0},
-                   {"seed": seed, "budget": {"steps": steps, "group_size": 4, "prompts_per_step": 4}, "task": {"name": "t"}},
-                   seed, "unfinished")
+    return RunData(
+        label,
+        None,
+        recs,
+        {"status": "running", "steps": 0},
+        {"seed": seed, "budget": {"steps": steps, "group_size": 4, "prompts_per_step": 4}, "task": {"name": "t"}},
+        seed,
+        "unfinished",
+    )
 
 
 def test_unfinished_seed_is_left_out_of_the_statistics_and_named():
@@ -168,15 +208,19 @@ def test_unfinished_seed_is_left_out_of_the_statistics_and_named():
     assert eval_acc(unmarked, "after") is None
     assert [x.message for x in left_out([g])] == ["grpo-s1 unfinished at step 2 of 3: left out of the statistics"]
     pending = RunData("grpo-s3", None, [], {}, {}, 3, "pending")
-    assert left_out([ArmGroup("grpo", [pending])])[0].message == "grpo-s3 pending before its first step: left out of the statistics"
+    assert (
+        left_out([ArmGroup("grpo", [pending])])[0].message
+        == "grpo-s3 pending before its first step: left out of the statistics"
+    )
 
 
 def test_a_baseline_without_finished_runs_warns():
     base = ArmGroup("grpo", [_killed("grpo-s0", 0, [0.1], steps=3)])
     other = ArmGroup("dapo", [_run("dapo-s0", 0, 4, [0.2, 0.3])])
     stats, comps, warning = seed_statistics([base, other], baseline="grpo")
-    assert comps == [] and warning == ("baseline arm grpo has no finished run (grpo-s0 unfinished): "
-                                       "no comparisons against the baseline")
+    assert comps == [] and warning == (
+        "baseline arm grpo has no finished run (grpo-s0 unfinished): no comparisons against the baseline"
+    )
 
 
 def test_rounding_noise_is_a_zero_difference_and_huge_counts_print_short():
@@ -187,7 +231,13 @@ def test_rounding_noise_is_a_zero_difference_and_huge_counts_print_short():
     from zoo.study.report.stats_table import fmt_seeds_needed
 
     base = {0: 0.7250000387430191, 1: 0.78125, 2: 0.7281250208616257, 3: 0.7218749821186066, 4: 0.7250000387430191}
-    arm = {0: 0.7218750417232513, 1: 0.7781250029802322, 2: 0.7250000238418579, 3: 0.731249988079071, 4: 0.7250000387430191}
+    arm = {
+        0: 0.7218750417232513,
+        1: 0.7781250029802322,
+        2: 0.7250000238418579,
+        3: 0.731249988079071,
+        4: 0.7250000387430191,
+    }
     d = difference(arm, base, paired=True)
     assert 0 < d.delta < 1e-8 and math.isinf(d.seeds_needed) and d.verdict == "not distinguishable at this budget"
     js = to_json([], [ArmComparison("m", "a", "b", d)], "b")["comparisons"][0]["diff"]
@@ -224,12 +274,20 @@ def test_baseline_names_are_checked_with_hints():
         check_baseline("grpoo", ["grpo", "dr_grpo"], "s.yaml")
     check_baseline("grpo", ["grpo"], "s.yaml")  # an arm: no error
     study = {"variants": ["grpo"], "sweep": {"optim.lr": [1e-5, 1e-4]}, "output_dir": "/tmp/x"}
-    with pytest.raises(VariantError, match=r"key 'baseline': 'grpo' is not an arm .*one sweep point's arm: "
-                                           r"grpo-optim.lr=1e-05 or grpo-optim.lr=0.0001"):
+    with pytest.raises(
+        VariantError,
+        match=r"key 'baseline': 'grpo' is not an arm .*one sweep point's arm: "
+        r"grpo-optim.lr=1e-05 or grpo-optim.lr=0.0001",
+    ):
         experiment.parse_study({**study, "baseline": "grpo"}, "s.yaml")
-    assert experiment.parse_study({**study, "baseline": "grpo-optim.lr=0.0001"}, "s.yaml").baseline == "grpo-optim.lr=0.0001"
+    assert (
+        experiment.parse_study({**study, "baseline": "grpo-optim.lr=0.0001"}, "s.yaml").baseline
+        == "grpo-optim.lr=0.0001"
+    )
     assert {a.group for a in experiment.expand_arms(experiment.parse_study(study, "s.yaml"))} == {
-        "grpo-optim.lr=1e-05", "grpo-optim.lr=0.0001"}  # the names the check accepts are the arms' names
+        "grpo-optim.lr=1e-05",
+        "grpo-optim.lr=0.0001",
+    }  # the names the check accepts are the arms' names
 
 
 def test_column_groups_fit_the_room():
@@ -252,12 +310,39 @@ def test_side_by_side_table_in_80_columns_keeps_arms_whole_and_cuts_nothing():
 
     from zoo.study.report import print_table
 
-    header = ["arm", "seeds", "status", "final reward", "best reward", "mean reward 1st → 2nd half",
-              "final reward/correctness", "accuracy", "eval greedy before → after", "time/step (s)",
-              "peak mem (MB)", "group_size", "updates", "lr", "max_new_tokens"]
-    cells = ["0,1,2,3,4", "finished", "0.376 ± 0.066", "0.438 ± 0.054", "0.383 ± 0.040 → 0.379 ± 0.030",
-             "0.025 ± 0.056", "0.025 ± 0.056", "0.000 ± 0.000 → 0.025", "0.11 ± 0.01", "492 ± 0", "4", "1x1",
-             "0.001", "16"]
+    header = [
+        "arm",
+        "seeds",
+        "status",
+        "final reward",
+        "best reward",
+        "mean reward 1st → 2nd half",
+        "final reward/correctness",
+        "accuracy",
+        "eval greedy before → after",
+        "time/step (s)",
+        "peak mem (MB)",
+        "group_size",
+        "updates",
+        "lr",
+        "max_new_tokens",
+    ]
+    cells = [
+        "0,1,2,3,4",
+        "finished",
+        "0.376 ± 0.066",
+        "0.438 ± 0.054",
+        "0.383 ± 0.040 → 0.379 ± 0.030",
+        "0.025 ± 0.056",
+        "0.025 ± 0.056",
+        "0.000 ± 0.000 → 0.025",
+        "0.11 ± 0.01",
+        "492 ± 0",
+        "4",
+        "1x1",
+        "0.001",
+        "16",
+    ]
     rows = [["grpo", *cells], ["mo_grpo_with_a_long_name", *cells]]
     buf = io.StringIO()
     print_table("s", header, rows, Console(file=buf, width=80, force_terminal=True, color_system=None))

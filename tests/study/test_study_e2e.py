@@ -1,6 +1,7 @@
 """A tiny-model study end to end with the real trainer: arms, W&B offline files, report.md and PNGs
 holding the arms' own numbers; and a study killed mid-way that a re-run completes without redoing
 finished arms."""
+
 import json
 import os
 import signal
@@ -24,11 +25,23 @@ def _study(tmp_path, model_dir, variants, steps=2, wandb=True):
     data = {
         "name": "tiny-study",
         "model": str(model_dir),
-        "task": {"name": "reasoning_gym", "dataset": "basic_arithmetic", "size": 16, "eval_size": 2, "fewshot": 0,
-                 "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}},
+        "task": {
+            "name": "reasoning_gym",
+            "dataset": "basic_arithmetic",
+            "size": 16,
+            "eval_size": 2,
+            "fewshot": 0,
+            "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
+        },
         "rewards": ["correctness", {"name": "length", "scale": 10.0}],
-        "budget": {"steps": steps, "prompts_per_step": 2, "group_size": 2, "max_new_tokens": 6, "micro_batch": 4,
-                   "updates": {"epochs": 1, "minibatches": 2}},
+        "budget": {
+            "steps": steps,
+            "prompts_per_step": 2,
+            "group_size": 2,
+            "max_new_tokens": 6,
+            "micro_batch": 4,
+            "updates": {"epochs": 1, "minibatches": 2},
+        },
         "optim": {"lr": 1e-3},
         "eval": {"size": 2, "samples": 1},
         "seeds": [0],

@@ -1,4 +1,5 @@
 """Task loading (reasoning_gym, local files), few-shot prompts, spec errors and the prompt stream."""
+
 import json
 
 import pytest
@@ -13,8 +14,15 @@ from zoo.tasks import (
     question_key,
 )
 
-RG = {"name": "reasoning_gym", "dataset": "basic_arithmetic", "config": EASY_ARITHMETIC,
-      "size": 64, "eval_size": 32, "fewshot": 2, "seed": 0}
+RG = {
+    "name": "reasoning_gym",
+    "dataset": "basic_arithmetic",
+    "config": EASY_ARITHMETIC,
+    "size": 64,
+    "eval_size": 32,
+    "fewshot": 2,
+    "seed": 0,
+}
 
 
 def qs(rows):
@@ -92,8 +100,15 @@ def test_bad_specs_say_what_is_wrong(spec, words):
 
 
 def test_too_small_problem_space_is_an_error():
-    tiny = {"min_terms": 1, "max_terms": 1, "min_digits": 1, "max_digits": 1, "operators": ["+"],
-            "allow_negation": False, "allow_parentheses": False}
+    tiny = {
+        "min_terms": 1,
+        "max_terms": 1,
+        "min_digits": 1,
+        "max_digits": 1,
+        "operators": ["+"],
+        "allow_negation": False,
+        "allow_parentheses": False,
+    }
     with pytest.raises(TaskError, match="distinct"):
         load_task({**RG, "config": tiny, "eval_size": 50, "fewshot": 0})
 
@@ -106,23 +121,42 @@ def write_jsonl(path, rows):
 def test_local_jsonl_with_custom_columns(tmp_path):
     data = [{"problem": f"What is {i} + {i}?", "solution": str(2 * i)} for i in range(40)]
     path = write_jsonl(tmp_path / "d.jsonl", data)
-    task = load_task({"name": "jsonl", "path": path, "prompt_column": "problem", "answer_column": "solution",
-                      "eval_size": 8, "fewshot": 2})
+    task = load_task(
+        {
+            "name": "jsonl",
+            "path": path,
+            "prompt_column": "problem",
+            "answer_column": "solution",
+            "eval_size": 8,
+            "fewshot": 2,
+        }
+    )
     assert len(task.eval) == 8 and len(task.fewshot) == 2 and len(task.train) == 30
     assert not qs(task.train) & qs(task.eval) and not qs(task.fewshot) & (qs(task.train) | qs(task.eval))
     row = task.train[0]
     assert row["source"] == f"hf:{path}" and "rg_entry" not in row
     assert row["answer"] == str(2 * int(row["question"].split()[2]))
-    again = load_task({"name": "hf", "path": path, "prompt_column": "problem", "answer_column": "solution",
-                       "eval_size": 8, "fewshot": 2})
+    again = load_task(
+        {
+            "name": "hf",
+            "path": path,
+            "prompt_column": "problem",
+            "answer_column": "solution",
+            "eval_size": 8,
+            "fewshot": 2,
+        }
+    )
     assert [r["question"] for r in again.train] == [r["question"] for r in task.train]
 
 
 def test_answer_pattern_and_eval_file(tmp_path):
-    train = write_jsonl(tmp_path / "train.jsonl", [{"question": f"q{i}", "answer": f"work #### {i}"} for i in range(10)])
+    train = write_jsonl(
+        tmp_path / "train.jsonl", [{"question": f"q{i}", "answer": f"work #### {i}"} for i in range(10)]
+    )
     test = write_jsonl(tmp_path / "test.jsonl", [{"question": f"q{i}", "answer": f"#### {i}"} for i in range(8, 14)])
-    task = load_task({"name": "hf", "path": train, "eval_split": test, "eval_size": None,
-                      "answer_pattern": r"####\s*(.+)$"})
+    task = load_task(
+        {"name": "hf", "path": train, "eval_split": test, "eval_size": None, "answer_pattern": r"####\s*(.+)$"}
+    )
     assert qs(task.eval) == {f"q{i}" for i in range(8, 14)}
     assert qs(task.train) == {f"q{i}" for i in range(8)}  # q8, q9 are eval questions
     assert {r["answer"] for r in task.train} == {str(i) for i in range(8)}
@@ -158,12 +192,12 @@ def test_prompt_stream_is_seeded_covers_epochs_and_resumes():
     rows = [{"i": i} for i in range(10)]
     s = PromptStream(rows, seed=3)
     first = [r["i"] for r in s.take(10)]
-    assert sorted(first) == list(range(10))          # one epoch visits every row once
+    assert sorted(first) == list(range(10))  # one epoch visits every row once
     assert [r["i"] for r in PromptStream(rows, seed=3).take(10)] == first
     assert [r["i"] for r in PromptStream(rows, seed=4).take(10)] != first
     s.take(3)
     state = json.loads(json.dumps(s.state_dict()))  # serialisable
-    expected = [r["i"] for r in s.take(12)]          # crosses into epoch 2
+    expected = [r["i"] for r in s.take(12)]  # crosses into epoch 2
     resumed = PromptStream(rows, seed=3)
     resumed.load_state_dict(state)
     assert [r["i"] for r in resumed.take(12)] == expected
@@ -172,10 +206,23 @@ def test_prompt_stream_is_seeded_covers_epochs_and_resumes():
 
 
 def test_fewshot_answer_template_shows_worked_steps_from_metadata():
-    spec = {"name": "reasoning_gym", "dataset": "basic_arithmetic", "size": 4, "eval_size": 2, "fewshot": 1,
-            "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1, "operators": ["+"],
-                       "allow_negation": False, "allow_parentheses": False},
-            "fewshot_answer": "{expression} = {answer}. The answer is \\boxed{{answer}}."}
+    spec = {
+        "name": "reasoning_gym",
+        "dataset": "basic_arithmetic",
+        "size": 4,
+        "eval_size": 2,
+        "fewshot": 1,
+        "config": {
+            "min_terms": 2,
+            "max_terms": 2,
+            "min_digits": 1,
+            "max_digits": 1,
+            "operators": ["+"],
+            "allow_negation": False,
+            "allow_parentheses": False,
+        },
+        "fewshot_answer": "{expression} = {answer}. The answer is \\boxed{{answer}}.",
+    }
     task = load_task(spec)
     ex = task.fewshot[0]
     a, b = (int(x) for x in ex["expression"].split("+"))
@@ -196,11 +243,14 @@ def test_an_empty_jsonl_names_the_file_without_an_offline_hint(tmp_path, monkeyp
 
 def test_a_non_utf8_jsonl_names_the_file_line_and_byte(tmp_path):
     path = tmp_path / "d.jsonl"
-    path.write_bytes(b'{"question": "1+1", "answer": "2"}\n{"question": "\xff", "answer": "3"}\n')  # 0xff: 35 + 14 bytes in
+    path.write_bytes(
+        b'{"question": "1+1", "answer": "2"}\n{"question": "\xff", "answer": "3"}\n'
+    )  # 0xff: 35 + 14 bytes in
     with pytest.raises(TaskError) as e:
         load_task({"name": "jsonl", "path": str(path)})
-    assert str(e.value) == (f"data file {str(path)!r} is not UTF-8 text: byte b'\\xff' at offset 49 (line 2); "
-                            "re-save it as UTF-8")
+    assert str(e.value) == (
+        f"data file {str(path)!r} is not UTF-8 text: byte b'\\xff' at offset 49 (line 2); re-save it as UTF-8"
+    )
 
 
 def test_a_list_valued_answer_column_is_an_error_not_its_str(tmp_path):

@@ -66,6 +66,7 @@ the worker), decode.py and bound.py (the decode row and its bound), memory.py, m
 a failed worker's exception as one line), compare.py (compare_memory, scan, vs_trl), plots.py (plot_scan), trl.py (TRL's side,
 imported only by vs_trl and its worker), ranks.py (bench_ranks: the per-rank bench under a launcher).
 """
+
 from __future__ import annotations
 
 from zoo.bench.compare import SCAN_KEYS, compare_memory, parse_scan, scan, vs_trl
@@ -74,12 +75,45 @@ from zoo.bench.memory import memory_breakdown, rss_mb
 from zoo.bench.plots import plot_scan
 from zoo.bench.probe import Probe, attach
 from zoo.bench.run import run_bench, summarize, train_flops
-from zoo.bench.spec import (BENCH_LORA, BENCH_REWARDS, BENCH_TASK, TRL_MATCHED_VARIANT, BenchSpec, parse_updates,
-                            resolve_bench_autocast, run_config)
+from zoo.bench.spec import (
+    BENCH_LORA,
+    BENCH_REWARDS,
+    BENCH_TASK,
+    TRL_MATCHED_VARIANT,
+    BenchSpec,
+    parse_updates,
+    resolve_bench_autocast,
+    run_config,
+)
 from zoo.bench.workers import bench_in_subprocess, run_worker
 from zoo.step.hooks import PHASES
 
-__all__ = ["BENCH_LORA", "BENCH_REWARDS", "BENCH_TASK", "PHASES", "SCAN_KEYS", "TRL_MATCHED_VARIANT", "BenchSpec",
-           "Probe", "attach", "bench_in_subprocess", "compare_memory", "cpu_seconds", "machine_info",
-           "memory_breakdown", "parse_scan", "parse_updates", "plot_scan", "resolve_bench_autocast", "rss_mb",
-           "run_bench", "run_config", "run_worker", "scan", "summarize", "train_flops", "versions", "vs_trl"]
+__all__ = [
+    "BENCH_LORA",
+    "BENCH_REWARDS",
+    "BENCH_TASK",
+    "PHASES",
+    "SCAN_KEYS",
+    "TRL_MATCHED_VARIANT",
+    "BenchSpec",
+    "Probe",
+    "attach",
+    "bench_in_subprocess",
+    "compare_memory",
+    "cpu_seconds",
+    "machine_info",
+    "memory_breakdown",
+    "parse_scan",
+    "parse_updates",
+    "plot_scan",
+    "resolve_bench_autocast",
+    "rss_mb",
+    "run_bench",
+    "run_config",
+    "run_worker",
+    "scan",
+    "summarize",
+    "train_flops",
+    "versions",
+    "vs_trl",
+]

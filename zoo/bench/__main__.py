@@ -1,4 +1,5 @@
 """`python -m zoo.bench SPEC.json OUT.json`: one bench in this process (the worker of the comparisons)."""
+
 import sys
 
 import torch  # noqa: F401  (fail early in the worker, not in the parent)

@@ -17,6 +17,7 @@ q_dim = heads * head_dim, kv_dim = kv_heads * head_dim. The matmul rate is that 
 decode's dtype; the copy bandwidth counts a copy's bytes read plus written (the STREAM convention). The
 bound is a lower bound on the time: the measured generate seconds over it is the distance.
 """
+
 from __future__ import annotations
 
 import time
@@ -40,13 +41,18 @@ def model_dims(model: nn.Module) -> dict[str, float]:
     head_dim = getattr(cfg, "head_dim", None) or hidden // heads
     kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
     ps = list(model.parameters())  # unique parameters (tied weights once)
-    return {"params": float(sum(p.numel() for p in ps)),
-            "weight_bytes": float(sum(p.numel() * p.element_size() for p in ps)),
-            "layers": float(layers), "q_dim": float(heads * head_dim), "kv_dim": float(kv_heads * head_dim)}
+    return {
+        "params": float(sum(p.numel() for p in ps)),
+        "weight_bytes": float(sum(p.numel() * p.element_size() for p in ps)),
+        "layers": float(layers),
+        "q_dim": float(heads * head_dim),
+        "kv_dim": float(kv_heads * head_dim),
+    }
 
 
-def decode_work(dims: dict[str, float], steps: float, rows: float, rows_ctx: float,
-                kv_elem_bytes: float) -> dict[str, float]:
+def decode_work(
+    dims: dict[str, float], steps: float, rows: float, rows_ctx: float, kv_elem_bytes: float
+) -> dict[str, float]:
     """The FLOPs and bytes of `steps` decode steps (module docstring), from their sums:
     rows = sum_s rows_s, rows_ctx = sum_s rows_s * ctx_s. Returns {"flops", "bytes"}."""
     flops = 2.0 * dims["params"] * rows + 4.0 * dims["layers"] * dims["q_dim"] * rows_ctx
@@ -60,8 +66,12 @@ def decode_bound(flops: float, bytes_: float, matmul_flops_per_s: float, copy_by
     if not (matmul_flops_per_s > 0 and copy_bytes_per_s > 0):
         raise ValueError(f"rates must be > 0, got matmul {matmul_flops_per_s}, copy {copy_bytes_per_s}")
     compute_s, memory_s = flops / matmul_flops_per_s, bytes_ / copy_bytes_per_s
-    return {"seconds": max(compute_s, memory_s), "compute_s": compute_s, "memory_s": memory_s,
-            "limit": "compute" if compute_s >= memory_s else "memory"}
+    return {
+        "seconds": max(compute_s, memory_s),
+        "compute_s": compute_s,
+        "memory_s": memory_s,
+        "limit": "compute" if compute_s >= memory_s else "memory",
+    }
 
 
 def _timed(fn, seconds: float) -> tuple[int, float]:
@@ -75,14 +85,15 @@ def _timed(fn, seconds: float) -> tuple[int, float]:
             return n, dt
 
 
-def matmul_rate(dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu", n: int = 1024,
-                seconds: float = 0.3) -> float:
+def matmul_rate(
+    dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu", n: int = 1024, seconds: float = 0.3
+) -> float:
     """FLOP/s of an [n, n] @ [n, n] matmul (2 n^3 FLOPs) in `dtype` on `device`, repeated for `seconds`."""
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
     sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     k, dt = _timed(lambda: (a @ b, sync()), seconds)
-    return 2.0 * n ** 3 * k / dt
+    return 2.0 * n**3 * k / dt
 
 
 def copy_bandwidth(device: str | torch.device = "cpu", mb: int = 256, seconds: float = 0.3) -> float:

@@ -1,5 +1,6 @@
 """The machine a bench ran on and what else ran there: CPU seconds, load average, platform and
 library versions; `median` of a bench's per-step numbers."""
+
 from __future__ import annotations
 
 import math
@@ -36,9 +37,13 @@ def machine_info() -> dict[str, Any]:
     """Platform, Python, CPU model and flags (avx512_bf16), cores, memory, torch threads, CUDA device."""
     import torch
 
-    info: dict[str, Any] = {"platform": platform.platform(), "python": platform.python_version(),
-                            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-                            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+    info: dict[str, Any] = {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
     try:
         cpu = Path("/proc/cpuinfo").read_text()
         m = re.search(r"^model name\s*:\s*(.+)$", cpu, re.M)

@@ -5,6 +5,7 @@ state, runtime and activations.
 Weights, gradients and optimizer state are counted from the tensors this process holds: an FSDP2
 parameter (a DTensor) and its AdamW moments count their local shard (`DTensor.to_local()`), so
 under `training.strategy: fsdp` the numbers are per rank and sum over ranks to the full tensors'."""
+
 from __future__ import annotations
 
 import re
@@ -112,5 +113,12 @@ def memory_breakdown(st: Any, runtime_mb: float, peak_mb: float) -> dict[str, fl
     optimizer = tensor_mb(iter(opt_tensors))
     rm = reward_model_mb(st)
     acts = peak_mb - runtime_mb - weights - rm - grads - optimizer
-    return {"peak_mb": peak_mb, "runtime_mb": runtime_mb, "weights_mb": weights, "reward_model_mb": rm,
-            "gradients_mb": grads, "optimizer_mb": optimizer, "activations_mb": acts}
+    return {
+        "peak_mb": peak_mb,
+        "runtime_mb": runtime_mb,
+        "weights_mb": weights,
+        "reward_model_mb": rm,
+        "gradients_mb": grads,
+        "optimizer_mb": optimizer,
+        "activations_mb": acts,
+    }

@@ -1,5 +1,6 @@
 """The plot of a `zoo bench --scan`: per-phase step time (stacked) and peak memory against the
 scanned value."""
+
 from __future__ import annotations
 
 import os
@@ -27,8 +28,12 @@ def plot_scan(res: dict[str, Any], path: str | os.PathLike) -> Path:
     a1.set_ylabel("seconds per step (median)")
     a1.legend(fontsize=8)
     a2.plot(xs, [p["peak_mb"] / 1024 for p in pts], "o-", label="peak")
-    a2.plot(xs, [(p["memory"]["peak_mb"] - p["memory"]["activations_mb"]) / 1024 for p in pts], "s--",
-            label="runtime+weights+grads+optimizer")
+    a2.plot(
+        xs,
+        [(p["memory"]["peak_mb"] - p["memory"]["activations_mb"]) / 1024 for p in pts],
+        "s--",
+        label="runtime+weights+grads+optimizer",
+    )
     a2.set_ylim(bottom=0)
     a2.set_xscale("log", base=2)
     a2.set_xticks(xs, [str(x) for x in xs])
@@ -36,12 +41,20 @@ def plot_scan(res: dict[str, Any], path: str | os.PathLike) -> Path:
     a2.set_ylabel("GiB")
     a2.legend(fontsize=8)
     s = res["spec"]
-    fixed = {"prompts": f"prompts {s['prompts']}", "group_size": f"G {s['group_size']}",
-             "max_new_tokens": f"max new tokens {s['max_new_tokens']}", "micro_batch": f"micro-batch {s['micro_batch']}"}
+    fixed = {
+        "prompts": f"prompts {s['prompts']}",
+        "group_size": f"G {s['group_size']}",
+        "max_new_tokens": f"max new tokens {s['max_new_tokens']}",
+        "micro_batch": f"micro-batch {s['micro_batch']}",
+    }
     fixed.pop(res["key"], None)
-    fig.suptitle(f"{s['variant']} ({'LoRA' if s['lora'] else 'full'}, autocast {s['autocast']}): {res['key']} scan, "
-                 + ", ".join(fixed.values()) + (", EOS ignored" if s.get("ignore_eos") else "")
-                 + f"; median of {s['steps']} steps", fontsize=10)
+    fig.suptitle(
+        f"{s['variant']} ({'LoRA' if s['lora'] else 'full'}, autocast {s['autocast']}): {res['key']} scan, "
+        + ", ".join(fixed.values())
+        + (", EOS ignored" if s.get("ignore_eos") else "")
+        + f"; median of {s['steps']} steps",
+        fontsize=10,
+    )
     fig.tight_layout()
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)

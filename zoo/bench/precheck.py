@@ -2,6 +2,7 @@
 would train (zoo.run.trainer.validate_run: the before_load checks of zoo.checks), and a reward-model path that
 does not exist. A comparison (`zoo bench --memory ppo grpoo`) then fails at once, in one line, rather
 than after the first workers ran; `worker_error` turns a worker that still fails into one line."""
+
 from __future__ import annotations
 
 import re
@@ -22,8 +23,10 @@ def check_bench(spec: BenchSpec, variants: Sequence[str]) -> None:
 
     missing = missing_models(spec.rewards)
     if missing:
-        raise ValueError(missing[0].split(" does not exist")[0] + " does not exist: give --reward-model an existing "
-                         "directory (zoo rm train writes one) or an HF id")
+        raise ValueError(
+            missing[0].split(" does not exist")[0] + " does not exist: give --reward-model an existing "
+            "directory (zoo rm train writes one) or an HF id"
+        )
     with tempfile.TemporaryDirectory(prefix="zoo-bench-check-") as tmp:
         for v in dict.fromkeys(variants):
             validate_run(run_config(replace(spec, variant=v), tmp))
@@ -41,7 +44,7 @@ def worker_error(stderr: str) -> str:
     if not starts:
         rest = [line.strip() for line in lines if line.strip()]
         return rest[-1] if rest else ""
-    tail = lines[starts[-1] + 1:]
+    tail = lines[starts[-1] + 1 :]
     i = 0
     while i < len(tail) and _FRAME.match(tail[i]):
         i += 1

@@ -19,14 +19,15 @@ forward without sharing or padding would run). Peak memory is reset where a top-
 (`zoo.backends.train.memory.reset_peak_memory`) and read where it ends; a phase inside another (critic inside
 train) is a share of it and leaves the high-water mark alone (its peak is the outer phase's).
 """
+
 from __future__ import annotations
 
 import contextlib
 import time
 from typing import Any, Iterator
 
-from zoo.models.forward import inner_lm
 from zoo.backends.train.memory import peak_memory_mb, reset_peak_memory
+from zoo.models.forward import inner_lm
 from zoo.step.hooks import Hooks, Phase
 
 #: phases whose model forwards count positions (generation's decode steps count as generated tokens)

@@ -11,6 +11,7 @@ Rank 0 gets every rank's numbers (`dist.all_gather_object`):
     res["ranks"][r]["state_mb"]   # weights + gradients + optimizer state held by rank r (MB)
     res["state_sum_mb"]           # their sum over ranks (fsdp: the full model's; ddp: N copies)
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -27,9 +28,14 @@ def rank_row(rank: int, res: dict[str, Any]) -> dict[str, Any]:
     the trainer's `time/*` metrics, means over ranks; wall_s this process's own step wall time), CPU
     seconds per step, the memory breakdown (MB) and state_mb = weights + gradients + optimizer state."""
     m = res["memory"]
-    row = {"rank": rank, "step_s": res["step"]["seconds"], "wall_s": res["step"].get("wall_s"),
-           "cpu_s": res["step"].get("cpu_s"),
-           "train_s": res["phases"]["train"]["seconds"], **{k: m[k] for k in MEMORY_KEYS}}
+    row = {
+        "rank": rank,
+        "step_s": res["step"]["seconds"],
+        "wall_s": res["step"].get("wall_s"),
+        "cpu_s": res["step"].get("cpu_s"),
+        "train_s": res["phases"]["train"]["seconds"],
+        **{k: m[k] for k in MEMORY_KEYS},
+    }
     row["state_mb"] = m["weights_mb"] + m["gradients_mb"] + m["optimizer_mb"]
     return row
 
@@ -38,10 +44,14 @@ def gather_rows(rows: list[dict[str, Any]], strategy: str) -> dict[str, Any]:
     """The per-rank summary from every rank's `rank_row` (in rank order): the rows, the sum over ranks
     of state_mb, the largest peak and the slowest median step wall time (a step ends when the last rank
     ends; step_s where a row has no wall_s)."""
-    return {"strategy": strategy, "world_size": len(rows), "ranks": rows,
-            "state_sum_mb": sum(r["state_mb"] for r in rows),
-            "peak_max_mb": max(r["peak_mb"] for r in rows),
-            "step_max_s": max(r.get("wall_s") or r["step_s"] for r in rows)}
+    return {
+        "strategy": strategy,
+        "world_size": len(rows),
+        "ranks": rows,
+        "state_sum_mb": sum(r["state_mb"] for r in rows),
+        "peak_max_mb": max(r["peak_mb"] for r in rows),
+        "step_max_s": max(r.get("wall_s") or r["step_s"] for r in rows),
+    }
 
 
 def bench_ranks(spec: BenchSpec, *, on_step: Callable[[int, dict[str, Any]], None] | None = None) -> dict[str, Any]:
@@ -54,8 +64,10 @@ def bench_ranks(spec: BenchSpec, *, on_step: Callable[[int, dict[str, Any]], Non
     from zoo.core import dist
 
     if spec.strategy in ("ddp", "fsdp") and "WORLD_SIZE" not in os.environ:
-        raise ValueError(f"--strategy {spec.strategy} runs under a launcher: add --nproc N "
-                         "(or start it with torchrun --standalone --nproc_per_node N -m zoo.cli bench ...)")
+        raise ValueError(
+            f"--strategy {spec.strategy} runs under a launcher: add --nproc N "
+            "(or start it with torchrun --standalone --nproc_per_node N -m zoo.cli bench ...)"
+        )
     res = run_bench(spec, on_step=on_step)
     rows = dist.all_gather_object(rank_row(dist.rank(), res))
     res["distributed"] = gather_rows(rows, spec.strategy)

@@ -1,6 +1,7 @@
 """One bench: `zoo.run.trainer.setup`, `spec.warmup` unmeasured steps, then `spec.steps` measured ones
 (`zoo.step.pipeline.step` with the probe as its hooks; no checkpoints, evaluation or tracking),
 summarised per phase (zoo/bench/__init__.py says what each number means)."""
+
 from __future__ import annotations
 
 import json
@@ -43,18 +44,30 @@ def run_bench(spec: BenchSpec, *, on_step: Callable[[int, dict[str, Any]], None]
                 if i < spec.warmup:
                     continue
                 row = {p: dict(rec.get(p, {"seconds": 0.0, "tokens": 0.0, "peak_mb": 0.0})) for p in PHASES}
-                for p, key in (("generate", "time/generate"), ("score", "time/score"), ("forward", "time/forward"),
-                               ("advantage", "time/advantage"), ("train", "time/train")):
+                for p, key in (
+                    ("generate", "time/generate"),
+                    ("score", "time/score"),
+                    ("forward", "time/forward"),
+                    ("advantage", "time/advantage"),
+                    ("train", "time/train"),
+                ):
                     if key in m:  # the trainer's own timers are the reference for seconds
                         row[p]["seconds"] = float(m[key])
                 row["decode"] = dict(rec.get("decode", {}))
-                row["step"] = {"seconds": float(m["time/step"]), "cpu_s": cpu_seconds() - c0, "wall_s": wall,
-                               "loadavg_1m": max(l0, loadavg_1m()),
-                               "peak_mb": max(r["peak_mb"] for p, r in row.items() if p in PHASES),
-                               "tokens": float(rec.get("generate", {}).get("tokens", 0.0)),
-                               "sync_s": float(m.get("time/sync", 0.0))}
-                row["metrics"] = {k: float(m[k]) for k in ("reward/total", "accuracy", "completion/len_mean",
-                                                           "loss/policy", "groups/rounds") if k in m}
+                row["step"] = {
+                    "seconds": float(m["time/step"]),
+                    "cpu_s": cpu_seconds() - c0,
+                    "wall_s": wall,
+                    "loadavg_1m": max(l0, loadavg_1m()),
+                    "peak_mb": max(r["peak_mb"] for p, r in row.items() if p in PHASES),
+                    "tokens": float(rec.get("generate", {}).get("tokens", 0.0)),
+                    "sync_s": float(m.get("time/sync", 0.0)),
+                }
+                row["metrics"] = {
+                    k: float(m[k])
+                    for k in ("reward/total", "accuracy", "completion/len_mean", "loss/policy", "groups/rounds")
+                    if k in m
+                }
                 steps.append(row)
                 if on_step:
                     on_step(i - spec.warmup + 1, row)
@@ -65,15 +78,28 @@ def run_bench(spec: BenchSpec, *, on_step: Callable[[int, dict[str, Any]], None]
         res["memory"]["peak_resettable"] = probe.resettable
         from zoo.models import count_parameters
 
-        res["parameters"] = {"policy": count_parameters(st.models.policy),
-                             "critic": count_parameters(st.models.critic) if st.models.critic is not None else None,
-                             "reference_copy": bool(st.reference is not None and not st.reference.shares_policy)}
+        res["parameters"] = {
+            "policy": count_parameters(st.models.policy),
+            "critic": count_parameters(st.models.critic) if st.models.critic is not None else None,
+            "reference_copy": bool(st.reference is not None and not st.reference.shares_policy),
+        }
         pol = res["parameters"]["policy"]["total"]
         crit = res["parameters"]["critic"]["total"] if res["parameters"]["critic"] else 0
-        res["train_flops"] = train_flops(pol, res["phases"]["train"]["tokens"], res["phases"]["train"]["seconds"],
-                                         crit, res["phases"].get("critic", {}).get("tokens", 0.0))
-        res["decode"] = measure_decode(st.models.policy, spec.autocast, device, [s["decode"] for s in steps],
-                                       res["phases"]["generate"]["seconds"], res["phases"]["generate"]["tokens"])
+        res["train_flops"] = train_flops(
+            pol,
+            res["phases"]["train"]["tokens"],
+            res["phases"]["train"]["seconds"],
+            crit,
+            res["phases"].get("critic", {}).get("tokens", 0.0),
+        )
+        res["decode"] = measure_decode(
+            st.models.policy,
+            spec.autocast,
+            device,
+            [s["decode"] for s in steps],
+            res["phases"]["generate"]["seconds"],
+            res["phases"]["generate"]["tokens"],
+        )
         res["device"] = str(device)
         del st
     return res
@@ -87,14 +113,21 @@ def generator_info(generator: Any, backend: Any) -> dict[str, Any]:
     return {"name": name, "startup_s": float(getattr(generator, "startup_s", 0.0) or 0.0)}
 
 
-def train_flops(params: float, tokens: float, seconds: float, critic_params: float = 0.0,
-                critic_tokens: float = 0.0) -> dict[str, float]:
+def train_flops(
+    params: float, tokens: float, seconds: float, critic_params: float = 0.0, critic_tokens: float = 0.0
+) -> dict[str, float]:
     """Achieved FLOP/s estimate of the train phase: 6 x params x tokens / seconds (forward 2, backward
     4 FLOPs per parameter and position), plus 6 x critic params x critic positions with a critic."""
     flops = 6.0 * params * tokens + 6.0 * critic_params * critic_tokens
-    return {"params": float(params), "tokens": float(tokens), "critic_params": float(critic_params),
-            "critic_tokens": float(critic_tokens), "seconds": float(seconds), "flops": flops,
-            "flops_per_s": flops / seconds if seconds > 0 else float("nan")}
+    return {
+        "params": float(params),
+        "tokens": float(tokens),
+        "critic_params": float(critic_params),
+        "critic_tokens": float(critic_tokens),
+        "seconds": float(seconds),
+        "flops": flops,
+        "flops_per_s": flops / seconds if seconds > 0 else float("nan"),
+    }
 
 
 def summarize(spec: BenchSpec, steps: list[dict[str, Any]]) -> dict[str, Any]:
@@ -108,22 +141,36 @@ def summarize(spec: BenchSpec, steps: list[dict[str, Any]]) -> dict[str, Any]:
             continue  # no critic in this variant
         sec = median([s[p]["seconds"] for s in steps])
         tok = median([s[p]["tokens"] for s in steps])
-        phases[p] = {"seconds": sec, "tokens": tok, "tokens_per_s": tok / sec if sec > 0 and tok > 0 else 0.0,
-                     "real_tokens": median([s[p].get("real_tokens", s[p]["tokens"]) for s in steps]),
-                     "peak_mb": max((s["train" if p == "critic" else p]["peak_mb"] for s in steps),
-                                    default=float("nan"))}  # the critic's peak is the train phase's
-    step = {"seconds": median([s["step"]["seconds"] for s in steps]),
-            "cpu_s": median([s["step"].get("cpu_s", float("nan")) for s in steps]),
-            "wall_s": median([s["step"].get("wall_s", float("nan")) for s in steps]),
-            "loadavg_1m": max((s["step"].get("loadavg_1m", float("nan")) for s in steps), default=float("nan")),
-            "peak_mb": max((s["step"]["peak_mb"] for s in steps), default=float("nan")),
-            "tokens": median([s["step"]["tokens"] for s in steps]),
-            "sync_s": median([s["step"].get("sync_s", 0.0) for s in steps])}
+        phases[p] = {
+            "seconds": sec,
+            "tokens": tok,
+            "tokens_per_s": tok / sec if sec > 0 and tok > 0 else 0.0,
+            "real_tokens": median([s[p].get("real_tokens", s[p]["tokens"]) for s in steps]),
+            "peak_mb": max((s["train" if p == "critic" else p]["peak_mb"] for s in steps), default=float("nan")),
+        }  # the critic's peak is the train phase's
+    step = {
+        "seconds": median([s["step"]["seconds"] for s in steps]),
+        "cpu_s": median([s["step"].get("cpu_s", float("nan")) for s in steps]),
+        "wall_s": median([s["step"].get("wall_s", float("nan")) for s in steps]),
+        "loadavg_1m": max((s["step"].get("loadavg_1m", float("nan")) for s in steps), default=float("nan")),
+        "peak_mb": max((s["step"]["peak_mb"] for s in steps), default=float("nan")),
+        "tokens": median([s["step"]["tokens"] for s in steps]),
+        "sync_s": median([s["step"].get("sync_s", 0.0) for s in steps]),
+    }
     step["tokens_per_s"] = step["tokens"] / step["seconds"] if step["seconds"] > 0 else 0.0
-    metrics = {k: median([s["metrics"].get(k, float("nan")) for s in steps])
-               for k in ("reward/total", "accuracy", "completion/len_mean", "groups/rounds")}
-    return {"spec": asdict(spec), "phases": phases, "step": step, "metrics": metrics,
-            "steps": steps, "machine": machine_info(), "versions": versions()}
+    metrics = {
+        k: median([s["metrics"].get(k, float("nan")) for s in steps])
+        for k in ("reward/total", "accuracy", "completion/len_mean", "groups/rounds")
+    }
+    return {
+        "spec": asdict(spec),
+        "phases": phases,
+        "step": step,
+        "metrics": metrics,
+        "steps": steps,
+        "machine": machine_info(),
+        "versions": versions(),
+    }
 
 
 # --------------------------------------------------------------------------- subprocess workers

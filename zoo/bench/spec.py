@@ -1,5 +1,6 @@
 """What one bench runs: `BenchSpec` (JSON-serialisable, the workers receive it as a file), the task,
 rewards and LoRA it uses by default, and the `RunConfig` it trains with (`run_config`)."""
+
 from __future__ import annotations
 
 import os
@@ -9,10 +10,20 @@ from typing import Any
 
 #: the task of experiments/quickstart.yaml: 2-term +/- arithmetic, 1-2 digits, worked 2-shot prompts
 BENCH_TASK: dict[str, Any] = {
-    "name": "reasoning_gym", "dataset": "basic_arithmetic",
-    "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2, "operators": ["+", "-"],
-               "allow_negation": False, "allow_parentheses": False},
-    "size": 512, "eval_size": 4, "fewshot": 2,
+    "name": "reasoning_gym",
+    "dataset": "basic_arithmetic",
+    "config": {
+        "min_terms": 2,
+        "max_terms": 2,
+        "min_digits": 1,
+        "max_digits": 2,
+        "operators": ["+", "-"],
+        "allow_negation": False,
+        "allow_parentheses": False,
+    },
+    "size": 512,
+    "eval_size": 4,
+    "fewshot": 2,
     "fewshot_answer": "{expression} = {answer}. The answer is \\boxed{{answer}}.",
 }
 BENCH_REWARDS: list[Any] = ["correctness", {"name": "format", "weight": 0.5}]
@@ -51,14 +62,16 @@ class BenchSpec:
     rewards: list[Any] = field(default_factory=lambda: list(BENCH_REWARDS))
 
     def label(self) -> str:
-        return (f"{self.variant} {'lora' if self.lora else 'full'} {self.autocast}"
-                + (" checkpointing" if self.checkpointing else "")
-                + (f" {self.strategy}" if self.strategy != "single" else "")
-                + ("" if self.backend == "hf" else f" backend {self.backend}"))
+        return (
+            f"{self.variant} {'lora' if self.lora else 'full'} {self.autocast}"
+            + (" checkpointing" if self.checkpointing else "")
+            + (f" {self.strategy}" if self.strategy != "single" else "")
+            + ("" if self.backend == "hf" else f" backend {self.backend}")
+        )
 
 
 def parse_updates(text: str | None) -> dict[str, int] | None:
-    """"1x1" -> {"epochs": 1, "minibatches": 1}; None -> None. Raises ValueError (one line naming --updates)
+    """ "1x1" -> {"epochs": 1, "minibatches": 1}; None -> None. Raises ValueError (one line naming --updates)
     for another form or a count below 1."""
     if text is None:
         return None
@@ -92,13 +105,20 @@ def run_config(spec: BenchSpec, out_dir: str | os.PathLike):
         "variant": spec.variant,
         "set": dict(spec.sets),
         "model": spec.model,
-        "model_opts": {"autocast": "auto" if spec.autocast_setting == "auto" else spec.autocast, "lora": dict(BENCH_LORA) if spec.lora else None,
-                       "gradient_checkpointing": spec.checkpointing},
+        "model_opts": {
+            "autocast": "auto" if spec.autocast_setting == "auto" else spec.autocast,
+            "lora": dict(BENCH_LORA) if spec.lora else None,
+            "gradient_checkpointing": spec.checkpointing,
+        },
         "task": dict(spec.task),
         "rewards": list(spec.rewards),
-        "budget": {"steps": spec.warmup + spec.steps, "prompts_per_step": spec.prompts,
-                   "group_size": spec.group_size, "max_new_tokens": spec.max_new_tokens,
-                   "micro_batch": spec.micro_batch},
+        "budget": {
+            "steps": spec.warmup + spec.steps,
+            "prompts_per_step": spec.prompts,
+            "group_size": spec.group_size,
+            "max_new_tokens": spec.max_new_tokens,
+            "micro_batch": spec.micro_batch,
+        },
         "optim": {"lr": spec.lr},
         "sampling": {"ignore_eos": bool(spec.ignore_eos), "backend": spec.backend},
         "eval": {"enabled": False},

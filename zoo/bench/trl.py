@@ -23,6 +23,7 @@ How the two sides are matched (`trl_spec`):
 | LoRA r16 a32 q,k,v,o (--lora)                | peft_config = the same LoraConfig                          |
 | activation checkpointing off (--checkpointing on) | gradient_checkpointing=False/True (TRL's default: True) |
 """
+
 from __future__ import annotations
 
 import json
@@ -50,19 +51,50 @@ def trl_spec(spec: Any) -> dict[str, Any]:
     n = spec.prompts * spec.group_size
     mb = spec.micro_batch if n % spec.micro_batch == 0 else n
     grpo = {
-        "per_device_train_batch_size": mb, "gradient_accumulation_steps": n // mb,
-        "num_generations": spec.group_size, "max_completion_length": spec.max_new_tokens,
-        "temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": None, "repetition_penalty": 1.0,
-        "loss_type": "dapo", "scale_rewards": "group", "epsilon": 0.2, "epsilon_high": 0.2, "beta": 0.0,
-        "num_iterations": 1, "mask_truncated_completions": False,
-        "learning_rate": spec.lr, "lr_scheduler_type": "constant", "warmup_steps": 0, "weight_decay": 0.0,
-        "adam_beta1": 0.9, "adam_beta2": 0.999, "max_grad_norm": 1.0,
-        "bf16": spec.autocast == "bf16", "fp16": False, "gradient_checkpointing": spec.checkpointing,
-        "max_steps": spec.warmup + spec.steps, "logging_steps": 1, "save_strategy": "no", "report_to": "none",
-        "seed": spec.seed, "dataloader_num_workers": 0, "log_completions": False,
+        "per_device_train_batch_size": mb,
+        "gradient_accumulation_steps": n // mb,
+        "num_generations": spec.group_size,
+        "max_completion_length": spec.max_new_tokens,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": 0,
+        "min_p": None,
+        "repetition_penalty": 1.0,
+        "loss_type": "dapo",
+        "scale_rewards": "group",
+        "epsilon": 0.2,
+        "epsilon_high": 0.2,
+        "beta": 0.0,
+        "num_iterations": 1,
+        "mask_truncated_completions": False,
+        "learning_rate": spec.lr,
+        "lr_scheduler_type": "constant",
+        "warmup_steps": 0,
+        "weight_decay": 0.0,
+        "adam_beta1": 0.9,
+        "adam_beta2": 0.999,
+        "max_grad_norm": 1.0,
+        "bf16": spec.autocast == "bf16",
+        "fp16": False,
+        "gradient_checkpointing": spec.checkpointing,
+        "max_steps": spec.warmup + spec.steps,
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "report_to": "none",
+        "seed": spec.seed,
+        "dataloader_num_workers": 0,
+        "log_completions": False,
     }
-    return {"model": spec.model, "task": spec.task, "rewards": spec.rewards, "lora": dict(BENCH_LORA) if spec.lora else None,
-            "warmup": spec.warmup, "steps": spec.steps, "threads": spec.threads, "grpo": grpo}
+    return {
+        "model": spec.model,
+        "task": spec.task,
+        "rewards": spec.rewards,
+        "lora": dict(BENCH_LORA) if spec.lora else None,
+        "warmup": spec.warmup,
+        "steps": spec.steps,
+        "threads": spec.threads,
+        "grpo": grpo,
+    }
 
 
 def run_trl(d: dict[str, Any]) -> dict[str, Any]:
@@ -90,8 +122,9 @@ def run_trl(d: dict[str, Any]) -> dict[str, Any]:
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tok.pad_token_id
     task = load_task(d["task"])
-    ds = Dataset.from_list([{"prompt": r["prompt"], "row": json.dumps({k: v for k, v in r.items() if k != "prompt"})}
-                            for r in task.train])
+    ds = Dataset.from_list(
+        [{"prompt": r["prompt"], "row": json.dumps({k: v for k, v in r.items() if k != "prompt"})} for r in task.train]
+    )
     rewards = resolve_rewards(d["rewards"])
 
     def make_reward(comp):
@@ -115,8 +148,14 @@ def run_trl(d: dict[str, Any]) -> dict[str, Any]:
             self.t0 = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kw):
-            self.steps.append({"seconds": time.perf_counter() - self.t0, "peak_mb": peak_memory_mb(device),
-                               "cpu_s": cpu_seconds() - self.c0, "loadavg_1m": max(self.load0, os.getloadavg()[0])})
+            self.steps.append(
+                {
+                    "seconds": time.perf_counter() - self.t0,
+                    "peak_mb": peak_memory_mb(device),
+                    "cpu_s": cpu_seconds() - self.c0,
+                    "loadavg_1m": max(self.load0, os.getloadavg()[0]),
+                }
+            )
 
         def on_log(self, args, state, control, logs=None, **kw):
             if logs and "reward" in logs:
@@ -124,11 +163,18 @@ def run_trl(d: dict[str, Any]) -> dict[str, Any]:
 
     timer = Timer()
     with tempfile.TemporaryDirectory(prefix="zoo-bench-trl-") as tmp:
-        args = GRPOConfig(output_dir=tmp, use_cpu=device.type == "cpu", reward_weights=[w for _, w in rewards],
-                          **d["grpo"])
-        trainer = GRPOTrainer(model=model, args=args, processing_class=tok, train_dataset=ds,
-                              reward_funcs=[make_reward(c) for c, _ in rewards],
-                              peft_config=lora_config(d["lora"]) if d.get("lora") else None, callbacks=[timer])
+        args = GRPOConfig(
+            output_dir=tmp, use_cpu=device.type == "cpu", reward_weights=[w for _, w in rewards], **d["grpo"]
+        )
+        trainer = GRPOTrainer(
+            model=model,
+            args=args,
+            processing_class=tok,
+            train_dataset=ds,
+            reward_funcs=[make_reward(c) for c, _ in rewards],
+            peft_config=lora_config(d["lora"]) if d.get("lora") else None,
+            callbacks=[timer],
+        )
         trainer.train()
     w = int(d["warmup"])
     measured, logs = timer.steps[w:], timer.logs[w:]
@@ -141,11 +187,16 @@ def run_trl(d: dict[str, Any]) -> dict[str, Any]:
 
     import trl
 
-    return {"step_times": [s["seconds"] for s in measured], "peak_mb": max(s["peak_mb"] for s in measured),
-            "cpu_s": [s["cpu_s"] for s in measured], "loadavg_1m": max(s["loadavg_1m"] for s in measured),
-            "len_mean": med([g.get("completions/mean_length", float("nan")) for g in logs]),
-            "reward": med([g.get("reward", float("nan")) for g in logs]),
-            "trl_version": trl.__version__, "logs": logs}
+    return {
+        "step_times": [s["seconds"] for s in measured],
+        "peak_mb": max(s["peak_mb"] for s in measured),
+        "cpu_s": [s["cpu_s"] for s in measured],
+        "loadavg_1m": max(s["loadavg_1m"] for s in measured),
+        "len_mean": med([g.get("completions/mean_length", float("nan")) for g in logs]),
+        "reward": med([g.get("reward", float("nan")) for g in logs]),
+        "trl_version": trl.__version__,
+        "logs": logs,
+    }
 
 
 def _main(argv: list[str]) -> int:

@@ -2,6 +2,7 @@
 `python -m zoo.bench.trl ...`), so that every number is that process's own peak. Set
 `ZOO_BENCH_LOCK=/path/to/lockfile` to run each worker under `flock` (serialises benchmark workers
 with other heavy jobs on a shared machine)."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,13 @@ def worker_env() -> dict[str, str]:
     """The environment of a worker: offline Hub, datasets and W&B (unless set), and this checkout's
     root first on PYTHONPATH (the worker imports the same zoo)."""
     env = dict(os.environ)
-    for k, v in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("HF_DATASETS_OFFLINE", "1"),
-                 ("WANDB_MODE", "disabled"), ("TOKENIZERS_PARALLELISM", "false")):
+    for k, v in (
+        ("HF_HUB_OFFLINE", "1"),
+        ("TRANSFORMERS_OFFLINE", "1"),
+        ("HF_DATASETS_OFFLINE", "1"),
+        ("WANDB_MODE", "disabled"),
+        ("TOKENIZERS_PARALLELISM", "false"),
+    ):
         env.setdefault(k, v)
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -45,8 +51,10 @@ def run_worker(module: str, spec: dict[str, Any], *, log: Callable[[str], None] 
         proc = subprocess.run(cmd, env=worker_env(), capture_output=True, text=True)
         if proc.returncode != 0 or not op.exists():
             what = f"{module} {spec.get('label', '')}".strip()
-            raise RuntimeError(f"benchmark worker {what} failed (exit {proc.returncode}): "
-                               f"{worker_error(proc.stderr or '') or 'no error message'}")
+            raise RuntimeError(
+                f"benchmark worker {what} failed (exit {proc.returncode}): "
+                f"{worker_error(proc.stderr or '') or 'no error message'}"
+            )
         return json.loads(op.read_text())
 
 

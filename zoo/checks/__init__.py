@@ -8,10 +8,29 @@ so validate refuses exactly what run refuses.
 A check is a small registered function (`zoo.checks.registry.check(name, stage)`); each module here
 holds the checks of one concern. Messages name the file and key, what is allowed, and a did-you-mean.
 """
-from zoo.checks.pipeline import (AFTER_LOAD, BEFORE_LOAD, after_load, before_load, check_loadable, launch_env,
-                                 model_files)
+
+from zoo.checks.pipeline import (
+    AFTER_LOAD,
+    BEFORE_LOAD,
+    after_load,
+    before_load,
+    check_loadable,
+    launch_env,
+    model_files,
+)
 from zoo.checks.registry import CHECKS, check, names
 from zoo.checks.report import Report
 
-__all__ = ["AFTER_LOAD", "BEFORE_LOAD", "CHECKS", "Report", "after_load", "before_load", "check", "check_loadable",
-           "launch_env", "model_files", "names"]
+__all__ = [
+    "AFTER_LOAD",
+    "BEFORE_LOAD",
+    "CHECKS",
+    "Report",
+    "after_load",
+    "before_load",
+    "check",
+    "check_loadable",
+    "launch_env",
+    "model_files",
+    "names",
+]

@@ -7,6 +7,7 @@ warnings, the run still starts.
   all its completions generated before the step's first update (the trainer's progress bar shows the
   completions generated inside such a step: zoo.backends.generate.progress).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -22,8 +23,11 @@ PROMPT_REPEAT_WARN = 4
 def lora_widths(model: Any, targets: list[str]) -> dict[str, int]:
     """{module name: min(in_features, out_features)} of the modules LoRA adapts (named by the last part
     of their name, as peft's `target_modules` list matches them), in a plain or a peft model."""
-    return {name: min(int(m.in_features), int(m.out_features)) for name, m in model.named_modules()
-            if name.split(".")[-1] in targets and hasattr(m, "in_features") and hasattr(m, "out_features")}
+    return {
+        name: min(int(m.in_features), int(m.out_features))
+        for name, m in model.named_modules()
+        if name.split(".")[-1] in targets and hasattr(m, "in_features") and hasattr(m, "out_features")
+    }
 
 
 def lora_rank_warnings(cfg: Any, model: Any) -> list[str]:
@@ -36,9 +40,11 @@ def lora_rank_warnings(cfg: Any, model: Any) -> list[str]:
     if not widths or lora.r <= min(widths.values()):
         return []
     name = min(widths, key=widths.get)
-    return [f"model_opts.lora.r = {lora.r} is larger than the width of the layers it adapts ({name.split('.')[-1]!r} "
-            f"in {name!r}: min(in, out) = {widths[name]}): a rank above a layer's width adds parameters but no "
-            f"expressiveness; use r <= {min(widths.values())}"]
+    return [
+        f"model_opts.lora.r = {lora.r} is larger than the width of the layers it adapts ({name.split('.')[-1]!r} "
+        f"in {name!r}: min(in, out) = {widths[name]}): a rank above a layer's width adds parameters but no "
+        f"expressiveness; use r <= {min(widths.values())}"
+    ]
 
 
 def work_warnings(cfg: Any, group_size: int, task_rows: int) -> list[str]:
@@ -47,10 +53,12 @@ def work_warnings(cfg: Any, group_size: int, task_rows: int) -> list[str]:
     b = cfg.budget
     if not task_rows or b.prompts_per_step <= PROMPT_REPEAT_WARN * task_rows:
         return []
-    return [f"budget.prompts_per_step = {b.prompts_per_step} is {b.prompts_per_step / task_rows:.3g}x the task's "
-            f"{task_rows} prompts: each step repeats every prompt about {b.prompts_per_step // task_rows} times "
-            f"({b.prompts_per_step * group_size} completions per step, all generated before the step's first "
-            "update); lower budget.prompts_per_step"]
+    return [
+        f"budget.prompts_per_step = {b.prompts_per_step} is {b.prompts_per_step / task_rows:.3g}x the task's "
+        f"{task_rows} prompts: each step repeats every prompt about {b.prompts_per_step // task_rows} times "
+        f"({b.prompts_per_step * group_size} completions per step, all generated before the step's first "
+        "update); lower budget.prompts_per_step"
+    ]
 
 
 _META: dict[str, Any] = {}  # config.json text -> its meta-device model (a study's arms build it once)

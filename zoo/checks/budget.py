@@ -1,5 +1,6 @@
 """The budget against the variant and the processes: minibatches against completions per step, and
 prompts per step against the ranks that split them."""
+
 from __future__ import annotations
 
 from zoo.checks.registry import check
@@ -16,8 +17,10 @@ def minibatches(s: BeforeLoad, rep: Report) -> None:
     n = s.cfg.budget.prompts_per_step * ctx["group_size"]
     m = ctx["updates"].minibatches
     if m > n:
-        rep.errors.append(f"budget: updates.minibatches {m} > {n} completions per step "
-                          "(budget.prompts_per_step x group_size): lower updates.minibatches")
+        rep.errors.append(
+            f"budget: updates.minibatches {m} > {n} completions per step "
+            "(budget.prompts_per_step x group_size): lower updates.minibatches"
+        )
 
 
 @check("prompts_per_rank", "before_load")
@@ -25,5 +28,7 @@ def prompts_per_rank(s: BeforeLoad, rep: Report) -> None:
     """Each rank samples prompts_per_step / world_size prompts: the division must be exact."""
     ws, p = s.world_size, s.cfg.budget.prompts_per_step
     if ws > 1 and p % ws:
-        rep.errors.append(f"budget.prompts_per_step {p} is not a multiple of the {ws} processes (each rank samples "
-                          f"prompts_per_step / {ws} prompts): use a multiple of {ws}")
+        rep.errors.append(
+            f"budget.prompts_per_step {p} is not a multiple of the {ws} processes (each rank samples "
+            f"prompts_per_step / {ws} prompts): use a multiple of {ws}"
+        )

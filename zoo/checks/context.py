@@ -1,5 +1,6 @@
 """The prompts and `max_new_tokens` fit the model's context (`max_position_embeddings` in its
 config.json); the prompts are tokenised by the policy's tokenizer as the rollout renders them."""
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -32,12 +33,16 @@ def check_context(config: Any, prompt_tokens: int, max_new_tokens: int) -> None:
     if not limit or prompt_tokens + max_new_tokens <= limit:
         return
     if max_new_tokens >= limit:
-        raise VariantError(f"budget.max_new_tokens {max_new_tokens} >= the model's context (max_position_embeddings "
-                           f"{limit}): lower budget.max_new_tokens")
-    raise VariantError(f"the longest prompt ({prompt_tokens} tokens) + budget.max_new_tokens {max_new_tokens} = "
-                       f"{prompt_tokens + max_new_tokens} tokens exceed the model's context (max_position_embeddings "
-                       f"{limit}): lower budget.max_new_tokens or shorten the prompts (task fewshot, system, "
-                       "instruction)")
+        raise VariantError(
+            f"budget.max_new_tokens {max_new_tokens} >= the model's context (max_position_embeddings "
+            f"{limit}): lower budget.max_new_tokens"
+        )
+    raise VariantError(
+        f"the longest prompt ({prompt_tokens} tokens) + budget.max_new_tokens {max_new_tokens} = "
+        f"{prompt_tokens + max_new_tokens} tokens exceed the model's context (max_position_embeddings "
+        f"{limit}): lower budget.max_new_tokens or shorten the prompts (task fewshot, system, "
+        "instruction)"
+    )
 
 
 @check("context_length", "after_load")

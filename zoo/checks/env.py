@@ -1,4 +1,5 @@
 """`task.env`: the environment of a multi-turn task is registered and its keys are allowed."""
+
 from __future__ import annotations
 
 from zoo.checks.registry import check

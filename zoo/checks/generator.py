@@ -1,4 +1,5 @@
 """`sampling.backend` and `eval.backend`: the generators are registered and their parameters allowed."""
+
 from __future__ import annotations
 
 from zoo.checks.registry import check

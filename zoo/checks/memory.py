@@ -1,5 +1,6 @@
 """The step's rollout fits in the memory of the run's device (zoo.checks.memory_estimate: token rows, KV
 cache, logits), from the model's config.json alone."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -34,7 +35,8 @@ def memory_estimate(s: AfterLoad, rep: Report) -> None:
         return
     g = s.variant.group_size
     try:
-        s.estimate = check_rollout_fits(s.cfg, g, generate_rows(s.cfg, g), s.model_config, s.prompt_tokens,
-                                        kv_bytes(s.cfg), s.available)
+        s.estimate = check_rollout_fits(
+            s.cfg, g, generate_rows(s.cfg, g), s.model_config, s.prompt_tokens, kv_bytes(s.cfg), s.available
+        )
     except VariantError as e:
         rep.errors.append(str(e))

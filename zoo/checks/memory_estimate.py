@@ -13,6 +13,7 @@ the budget (orders of magnitude, not exact bytes):
 
 Model weights, optimizer state and activations are not counted (they do not grow with the budget).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -22,9 +23,20 @@ from zoo.config.variant import VariantError
 HEADROOM = 0.9  # refuse above this fraction of the available memory
 
 
-def rollout_memory(*, prompts_per_step: int, group_size: int, micro_batch: int, generate_rows: int,
-                   prompt_tokens: int, max_new_tokens: int, layers: int, kv_heads: int, head_dim: int,
-                   vocab: int, kv_bytes: int) -> dict[str, int]:
+def rollout_memory(
+    *,
+    prompts_per_step: int,
+    group_size: int,
+    micro_batch: int,
+    generate_rows: int,
+    prompt_tokens: int,
+    max_new_tokens: int,
+    layers: int,
+    kv_heads: int,
+    head_dim: int,
+    vocab: int,
+    kv_bytes: int,
+) -> dict[str, int]:
     """Estimated bytes of one rollout step: {"token_rows", "kv_cache", "logits", "total"} (module doc).
     `generate_rows` and `micro_batch` count at most the step's prompts_per_step x group_size rows
     (`budget.micro_batch: 10000000` with 8 completions allocates for 8).
@@ -38,8 +50,7 @@ def rollout_memory(*, prompts_per_step: int, group_size: int, micro_batch: int, 
     token_rows = 3 * n * seq * 8
     kv_cache = 2 * layers * kv_heads * head_dim * seq * rows * kv_bytes
     logits = max(3 * rows * vocab * 4, 2 * micro_batch * seq * vocab * 4)
-    return {"token_rows": token_rows, "kv_cache": kv_cache, "logits": logits,
-            "total": token_rows + kv_cache + logits}
+    return {"token_rows": token_rows, "kv_cache": kv_cache, "logits": logits, "total": token_rows + kv_cache + logits}
 
 
 def available_memory(device: Any) -> int:
@@ -69,8 +80,9 @@ def _gb(n: float) -> str:
     return f"{n / 1e9:.1f} GB" if n < 1e12 else f"{n / 1e12:.1f} TB"
 
 
-def check_rollout_fits(cfg: Any, group_size: int, generate_rows: int, config: Any, prompt_tokens: int,
-                       kv_bytes: int, available: int) -> dict[str, int]:
+def check_rollout_fits(
+    cfg: Any, group_size: int, generate_rows: int, config: Any, prompt_tokens: int, kv_bytes: int, available: int
+) -> dict[str, int]:
     """Raise VariantError when the step's rollout (`rollout_memory`) needs more than HEADROOM x
     `available` bytes; the message gives the estimate and the knobs to lower, the largest first
     (budget.group_size / prompts_per_step / max_new_tokens / micro_batch, sampling.batch_size). Returns the estimate.
@@ -79,17 +91,26 @@ def check_rollout_fits(cfg: Any, group_size: int, generate_rows: int, config: An
     rows per generate call; config: the model's transformers config; prompt_tokens: the longest
     prompt in tokens."""
     b = cfg.budget
-    est = rollout_memory(prompts_per_step=b.prompts_per_step, group_size=group_size, micro_batch=b.micro_batch,
-                         generate_rows=generate_rows, prompt_tokens=prompt_tokens, max_new_tokens=b.max_new_tokens, kv_bytes=kv_bytes,
-                         **model_shape(config))
+    est = rollout_memory(
+        prompts_per_step=b.prompts_per_step,
+        group_size=group_size,
+        micro_batch=b.micro_batch,
+        generate_rows=generate_rows,
+        prompt_tokens=prompt_tokens,
+        max_new_tokens=b.max_new_tokens,
+        kv_bytes=kv_bytes,
+        **model_shape(config),
+    )
     if est["total"] <= HEADROOM * available:
         return est
     gen_knob = "budget.group_size" if generate_rows <= group_size else "sampling.batch_size"  # rows per generate call
     sampler_logits = 3 * generate_rows >= 2 * b.micro_batch * (prompt_tokens + b.max_new_tokens)
     names = {"token_rows": "token rows", "kv_cache": "KV cache", "logits": "logits"}
-    knobs = {"token_rows": "budget.group_size / budget.prompts_per_step",
-             "kv_cache": f"{gen_knob} / budget.max_new_tokens",
-             "logits": gen_knob if sampler_logits else "budget.micro_batch"}
+    knobs = {
+        "token_rows": "budget.group_size / budget.prompts_per_step",
+        "kv_cache": f"{gen_knob} / budget.max_new_tokens",
+        "logits": gen_knob if sampler_logits else "budget.micro_batch",
+    }
     parts = sorted(("token_rows", "kv_cache", "logits"), key=lambda k: -est[k])
     raise VariantError(
         f"budget: {b.prompts_per_step} prompts x group_size {group_size} = {b.prompts_per_step * group_size} "

@@ -1,5 +1,6 @@
 """`model:` names something loadable: a local path that exists and holds a checkpoint's
 config.json (the embedded model, an `arms:` model and Hub ids are resolved when the model loads)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -35,8 +36,10 @@ def model_dir_error(name: Any, key: str) -> str | None:
     if not p.is_dir():
         return f"{key}: local path {str(name)!r} is not a directory; give the folder save_pretrained wrote"
     if not (p / "config.json").is_file():
-        return (f"{key}: local path {str(name)!r} has no config.json; a model directory holds config.json, the "
-                "weights and the tokenizer files (as save_pretrained writes them)")
+        return (
+            f"{key}: local path {str(name)!r} has no config.json; a model directory holds config.json, the "
+            "weights and the tokenizer files (as save_pretrained writes them)"
+        )
     return None
 
 

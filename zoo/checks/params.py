@@ -1,5 +1,6 @@
 """The policy's parameter count, from a meta-device model built from its config.json (no weights,
 no memory): a note, so `zoo validate` says how large the model it checked is."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -46,5 +47,7 @@ def parameter_count(s: AfterLoad, rep: Report) -> None:
     if counted is None:
         return
     n, name = counted
-    rep.notes.append(f"model: {n / 1e6:.1f}M parameters ({name}, {s.cfg.model_opts.dtype} weights "
-                     f"{n * {'float32': 4}.get(s.cfg.model_opts.dtype, 2) / 1e9:.2f} GB)")
+    rep.notes.append(
+        f"model: {n / 1e6:.1f}M parameters ({name}, {s.cfg.model_opts.dtype} weights "
+        f"{n * {'float32': 4}.get(s.cfg.model_opts.dtype, 2) / 1e9:.2f} GB)"
+    )

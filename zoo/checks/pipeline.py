@@ -12,20 +12,48 @@ the parameter count and a LoRA rank or prompts_per_step beyond what the model or
 both (zoo.study.validate). The order of the checks: BEFORE_LOAD, AFTER_LOAD; the checks themselves:
 `zoo.checks.registry`.
 """
+
 from __future__ import annotations
 
 import os
 from typing import Any, Sequence
 
-from zoo.checks import budget, critic, env, generator, model_path, task, reward_reads, strategy, variant, warnings  # noqa: F401
-from zoo.checks import bounds, context, memory, params  # noqa: F401  (after_load checks register on import)
+from zoo.checks import (  # noqa: F401  # noqa: F401  (after_load checks register on import)
+    bounds,
+    budget,
+    context,
+    critic,
+    env,
+    generator,
+    memory,
+    model_path,
+    params,
+    reward_reads,
+    strategy,
+    task,
+    variant,
+    warnings,
+)
 from zoo.checks.registry import run_stage
 from zoo.checks.report import Report
 from zoo.checks.subject import AfterLoad, BeforeLoad
 
 #: the order of the stages' checks (a later check reads what an earlier one built; others run last)
-BEFORE_LOAD = ("plugins", "variant", "rewards", "reward_reads", "generator", "task", "env", "minibatches", "prompts_per_rank",
-               "strategy", "model_path", "critic_init", "run_warnings")
+BEFORE_LOAD = (
+    "plugins",
+    "variant",
+    "rewards",
+    "reward_reads",
+    "generator",
+    "task",
+    "env",
+    "minibatches",
+    "prompts_per_rank",
+    "strategy",
+    "model_path",
+    "critic_init",
+    "run_warnings",
+)
 AFTER_LOAD = ("context_length", "memory_estimate", "critic_tokenizer", "parameter_count")
 
 
@@ -34,21 +62,34 @@ def launch_env() -> tuple[int, bool]:
     return int(os.environ.get("WORLD_SIZE", "1") or 1), "WORLD_SIZE" in os.environ
 
 
-def before_load(cfg: Any, *, world_size: int | None = None, launched: bool | None = None,
-                origin: str = "set") -> tuple[Report, Any]:
+def before_load(
+    cfg: Any, *, world_size: int | None = None, launched: bool | None = None, origin: str = "set"
+) -> tuple[Report, Any]:
     """Every `before_load` check of run config `cfg` (nothing loads). world_size / launched: the
     processes the run will have (default: this process's launcher, `launch_env`); origin: where the
     run's `set:` overrides were written, for messages. Returns (report, the effective variant or
     None when it does not build). Raises nothing: problems are the report's lines."""
     ws, env_launched = launch_env()
-    s = BeforeLoad(cfg, world_size=ws if world_size is None else world_size,
-                   launched=env_launched if launched is None else launched, origin=origin)
+    s = BeforeLoad(
+        cfg,
+        world_size=ws if world_size is None else world_size,
+        launched=env_launched if launched is None else launched,
+        origin=origin,
+    )
     rep = run_stage("before_load", s, BEFORE_LOAD)
     return rep, s.variant
 
 
-def after_load(cfg: Any, variant: Any, model_config: Any, tokenizer: Any, *, rows: Sequence[dict[str, Any]] = (),
-               available: int | None = None, model: Any = None) -> Report:
+def after_load(
+    cfg: Any,
+    variant: Any,
+    model_config: Any,
+    tokenizer: Any,
+    *,
+    rows: Sequence[dict[str, Any]] = (),
+    available: int | None = None,
+    model: Any = None,
+) -> Report:
     """Every `after_load` check: cfg and its effective variant (from `before_load`), the policy's
     transformers config and tokenizer, the task's prompts `rows` (train and eval), `available` bytes
     on the run's device (None: the memory check is skipped), and the model when it is loaded (else a
@@ -97,13 +138,16 @@ def check_loadable(cfg: Any, variant: Any, device: Any = None, *, memory: bool =
 
     files = model_files(cfg)
     if files is None:
-        return Report(notes=[f"model {cfg.model}: no local config.json, so the context length and memory are "
-                             "checked when the model loads"])
+        return Report(
+            notes=[
+                f"model {cfg.model}: no local config.json, so the context length and memory are "
+                "checked when the model loads"
+            ]
+        )
     try:
         rows = task.task_rows(cfg.task)
     except Exception:  # noqa: BLE001 - before_load's `task` check said why
         return Report()
     if device is None:
         device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-    return after_load(cfg, variant, *files, rows=rows,
-                      available=available_memory(device) if memory else None)
+    return after_load(cfg, variant, *files, rows=rows, available=available_memory(device) if memory else None)

@@ -9,6 +9,7 @@ Stages: `before_load` (the config alone: nothing loads; `zoo.checks.before_load`
 (the model's config.json and tokenizer, a meta-device model; `zoo.checks.after_load`). A check may
 set fields of its subject that later checks read (the variant, the built rewards); a check whose
 inputs an earlier one could not build returns at once (that one reported why)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,5 +1,6 @@
 """What a check stage found: errors (the run must not start), warnings (it starts, something is
 likely wrong) and notes (worth knowing), one line each naming the file and key."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

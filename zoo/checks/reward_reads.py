@@ -4,6 +4,7 @@ the per-row metric a sampling filter or a length reward names (`filter: dynamic_
 term reads (`nll_positive`'s `column`: declared `reads_column`). `zoo validate` and `zoo run` call
 `check_reward_reads` (zoo.checks); before it, the `rewards` check resolves the run's rewards and gold
 rewards. Without these, such mistakes surface only at the first step, after the models loaded."""
+
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
@@ -11,13 +12,14 @@ from typing import Any, Mapping, Sequence
 from zoo.checks.registry import check
 from zoo.checks.report import Report
 from zoo.checks.subject import BeforeLoad
-from zoo.core.declarations import of as declared
 from zoo.components.filter import step_metric_kinds
+from zoo.core.declarations import of as declared
 from zoo.core.registry import Component, build
 
 
-def check_reward_reads(slots: Any, rewards: Sequence[Component],
-                       context: Mapping[str, Any] | None = None) -> tuple[list[str], list[str]]:
+def check_reward_reads(
+    slots: Any, rewards: Sequence[Component], context: Mapping[str, Any] | None = None
+) -> tuple[list[str], list[str]]:
     """(errors, warnings) for `slots` (a variant's slots: `filter`, `length`, `loss` lists of specs)
     against the run's built reward components, in the order of the run file's `rewards:`.
 
@@ -39,27 +41,37 @@ def check_reward_reads(slots: Any, rewards: Sequence[Component],
             metric = comp.resolved()["metric"]
             if metric not in kinds:
                 why = "it needs a `correctness` reward" if metric == "accuracy" else "no reward produces it"
-                errors.append(f"{slot} {comp.name}: metric {metric!r} will not exist ({why}); the step's metrics "
-                              f"are {', '.join(sorted(kinds))}")
+                errors.append(
+                    f"{slot} {comp.name}: metric {metric!r} will not exist ({why}); the step's metrics "
+                    f"are {', '.join(sorted(kinds))}"
+                )
             elif slot == "filter" and kinds[metric] is False:
-                warnings.append(f"filter {comp.name}: metric {metric!r} is continuous, so its values rarely tie "
-                                "within a group and the filter keeps nearly every group (it drops only groups whose "
-                                "values are all equal); DAPO filters on accuracy")
+                warnings.append(
+                    f"filter {comp.name}: metric {metric!r} is continuous, so its values rarely tie "
+                    "within a group and the filter keeps nearly every group (it drops only groups whose "
+                    "values are all equal); DAPO filters on accuracy"
+                )
             elif slot == "length" and metric != "accuracy" and kinds[metric] is not True:
-                warnings.append(f"length {comp.name}: metric {metric!r} is not a 0/1 correctness score; a row counts "
-                                "as correct when it is 1.0, so a continuous metric makes nearly every row incorrect "
-                                "(Kimi k1.5 uses accuracy)")
+                warnings.append(
+                    f"length {comp.name}: metric {metric!r} is not a 0/1 correctness score; a row counts "
+                    "as correct when it is 1.0, so a continuous metric makes nearly every row incorrect "
+                    "(Kimi k1.5 uses accuracy)"
+                )
     for comp in (build("loss", s, context) for s in getattr(slots, "loss", None) or []):
         if comp.decl.reads_column:
             col, n = comp.resolved()["column"], len(rewards)
             if col >= n:
-                errors.append(f"loss {comp.name}: column {col} does not exist; the run has {n} reward column(s), "
-                              f"numbered 0 .. {n - 1} in the order of the run file's `rewards:`")
+                errors.append(
+                    f"loss {comp.name}: column {col} does not exist; the run has {n} reward column(s), "
+                    f"numbered 0 .. {n - 1} in the order of the run file's `rewards:`"
+                )
             elif not declared(rewards[col]).accuracy:
                 judges = [i for i, r in enumerate(rewards) if declared(r).accuracy]
                 hint = f"set column: {judges[0]} ({rewards[judges[0]].name})" if judges else "add a correctness reward"
-                warnings.append(f"loss {comp.name}: column {col} is {rewards[col].name!r}, not a correctness reward, "
-                                f"yet a row counts as correct when its score is >= the threshold: {hint}")
+                warnings.append(
+                    f"loss {comp.name}: column {col} is {rewards[col].name!r}, not a correctness reward, "
+                    f"yet a row counts as correct when its score is >= the threshold: {hint}"
+                )
     return errors, warnings
 
 

@@ -3,6 +3,7 @@
 Called by the `run_warnings` check of zoo.checks (`zoo run`, `zoo validate`, `zoo ablate`, `zoo bench`);
 each returns warnings (the run still starts), one line each, naming the keys.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -26,24 +27,30 @@ def shadowed_overrides(cfg: RunConfig) -> list[str]:
         if budget is None:
             continue
         shown = budget.model_dump() if hasattr(budget, "model_dump") else budget
-        out.append(f"set.{key} = {value} is ignored: budget.{head} = {shown} wins over the variant; "
-                   f"set budget.{key} instead (or remove budget.{head})")
+        out.append(
+            f"set.{key} = {value} is ignored: budget.{head} = {shown} wins over the variant; "
+            f"set budget.{key} instead (or remove budget.{head})"
+        )
     return out
 
 
 def ref_reset_unused(cfg: RunConfig, v: Variant) -> list[str]:
     """`ref_reset_every` with a variant that has no KL to the reference (`kl: none`): nothing to reset."""
     if cfg.ref_reset_every and not kl_parts(v.slots.kl_spec()).enabled:
-        return [f"ref_reset_every = {cfg.ref_reset_every} has no effect: variant {v.name!r} has kl: none, so no "
-                "reference model is kept (set slots.kl to use one, or remove ref_reset_every)"]
+        return [
+            f"ref_reset_every = {cfg.ref_reset_every} has no effect: variant {v.name!r} has kl: none, so no "
+            "reference model is kept (set slots.kl to use one, or remove ref_reset_every)"
+        ]
     return []
 
 
 def warmup_covers_run(cfg: RunConfig, v: Variant) -> list[str]:
     """A value-pretraining warm-up (`critic_warmup`) as long as the run: the policy never moves."""
     if v.critic_warmup and v.critic_warmup >= cfg.budget.steps:
-        return [f"critic_warmup = {v.critic_warmup} >= budget.steps = {cfg.budget.steps}: only the critic trains, the "
-                "policy never moves (set budget.critic_warmup lower, or budget.steps higher)"]
+        return [
+            f"critic_warmup = {v.critic_warmup} >= budget.steps = {cfg.budget.steps}: only the critic trains, the "
+            "policy never moves (set budget.critic_warmup lower, or budget.steps higher)"
+        ]
     return []
 
 
@@ -55,8 +62,10 @@ def unbounded_steps(cfg: RunConfig) -> list[str]:
     """`budget.steps` above STEPS_WARN: a run that would not end in any useful time."""
     if cfg.budget.steps <= STEPS_WARN:
         return []
-    return [f"budget.steps = {cfg.budget.steps:.3g} is more than {STEPS_WARN} rollout steps: the run would not end in "
-            "any useful time (it can be stopped with Ctrl-C and resumes from its last checkpoint); lower budget.steps"]
+    return [
+        f"budget.steps = {cfg.budget.steps:.3g} is more than {STEPS_WARN} rollout steps: the run would not end in "
+        "any useful time (it can be stopped with Ctrl-C and resumes from its last checkpoint); lower budget.steps"
+    ]
 
 
 def run_warnings(cfg: RunConfig, v: Variant) -> list[str]:
@@ -64,8 +73,13 @@ def run_warnings(cfg: RunConfig, v: Variant) -> list[str]:
     that is not built yet (zoo.rewards.reward_model.missing_models)."""
     from zoo.rewards.reward_model import missing_models
 
-    return (shadowed_overrides(cfg) + ref_reset_unused(cfg, v) + warmup_covers_run(cfg, v) + unbounded_steps(cfg)
-            + missing_models(list(cfg.rewards) + list(cfg.gold)))
+    return (
+        shadowed_overrides(cfg)
+        + ref_reset_unused(cfg, v)
+        + warmup_covers_run(cfg, v)
+        + unbounded_steps(cfg)
+        + missing_models(list(cfg.rewards) + list(cfg.gold))
+    )
 
 
 def coerce_numeric(value: Any) -> Any:

@@ -1,4 +1,5 @@
 """What each stage's checks see: the run config and what earlier checks built from it."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -24,8 +25,11 @@ class BeforeLoad:
     def context(self) -> dict[str, Any]:
         """What a component's check reads from the run (group size and updates in use, max_new_tokens)."""
         v, b = self.variant, self.cfg.budget
-        return {"group_size": b.group_size or v.group_size, "updates": b.updates or v.updates,
-                "max_new_tokens": b.max_new_tokens}
+        return {
+            "group_size": b.group_size or v.group_size,
+            "updates": b.updates or v.updates,
+            "max_new_tokens": b.max_new_tokens,
+        }
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """`task:` loads (the task's name, dataset and its config; did-you-mean from the task loaders), so
 `zoo validate` refuses a task `zoo run` would fail to load. The prompts are kept for `after_load`'s
 context check (`rows`)."""
+
 from __future__ import annotations
 
 import json
@@ -33,9 +34,11 @@ def task(s: BeforeLoad, rep: Report) -> None:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         where = hub_dataset(s.cfg.task)
         if where and _unreachable(msg):  # the Hub, not the file, is missing: zoo run loads it where it is reachable
-            rep.notes.append(f"task: dataset {where!r} is on the Hugging Face Hub and not in the local cache, and the "
-                             "Hub is not reachable from here: not loaded, so its rows and the context length are "
-                             "checked when `zoo run` loads it")
+            rep.notes.append(
+                f"task: dataset {where!r} is on the Hugging Face Hub and not in the local cache, and the "
+                "Hub is not reachable from here: not loaded, so its rows and the context length are "
+                "checked when `zoo run` loads it"
+            )
             return
         rep.errors.append(f"task: {msg}")
 
@@ -49,12 +52,27 @@ def hub_dataset(spec: Any) -> str | None:
     if not isinstance(spec, dict) or spec.get("name", "reasoning_gym") != "hf":
         return None
     path = spec.get("path")
-    if not isinstance(path, str) or path.startswith((".", "/", "~")) or os.path.exists(path) or not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", path):
+    if (
+        not isinstance(path, str)
+        or path.startswith((".", "/", "~"))
+        or os.path.exists(path)
+        or not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", path)
+    ):
         return None
     return None if os.path.splitext(path)[1].lower() in (".json", ".jsonl", ".parquet", ".csv") else path
 
 
 def _unreachable(msg: str) -> bool:
     """Whether a load error says the Hub could not be reached (offline mode, no connection)."""
-    return any(k in msg for k in ("HF_HUB_OFFLINE", "OfflineModeIsEnabled", "ConnectionError", "Couldn't reach",
-                                  "couldn't connect", "Max retries exceeded", "Temporary failure in name resolution"))
+    return any(
+        k in msg
+        for k in (
+            "HF_HUB_OFFLINE",
+            "OfflineModeIsEnabled",
+            "ConnectionError",
+            "Couldn't reach",
+            "couldn't connect",
+            "Max retries exceeded",
+            "Temporary failure in name resolution",
+        )
+    )

@@ -1,17 +1,18 @@
 """The variant and its slots: combinations no single component can reject (`check_variant`), and the
 `before_load` checks that load the run's plugins and build its effective variant (the run's `set:`
 overrides and the budget's group_size / updates / critic_warmup applied, as the step uses it)."""
+
 from __future__ import annotations
 
 import re
 from typing import Any, Mapping
 
-from zoo.core import stages
 from zoo.checks.registry import check
 from zoo.checks.report import Report
 from zoo.checks.subject import BeforeLoad
 from zoo.config.desugar import kl_parts
 from zoo.config.variant import Variant, VariantError, build_components
+from zoo.core import stages
 from zoo.core.declarations import of as declared
 from zoo.core.fields import declared_reads, unproduced_reads
 from zoo.core.registry import ComponentError
@@ -39,24 +40,35 @@ def check_variant(v: Variant, context: Mapping[str, Any] | None = None) -> Repor
         rep.errors.append(f"{where}: {e}")
         active = []
     written = {f: s.name for s in active for f in s.decl.writes}
-    errors, warnings = unproduced_reads(named + [("stage", s) for s in active],
-                                        {**comps, "kl_reward": parts.reward_estimator}, written)
+    errors, warnings = unproduced_reads(
+        named + [("stage", s) for s in active], {**comps, "kl_reward": parts.reward_estimator}, written
+    )
     errors += stages.order_errors(named, active)  # every read made before it is read
     rep.errors += [f"{where}: {e}" for e in errors]  # e.g. gae without a critic
     rep.warnings += [f"{where}: {w}" for w in warnings]  # e.g. reinforce_pp without the KL in the reward
     if v.critic_warmup and comps["critic"] is None:
-        rep.errors.append(f"{where}: critic_warmup {v.critic_warmup} needs a critic (slots.critic): without one "
-                          "nothing trains in those steps")
-    if comps["critic"] is not None and not any("values" in declared_reads(c) for _, c in named if c is not comps["critic"]):
-        rep.warnings.append(f"{where}: slots.critic is set but no component reads 'values' (advantage {adv.name!r} "
-                            "uses none): the critic is not trained")
+        rep.errors.append(
+            f"{where}: critic_warmup {v.critic_warmup} needs a critic (slots.critic): without one "
+            "nothing trains in those steps"
+        )
+    if comps["critic"] is not None and not any(
+        "values" in declared_reads(c) for _, c in named if c is not comps["critic"]
+    ):
+        rep.warnings.append(
+            f"{where}: slots.critic is set but no component reads 'values' (advantage {adv.name!r} "
+            "uses none): the critic is not trained"
+        )
     group_based = [c.name for c in (adv, comps["normalizer"], comps["objective_norm"]) if declared(c).needs_groups]
     group_based += [c.name for c in comps["filter"] + comps["length"] if declared(c).needs_groups]
     if g < 2 and group_based:
-        rep.errors.append(f"{where}: group_size {g} < 2 but {', '.join(group_based)} need groups of several completions")
+        rep.errors.append(
+            f"{where}: group_size {g} < 2 but {', '.join(group_based)} need groups of several completions"
+        )
     if not parts.enabled and (kl.beta != 0 or kl.adaptive is not None):
-        rep.errors.append(f"{where}: kl.placement is 'none', so kl.beta / kl.adaptive have no effect: set "
-                          "kl.placement to loss or reward to use a KL term, or leave them out")
+        rep.errors.append(
+            f"{where}: kl.placement is 'none', so kl.beta / kl.adaptive have no effect: set "
+            "kl.placement to loss or reward to use a KL term, or leave them out"
+        )
     if parts.enabled and kl.beta == 0 and kl.adaptive is None:
         rep.warnings.append(f"{where}: kl.placement is {kl.placement!r} with beta 0: the KL has no effect")
     if parts.reward_estimator is not None and declared(adv).level == "sequence":
@@ -75,8 +87,10 @@ def check_variant(v: Variant, context: Mapping[str, Any] | None = None) -> Repor
     for c in comps["controllers"]:  # a controller sets a term's hyperparameter by name: that term must be there
         for target in declared(c).sets:
             if target.split(".")[0] not in terms:
-                rep.errors.append(f"{where}: controllers: {c.name!r} sets {target!r}, but slots.loss has no "
-                                  f"{target.split('.')[0]!r} term (loss terms: {', '.join(sorted(terms)) or '(none)'})")
+                rep.errors.append(
+                    f"{where}: controllers: {c.name!r} sets {target!r}, but slots.loss has no "
+                    f"{target.split('.')[0]!r} term (loss terms: {', '.join(sorted(terms)) or '(none)'})"
+                )
     if n_updates == 1 and comps["clip"].name != "none":
         what = declared(comps["clip"]).single_update or "can have no effect"  # e.g. clip_cov: its selection acts
         rep.warnings.append(

@@ -1,6 +1,7 @@
 """Run settings that would be silently ignored (zoo.checks.run_checks: a `set:` the budget replaces,
 `ref_reset_every` without a KL, a critic warm-up as long as the run, a reward model not built yet):
 warnings, the run still starts."""
+
 from __future__ import annotations
 
 from zoo.checks.registry import check

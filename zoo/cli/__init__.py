@@ -9,6 +9,7 @@ Importing this package first chooses the CPU threads and the OpenMP wait policy 
 before any command imports torch: the console script, `python -m zoo.cli` and torchrun's ranks all
 import it first. `zoo/__init__.py` must stay free of torch for this to work.
 """
+
 from zoo.run import threads as _threads
 
 _threads.apply()

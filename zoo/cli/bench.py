@@ -1,4 +1,5 @@
 """`zoo bench` (registered on `zoo.cli.common.app`): step cost per phase, TRL race, memory, scaling scans."""
+
 from __future__ import annotations
 
 import json
@@ -24,38 +25,72 @@ def bench(
     max_new_tokens: int = typer.Option(64, "--max-new-tokens", min=1),
     steps: int = typer.Option(3, "--steps", min=1, help="measured steps (after the warm-up)"),
     warmup: int = typer.Option(1, "--warmup", min=1, help="warm-up steps (not measured)"),
-    lora: Optional[bool] = typer.Option(None, "--lora/--full", help="LoRA r16 on q,k,v,o or full fine-tuning "
-                                        "(default full; --memory runs both unless one is given)"),
+    lora: Optional[bool] = typer.Option(
+        None,
+        "--lora/--full",
+        help="LoRA r16 on q,k,v,o or full fine-tuning (default full; --memory runs both unless one is given)",
+    ),
     checkpointing: bool = typer.Option(False, "--checkpointing", help="activation checkpointing in the train forward"),
-    ignore_eos: bool = typer.Option(False, "--ignore-eos", help="every completion runs to --max-new-tokens (cost "
-                                    "per token; otherwise completions stop at EOS). Not with --vs"),
-    autocast: str = typer.Option("auto", "--autocast", help="auto | bf16 | none (auto: bf16 where the GPU "
-                                 "or CPU runs it natively, else none = fp32; printed). fp16 is not supported"),
+    ignore_eos: bool = typer.Option(
+        False,
+        "--ignore-eos",
+        help="every completion runs to --max-new-tokens (cost "
+        "per token; otherwise completions stop at EOS). Not with --vs",
+    ),
+    autocast: str = typer.Option(
+        "auto",
+        "--autocast",
+        help="auto | bf16 | none (auto: bf16 where the GPU "
+        "or CPU runs it natively, else none = fp32; printed). fp16 is not supported",
+    ),
     micro_batch: int = typer.Option(8, "--micro-batch", min=1, help="completions per forward/backward"),
-    updates: Optional[str] = typer.Option(None, "--updates", help="EPOCHSxMINIBATCHES per rollout (default: the "
-                                          "variant's; 1x1 with --memory)"),
+    updates: Optional[str] = typer.Option(
+        None, "--updates", help="EPOCHSxMINIBATCHES per rollout (default: the variant's; 1x1 with --memory)"
+    ),
     set_: List[str] = typer.Option([], "--set", help="slot override, e.g. clip.eps_high=0.3 (repeatable)"),
     vs: Optional[str] = typer.Option(None, "--vs", help="'trl': race TRL's GRPOTrainer at matched settings"),
     rounds: int = typer.Option(2, "--rounds", min=1, help="--vs: alternations (zoo/TRL, then TRL/zoo, ...)"),
     memory: bool = typer.Option(False, "--memory", help="peak memory breakdown per variant, full and LoRA"),
-    reward_model: Optional[str] = typer.Option(None, "--reward-model", help="also score with this reward model "
-                                               "(a `reward_model` reward: HF id or directory); its weights are a line "
-                                               "of the memory breakdown"),
-    scan_: Optional[str] = typer.Option(None, "--scan", help="KEY=V1,V2,...: group_size, max_new_tokens, prompts "
-                                        "or micro_batch"),
+    reward_model: Optional[str] = typer.Option(
+        None,
+        "--reward-model",
+        help="also score with this reward model "
+        "(a `reward_model` reward: HF id or directory); its weights are a line "
+        "of the memory breakdown",
+    ),
+    scan_: Optional[str] = typer.Option(
+        None, "--scan", help="KEY=V1,V2,...: group_size, max_new_tokens, prompts or micro_batch"
+    ),
     plot: Optional[Path] = typer.Option(None, "--plot", help="--scan: PNG path (default bench-scan-KEY.png)"),
-    task: Optional[str] = typer.Option(None, "--task", help="task spec as a YAML/JSON mapping or a YAML file "
-                                       "(default: worked 2-shot, 2-term arithmetic with 1-2 digit numbers)"),
-    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: the CPUs this "
-                                         "process may use minus other zoo runs' threads)"),
-    strategy: str = typer.Option("single", "--strategy", help="single | ddp | fsdp (training.strategy; ddp and "
-                                 "fsdp need --nproc N or a launcher): per-rank memory and step time"),
-    nproc: Optional[int] = typer.Option(None, "--nproc", min=1, help="start N processes of this machine under "
-                                        "torchrun (with --strategy ddp or fsdp)"),
+    task: Optional[str] = typer.Option(
+        None,
+        "--task",
+        help="task spec as a YAML/JSON mapping or a YAML file "
+        "(default: worked 2-shot, 2-term arithmetic with 1-2 digit numbers)",
+    ),
+    threads: Optional[int] = typer.Option(
+        None,
+        "--threads",
+        min=1,
+        help="torch CPU threads (default: the CPUs this process may use minus other zoo runs' threads)",
+    ),
+    strategy: str = typer.Option(
+        "single",
+        "--strategy",
+        help="single | ddp | fsdp (training.strategy; ddp and "
+        "fsdp need --nproc N or a launcher): per-rank memory and step time",
+    ),
+    nproc: Optional[int] = typer.Option(
+        None, "--nproc", min=1, help="start N processes of this machine under torchrun (with --strategy ddp or fsdp)"
+    ),
     seed: int = typer.Option(0, "--seed"),
-    backend: List[str] = typer.Option([], "--backend", help="generator(s) to sample with (sampling.backend): a "
-                                      "name, a comma list or repeated for side by side runs, or a YAML mapping "
-                                      "'{name: noisy, sigma: 0.1}'; default hf"),
+    backend: List[str] = typer.Option(
+        [],
+        "--backend",
+        help="generator(s) to sample with (sampling.backend): a "
+        "name, a comma list or repeated for side by side runs, or a YAML mapping "
+        "'{name: noisy, sigma: 0.1}'; default hf",
+    ),
     as_json: bool = typer.Option(False, "--json", help="print the full result as JSON"),
     out: Optional[Path] = typer.Option(None, "--out", help="also write the JSON result to this file"),
 ) -> None:
@@ -76,8 +111,10 @@ def bench(
 
     quiet_logs()
     if autocast == "fp16":
-        fail("--autocast fp16 is not supported: training in fp16 needs a gradient scaler, which zoo does not "
-             "have; use auto, bf16 or none")
+        fail(
+            "--autocast fp16 is not supported: training in fp16 needs a gradient scaler, which zoo does not "
+            "have; use auto, bf16 or none"
+        )
     if autocast not in ("auto", "none", "bf16"):
         fail(f"--autocast {autocast!r}: use auto, bf16 or none")
     try:
@@ -123,11 +160,28 @@ def bench(
         if not isinstance(data, dict):
             fail("--task: expected a mapping such as '{name: reasoning_gym, dataset: basic_arithmetic}'")
         task_spec = data
-    spec = zb.BenchSpec(task=task_spec, variant=names[0] if names else "grpo", model=model, prompts=prompts, group_size=group_size,
-                        max_new_tokens=max_new_tokens, steps=steps, warmup=warmup, lora=bool(lora), autocast=autocast, checkpointing=checkpointing,
-                        ignore_eos=ignore_eos,
-                        micro_batch=micro_batch, updates=updates, sets=parse_sets(set_), seed=seed, threads=threads,
-                        strategy=strategy, backend=backends[0], autocast_setting=setting)
+    spec = zb.BenchSpec(
+        task=task_spec,
+        variant=names[0] if names else "grpo",
+        model=model,
+        prompts=prompts,
+        group_size=group_size,
+        max_new_tokens=max_new_tokens,
+        steps=steps,
+        warmup=warmup,
+        lora=bool(lora),
+        autocast=autocast,
+        checkpointing=checkpointing,
+        ignore_eos=ignore_eos,
+        micro_batch=micro_batch,
+        updates=updates,
+        sets=parse_sets(set_),
+        seed=seed,
+        threads=threads,
+        strategy=strategy,
+        backend=backends[0],
+        autocast_setting=setting,
+    )
     if reward_model:
         spec = replace(spec, rewards=list(spec.rewards) + [{"name": "reward_model", "model": reward_model}])
     if memory and not names:
@@ -143,7 +197,7 @@ def bench(
             check_bench(spec, names or [spec.variant])
     except ValueError as e:
         fail(str(e))
-    log = (lambda msg: err.print(f"[dim]{msg}[/]", highlight=False))
+    log = lambda msg: err.print(f"[dim]{msg}[/]", highlight=False)
     if vs:
         from zoo.bench.trl import INSTALL_HINT, trl_available
 
@@ -152,7 +206,9 @@ def bench(
     try:
         if vs:
             if names:
-                err.print("[yellow]note:[/] --vs trl always races the TRL-matched GRPO settings; the variant is ignored")
+                err.print(
+                    "[yellow]note:[/] --vs trl always races the TRL-matched GRPO settings; the variant is ignored"
+                )
             res = zb.vs_trl(spec, rounds=rounds, log=log)
             show = print_vs
         elif memory:
@@ -174,8 +230,12 @@ def bench(
             runs = []
             for b in backends:
                 log(f"backend {b}")
-                runs.append(zb.run_bench(replace(spec, backend=b), on_step=lambda i, row: log(
-                    f"step {i}/{steps}: {row['step']['seconds']:.2f} s")))
+                runs.append(
+                    zb.run_bench(
+                        replace(spec, backend=b),
+                        on_step=lambda i, row: log(f"step {i}/{steps}: {row['step']['seconds']:.2f} s"),
+                    )
+                )
             res = runs[0] if len(runs) == 1 else {"backends": runs}
 
             def show(r: dict[str, Any]) -> None:

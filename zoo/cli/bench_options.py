@@ -1,5 +1,6 @@
 """`zoo bench`'s option checks that are more than a typer range: --strategy/--nproc against the mode,
 and --backend values to generator specs (each raises ValueError naming the option)."""
+
 from __future__ import annotations
 
 from typing import Any, List
@@ -14,11 +15,15 @@ def check_launch(strategy: str, nproc: int | None, launched: bool, modes: int) -
     if strategy not in STRATEGIES:
         raise ValueError(f"--strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
     if strategy != "single" and nproc is None and not launched:
-        raise ValueError(f"--strategy {strategy} needs processes: add --nproc N (zoo bench grpo --strategy "
-                         f"{strategy} --nproc 2) or start it under torchrun")
+        raise ValueError(
+            f"--strategy {strategy} needs processes: add --nproc N (zoo bench grpo --strategy "
+            f"{strategy} --nproc 2) or start it under torchrun"
+        )
     if strategy == "single" and (nproc or 1) > 1:
-        raise ValueError(f"--nproc {nproc} with --strategy single: nothing would combine the ranks' gradients; "
-                         "add --strategy ddp or fsdp")
+        raise ValueError(
+            f"--nproc {nproc} with --strategy single: nothing would combine the ranks' gradients; "
+            "add --strategy ddp or fsdp"
+        )
     if (nproc is not None or strategy != "single") and modes:
         raise ValueError("--strategy/--nproc bench one configuration: not with --vs, --memory or --scan")
 

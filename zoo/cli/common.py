@@ -4,6 +4,7 @@ The commands register on `app` in `zoo.cli.inspect`, `zoo.cli.run` and `zoo.cli.
 `zoo.cli.entry` imports them all and is the entry point. Every command that reads files reports
 problems as `file: key: message` and exits 1.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,7 +34,9 @@ app = typer.Typer(
 )
 # Written to a log file or a pipe (not a terminal), tables keep their width instead of rich's 80 columns,
 # which cut cells to "…" (the report's rule, zoo.study.report.console_fit); COLUMNS still wins where set.
-console = Console() if Console().is_terminal or os.environ.get("COLUMNS") else Console(width=PIPE_WIDTH)  # no file=: follows sys.stdout
+console = (
+    Console() if Console().is_terminal or os.environ.get("COLUMNS") else Console(width=PIPE_WIDTH)
+)  # no file=: follows sys.stdout
 err = Console(stderr=True)
 
 
@@ -74,8 +77,10 @@ def parse_sets(sets: list[str]) -> dict[str, Any]:
         try:
             out[k.strip()] = yaml.safe_load(v)
         except yaml.YAMLError as e:
-            fail(f"--set {s!r}: the value is not valid YAML ({str(e).splitlines()[0]}); quote strings and "
-                 "write lists as [a, b]")
+            fail(
+                f"--set {s!r}: the value is not valid YAML ({str(e).splitlines()[0]}); quote strings and "
+                "write lists as [a, b]"
+            )
         except RecursionError:
             fail(f"--set {k.strip()}=...: the value is nested too deeply to read")
         if too_deep(out[k.strip()]) is not None:

@@ -1,5 +1,6 @@
 """The `zoo` command: the app with every command registered, and the console-script entry point
 (`zoo = "zoo.cli:main"`, re-exported by `zoo/cli/__init__.py`; `python -m zoo.cli` runs it too)."""
+
 from __future__ import annotations
 
 import os
@@ -7,10 +8,12 @@ import os
 from rich.markup import escape
 
 # each registers its commands on the app; this order is the order `zoo --help` lists them in
-from zoo.cli import inspect  # noqa: F401,I001
-from zoo.cli import bench  # noqa: F401,I001
-from zoo.cli import run  # noqa: F401,I001
-from zoo.cli import rm  # noqa: F401,I001
+from zoo.cli import (
+    bench,  # noqa: F401,I001
+    inspect,  # noqa: F401,I001
+    rm,  # noqa: F401,I001
+    run,  # noqa: F401,I001
+)
 from zoo.cli.common import app, err
 
 __all__ = ["app", "main"]
@@ -22,8 +25,15 @@ def main() -> None:
     traceback)."""
     try:
         app()
-    except (ValueError, KeyError, FileNotFoundError, FileExistsError, NotADirectoryError, ModuleNotFoundError,
-            RecursionError) as e:  # VariantError, ComponentError, TaskError, ReportError are ValueErrors
+    except (
+        ValueError,
+        KeyError,
+        FileNotFoundError,
+        FileExistsError,
+        NotADirectoryError,
+        ModuleNotFoundError,
+        RecursionError,
+    ) as e:  # VariantError, ComponentError, TaskError, ReportError are ValueErrors
         if os.environ.get("ZOO_DEBUG"):
             raise
         err.print(f"[bold red]error:[/] {escape(str(e) or type(e).__name__)}", highlight=False, soft_wrap=True)

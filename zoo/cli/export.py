@@ -1,4 +1,5 @@
 """`zoo export RUN_DIR OUT_DIR`: the trained policy as a plain Hugging Face checkpoint."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,7 +22,9 @@ def export_run(run_dir: Path, out_dir: Path) -> Path:
     if out == run or run in out.parents:
         raise ValueError(f"{out_dir}: inside the run directory {run_dir}; export to a folder of its own")
     if out.is_dir() and any(out.iterdir()):
-        raise ValueError(f"{out_dir}: exists and is not empty; export into a new or empty folder (nothing is overwritten)")
+        raise ValueError(
+            f"{out_dir}: exists and is not empty; export into a new or empty folder (nothing is overwritten)"
+        )
 
     cfg_file = Path(run_dir) / "config.yaml"
     if not cfg_file.exists():

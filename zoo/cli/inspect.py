@@ -1,4 +1,5 @@
 """`zoo list | show | diff | validate` (registered on `zoo.cli.common.app`): the registry and files, no model."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,7 +12,6 @@ from rich.table import Table
 
 from zoo.cli.common import app, console, fail, parse_sets, print_json
 
-
 # --------------------------------------------------------------------------- list / show / diff
 
 
@@ -21,8 +21,8 @@ def list_cmd(
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
 ) -> None:
     """List registered components (by kind) and named variants."""
-    from zoo.core import registry
     from zoo.config import variant
+    from zoo.core import registry
 
     try:
         comps = registry.available()
@@ -71,10 +71,19 @@ def show(
     v = _load_variant(name, set_)
     resolved = v.resolved()
     if as_json:
-        print_json({"name": v.name, "paper": v.paper, "summary": v.summary, "file": v.path,
-                     "group_size": v.group_size, "updates": v.updates.model_dump(),
-                     **({"critic_warmup": v.critic_warmup} if v.critic_warmup else {}),
-                     "slots": resolved, "sources": v.sources})
+        print_json(
+            {
+                "name": v.name,
+                "paper": v.paper,
+                "summary": v.summary,
+                "file": v.path,
+                "group_size": v.group_size,
+                "updates": v.updates.model_dump(),
+                **({"critic_warmup": v.critic_warmup} if v.critic_warmup else {}),
+                "slots": resolved,
+                "sources": v.sources,
+            }
+        )
         return
     console.print(f"[bold]{v.name}[/]  {v.paper}\n{v.summary}\n[dim]{v.path}[/]")
     table = Table(show_lines=True)
@@ -82,7 +91,9 @@ def show(
     table.add_column("value")
     table.add_column("source", style="dim")
     table.add_row("group_size", str(v.group_size), v.sources.get("group_size", ""))
-    table.add_row("updates", f"epochs {v.updates.epochs} x minibatches {v.updates.minibatches}", v.sources.get("updates", ""))
+    table.add_row(
+        "updates", f"epochs {v.updates.epochs} x minibatches {v.updates.minibatches}", v.sources.get("updates", "")
+    )
     if v.critic_warmup:
         table.add_row("critic_warmup", f"{v.critic_warmup} steps (critic only)", v.sources.get("critic_warmup", ""))
     for slot, val in resolved.items():
@@ -142,15 +153,17 @@ def _is_study(data: dict[str, Any]) -> bool:
     import difflib
 
     from zoo.config.run import RunConfig
-    from zoo.study.experiment import STUDY_KEYS
     from zoo.config.variant import Variant
+    from zoo.study.experiment import STUDY_KEYS
 
     if any(k in data for k in ("variants", "task", "model", "budget", "ablations", "variant")):
         return True
     if "slots" in data or "base" in data:
         return False
     run_keys = sorted(set(RunConfig.model_fields) | set(STUDY_KEYS))
-    unknown = [str(k) for k in data if k not in Variant.model_fields and k not in ("base", "plugins", "sources", "path")]
+    unknown = [
+        str(k) for k in data if k not in Variant.model_fields and k not in ("base", "plugins", "sources", "path")
+    ]
     return any(difflib.get_close_matches(k, run_keys, n=1, cutoff=0.8) for k in unknown)
 
 
@@ -158,8 +171,13 @@ def _is_study(data: dict[str, Any]) -> bool:
 def validate(
     files: List[Path] = typer.Argument(..., help="variant, run or study YAML files"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON list of {file, ok, errors, warnings, notes}"),
-    nproc: Optional[int] = typer.Option(None, "--nproc", min=1, help="check as `zoo run --nproc N` would run it "
-                                        "(N processes under a launcher); default: as `zoo run` in this process"),
+    nproc: Optional[int] = typer.Option(
+        None,
+        "--nproc",
+        min=1,
+        help="check as `zoo run --nproc N` would run it "
+        "(N processes under a launcher); default: as `zoo run` in this process",
+    ),
 ) -> None:
     """Check variant, run and study files without loading any weights, with the checks `zoo run` makes
     (zoo.checks; the model's config.json and tokenizer are read when local). Exit 1 if any has an error."""
@@ -187,8 +205,9 @@ def validate(
             rep.errors.append(str(e))
         results.append((str(f), rep))
     if as_json:
-        print_json([{"file": f, "ok": r.ok, "errors": r.errors, "warnings": r.warnings, "notes": r.notes}
-                     for f, r in results])
+        print_json(
+            [{"file": f, "ok": r.ok, "errors": r.errors, "warnings": r.warnings, "notes": r.notes} for f, r in results]
+        )
     else:
         for f, r in results:
             status = "[green]ok[/]" if r.ok else "[red]invalid[/]"

@@ -4,6 +4,7 @@ do not want to write the launcher line themselves:
     zoo run run.yaml --nproc 2 --set training.strategy=ddp
     # runs: python -m torch.distributed.run --standalone --nproc_per_node 2 -m zoo.cli run run.yaml --set ...
 """
+
 from __future__ import annotations
 
 import os
@@ -27,8 +28,17 @@ def without_nproc(args: list[str]) -> list[str]:
 def torchrun_command(nproc: int, args: list[str]) -> list[str]:
     """The torchrun command line that runs `zoo <args>` (args start with the subcommand, e.g.
     ["run", "run.yaml", "--nproc", "2"]) on `nproc` processes of this machine."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc),
-            "-m", "zoo.cli", *without_nproc(args)]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        str(nproc),
+        "-m",
+        "zoo.cli",
+        *without_nproc(args),
+    ]
 
 
 def launched() -> bool:

@@ -1,5 +1,6 @@
 """`zoo rm train RM.yaml` and `zoo rm pairs PAIRS.yaml` (registered on `zoo.cli.common.app` as the `rm`
 group): reward-model training and preference pairs from a task (zoo.rm)."""
+
 from __future__ import annotations
 
 from typing import List, Optional
@@ -8,8 +9,10 @@ import typer
 
 from zoo.cli.common import app, console, parse_sets, print_json, quiet_logs
 
-rm_app = typer.Typer(help="Reward models: train one on preference pairs, or make pairs from a task with gold answers.",
-                     no_args_is_help=True)
+rm_app = typer.Typer(
+    help="Reward models: train one on preference pairs, or make pairs from a task with gold answers.",
+    no_args_is_help=True,
+)
 app.add_typer(rm_app, name="rm")
 
 
@@ -30,9 +33,13 @@ def rm_train(
     if json_out:
         print_json(s)
         return
-    console.print(f"held-out pairwise accuracy {s['eval/accuracy/before']:.3f} -> [bold]{s['eval/accuracy/after']:.3f}[/] "
-                  f"on {s['pairs/eval']} pairs ({s['pairs/train']} trained, {s['steps']} steps, "
-                  f"{s['time/total_s']:.0f} s); reward model: {s['model']}", highlight=False, soft_wrap=True)
+    console.print(
+        f"held-out pairwise accuracy {s['eval/accuracy/before']:.3f} -> [bold]{s['eval/accuracy/after']:.3f}[/] "
+        f"on {s['pairs/eval']} pairs ({s['pairs/train']} trained, {s['steps']} steps, "
+        f"{s['time/total_s']:.0f} s); reward model: {s['model']}",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 @rm_app.command("pairs")
@@ -52,6 +59,10 @@ def rm_pairs(
     if json_out:
         print_json(s)
         return
-    console.print(f"{s['pairs']} pairs from {s['prompts']} prompts -> {s['output']} (chosen longer in "
-                  f"{s['chosen_longer_frac']:.2f}, chosen correct in {s['chosen_correct_frac']:.2f}; "
-                  f"{s['prompts_without_pair']} prompts gave no pair)", highlight=False, soft_wrap=True)
+    console.print(
+        f"{s['pairs']} pairs from {s['prompts']} prompts -> {s['output']} (chosen longer in "
+        f"{s['chosen_longer_frac']:.2f}, chosen correct in {s['chosen_correct_frac']:.2f}; "
+        f"{s['prompts_without_pair']} prompts gave no pair)",
+        highlight=False,
+        soft_wrap=True,
+    )

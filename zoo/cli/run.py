@@ -1,4 +1,5 @@
 """`zoo run | ablate | report | export` (registered on `zoo.cli.common.app`)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,13 +26,28 @@ def _sigterm_as_interrupt() -> None:
 @app.command()
 def run(
     config: Optional[Path] = typer.Argument(None, help="run YAML (or a study file with a single arm)"),
-    set_: List[str] = typer.Option([], "--set", help="dotted override: budget.steps=3, variant=ppo, set.clip.eps_high=0.3"),
-    resume: Optional[Path] = typer.Option(None, "--resume", help="continue the run in this directory from its last checkpoint"),
-    fresh: bool = typer.Option(False, "--fresh", help="delete the output directory's checkpoint and results and train from scratch"),
-    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: the CPUs this "
-                                         "process may use minus other zoo runs' threads; docs/performance.md)"),
-    nproc: Optional[int] = typer.Option(None, "--nproc", min=1, help="start N processes of this machine under torchrun "
-                                        "(with training.strategy ddp or fsdp)"),
+    set_: List[str] = typer.Option(
+        [], "--set", help="dotted override: budget.steps=3, variant=ppo, set.clip.eps_high=0.3"
+    ),
+    resume: Optional[Path] = typer.Option(
+        None, "--resume", help="continue the run in this directory from its last checkpoint"
+    ),
+    fresh: bool = typer.Option(
+        False, "--fresh", help="delete the output directory's checkpoint and results and train from scratch"
+    ),
+    threads: Optional[int] = typer.Option(
+        None,
+        "--threads",
+        min=1,
+        help="torch CPU threads (default: the CPUs this "
+        "process may use minus other zoo runs' threads; docs/performance.md)",
+    ),
+    nproc: Optional[int] = typer.Option(
+        None,
+        "--nproc",
+        min=1,
+        help="start N processes of this machine under torchrun (with training.strategy ddp or fsdp)",
+    ),
 ) -> None:
     """Train one variant (one seed) end to end, printing per-step metrics.
 
@@ -48,8 +64,8 @@ def run(
     import torch
 
     from zoo.cli import launch
-    from zoo.study.run_file import load_run_config
     from zoo.config.variant import VariantError
+    from zoo.study.run_file import load_run_config
 
     if nproc is not None and not launch.launched():
         if nproc > 1 and config is not None and resume is None:  # refuse before torchrun starts N copies of the error
@@ -60,8 +76,10 @@ def run(
             except VariantError as e:
                 fail(str(e))
             if cfg.training.strategy == "single":
-                fail(f"--nproc {nproc} with training.strategy single: nothing would combine the ranks' gradients; "
-                     "add --set training.strategy=ddp (or fsdp)")
+                fail(
+                    f"--nproc {nproc} with training.strategy single: nothing would combine the ranks' gradients; "
+                    "add --set training.strategy=ddp (or fsdp)"
+                )
             errors = before_load(cfg, world_size=nproc, launched=True)[0].errors  # what each rank would refuse
             if errors:
                 fail("\n".join(errors))
@@ -73,8 +91,10 @@ def run(
         torch.set_num_threads(threads)
     try:
         if resume is not None and config is not None:
-            fail(f"give either a run YAML ({config}) or --resume {resume}, not both: a resumed run keeps "
-                 "the configuration it started with")
+            fail(
+                f"give either a run YAML ({config}) or --resume {resume}, not both: a resumed run keeps "
+                "the configuration it started with"
+            )
         if resume is not None:
             cfg_file = resume / "config.yaml"
             if not cfg_file.exists():
@@ -108,8 +128,11 @@ def run(
 
     if dist.rank() != 0:  # one line per run, not per process
         return
-    console.print(f"[green]finished[/] {cfg.out_dir()}  reward/total {summary.get('reward/total', float('nan')):.4f}  "
-                  f"eval {greedy_acc(summary, 'eval/before')} -> {greedy_acc(summary, 'eval/after')}", highlight=False)
+    console.print(
+        f"[green]finished[/] {cfg.out_dir()}  reward/total {summary.get('reward/total', float('nan')):.4f}  "
+        f"eval {greedy_acc(summary, 'eval/before')} -> {greedy_acc(summary, 'eval/after')}",
+        highlight=False,
+    )
 
 
 def greedy_acc(summary: dict, key: str) -> str:
@@ -122,16 +145,34 @@ def greedy_acc(summary: dict, key: str) -> str:
 @app.command()
 def ablate(
     study: Path = typer.Argument(..., help="study YAML (experiments/*.yaml)"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="print the arms and the `zoo run` command for each; run nothing"),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="print the arms and the `zoo run` command for each; run nothing"
+    ),
     shard: Optional[str] = typer.Option(None, "--shard", help="i/n: run only arms i, i+n, ... (0-based), for clusters"),
     set_: List[str] = typer.Option([], "--set", help="dotted override applied to every arm, e.g. budget.steps=2"),
-    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: the CPUs this "
-                                         "process may use minus other zoo runs' threads)"),
-    fresh: List[str] = typer.Option([], "--fresh", help="ARM: delete this arm's results and retrain it (a label like grpo-s0, or grpo for all its seeds); repeatable"),
-    ray: bool = typer.Option(False, "--ray", help="each arm a Ray task with the study's `resources`, on a local Ray "
-                             "started here unless --ray-address; shared filesystem assumed (pip install 'variant-zoo\\[ray]')"),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", metavar="ADDRESS",
-                                              help="with --ray (implied): join this cluster, 'auto' or 'ray://head:10001'"),
+    threads: Optional[int] = typer.Option(
+        None,
+        "--threads",
+        min=1,
+        help="torch CPU threads (default: the CPUs this process may use minus other zoo runs' threads)",
+    ),
+    fresh: List[str] = typer.Option(
+        [],
+        "--fresh",
+        help="ARM: delete this arm's results and retrain it (a label like grpo-s0, or grpo for all its seeds); repeatable",
+    ),
+    ray: bool = typer.Option(
+        False,
+        "--ray",
+        help="each arm a Ray task with the study's `resources`, on a local Ray "
+        "started here unless --ray-address; shared filesystem assumed (pip install 'variant-zoo\\[ray]')",
+    ),
+    ray_address: Optional[str] = typer.Option(
+        None,
+        "--ray-address",
+        metavar="ADDRESS",
+        help="with --ray (implied): join this cluster, 'auto' or 'ray://head:10001'",
+    ),
 ) -> None:
     """Run every arm of a study (variants and ablations x seeds x sweep points) and write a report.
 
@@ -141,8 +182,8 @@ def ablate(
     """
     import torch
 
-    from zoo.study import experiment, runner
     from zoo.config.variant import VariantError
+    from zoo.study import experiment, runner
 
     quiet_logs()
     print_threads()
@@ -166,8 +207,7 @@ def ablate(
             from zoo.study import ray_runner
 
             ray_runner.import_ray()  # before any arm is planned: without Ray, say how to install it
-            run_arms = partial(ray_runner.run_arms_on_ray, address=ray_address,
-                               resources=st.resources, threads=threads)
+            run_arms = partial(ray_runner.run_arms_on_ray, address=ray_address, resources=st.resources, threads=threads)
         code = runner.run_study(st, dry_run=dry_run, shard=sh, console=console, fresh=tuple(fresh), run_arms=run_arms)
     except VariantError as e:
         fail(str(e))
@@ -179,17 +219,32 @@ def ablate(
         import shlex
 
         pending = getattr(e, "pending_fresh", fresh)  # --fresh arms not reached yet keep their --fresh
-        again = shlex.join(["zoo", "ablate", str(study), *(a for x in set_ for a in ("--set", x)),
-                            *(a for x in pending for a in ("--fresh", x)),
-                            *(["--shard", shard] if shard else []), *(["--ray"] if ray or ray_address else []),
-                            *(["--ray-address", ray_address] if ray_address else [])])
-        fail(f"interrupted; finished arms are kept and the interrupted one resumes from its last checkpoint: {again}", 130)
+        again = shlex.join(
+            [
+                "zoo",
+                "ablate",
+                str(study),
+                *(a for x in set_ for a in ("--set", x)),
+                *(a for x in pending for a in ("--fresh", x)),
+                *(["--shard", shard] if shard else []),
+                *(["--ray"] if ray or ray_address else []),
+                *(["--ray-address", ray_address] if ray_address else []),
+            ]
+        )
+        fail(
+            f"interrupted; finished arms are kept and the interrupted one resumes from its last checkpoint: {again}",
+            130,
+        )
     raise typer.Exit(code)
 
 
 @app.command()
-def report(study_dir: Path = typer.Argument(..., help="runs/<study>"),
-           as_json: bool = typer.Option(False, "--json", help="print the statistics (report.json) as JSON instead of the tables")) -> None:
+def report(
+    study_dir: Path = typer.Argument(..., help="runs/<study>"),
+    as_json: bool = typer.Option(
+        False, "--json", help="print the statistics (report.json) as JSON instead of the tables"
+    ),
+) -> None:
     """Write runs/<study>/report.md, report.json and PNG plots from the arms' metrics, and print the tables."""
     import io
 

@@ -22,6 +22,7 @@ True on real tokens (up to and including the first EOS).
 
 The table of slots (which kind fills which slot, single or list) is `zoo/core/kinds.py`.
 """
+
 from zoo.components import (  # noqa: F401  (imports register the components)
     advantage,
     aggregate,

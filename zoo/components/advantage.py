@@ -6,6 +6,7 @@ another row. Padded slots of kl_reward and values are selected away with `torch.
 arithmetic, so NaN/inf there reach nothing (cases C7, C8). Outcome scores go on the last *real* token
 of each row, not the last column (case C14).
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -14,8 +15,8 @@ import torch
 from torch import Tensor
 
 from zoo.components.stats import as_bool, group_constant, group_stats, masked_sum, sanitize
-from zoo.core.types import AdvantageInputs, AdvantageResult
 from zoo.core.registry import register
+from zoo.core.types import AdvantageInputs, AdvantageResult
 
 
 def _check_unit(*names: str):
@@ -123,8 +124,14 @@ def length_adaptive_lambda(lengths: Tensor, alpha: float) -> Tensor:
 
 
 @register("advantage", "gae", check=_check_gae, reads=("values",), level="token")
-def gae(inp: AdvantageInputs, *, gamma: float = 1.0, lam: float = 0.95, critic_lam: float | None = None,
-        length_alpha: float | None = None) -> AdvantageResult:
+def gae(
+    inp: AdvantageInputs,
+    *,
+    gamma: float = 1.0,
+    lam: float = 0.95,
+    critic_lam: float | None = None,
+    length_alpha: float | None = None,
+) -> AdvantageResult:
     """Generalised advantage estimation with a critic.
 
     Token rewards r_t = kl_reward_t + score on the last real token; delta_t = r_t + gamma V_{t+1} - V_t

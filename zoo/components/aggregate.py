@@ -11,6 +11,7 @@ A step with no real token (counts of 0) gives 0, not NaN.
 Sources: docs/algorithms.md §0 "Aggregators"; GRPO arXiv 2402.03300 eq. 3; DAPO arXiv 2503.14476 §3.3;
 Dr. GRPO arXiv 2503.20783 §3.1 (constant normaliser).
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -18,8 +19,8 @@ from typing import Any, Mapping
 from torch import Tensor
 
 from zoo.components.stats import check_same_shape, masked_mean, masked_sum
-from zoo.core.types import StepCounts
 from zoo.core.registry import register
+from zoo.core.types import StepCounts
 
 
 def _denominator(value: float) -> float:

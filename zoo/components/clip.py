@@ -13,6 +13,7 @@ Sources: PPO clip, arXiv 1707.06347 eq. 7 (and Ziegler et al. arXiv 1909.08593);
 DAPO arXiv 2503.14476 §3.1; dual-clip, Ye et al. arXiv 1912.09729 ("dual-clip PPO"); GSPO
 arXiv 2507.18071 eq. 5-7; CISPO, MiniMax-M1 arXiv 2506.13585 §3.1.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -24,13 +25,20 @@ from zoo.components.stats import as_bool, masked_mean
 from zoo.components.surrogate import clip_result as _result
 from zoo.components.surrogate import clipped_surrogate as _clipped_surrogate
 from zoo.components.surrogate import prepare as _prepare
-from zoo.core.types import ClipResult
 from zoo.core.registry import register
+from zoo.core.types import ClipResult
 
 
 # ---------------------------------------------------------------- shared pieces (zoo/components/surrogate.py)
-def _ppo_family(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, eps_low: float, eps_high: float,
-                dual_c: float | None = None) -> ClipResult:
+def _ppo_family(
+    logp: Tensor,
+    logp_old: Tensor,
+    adv: Tensor,
+    mask: Tensor,
+    eps_low: float,
+    eps_high: float,
+    dual_c: float | None = None,
+) -> ClipResult:
     """Token-level clipped loss shared by ppo, clip_higher and dual_clip (dual_c = None: no dual clip)."""
     m, _, log_ratio, a = _prepare(logp, logp_old, adv, mask)
     ratio = log_ratio.exp()  # [N, T]
@@ -62,9 +70,11 @@ def _positive(name: str, value: Any) -> None:
 
 def _below_one(name: str, v: float) -> None:
     if v >= 1:
-        raise ValueError(f"{name} must be < 1: the lower clip bound 1 - {name} = {1 - v:g} is <= 0, which no ratio "
-                         f"reaches, so the clip would act on one side only (a wide upper bound alone: clip_higher "
-                         f"with eps_high), got {name}={v}")
+        raise ValueError(
+            f"{name} must be < 1: the lower clip bound 1 - {name} = {1 - v:g} is <= 0, which no ratio "
+            f"reaches, so the clip would act on one side only (a wide upper bound alone: clip_higher "
+            f"with eps_high), got {name}={v}"
+        )
 
 
 def _check_ppo(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
@@ -119,8 +129,9 @@ def ppo(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps: float
 
 
 @register("clip", "clip_higher", check=_check_low_high)
-def clip_higher(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *,
-                eps_low: float = 0.2, eps_high: float = 0.28) -> ClipResult:
+def clip_higher(
+    logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps_low: float = 0.2, eps_high: float = 0.28
+) -> ClipResult:
     """Decoupled clip: loss = -min(r A, clip(r, 1-eps_low, 1+eps_high) A); eps_low == eps_high is ppo.
 
     logp, logp_old, adv, mask: [N, T]. Returns ClipResult with [N, T] fields.
@@ -131,8 +142,17 @@ def clip_higher(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *,
 
 
 @register("clip", "dual_clip", check=_check_dual)
-def dual_clip(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps: float | None = None,
-              eps_low: float | None = None, eps_high: float | None = None, c: float = 3.0) -> ClipResult:
+def dual_clip(
+    logp: Tensor,
+    logp_old: Tensor,
+    adv: Tensor,
+    mask: Tensor,
+    *,
+    eps: float | None = None,
+    eps_low: float | None = None,
+    eps_high: float | None = None,
+    c: float = 3.0,
+) -> ClipResult:
     """Dual-clip PPO: where A < 0, loss = min(ppo_loss, -c A); where A >= 0, the ppo loss.
 
     The lower bound stops a huge ratio on a negative-advantage token from producing an unbounded loss;
@@ -153,14 +173,24 @@ def _check_two_sided(params: Mapping[str, Any], context: Mapping[str, Any]) -> N
     _check_low_high({"eps_low": lo, "eps_high": hi}, context)
     d = params["delta"]
     if not isinstance(d, (int, float)) or isinstance(d, bool) or not d > 1.0 + hi:
-        raise ValueError(f"delta must be > 1 + eps_high = {1.0 + hi:g}, got {d!r}: only then is TRL's two-sided "
-                         "clip the dual clip with c = delta (with a smaller delta it also caps positive "
-                         "advantages; use clip_higher with a smaller eps_high for that)")
+        raise ValueError(
+            f"delta must be > 1 + eps_high = {1.0 + hi:g}, got {d!r}: only then is TRL's two-sided "
+            "clip the dual clip with c = delta (with a smaller delta it also caps positive "
+            "advantages; use clip_higher with a smaller eps_high for that)"
+        )
 
 
 @register("clip", "two_sided_clip", check=_check_two_sided)
-def two_sided_clip(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps_low: float = 0.2,
-                   eps_high: float = 0.2, delta: float = 4.0) -> ClipResult:
+def two_sided_clip(
+    logp: Tensor,
+    logp_old: Tensor,
+    adv: Tensor,
+    mask: Tensor,
+    *,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    delta: float = 4.0,
+) -> ClipResult:
     """TRL's two-sided clip (`delta`): loss = -min(min(r, delta) A, clip(r, 1-eps_low, 1+eps_high) A).
 
     The same math as `dual_clip` with c = delta whenever delta > 1 + eps_high: for A >= 0 the clipped
@@ -176,8 +206,9 @@ def two_sided_clip(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *,
 
 
 @register("clip", "gspo", check=_check_low_high, level="sequence")
-def gspo(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *,
-         eps_low: float = 3e-4, eps_high: float = 4e-4) -> ClipResult:
+def gspo(
+    logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps_low: float = 3e-4, eps_high: float = 4e-4
+) -> ClipResult:
     """GSPO: one length-normalised ratio per sequence, clipped, broadcast over the row's real tokens.
 
     s_i = exp(mean over real tokens of (logp - logp_old)) = (pi(o_i|q)/pi_old(o_i|q))^(1/|o_i|);
@@ -196,8 +227,9 @@ def gspo(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *,
 
 
 @register("clip", "cispo", check=_check_cispo)
-def cispo(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *,
-          eps_low: float | None = None, eps_high: float = 0.28) -> ClipResult:
+def cispo(
+    logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps_low: float | None = None, eps_high: float = 0.28
+) -> ClipResult:
     """CISPO: loss = -sg(clip(r, 1-eps_low, 1+eps_high)) * A * logp (REINFORCE with a clipped,
     stop-gradient IS weight); no token's gradient is dropped: d loss / d logp = -w A.
 

@@ -14,6 +14,7 @@ lowest priority are picked. So a step gets the same tokens on every run, for eve
 and whatever the row order, and different steps different draws (verl draws torch.randperm per
 micro-batch, unseeded).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,8 +26,8 @@ from torch import Tensor
 
 from zoo.components.stats import as_bool, masked_mean, sanitize
 from zoo.components.surrogate import LOG_RATIO_CLAMP, clip_result, clipped_surrogate, prepare
-from zoo.core.types import ClipResult, StepView
 from zoo.core.registry import register
+from zoo.core.types import ClipResult, StepView
 
 _CLIP_NOTE = "has only its token selection left (its PPO clip does nothing)"
 _KL_NOTE = "is plain -A r (its |log r| penalty does nothing)"
@@ -82,8 +83,16 @@ def _digest(*parts: bytes | Tensor) -> int:
     return int.from_bytes(h.digest(), "little")
 
 
-def clip_cov_selection(fields: Mapping[str, Tensor], *, eps_low: float, eps_high: float, ratio: float,
-                       cov_lb: float, cov_ub: float, seed: int) -> Tensor:
+def clip_cov_selection(
+    fields: Mapping[str, Tensor],
+    *,
+    eps_low: float,
+    eps_high: float,
+    ratio: float,
+    cov_lb: float,
+    cov_ub: float,
+    seed: int,
+) -> Tensor:
     """Clip-Cov's tokens over a view: among real tokens the PPO clip did not clip whose covariance
     lies strictly inside (cov_lb, cov_ub), selection_count(ratio, n_real) picked uniformly at random.
 
@@ -123,8 +132,12 @@ def kl_cov_selection(fields: Mapping[str, Tensor], *, ratio: float, seed: int = 
 def _own_view(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor) -> StepView:
     """The view of a call on plain tensors: its own rows, detached."""
     m = as_bool(mask)
-    f = {"mask": m, "advantages": sanitize(adv.detach(), m), "logp_old": sanitize(logp_old.detach(), m),
-         "logp": sanitize(logp.detach(), m)}
+    f = {
+        "mask": m,
+        "advantages": sanitize(adv.detach(), m),
+        "logp_old": sanitize(logp_old.detach(), m),
+        "logp": sanitize(logp.detach(), m),
+    }
     return StepView(f, torch.arange(m.shape[0]))
 
 
@@ -162,11 +175,30 @@ def _check_kl_cov(params: Mapping[str, Any], context: Mapping[str, Any]) -> None
 
 
 # ---------------------------------------------------------------- registered rules
-@register("clip", "clip_cov", check=_check_clip_cov, selects=True, reads=("logp",), single_update=_CLIP_NOTE,
-          stats=("clip/selected_frac",))
-def clip_cov(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps_low: float = 0.2,
-             eps_high: float = 0.2, ratio: float = 2e-4, cov_lb: float = 1.0, cov_ub: float = 5.0,
-             seed: int = 0, scope: str = "step", step: StepView | None = None) -> ClipResult:
+@register(
+    "clip",
+    "clip_cov",
+    check=_check_clip_cov,
+    selects=True,
+    reads=("logp",),
+    single_update=_CLIP_NOTE,
+    stats=("clip/selected_frac",),
+)
+def clip_cov(
+    logp: Tensor,
+    logp_old: Tensor,
+    adv: Tensor,
+    mask: Tensor,
+    *,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    ratio: float = 2e-4,
+    cov_lb: float = 1.0,
+    cov_ub: float = 5.0,
+    seed: int = 0,
+    scope: str = "step",
+    step: StepView | None = None,
+) -> ClipResult:
     """Clip-Cov: the PPO clipped loss, with the loss and gradient of a few high-covariance tokens zeroed.
 
     loss_t = 0 for the clip_cov_selection tokens (max(1, floor(ratio * n)) of the tokens not already
@@ -180,22 +212,52 @@ def clip_cov(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps_l
     Raises ValueError when shapes differ or a hyperparameter is out of range.
     Source: arXiv 2505.22617, Clip-Cov and its settings (r = 2e-4, omega_low 1, omega_high 5); eps 0.2:
     verl clip_ratio default (the paper's PPO baseline)."""
-    _check_clip_cov({"eps_low": eps_low, "eps_high": eps_high, "ratio": ratio, "cov_lb": cov_lb,
-                     "cov_ub": cov_ub, "seed": seed, "scope": scope}, {})
+    _check_clip_cov(
+        {
+            "eps_low": eps_low,
+            "eps_high": eps_high,
+            "ratio": ratio,
+            "cov_lb": cov_lb,
+            "cov_ub": cov_ub,
+            "seed": seed,
+            "scope": scope,
+        },
+        {},
+    )
     m, _, log_ratio, a = prepare(logp, logp_old, adv, mask)
     ratio_t = log_ratio.exp()  # [n, T]
     loss, low, high = clipped_surrogate(ratio_t, a, eps_low, eps_high)  # [n, T] each
     view = step if step is not None else _own_view(logp, logp_old, adv, mask)
-    sel = view.local(clip_cov_selection(view.fields, eps_low=eps_low, eps_high=eps_high, ratio=ratio,
-                                        cov_lb=cov_lb, cov_ub=cov_ub, seed=seed), like=m)  # [n, T]
+    sel = view.local(
+        clip_cov_selection(
+            view.fields, eps_low=eps_low, eps_high=eps_high, ratio=ratio, cov_lb=cov_lb, cov_ub=cov_ub, seed=seed
+        ),
+        like=m,
+    )  # [n, T]
     loss = torch.where(sel, torch.zeros_like(loss), loss)
     return _with_selection(clip_result(loss, low, high, ratio_t, m), sel & m)
 
 
-@register("clip", "kl_cov", check=_check_kl_cov, selects=True, reads=("logp",), single_update=_KL_NOTE,
-          stats=("clip/selected_frac",))
-def kl_cov(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, ratio: float = 2e-4,
-           beta: float = 1.0, scope: str = "step", step: StepView | None = None) -> ClipResult:
+@register(
+    "clip",
+    "kl_cov",
+    check=_check_kl_cov,
+    selects=True,
+    reads=("logp",),
+    single_update=_KL_NOTE,
+    stats=("clip/selected_frac",),
+)
+def kl_cov(
+    logp: Tensor,
+    logp_old: Tensor,
+    adv: Tensor,
+    mask: Tensor,
+    *,
+    ratio: float = 2e-4,
+    beta: float = 1.0,
+    scope: str = "step",
+    step: StepView | None = None,
+) -> ClipResult:
     """KL-Cov: no ratio clipping; the unclipped surrogate -A r on every token plus beta |log r| on
     the kl_cov_selection tokens (the max(1, floor(ratio * n)) real tokens of largest covariance).
 

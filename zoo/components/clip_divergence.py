@@ -29,6 +29,7 @@ C, a different value; SkyRL does not truncate). A_t == 0 takes the A <= 0 branch
 `torch.where(advantages > 0, ...)` (the token's loss is 0 either way). Log-ratios are clamped to
 [-20, 20] before exp, and binary KL adds 1e-8 inside its second log, as verl and TRL do.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -38,8 +39,8 @@ from torch import Tensor
 
 from zoo.components.stats import check_same_shape, sanitize
 from zoo.components.surrogate import LOG_RATIO_CLAMP, clip_result, prepare
-from zoo.core.types import ClipResult
 from zoo.core.registry import register
+from zoo.core.types import ClipResult
 
 DIVERGENCES = ("tv", "kl")
 ANCHORS = ("rollout", "old")
@@ -75,8 +76,9 @@ def binary_divergence(logp: Tensor, logp_anchor: Tensor, divergence: str) -> Ten
     raise ValueError(f"divergence {divergence!r}: expected one of {', '.join(DIVERGENCES)}")
 
 
-def trust_region_keep(d: Tensor, p_minus_q: Tensor, adv: Tensor, divergence: str,
-                      delta_low: float, delta_high: float) -> Tensor:
+def trust_region_keep(
+    d: Tensor, p_minus_q: Tensor, adv: Tensor, divergence: str, delta_low: float, delta_high: float
+) -> Tensor:
     """Tokens inside DPPO's trust region, [N, T] bool. d: binary divergence, p_minus_q: pi(y) - mu(y),
     adv: advantages, all [N, T]. tv: A > 0 keeps d <= delta_high, else d >= -delta_low; kl: A > 0
     keeps d <= delta_high or p <= q, else d <= delta_low or p >= q. Source: verl's valid masks."""
@@ -87,11 +89,26 @@ def trust_region_keep(d: Tensor, p_minus_q: Tensor, adv: Tensor, divergence: str
     return torch.where(adv > 0, pos, neg)
 
 
-@register("clip", "dppo", check=_check_dppo, reads=("logp_rollout",),
-          single_update="acts only on the sampler's mismatch (anchor: rollout)")
-def dppo(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, logp_rollout: Tensor | None = None,
-         divergence: str = "tv", delta_low: float = 0.15, delta_high: float = 0.15,
-         C: float | None = 20.0, anchor: str = "rollout") -> ClipResult:
+@register(
+    "clip",
+    "dppo",
+    check=_check_dppo,
+    reads=("logp_rollout",),
+    single_update="acts only on the sampler's mismatch (anchor: rollout)",
+)
+def dppo(
+    logp: Tensor,
+    logp_old: Tensor,
+    adv: Tensor,
+    mask: Tensor,
+    *,
+    logp_rollout: Tensor | None = None,
+    divergence: str = "tv",
+    delta_low: float = 0.15,
+    delta_high: float = 0.15,
+    C: float | None = 20.0,
+    anchor: str = "rollout",
+) -> ClipResult:
     """DPPO: loss = -A * sg(min(pi / mu, C)) * logp on tokens inside the binary trust region, 0 outside
     (module docstring). mu is the sampler (`anchor: rollout`, logp_rollout) or the trainer at rollout
     time (`anchor: old`, logp_old); `C: null` does not truncate.
@@ -104,13 +121,16 @@ def dppo(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, logp_roll
     Source: arXiv 2602.04879 (binary TV / KL trust region, §5.2 rollout anchor, §5.4 truncated IS);
     delta 0.15 (tv) / 0.05 (kl): verl examples/dppo_trainer/run_qwen30b_dppo.sh; C = 20: verl's
     `config.get("clip_ratio_c", 20.0)` in compute_policy_loss_dppo_tv / _kl."""
-    _check_dppo({"divergence": divergence, "anchor": anchor, "delta_low": delta_low,
-                 "delta_high": delta_high, "C": C}, {})
+    _check_dppo(
+        {"divergence": divergence, "anchor": anchor, "delta_low": delta_low, "delta_high": delta_high, "C": C}, {}
+    )
     m, logp_s, log_ratio, a = prepare(logp, logp_old, adv, mask)
     if anchor == "rollout":
         if logp_rollout is None:
-            raise ValueError("clip 'dppo' (anchor: rollout) needs the sampler's log-probs (logp_rollout), and this "
-                             "generator does not report them: use a generator that does (sampling.backend) or anchor: old")
+            raise ValueError(
+                "clip 'dppo' (anchor: rollout) needs the sampler's log-probs (logp_rollout), and this "
+                "generator does not report them: use a generator that does (sampling.backend) or anchor: old"
+            )
         check_same_shape(logp=logp, logp_rollout=logp_rollout)
         mu = sanitize(logp_rollout.detach().to(logp_s.device, logp_s.dtype), m)  # [N, T]
     else:
@@ -123,4 +143,3 @@ def dppo(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, logp_roll
     loss = -a * w * logp_s * keep  # [N, T]
     dropped = ~keep & m
     return clip_result(loss, dropped & (a < 0), dropped & (a > 0), log_ratio.exp(), m)
-

@@ -6,6 +6,7 @@ padding selected away before any arithmetic (case C7), the log-ratio clamped to 
 Sources: SAPO, Gao et al. arXiv 2511.20347 (the gate, eq. 5-6; the objective, eq. 10-12); GMPO,
 Zhao et al. arXiv 2507.20673 (verl `geo_mean`).
 """
+
 from __future__ import annotations
 
 import math
@@ -16,8 +17,8 @@ from torch import Tensor
 
 from zoo.components.stats import masked_mean
 from zoo.components.surrogate import clip_result, prepare
-from zoo.core.types import ClipResult
 from zoo.core.registry import register
+from zoo.core.types import ClipResult
 
 
 def _positive(name: str, value: Any) -> None:
@@ -36,8 +37,9 @@ def _check_gmpo(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
 
 
 @register("clip", "sapo", check=_check_sapo)
-def sapo(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *,
-         tau_pos: float = 1.0, tau_neg: float = 1.05) -> ClipResult:
+def sapo(
+    logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, tau_pos: float = 1.0, tau_neg: float = 1.05
+) -> ClipResult:
     """SAPO soft gate: loss = -(4 / tau) * sigmoid(tau * (r - 1)) * A, tau = tau_pos where A > 0,
     tau_neg where A <= 0; r = exp(logp - logp_old) per token.
 
@@ -60,8 +62,9 @@ def sapo(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *,
 
 
 @register("clip", "gmpo", check=_check_gmpo, level="sequence")
-def gmpo(logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *,
-         eps_low: float = 0.4, eps_high: float = 0.4) -> ClipResult:
+def gmpo(
+    logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps_low: float = 0.4, eps_high: float = 0.4
+) -> ClipResult:
     """GMPO: the sequence's geometric mean of token ratios, each token's log-ratio clipped in log
     space on the side the advantage's sign selects, then one unclipped product with A per row.
 

@@ -7,14 +7,15 @@ The registered function builds a fresh controller from its spec: `fn(*, hyperpar
 with `coefficients()`, `update(metrics, tokens, rows)`, `state_dict()`, `load_state_dict()`
 (the `Controller` protocol of zoo/core/kinds.py).
 """
+
 from __future__ import annotations
 
 from typing import Mapping
 
 import torch
 
-from zoo.core import dist
 from zoo.components.kl import adaptive_beta
+from zoo.core import dist
 from zoo.core.registry import register
 
 

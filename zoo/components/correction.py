@@ -26,6 +26,7 @@ Sources: Yao et al. 2025, "Your Efficient RL Framework Secretly Brings You Off-P
 Speed Kills Stability"; `rollout_is`, `rollout_rs` token / sequence / geometric, threshold 2.0,
 lower bound 1 / upper by default).
 """
+
 from __future__ import annotations
 
 import math
@@ -35,8 +36,8 @@ import torch
 from torch import Tensor
 
 from zoo.components.stats import as_bool, check_same_shape, sanitize
-from zoo.core.types import TermInputs
 from zoo.core.registry import register
+from zoo.core.types import TermInputs
 
 LOG_RATIO_CLAMP = 20.0  # verl's safety bound: weights within [exp(-20), exp(20)]
 LEVELS = ("token", "sequence")
@@ -49,8 +50,10 @@ def log_ratio(inp: TermInputs, name: str) -> tuple[Tensor, Tensor]:
     Raises ValueError when the batch has no sampler log-probs (`logp_rollout` is None: the
     generator does not report them) or when shapes differ."""
     if inp.logp_rollout is None:
-        raise ValueError(f"correction {name!r} needs the sampler's log-probs (logp_rollout), and this "
-                         "generator does not report them: use a generator that does (sampling.backend)")
+        raise ValueError(
+            f"correction {name!r} needs the sampler's log-probs (logp_rollout), and this "
+            "generator does not report them: use a generator that does (sampling.backend)"
+        )
     check_same_shape(logp_old=inp.logp_old, logp_rollout=inp.logp_rollout, mask=inp.mask)
     m = as_bool(inp.mask)
     old = sanitize(inp.logp_old.detach().float(), m)
@@ -86,16 +89,20 @@ def _check_bounds(c_low: Any, c_high: Any) -> None:
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
             raise ValueError(f"{k} must be a finite number, got {v!r}")
     if not 0 <= c_low <= 1 <= c_high or c_low == c_high:
-        raise ValueError(f"the bounds must satisfy 0 <= c_low <= 1 <= c_high with c_low < c_high (a token with "
-                         f"rho = 1, the sampler agreeing with the trainer, must be kept, and a band of width 0 "
-                         f"masks every token the sampler drew differently), got c_low={c_low}, c_high={c_high}")
+        raise ValueError(
+            f"the bounds must satisfy 0 <= c_low <= 1 <= c_high with c_low < c_high (a token with "
+            f"rho = 1, the sampler agreeing with the trainer, must be kept, and a band of width 0 "
+            f"masks every token the sampler drew differently), got c_low={c_low}, c_high={c_high}"
+        )
 
 
 def _check_tis(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
     _check_level(params["level"], LEVELS)
     c = params["C"]
     if not isinstance(c, (int, float)) or isinstance(c, bool) or not math.isfinite(c) or c < 1:
-        raise ValueError(f"C must be a finite number >= 1 (a cap below 1 would down-weight on-policy tokens), got {c!r}")
+        raise ValueError(
+            f"C must be a finite number >= 1 (a cap below 1 would down-weight on-policy tokens), got {c!r}"
+        )
 
 
 def _check_mis(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:

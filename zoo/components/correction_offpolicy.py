@@ -16,6 +16,7 @@ sequence, so the two agree for every sequence-level estimator); a real token who
 `nan_to_num(kl_div, nan=0.0)`; padded slots are selected away. delta has no default in the paper or
 TRL (None there = off); 0.5 is TRL's documented example value.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -24,8 +25,8 @@ import torch
 from torch import Tensor
 
 from zoo.components.stats import as_bool, check_same_shape, sanitize
-from zoo.core.types import TermInputs
 from zoo.core.registry import register
+from zoo.core.types import TermInputs
 
 
 def _check(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
@@ -54,8 +55,10 @@ def off_policy_sequence_mask(inp: TermInputs, *, delta: float = 0.5) -> Tensor:
     Source: DeepSeek-V3.2 arXiv 2512.02556 eq. 9 (delta unstated); TRL GRPOConfig
     `off_policy_mask_threshold` (default None = off, example 0.5) and GRPOTrainer.get_off_policy_mask."""
     if inp.logp_rollout is None:
-        raise ValueError("correction 'off_policy_sequence_mask' needs the sampler's log-probs (logp_rollout), and this "
-                         "generator does not report them: use a generator that does (sampling.backend)")
+        raise ValueError(
+            "correction 'off_policy_sequence_mask' needs the sampler's log-probs (logp_rollout), and this "
+            "generator does not report them: use a generator that does (sampling.backend)"
+        )
     check_same_shape(logp=inp.logp, logp_rollout=inp.logp_rollout, advantages=inp.advantages, mask=inp.mask)
     m = as_bool(inp.mask)
     far = sequence_mean_kl(inp.logp, inp.logp_rollout, m) > delta  # [n, 1]

@@ -6,6 +6,7 @@ NaN/inf there reach neither the loss nor its gradient (case C7). Like the policy
 token mean divides by the whole optimizer step's real-token count (counts.tokens), so summing over
 micro-batches gives the step's value (cases C2, C3).
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -14,8 +15,8 @@ import torch
 from torch import Tensor
 
 from zoo.components.stats import as_bool, check_same_shape, masked_sum, sanitize
-from zoo.core.types import StepCounts
 from zoo.core.registry import register
+from zoo.core.types import StepCounts
 
 
 def _check_value(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
@@ -28,8 +29,17 @@ def _check_value(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
 
 
 @register("critic", "clipped_value", check=_check_value)
-def clipped_value(values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor, counts: StepCounts, *,
-                  clip_range: float = 0.2, coef: float = 0.1, init: str = "policy") -> Tensor:
+def clipped_value(
+    values: Tensor,
+    old_values: Tensor,
+    returns: Tensor,
+    mask: Tensor,
+    counts: StepCounts,
+    *,
+    clip_range: float = 0.2,
+    coef: float = 0.1,
+    init: str = "policy",
+) -> Tensor:
     """coef * 0.5 * (sum over real tokens of max((V - R)^2, (V_clip - R)^2)) / counts.tokens,
     V_clip = V_old + clip(V - V_old, -clip_range, clip_range).
 

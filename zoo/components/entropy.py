@@ -9,6 +9,7 @@ controller for the `entropy_bonus` loss term).
 
 Shapes: M rows of the optimizer step (all ranks), n rows of a micro-batch, T completion tokens.
 """
+
 from __future__ import annotations
 
 import math
@@ -17,8 +18,8 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor
 
-from zoo.core.types import TermInputs
 from zoo.core.registry import register
+from zoo.core.types import TermInputs
 
 
 def linear_quantile(values: Tensor, q: float) -> Tensor:
@@ -119,8 +120,9 @@ def _check_adaptive_entropy(params: Mapping[str, Any], context: Mapping[str, Any
 
 
 @register("controller", "adaptive_entropy", check=_check_adaptive_entropy, sets=("entropy_bonus.coef",))
-def adaptive_entropy(*, target: float = 0.2, delta: float = 0.005, coef: float = 0.0,
-                     max_coef: float = 1.0) -> AdaptiveEntropy:
+def adaptive_entropy(
+    *, target: float = 0.2, delta: float = 0.005, coef: float = 0.0, max_coef: float = 1.0
+) -> AdaptiveEntropy:
     """A fresh AdaptiveEntropy for the `entropy_bonus` loss term (the variant must have it).
     Defaults: target 0.2 nats, delta 0.005 (arXiv:2505.22312 §3.2.4, tgt-ent 0.2 and
     Delta 0.005 in their runs; TRL's defaults), c_0 = 0 (the paper's initial coefficient),

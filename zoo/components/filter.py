@@ -8,14 +8,15 @@ reward that judges correctness, e.g. `correctness`), `reward` (the combined scor
 name. `zoo.checks.reward_reads.check_reward_reads` checks a variant's filters against the run's
 rewards before anything runs (`zoo validate`, `zoo run`).
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
 from torch import Tensor
 
-from zoo.core.declarations import of as declared
 from zoo.components.stats import group_constant
+from zoo.core.declarations import of as declared
 from zoo.core.registry import Component, register
 
 
@@ -38,8 +39,10 @@ def dynamic_sampling(metrics: Mapping[str, Tensor], group_ids: Tensor, *, metric
     metric and group_ids are not both [N].
     Source: DAPO arXiv 2503.14476 §3.2 and Alg. 1 (over-sample, then keep groups with mixed outcomes)."""
     if metric not in metrics:
-        raise ValueError(f"filter dynamic_sampling: metric {metric!r} not among the step's metrics; "
-                         f"available: {', '.join(sorted(metrics)) or '(none)'}")
+        raise ValueError(
+            f"filter dynamic_sampling: metric {metric!r} not among the step's metrics; "
+            f"available: {', '.join(sorted(metrics)) or '(none)'}"
+        )
     values = metrics[metric].to(group_ids.device).double()  # [N]
     return ~group_constant(values, group_ids)  # [N]
 

@@ -8,6 +8,7 @@ so NaN/inf in a padded ref log-prob reach neither the value nor the gradient, ca
 Sources: Schulman, "Approximating KL divergence" (2020 note) for k1/k2/k3; GRPO arXiv 2402.03300
 eq. 4 (k3 in the loss); Ziegler et al. arXiv 1909.08593 §2.2 (k1 in the reward, adaptive beta).
 """
+
 from __future__ import annotations
 
 from typing import Callable

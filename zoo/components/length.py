@@ -4,6 +4,7 @@
 A completion is *truncated* when it reached max_new_tokens without EOS — known from generation,
 never guessed from padding width. Source: DAPO arXiv 2503.14476 §3.4 (overlong filtering, eq. 13).
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -11,8 +12,8 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor
 
-from zoo.core.types import LengthResult, LengthRows
 from zoo.core.registry import register
+from zoo.core.types import LengthResult, LengthRows
 
 
 def _is_number(x: Any) -> bool:
@@ -26,8 +27,9 @@ def _cache_and_max(params: Mapping[str, Any], max_new_tokens: int | None) -> tup
     max_len (or max_new_tokens) is > 0, and 0 < L_cache < L_max once L_max is known."""
     cache_len, cache_frac, max_len = params["cache_len"], params["cache_frac"], params["max_len"]
     if (cache_len is None) == (cache_frac is None):
-        raise ValueError(f"set exactly one of cache_len and cache_frac, got cache_len={cache_len!r}, "
-                         f"cache_frac={cache_frac!r}")
+        raise ValueError(
+            f"set exactly one of cache_len and cache_frac, got cache_len={cache_len!r}, cache_frac={cache_frac!r}"
+        )
     if cache_frac is not None and not (_is_number(cache_frac) and 0 < cache_frac < 1):
         raise ValueError(f"cache_frac must be in (0, 1), got {cache_frac!r}")
     if cache_len is not None and not (_is_number(cache_len) and cache_len > 0):
@@ -48,9 +50,16 @@ def _check_soft(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
 
 
 @register("length", "overlong_soft", check=_check_soft)
-def overlong_soft(lengths: Tensor, truncated: Tensor, max_new_tokens: int, rows: LengthRows | None = None, *,
-                  cache_len: int | None = None, cache_frac: float | None = None,
-                  max_len: int | None = None) -> LengthResult:
+def overlong_soft(
+    lengths: Tensor,
+    truncated: Tensor,
+    max_new_tokens: int,
+    rows: LengthRows | None = None,
+    *,
+    cache_len: int | None = None,
+    cache_frac: float | None = None,
+    max_len: int | None = None,
+) -> LengthResult:
     """DAPO's soft overlong punishment, an extra objective column added to the correctness reward:
     0 if |y| <= L_max - L_cache; ((L_max - L_cache) - |y|) / L_cache if L_max - L_cache < |y| <= L_max;
     -1 if |y| > L_max.
@@ -74,8 +83,9 @@ def overlong_soft(lengths: Tensor, truncated: Tensor, max_new_tokens: int, rows:
 
 
 @register("length", "overlong_filter")
-def overlong_filter(lengths: Tensor, truncated: Tensor, max_new_tokens: int,
-                    rows: LengthRows | None = None) -> LengthResult:
+def overlong_filter(
+    lengths: Tensor, truncated: Tensor, max_new_tokens: int, rows: LengthRows | None = None
+) -> LengthResult:
     """Overlong filtering: truncated completions leave the loss (keep = ~truncated).
 
     lengths: [N] the policy's tokens (unused); truncated: [N] bool (from generation); max_new_tokens, rows: unused.

@@ -1,5 +1,6 @@
 """Length shaping within a group (kind "length"): rewards that compare a completion's length with
 the other completions for the same prompt, using `LengthRows` (group ids, per-row reward metrics)."""
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -7,18 +8,21 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor
 
-from zoo.core.types import LengthResult, LengthRows
 from zoo.core.registry import register
+from zoo.core.types import LengthResult, LengthRows
 
 
 def _check_metric(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
     if not isinstance(params["metric"], str) or not params["metric"]:
-        raise ValueError(f"metric must be the name of a per-row reward metric (e.g. accuracy), got {params['metric']!r}")
+        raise ValueError(
+            f"metric must be the name of a per-row reward metric (e.g. accuracy), got {params['metric']!r}"
+        )
 
 
 @register("length", "kimi_length", check=_check_metric, needs_groups=True, reads_metric=True)
-def kimi_length(lengths: Tensor, truncated: Tensor, max_new_tokens: int, rows: LengthRows, *,
-                metric: str = "accuracy") -> LengthResult:
+def kimi_length(
+    lengths: Tensor, truncated: Tensor, max_new_tokens: int, rows: LengthRows, *, metric: str = "accuracy"
+) -> LengthResult:
     """Kimi k1.5's length reward, an extra objective column: within each group,
     lam_i = 0.5 - (len_i - min_len) / (max_len - min_len); a correct completion gets lam_i, an
     incorrect one min(0, lam_i) (the shortest correct answer gets +0.5, the longest -0.5; a wrong
@@ -35,8 +39,10 @@ def kimi_length(lengths: Tensor, truncated: Tensor, max_new_tokens: int, rows: L
     Source: Kimi k1.5 arXiv 2501.12599 §2.3.3 ("Length Penalty").
     """
     if metric not in rows.metrics:
-        raise ValueError(f"length kimi_length: metric {metric!r} not among the step's metrics "
-                         f"(`accuracy` needs a correctness reward); available: {', '.join(sorted(rows.metrics)) or '(none)'}")
+        raise ValueError(
+            f"length kimi_length: metric {metric!r} not among the step's metrics "
+            f"(`accuracy` needs a correctness reward); available: {', '.join(sorted(rows.metrics)) or '(none)'}"
+        )
     n = lengths.double()  # [N]
     c = rows.metrics[metric].to(n.device).double()  # [N]
     _, inv = torch.unique(rows.group_ids.to(n.device), return_inverse=True)  # [N] -> 0..P-1

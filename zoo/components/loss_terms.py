@@ -11,13 +11,14 @@ The `kl` term is not written by hand: the `kl:` slot with `placement: loss` beco
 (`zoo.config.desugar.kl_parts`). Controllers (e.g. `adaptive_kl`) set a term's coefficient per step by
 name: the update calls the term with the controller's value for that hyperparameter.
 """
+
 from __future__ import annotations
 
-from zoo.core import registry
 from zoo.components.kl import masked_kl
 from zoo.components.stats import sanitize
-from zoo.core.types import TermInputs, TermResult
+from zoo.core import registry
 from zoo.core.registry import register
+from zoo.core.types import TermInputs, TermResult
 
 
 @register("loss", "kl", reads=("logp", "logp_ref"), stats=("kl/ref",))

@@ -5,6 +5,7 @@ All return 0 on padding (whatever the padded slots held) and keep NaN on the rea
 another row. Statistics are computed in float64; a std that is `stats.negligible` next to its mean
 counts as 0 (all alike), so rounding never becomes an advantage (cases C16, C17).
 """
+
 from __future__ import annotations
 
 import math

@@ -10,6 +10,7 @@ the row's other objectives only where no neutral value exists (case B19):
   rewarded nor punished on that objective), so the row keeps its other objectives. A row whose
   every objective is NaN stays NaN.
 """
+
 from __future__ import annotations
 
 from typing import Sequence

@@ -6,6 +6,7 @@ Chen et al. arXiv 2508.10751 §3.3 (eqs. 14-15) for binary rewards. Both are seq
 value per completion, broadcast over its real tokens, 0 on padding, NaN on a NaN-score row (left
 out of its group's statistics), and independent of row order (case C1).
 """
+
 from __future__ import annotations
 
 import math
@@ -16,8 +17,8 @@ from torch import Tensor
 
 from zoo.components.advantage import sequence_scores
 from zoo.components.stats import as_bool, group_stats, sanitize
-from zoo.core.types import AdvantageInputs, AdvantageResult
 from zoo.core.registry import register
+from zoo.core.types import AdvantageInputs, AdvantageResult
 
 
 def _broadcast(adv: Tensor, s: Tensor, mask: Tensor) -> Tensor:
@@ -99,8 +100,10 @@ def pass_at_k_analytic(inp: AdvantageInputs, *, k: int = 4) -> AdvantageResult:
     """
     s = inp.scores.double()  # [N]
     if s.dim() != 1 or tuple(inp.group_ids.shape) != tuple(s.shape) or inp.mask.shape[0] != s.shape[0]:
-        raise ValueError(f"scores [N], group_ids [N], mask [N, T] expected, got {tuple(s.shape)}, "
-                         f"{tuple(inp.group_ids.shape)}, {tuple(inp.mask.shape)}")
+        raise ValueError(
+            f"scores [N], group_ids [N], mask [N, T] expected, got {tuple(s.shape)}, "
+            f"{tuple(inp.group_ids.shape)}, {tuple(inp.mask.shape)}"
+        )
     valid = ~torch.isnan(s)
     correct = (valid & (s == 1)).double()  # [N]; like `accuracy`: 1.0 is correct, anything else wrong
     _, _, n = group_stats(s, inp.group_ids)  # [N] valid members of the row's group

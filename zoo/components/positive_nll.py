@@ -12,17 +12,17 @@ whatever the variant's aggregation.
 Shapes: M rows of the optimizer step (all ranks), n rows of a micro-batch, T completion tokens, K
 reward columns.
 """
+
 from __future__ import annotations
 
 import math
-
 from typing import Any, Mapping
 
 import torch
 
 from zoo.components.stats import sanitize
-from zoo.core.types import TermInputs, TermResult
 from zoo.core.registry import register
+from zoo.core.types import TermInputs, TermResult
 
 
 def correct_rows(objectives: torch.Tensor, column: int, threshold: float) -> torch.Tensor:
@@ -30,8 +30,10 @@ def correct_rows(objectives: torch.Tensor, column: int, threshold: float) -> tor
     Raises ValueError naming the column and K when the column does not exist."""
     if objectives.dim() != 2 or not 0 <= column < objectives.shape[1]:
         k = objectives.shape[1] if objectives.dim() == 2 else 0
-        raise ValueError(f"loss term 'nll_positive': column {column} does not exist; the run has {k} reward "
-                         f"column(s), numbered 0 .. {k - 1} in the order of the run file's `rewards:`")
+        raise ValueError(
+            f"loss term 'nll_positive': column {column} does not exist; the run has {k} reward "
+            f"column(s), numbered 0 .. {k - 1} in the order of the run file's `rewards:`"
+        )
     return objectives[:, column] >= threshold
 
 
@@ -42,11 +44,20 @@ def _check(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
         raise ValueError(f"column must be a reward column index >= 0, got {params['column']!r}")
     t = params["threshold"]
     if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
-        raise ValueError(f"threshold must be a finite number (a row is correct when its column's score is >= it), got {t!r}")
+        raise ValueError(
+            f"threshold must be a finite number (a row is correct when its column's score is >= it), got {t!r}"
+        )
 
 
-@register("loss", "nll_positive", check=_check, reads=("logp", "objectives"), selects=True, aggregate="token_mean",
-          reads_column=True)
+@register(
+    "loss",
+    "nll_positive",
+    check=_check,
+    reads=("logp", "objectives"),
+    selects=True,
+    aggregate="token_mean",
+    reads_column=True,
+)
 def nll_positive(inp: TermInputs, *, mu: float = 0.1, column: int = 0, threshold: float = 1.0) -> TermResult:
     """mu * -log pi(o_t) on the tokens of correct completions, scaled so that its `token_mean`
     aggregation (division by the step's real tokens, counts.tokens) gives
@@ -57,8 +68,10 @@ def nll_positive(inp: TermInputs, *, mu: float = 0.1, column: int = 0, threshold
     run has nothing to judge correctness by) or for a column the run does not have."""
     v = inp.step
     if v is None or "objectives" not in v.fields:
-        raise ValueError("loss term 'nll_positive' needs the reward columns (objectives) of the step to judge "
-                         "which completions are correct; the run has none")
+        raise ValueError(
+            "loss term 'nll_positive' needs the reward columns (objectives) of the step to judge "
+            "which completions are correct; the run has none"
+        )
     correct = correct_rows(v.fields["objectives"], column, threshold)  # [M]
     real = v.fields["mask"].bool()  # [M, T]
     positive = real & correct[:, None]

@@ -9,6 +9,7 @@ Conventions (docs/algorithms.md, "Our conventions"):
 - a std within `REL_TOL * max(1, |mean|)` of 0 is 0 (`negligible`): equal scores over rows of
   different lengths give per-row float32 means that differ by rounding (case C17), never by design.
 """
+
 from __future__ import annotations
 
 import torch

@@ -7,6 +7,7 @@ reach neither the loss nor its gradient (case C7). The log-ratio logp - logp_old
 
 Source: PPO clip, Schulman et al. arXiv 1707.06347 eq. 7; docs/cases.md C4, C7.
 """
+
 from __future__ import annotations
 
 import torch

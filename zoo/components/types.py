@@ -1,4 +1,5 @@
 """The component record types' older path; they are `zoo.core.types` (the core's data contract)."""
+
 from zoo.core.types import (  # noqa: F401
     AdvantageInputs,
     AdvantageResult,

@@ -10,6 +10,7 @@ estimator, and `adaptive: {target, horizon}` the controller `adaptive_kl` that m
 The `kl` term and the `adaptive_kl` controller are made only this way: writing them by hand in
 `loss:` / `controllers:` is a validation error (`hand_written`), so one KL has one place.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -55,7 +56,9 @@ def hand_written(slots: Any) -> list[str]:
     for slot, name in RESERVED.items():
         for spec in getattr(slots, slot, None) or []:
             if (spec if isinstance(spec, str) else spec.get("name")) == name:
-                out.append(f"key 'slots.{slot}': {name!r} comes from the kl: slot (placement"
-                           f"{'/adaptive' if slot == 'controllers' else ''}); do not write it by hand, "
-                           "set kl: {placement: loss | reward, estimator, beta, adaptive: {target, horizon}}")
+                out.append(
+                    f"key 'slots.{slot}': {name!r} comes from the kl: slot (placement"
+                    f"{'/adaptive' if slot == 'controllers' else ''}); do not write it by hand, "
+                    "set kl: {placement: loss | reward, estimator, beta, adaptive: {target, horizon}}"
+                )
     return out

@@ -1,6 +1,7 @@
 """Comparisons of whole variants (no model loaded): `diff_variants` lists the resolved settings in
 which two variants differ (`zoo diff`). The checks of a variant are in `zoo.checks`.
 """
+
 from __future__ import annotations
 
 from typing import Any

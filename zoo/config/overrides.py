@@ -13,6 +13,7 @@ the run file's `set`, a study's `sweep`) is the caller's routing (`zoo.config.va
   named `entropy_bonus`, appending `{name: entropy_bonus}` when the list has none;
 - `did_you_mean` gives the close match for an unknown key.
 """
+
 from __future__ import annotations
 
 import copy
@@ -38,8 +39,16 @@ def did_you_mean(word: str, known: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def set_path(tree: dict[str, Any], parts: Sequence[str], value: Any, where: str, key: str,
-             spec_of: SpecOf = name_spec, list_name: str = "list", by_name: bool = False) -> None:
+def set_path(
+    tree: dict[str, Any],
+    parts: Sequence[str],
+    value: Any,
+    where: str,
+    key: str,
+    spec_of: SpecOf = name_spec,
+    list_name: str = "list",
+    by_name: bool = False,
+) -> None:
     """In place: `tree[parts[0]]...[parts[-1]] = deepcopy(value)`, turning the nodes on the way into
     mappings as the module doc says.
 
@@ -83,8 +92,15 @@ def _set_in_named_list(items: list[Any], name: str, rest: Sequence[str], value: 
     return items
 
 
-def apply_dotted(data: Mapping[str, Any], sets: Mapping[str, Any], where: str, route: Route,
-                 spec_of: SpecOf = name_spec, list_name: str = "list", by_name: bool = False) -> dict[str, Any]:
+def apply_dotted(
+    data: Mapping[str, Any],
+    sets: Mapping[str, Any],
+    where: str,
+    route: Route,
+    spec_of: SpecOf = name_spec,
+    list_name: str = "list",
+    by_name: bool = False,
+) -> dict[str, Any]:
     """A deep copy of `data` with every `key: value` of `sets` applied.
 
     `route(key)` -> (container, parts): the path of the mapping the key goes into (created when

@@ -3,6 +3,7 @@
 A study file (`experiments/*.yaml`) holds the same keys plus `variants`, `ablations`, `seeds` and
 `sweep`; each of its arms is a RunConfig. Unknown keys are errors that name the file and the key.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,17 +12,59 @@ from typing import Any, Mapping
 from pydantic import Field, PrivateAttr, ValidationError, field_validator
 
 from zoo.config.overrides import OverrideError, apply_dotted, did_you_mean
-from zoo.config.run_sections import (EVAL_BATCH, GENERATE_BATCH, MAX_NAME_CHARS, Beta, Budget, Checkpoint, Eval,
-                                     Guards, Lora, ModelOpts, Optim, Sampling, Tracking, Training, WandbOpts)
+from zoo.config.run_sections import (
+    EVAL_BATCH,
+    GENERATE_BATCH,
+    MAX_NAME_CHARS,
+    Beta,
+    Budget,
+    Checkpoint,
+    Eval,
+    Guards,
+    Lora,
+    ModelOpts,
+    Optim,
+    Sampling,
+    Tracking,
+    Training,
+    WandbOpts,
+)
 from zoo.config.schema import Spec, Strict, finite_number, format_validation
 from zoo.config.variant import Slots, Variant, VariantError, load_variant, read_yaml_file
 
 # the sections live in zoo.config.run_sections; they stay importable from here
-__all__ = ["EVAL_BATCH", "GENERATE_BATCH", "MAX_NAME_CHARS", "NEEDS", "OUTPUT_KEYS", "STUDY_ONLY_KEYS",
-           "WHAT_IT_TRAINS", "Beta", "Budget", "Checkpoint", "Eval", "Guards", "Lora", "ModelOpts", "Optim",
-           "RunConfig", "Sampling", "Spec", "Tracking", "Training", "WandbOpts", "batch_sizes", "effective_variant",
-           "generate_batch_size", "is_study", "parse_run_config", "read_run_file", "reward_specs", "says_nothing",
-           "set_dotted"]
+__all__ = [
+    "EVAL_BATCH",
+    "GENERATE_BATCH",
+    "MAX_NAME_CHARS",
+    "NEEDS",
+    "OUTPUT_KEYS",
+    "STUDY_ONLY_KEYS",
+    "WHAT_IT_TRAINS",
+    "Beta",
+    "Budget",
+    "Checkpoint",
+    "Eval",
+    "Guards",
+    "Lora",
+    "ModelOpts",
+    "Optim",
+    "RunConfig",
+    "Sampling",
+    "Spec",
+    "Tracking",
+    "Training",
+    "WandbOpts",
+    "batch_sizes",
+    "effective_variant",
+    "generate_batch_size",
+    "is_study",
+    "parse_run_config",
+    "read_run_file",
+    "reward_specs",
+    "says_nothing",
+    "set_dotted",
+]
 
 
 class RunConfig(Strict):
@@ -35,8 +78,11 @@ class RunConfig(Strict):
     training: Training = Field(default_factory=Training)
     task: dict[str, Any] = Field(default_factory=lambda: {"name": "reasoning_gym", "dataset": "basic_arithmetic"})
     rewards: list[Spec] = Field(default_factory=lambda: ["correctness"])
-    gold: list[Spec] = Field(default_factory=list, description="rewards scored and logged as gold/<name> but "
-                             "never trained on (a gold measure next to the proxy; Gao et al. arXiv:2210.10760)")
+    gold: list[Spec] = Field(
+        default_factory=list,
+        description="rewards scored and logged as gold/<name> but "
+        "never trained on (a gold measure next to the proxy; Gao et al. arXiv:2210.10760)",
+    )
     budget: Budget = Field(default_factory=Budget)
     optim: Optim = Field(default_factory=Optim)
     sampling: Sampling = Field(default_factory=Sampling)
@@ -44,7 +90,9 @@ class RunConfig(Strict):
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     guards: Guards = Field(default_factory=Guards)
     seed: int = 0
-    ref_reset_every: int | None = Field(None, ge=1, description="DeepSeekMath Alg. 1: reference <- policy every M steps")
+    ref_reset_every: int | None = Field(
+        None, ge=1, description="DeepSeekMath Alg. 1: reference <- policy every M steps"
+    )
     plugins: list[str] = Field(default_factory=list)
     tracking: Tracking = Field(default_factory=Tracking)
     output_dir: str | None = None
@@ -58,12 +106,15 @@ class RunConfig(Strict):
         if not v or v in (".", "..") or "/" in v or "\\" in v:
             raise ValueError(f"{v!r} names the output folder runs/<name>: no '/' and not '.' or '..'")
         if len(v) > MAX_NAME_CHARS:
-            raise ValueError(f"the name names the output folder runs/<name>: at most {MAX_NAME_CHARS} characters, "
-                             f"got {len(v)}")
+            raise ValueError(
+                f"the name names the output folder runs/<name>: at most {MAX_NAME_CHARS} characters, got {len(v)}"
+            )
         bad = sorted({c for c in v if not c.isprintable()})
         if bad:
-            raise ValueError(f"{v!r} names the output folder runs/<name>: no newlines or other control characters "
-                             f"(found {', '.join(repr(c) for c in bad)})")
+            raise ValueError(
+                f"{v!r} names the output folder runs/<name>: no newlines or other control characters "
+                f"(found {', '.join(repr(c) for c in bad)})"
+            )
         return v
 
     @field_validator("rewards", "gold")
@@ -72,9 +123,11 @@ class RunConfig(Strict):
         for i, spec in enumerate(v):
             if isinstance(spec, dict) and not spec.get("name"):
                 shown = ", ".join(f"{k}: {x}" for k, x in spec.items())
-                raise ValueError(f"item {i}, {{{shown}}}, has no 'name': each reward is a name (`correctness`) or a "
-                                 "mapping `{name: <reward>, weight: <w>, <its parameters>}` (`zoo list` lists the "
-                                 "rewards)")
+                raise ValueError(
+                    f"item {i}, {{{shown}}}, has no 'name': each reward is a name (`correctness`) or a "
+                    "mapping `{name: <reward>, weight: <w>, <its parameters>}` (`zoo list` lists the "
+                    "rewards)"
+                )
         return v
 
     def out_dir(self) -> Path:
@@ -98,8 +151,11 @@ def batch_sizes(cfg: RunConfig, group_size: int) -> dict[str, int]:
     """The batch sizes as the run resolves them, by their keys (recorded in provenance): generation and
     evaluation change the sampled tokens (a different split draws the random numbers in another order,
     and under bf16 a row's numerics depend on its batch), the micro-batch the training forwards."""
-    return {"sampling.batch_size": generate_batch_size(cfg, group_size), "eval.batch_size": cfg.eval.batch_size,
-            "budget.micro_batch": cfg.budget.micro_batch}
+    return {
+        "sampling.batch_size": generate_batch_size(cfg, group_size),
+        "eval.batch_size": cfg.eval.batch_size,
+        "budget.micro_batch": cfg.budget.micro_batch,
+    }
 
 
 def reward_specs(cfg: RunConfig) -> list[tuple[str, dict[str, Any], float]]:
@@ -167,17 +223,21 @@ def read_run_file(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise VariantError(f"{p}: expected a mapping at the top level")
     if ("slots" in data or "base" in data) and "variant" not in data:
-        raise VariantError(f"{p}: this is a variant file (it has `slots`/`base`); train it from a run file "
-                           f"with `variant: {p}` (see examples/run_grpo.yaml), or `zoo run examples/run_grpo.yaml "
-                           f"--set variant={p}`")
+        raise VariantError(
+            f"{p}: this is a variant file (it has `slots`/`base`); train it from a run file "
+            f"with `variant: {p}` (see examples/run_grpo.yaml), or `zoo run examples/run_grpo.yaml "
+            f"--set variant={p}`"
+        )
     for k in OUTPUT_KEYS:  # a run directory's config.yaml carries what the run resolved; not inputs
         data.pop(k, None)
     return data
 
 
 WHAT_IT_TRAINS = ("variant", "model", "task")
-NEEDS = ("a run file needs at least `variant`, `model` or `task` to say what it trains (every other key has a "
-         "default; see examples/run_grpo.yaml)")
+NEEDS = (
+    "a run file needs at least `variant`, `model` or `task` to say what it trains (every other key has a "
+    "default; see examples/run_grpo.yaml)"
+)
 
 
 def says_nothing(data: Any) -> str | None:
@@ -206,14 +266,17 @@ def set_dotted(data: dict[str, Any], overrides: Mapping[str, Any], where: str) -
     Keys under `set.` go to the variant's overrides as one dotted key (`set.clip.eps=0.1` ->
     `set: {clip.eps: 0.1}`). Raises VariantError for a key that is not a run-config key (with the
     close match) or a path through a list or a scalar."""
+
     def route(key: str) -> tuple[tuple[str, ...], list[str]]:
         parts = key.split(".")
         if parts[0] == "set" and len(parts) > 1:
             return ("set",), [".".join(parts[1:])]
         if parts[0] not in RunConfig.model_fields:
             if parts[0] in Slots.model_fields or parts[0] == "entropy_coef":  # a variant key, not a run key
-                raise VariantError(f"{where}: override {key!r}: {parts[0]!r} is a variant slot, not a run-config key; "
-                                   f"write set.{key} (the variant's overrides)")
+                raise VariantError(
+                    f"{where}: override {key!r}: {parts[0]!r} is a variant slot, not a run-config key; "
+                    f"write set.{key} (the variant's overrides)"
+                )
             hint = did_you_mean(parts[0], RunConfig.model_fields)
             raise VariantError(f"{where}: override {key!r}: unknown key {parts[0]!r}{hint}")
         return (), parts

@@ -2,6 +2,7 @@
 `checkpoint`, `tracking`): one pydantic model each, gathered by `zoo.config.run.RunConfig` (which
 re-exports them). Unknown keys are errors (`Strict`).
 """
+
 from __future__ import annotations
 
 from typing import Annotated, Literal, Union
@@ -10,7 +11,6 @@ from pydantic import Field, field_validator
 
 from zoo.config.schema import MIN_TEMPERATURE, Spec, Strict, sampling_temperature
 from zoo.config.variant import Updates
-
 
 #: completions per `generate` call in training when `sampling.batch_size` is unset (at least G, so a
 #: group is never split). Decoding reads every weight once per token whatever the batch, so up to the
@@ -31,13 +31,21 @@ class Budget(Strict):
     group_size: int | None = Field(None, ge=1, description="completions per prompt G (default: the variant's)")
     updates: Updates | None = Field(None, description="epochs x minibatches per rollout (default: the variant's)")
     max_new_tokens: int = Field(64, ge=1, description="generation budget per completion (tokens)")
-    micro_batch: int = Field(8, ge=1, description="completions per forward of the training models over the rollout: "
-                             "each forward/backward of the update, and the no-grad rollout forwards (old and reference "
-                             "log-probs, values); generation and evaluation have their own (sampling.batch_size, "
-                             "eval.batch_size)")
+    micro_batch: int = Field(
+        8,
+        ge=1,
+        description="completions per forward of the training models over the rollout: "
+        "each forward/backward of the update, and the no-grad rollout forwards (old and reference "
+        "log-probs, values); generation and evaluation have their own (sampling.batch_size, "
+        "eval.batch_size)",
+    )
     max_resample_rounds: int = Field(4, ge=0, description="dynamic sampling: extra generation rounds per step")
-    critic_warmup: int | None = Field(None, ge=0, description="rollout steps at the start in which only the critic "
-                                      "trains, the policy frozen (value pretraining; default: the variant's)")
+    critic_warmup: int | None = Field(
+        None,
+        ge=0,
+        description="rollout steps at the start in which only the critic "
+        "trains, the policy frozen (value pretraining; default: the variant's)",
+    )
 
 
 Beta = Annotated[float, Field(ge=0, lt=1)]
@@ -54,8 +62,11 @@ class Optim(Strict):
     warmup_steps: int = Field(0, ge=0, description="optimizer steps of linear warm-up")
     schedule: Literal["constant", "linear", "cosine"] = "constant"
     max_grad_norm: float | None = Field(1.0, gt=0)
-    fused: bool = Field(False, description="torch's fused AdamW kernel (4-5x faster optimizer steps on CPU; the "
-                        "same update up to float rounding, ~1e-7 relative, so not bit-identical to the default)")
+    fused: bool = Field(
+        False,
+        description="torch's fused AdamW kernel (4-5x faster optimizer steps on CPU; the "
+        "same update up to float rounding, ~1e-7 relative, so not bit-identical to the default)",
+    )
 
 
 class Lora(Strict):
@@ -67,8 +78,10 @@ class Lora(Strict):
 class ModelOpts(Strict):
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     autocast: Literal["auto", "none", "bf16", "fp16"] = Field(
-        "auto", description="mixed precision for forward passes; auto: bf16 where the GPU or CPU runs it natively, "
-        "else none (fp32); see zoo.run.precision")
+        "auto",
+        description="mixed precision for forward passes; auto: bf16 where the GPU or CPU runs it natively, "
+        "else none (fp32); see zoo.run.precision",
+    )
     lora: Lora | None = None
     gradient_checkpointing: bool = False
 
@@ -77,20 +90,32 @@ class Training(Strict):
     """How the run spreads over the processes a launcher starts (zoo/backends/train/strategy.py, docs/configuration.md)."""
 
     strategy: Literal["single", "ddp", "fsdp"] = Field(
-        "single", description="single: one process; ddp: DistributedDataParallel; fsdp: FSDP2 fully_shard "
-        "(weights, gradients and optimizer state sharded over ranks)")
+        "single",
+        description="single: one process; ddp: DistributedDataParallel; fsdp: FSDP2 fully_shard "
+        "(weights, gradients and optimizer state sharded over ranks)",
+    )
 
 
 class Sampling(Strict):
-    backend: Spec = Field("hf", description="the generator (registry kind `generator`): a name or "
-                          "{name, params}, e.g. hf (default) or {name: noisy, sigma: 0.1}; `zoo list` lists them")
+    backend: Spec = Field(
+        "hf",
+        description="the generator (registry kind `generator`): a name or "
+        "{name, params}, e.g. hf (default) or {name: noisy, sigma: 0.1}; `zoo list` lists them",
+    )
     temperature: float = Field(1.0, description=f"logits / temperature, >= {MIN_TEMPERATURE}")
     top_p: float = Field(1.0, gt=0, le=1)
-    ignore_eos: bool = Field(False, description="generate every completion to max_new_tokens (EOS suppressed): "
-                             "for benchmarks of cost per token, like verl's rollout.ignore_eos")
-    batch_size: int | None = Field(None, ge=1, description="completions per generate call in training (null: "
-                                   f"max(group_size, {GENERATE_BATCH})); not in the fingerprint, a resume that "
-                                   "changes it warns")
+    ignore_eos: bool = Field(
+        False,
+        description="generate every completion to max_new_tokens (EOS suppressed): "
+        "for benchmarks of cost per token, like verl's rollout.ignore_eos",
+    )
+    batch_size: int | None = Field(
+        None,
+        ge=1,
+        description="completions per generate call in training (null: "
+        f"max(group_size, {GENERATE_BATCH})); not in the fingerprint, a resume that "
+        "changes it warns",
+    )
 
     @field_validator("temperature")
     @classmethod
@@ -108,9 +133,12 @@ class Eval(Strict):
     seed: int = 1234
     enabled: bool = True
     batch_size: int = Field(EVAL_BATCH, ge=1, description="completions per generate call in evaluation")
-    backend: Spec | None = Field(None, description="the generator evaluation samples with (registry kind `generator`, "
-                                 "like sampling.backend); null: the run's sampling.backend, a wrapper such as noisy "
-                                 "through the generator it wraps")
+    backend: Spec | None = Field(
+        None,
+        description="the generator evaluation samples with (registry kind `generator`, "
+        "like sampling.backend); null: the run's sampling.backend, a wrapper such as noisy "
+        "through the generator it wraps",
+    )
 
     @field_validator("temperature")
     @classmethod
@@ -121,11 +149,20 @@ class Eval(Strict):
 class Guards(Strict):
     """When a run that cannot learn stops as `failed` (zoo/core/guards.py, docs/configuration.md "Guards")."""
 
-    max_unscored_frac: float = Field(0.5, ge=0, le=1, description="a step is unscored-heavy when some reward "
-                                     "could not score more than this fraction of its rows (1: never)")
+    max_unscored_frac: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="a step is unscored-heavy when some reward "
+        "could not score more than this fraction of its rows (1: never)",
+    )
     unscored_steps: int = Field(3, ge=1, description="stop after this many consecutive unscored-heavy steps")
-    max_skipped_steps: int = Field(3, ge=1, description="stop after this many consecutive steps in which every "
-                                   "optimizer step was skipped for a non-finite loss or gradient norm")
+    max_skipped_steps: int = Field(
+        3,
+        ge=1,
+        description="stop after this many consecutive steps in which every "
+        "optimizer step was skipped for a non-finite loss or gradient norm",
+    )
 
 
 class Checkpoint(Strict):
@@ -135,7 +172,9 @@ class Checkpoint(Strict):
 class WandbOpts(Strict):
     project: str = "variant-zoo"
     entity: str | None = None
-    mode: Literal["online", "offline", "disabled"] | None = Field(None, description="default: offline unless a key is set")
+    mode: Literal["online", "offline", "disabled"] | None = Field(
+        None, description="default: offline unless a key is set"
+    )
     tags: list[str] = Field(default_factory=list)
     table_every: int = Field(2, ge=1, description="steps between sample-completion tables")
 

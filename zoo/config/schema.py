@@ -21,6 +21,7 @@ unions, optionals, lists and dicts) so the message lists the allowed keys, and d
 union branches that do not fit the input's shape (a mapping given to `WandbOpts | bool` is not
 reported as "not a valid boolean").
 """
+
 from __future__ import annotations
 
 import difflib
@@ -59,10 +60,11 @@ def bool_number_mixup(value: Any, ann: Any) -> str | None:
     outside `INT64` for an integer field), else None.
     Looks into tuples and lists of numbers (`betas: [true, 0.9]`)."""
     accepted = _number_types(ann)
-    if isinstance(value, int) and not isinstance(value, bool) and int in accepted \
-            and not INT64[0] <= value <= INT64[1]:
-        return (f"{value} does not fit in a 64-bit integer (torch's seeds and counters): "
-                "use a value between -2**63 and 2**63 - 1")
+    if isinstance(value, int) and not isinstance(value, bool) and int in accepted and not INT64[0] <= value <= INT64[1]:
+        return (
+            f"{value} does not fit in a 64-bit integer (torch's seeds and counters): "
+            "use a value between -2**63 and 2**63 - 1"
+        )
     if isinstance(value, bool):
         if accepted & {int, float} and bool not in accepted:
             return f"expected a number, got the boolean {str(value).lower()}"
@@ -107,9 +109,11 @@ def sampling_temperature(v: float) -> float:
     Logits are divided by T; `1e-300` turns them into inf and NaN at the first step, which then reads as
     diverged updates. Raises ValueError giving the allowed range."""
     if not v >= MIN_TEMPERATURE:
-        raise ValueError(f"{v!r} is too small: a sampling temperature must be >= {MIN_TEMPERATURE} (the logits are "
-                         f"divided by it: below that they overflow float32 to inf/NaN, or every sample is the "
-                         f"argmax); use {MIN_TEMPERATURE} or more (1.0 samples the policy as it is)")
+        raise ValueError(
+            f"{v!r} is too small: a sampling temperature must be >= {MIN_TEMPERATURE} (the logits are "
+            f"divided by it: below that they overflow float32 to inf/NaN, or every sample is the "
+            f"argmax); use {MIN_TEMPERATURE} or more (1.0 samples the policy as it is)"
+        )
     return v
 
 
@@ -128,7 +132,6 @@ def finite_number(value: Any, what: str) -> float:
     if not math.isfinite(out):
         raise ValueError(f"{what}: must be finite, got {value!r}")
     return out
-
 
 
 def _alternatives(ann: Any) -> list[Any]:
@@ -200,8 +203,9 @@ def format_validation(e: ValidationError, where: str, model: type[BaseModel]) ->
     an unknown key lists the allowed keys of the model it was written under, with a close match."""
     walked = [(err, *walk(model, tuple(err["loc"]))) for err in e.errors()]
     # key paths where a model branch of a union reported something: the input had the model's shape
-    model_paths = {tuple(p[:-1]) if err["type"] == "extra_forbidden" else tuple(p)
-                   for err, p, _, other in walked if not other}
+    model_paths = {
+        tuple(p[:-1]) if err["type"] == "extra_forbidden" else tuple(p) for err, p, _, other in walked if not other
+    }
     lines = []
     for err, path, owner, other in walked:
         key = ".".join(path)

@@ -10,6 +10,7 @@ wrote. `user_key_first` finds which of the user's keys an error is about and lea
 The run file is the RunConfig's `source` (set by `zoo.study.run_file.load_run_config` and `zoo validate` for a
 run file; None for a study's arms, whose messages name the arm and its ablation instead).
 """
+
 from __future__ import annotations
 
 import re
@@ -20,10 +21,12 @@ _KEY = re.compile(r"key '([^']+)'")
 _DOTTED = re.compile(r"(?<![\w/.-])([a-z_][a-z0-9_]*(?:\.[a-z0-9_]+)+)(?![\w/-])")
 _TOP = re.compile(r"\b(" + "|".join(BUDGET_WINS) + r")\b")
 _LINE = re.compile(r"^(?P<file>\S+?\.ya?ml)(?: \(overrides\))?: (?:key '(?P<key>[^']+)': )?(?P<reason>.*)$")
-_PYDANTIC = ((r"^Input should be greater than or equal to (.+)$", r"must be >= \1"),
-             (r"^Input should be greater than (.+)$", r"must be > \1"),
-             (r"^Input should be less than or equal to (.+)$", r"must be <= \1"),
-             (r"^Input should be less than (.+)$", r"must be < \1"))
+_PYDANTIC = (
+    (r"^Input should be greater than or equal to (.+)$", r"must be >= \1"),
+    (r"^Input should be greater than (.+)$", r"must be > \1"),
+    (r"^Input should be less than or equal to (.+)$", r"must be <= \1"),
+    (r"^Input should be less than (.+)$", r"must be < \1"),
+)
 
 
 def source_of(cfg: Any) -> str | None:

@@ -7,6 +7,7 @@ no hidden defaults: each slot, `group_size` and `updates` is stated in the file 
 through `base: grpo` (the base's keys are taken, then the file's keys replace them, slot by slot).
 User directories are listed in `ZOO_REGISTRY_PATH` (os.pathsep-separated).
 """
+
 from __future__ import annotations
 
 import copy
@@ -16,18 +17,46 @@ from typing import Any, Literal, Mapping, Optional, Union
 
 from pydantic import Field, ValidationError, create_model, field_validator
 
-from zoo.core import kinds, registry
 from zoo.config import overrides
 from zoo.config.desugar import hand_written
 from zoo.config.schema import Spec, Strict, format_validation
-from zoo.config.variant_files import (VariantError, available_variants, builtin_dir, read_yaml_file,
-                                      read_yaml_mapping, search_dirs, variant_files)
+from zoo.config.variant_files import (
+    VariantError,
+    available_variants,
+    builtin_dir,
+    read_yaml_file,
+    read_yaml_mapping,
+    search_dirs,
+    variant_files,
+)
+from zoo.core import kinds, registry
 
 # finding and reading the files lives in zoo.config.variant_files; these names stay importable from here
-__all__ = ["LIST_SLOTS", "REQUIRED_TOP", "SLOT_KINDS", "AdaptiveKLSpec", "KLSpec", "Slots", "Spec", "Updates", "Variant",
-           "VariantError", "apply_overrides", "available_variants", "build_components", "builtin_dir", "load_variant",
-           "merge_variant", "missing_keys", "parse_variant", "read_yaml_file", "read_yaml_mapping", "repeated_items",
-           "search_dirs", "variant_files"]
+__all__ = [
+    "LIST_SLOTS",
+    "REQUIRED_TOP",
+    "SLOT_KINDS",
+    "AdaptiveKLSpec",
+    "KLSpec",
+    "Slots",
+    "Spec",
+    "Updates",
+    "Variant",
+    "VariantError",
+    "apply_overrides",
+    "available_variants",
+    "build_components",
+    "builtin_dir",
+    "load_variant",
+    "merge_variant",
+    "missing_keys",
+    "parse_variant",
+    "read_yaml_file",
+    "read_yaml_mapping",
+    "repeated_items",
+    "search_dirs",
+    "variant_files",
+]
 
 SLOT_KINDS = kinds.slot_kinds()  # slot -> registry kind, for the slots filled by components
 LIST_SLOTS = kinds.list_slots()
@@ -82,7 +111,9 @@ def _slot_type(row: kinds.Kind) -> Any:
 
 # Every slot of the table, all required (no hidden defaults): stated in the file or through `base:`.
 Slots = create_model(  # type: ignore[call-overload]
-    "Slots", __base__=_SlotsBase, __doc__="A variant's slots, one field per slot of zoo/core/kinds.py (all required).",
+    "Slots",
+    __base__=_SlotsBase,
+    __doc__="A variant's slots, one field per slot of zoo/core/kinds.py (all required).",
     **{row.slot: (_slot_type(row), ...) for row in kinds.TABLE if row.slot is not None},
 )
 
@@ -96,8 +127,12 @@ class Variant(Strict):
     base: str | None = None
     group_size: int = Field(ge=1)
     updates: Updates
-    critic_warmup: int = Field(0, ge=0, description="rollout steps at the start in which only the critic trains "
-                               "(value pretraining, VAPO arXiv 2504.05118 §4.1; verl trainer.critic_warmup)")
+    critic_warmup: int = Field(
+        0,
+        ge=0,
+        description="rollout steps at the start in which only the critic trains "
+        "(value pretraining, VAPO arXiv 2504.05118 §4.1; verl trainer.critic_warmup)",
+    )
     plugins: list[str] = Field(default_factory=list, description="modules to import for user components")
     slots: Slots  # type: ignore[valid-type]
     sources: dict[str, str] = Field(default_factory=dict)
@@ -181,8 +216,10 @@ def parse_variant(data: dict[str, Any], where: str) -> Variant:
         except registry.ComponentError as e:
             raise VariantError(f"{where}: key 'plugins': {e}") from None
     if "entropy_coef" in data:
-        raise VariantError(f"{where}: key 'entropy_coef' was replaced by a loss term: write "
-                           f"`slots: {{loss: [{{name: entropy_bonus, coef: {data['entropy_coef']}}}]}}`")
+        raise VariantError(
+            f"{where}: key 'entropy_coef' was replaced by a loss term: write "
+            f"`slots: {{loss: [{{name: entropy_bonus, coef: {data['entropy_coef']}}}]}}`"
+        )
     missing_keys(data, where)
     try:
         v = Variant.model_validate(data)
@@ -206,9 +243,11 @@ def repeated_items(slots: Any) -> list[str]:
     for slot in LIST_SLOTS:
         names = [spec if isinstance(spec, str) else spec.get("name") for spec in getattr(slots, slot, None) or []]
         for name in dict.fromkeys(n for n in names if names.count(n) > 1):
-            out.append(f"key 'slots.{slot}': {name!r} is listed {names.count(name)} times; each item applies once "
-                       f"and logs under its name, so a repeat would apply it again or mix two items' metrics: list it "
-                       "once (to combine two of a kind, register a second name in a plugin; docs/extending.md)")
+            out.append(
+                f"key 'slots.{slot}': {name!r} is listed {names.count(name)} times; each item applies once "
+                f"and logs under its name, so a repeat would apply it again or mix two items' metrics: list it "
+                "once (to combine two of a kind, register a second name in a plugin; docs/extending.md)"
+            )
     return out
 
 
@@ -223,8 +262,10 @@ def missing_keys(data: Mapping[str, Any], where: str) -> None:
     missing = [k for k in REQUIRED_TOP if k not in data] + [f"slots.{s}" for s in kinds.slots() if s not in stated]
     if missing and (slots is None or isinstance(slots, Mapping)):
         keys = ", ".join(repr(k) for k in missing)
-        raise VariantError(f"{where}: missing {'key' if len(missing) == 1 else 'keys'} {keys}: a variant states every "
-                           "slot, group_size and updates, or inherits them with `base:` (e.g. base: grpo)")
+        raise VariantError(
+            f"{where}: missing {'key' if len(missing) == 1 else 'keys'} {keys}: a variant states every "
+            "slot, group_size and updates, or inherits them with `base:` (e.g. base: grpo)"
+        )
 
 
 def load_variant(name_or_path: str | Path, overrides: Mapping[str, Any] | None = None) -> Variant:
@@ -252,6 +293,7 @@ def apply_overrides(data: dict[str, Any], sets: Mapping[str, Any], where: str = 
     Raises VariantError for a key that is neither a slot nor a variant field, or a parameter of a
     list slot.
     """
+
     def route(key: str) -> tuple[tuple[str, ...], list[str]]:
         parts = key.split(".")
         if parts[0] == "slots" and len(parts) > 1:
@@ -261,11 +303,15 @@ def apply_overrides(data: dict[str, Any], sets: Mapping[str, Any], where: str = 
         if parts[0] in _TOP_KEYS:
             return (), parts
         if parts[0] == "entropy_coef":
-            raise VariantError(f"{where}: key {key!r}: entropy_coef was replaced by the loss term entropy_bonus: "
-                               "set loss.entropy_bonus.coef")
+            raise VariantError(
+                f"{where}: key {key!r}: entropy_coef was replaced by the loss term entropy_bonus: "
+                "set loss.entropy_bonus.coef"
+            )
         allowed = sorted(set(Slots.model_fields) | _TOP_KEYS)
-        raise VariantError(f"{where}: key {key!r} is neither a slot nor a variant field"
-                           f"{overrides.did_you_mean(parts[0], allowed)}; allowed: {', '.join(allowed)}")
+        raise VariantError(
+            f"{where}: key {key!r} is neither a slot nor a variant field"
+            f"{overrides.did_you_mean(parts[0], allowed)}; allowed: {', '.join(allowed)}"
+        )
 
     try:
         return overrides.apply_dotted(data, sets, where, route, spec_of=_spec_of, list_name="list slot", by_name=True)

@@ -3,6 +3,7 @@ top-level folder, or its copy in the wheel) after the user directories in `ZOO_R
 (os.pathsep-separated), and the strict YAML reader every zoo file goes through (`read_yaml_file`).
 `zoo.config.variant` loads and parses a variant from these files and re-exports these names.
 """
+
 from __future__ import annotations
 
 import logging
@@ -66,8 +67,11 @@ def read_yaml_file(path: str | Path) -> Any:
     missing, a directory, not UTF-8, not valid YAML, or nested too deeply for the parser's recursion."""
     p = Path(path)
     if p.is_dir():
-        hint = (f"; to resume the run in it: zoo run --resume {p}; to check it: zoo validate {p / 'config.yaml'}"
-                if (p / "config.yaml").is_file() else "")
+        hint = (
+            f"; to resume the run in it: zoo run --resume {p}; to check it: zoo validate {p / 'config.yaml'}"
+            if (p / "config.yaml").is_file()
+            else ""
+        )
         raise VariantError(f"{p}: is a directory, not a YAML file{hint}")
     if not p.exists():
         raise VariantError(f"{p}: file not found")
@@ -75,16 +79,22 @@ def read_yaml_file(path: str | Path) -> Any:
         with open(p, encoding="utf-8") as fh:  # a file object: the YAML error names the file
             data = strict_yaml.load(fh)  # a key given twice is an error, not a silent replacement
     except UnicodeDecodeError as e:
-        raise VariantError(f"{p}: not UTF-8 text (byte {e.object[e.start:e.start + 1]!r} at offset {e.start})") from None
+        raise VariantError(
+            f"{p}: not UTF-8 text (byte {e.object[e.start : e.start + 1]!r} at offset {e.start})"
+        ) from None
     except yaml.YAMLError as e:
         raise VariantError(f"{p}: not valid YAML: {' '.join(str(e).split())}") from None
     except RecursionError:  # PyYAML builds nested nodes recursively: thousands of levels exhaust the stack
-        raise VariantError(f"{p}: nested too deeply to read (more levels of mappings or lists than Python's "
-                           f"recursion limit); a zoo file nests a few levels, at most {MAX_NESTING}") from None
+        raise VariantError(
+            f"{p}: nested too deeply to read (more levels of mappings or lists than Python's "
+            f"recursion limit); a zoo file nests a few levels, at most {MAX_NESTING}"
+        ) from None
     deep = too_deep(data)
     if deep is not None:
-        raise VariantError(f"{p}: key {deep!r}: nested more than {MAX_NESTING} levels deep; a zoo file nests a few "
-                           "levels (is a bracket or an indentation repeated?)")
+        raise VariantError(
+            f"{p}: key {deep!r}: nested more than {MAX_NESTING} levels deep; a zoo file nests a few "
+            "levels (is a bracket or an indentation repeated?)"
+        )
     return data
 
 

@@ -2,6 +2,7 @@
 key given twice in one mapping: PyYAML's safe loader keeps the last one silently, so a second
 `budget:` or `variant:` would replace the first without a word. `too_deep` finds nesting deeper than
 `MAX_NESTING`, which would exhaust Python's recursion in whatever reads the value next."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -26,9 +27,12 @@ def _mapping(loader: StrictSafeLoader, node: yaml.MappingNode, deep: bool = Fals
             continue  # let the base constructor report an unhashable key
         if key in seen:
             raise yaml.constructor.ConstructorError(
-                "while reading a mapping", node.start_mark,
+                "while reading a mapping",
+                node.start_mark,
                 f"key {key!r} is given twice (first on line {seen[key] + 1}); the second would silently replace "
-                "the first", key_node.start_mark)
+                "the first",
+                key_node.start_mark,
+            )
         seen[key] = key_node.start_mark.line
     return loader.construct_mapping(node, deep=deep)
 

@@ -3,6 +3,7 @@
 N completions, P prompt tokens (left-padded), T completion tokens (right-padded), K objectives.
 Rows are prompt-major: the G completions of one prompt share a group id.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
@@ -98,7 +99,9 @@ class Batch:
 
     def attention_mask(self) -> Tensor:
         """[N, P + T] long: the prompt's real tokens, then the completion up to its first EOS."""
-        return torch.cat([self.prompt_mask.long(), self.completion_attention().long().to(self.prompt_mask.device)], dim=1)
+        return torch.cat(
+            [self.prompt_mask.long(), self.completion_attention().long().to(self.prompt_mask.device)], dim=1
+        )
 
     def select(self, idx: Tensor | list[int]) -> "Batch":
         """The rows `idx` (1-D indices, or an [N] bool mask), every tensor and list field alike."""
@@ -142,8 +145,11 @@ class Batch:
         out = {}
         for f in fields(self):
             v = getattr(self, f.name)
-            out[f.name] = v.to(device) if isinstance(v, Tensor) else (
-                {k: x.to(device) for k, x in v.items()} if f.name == "extras" else v)
+            out[f.name] = (
+                v.to(device)
+                if isinstance(v, Tensor)
+                else ({k: x.to(device) for k, x in v.items()} if f.name == "extras" else v)
+            )
         return Batch(**out)
 
 

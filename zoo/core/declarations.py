@@ -8,6 +8,7 @@ component of the variant reads decides what the step computes: the critic is bui
 component reads `values`, the reference model when one reads `logp_ref`, the old log-probs when one
 reads `logp_old` (or a later optimizer step needs them).
 """
+
 from __future__ import annotations
 
 import dataclasses

@@ -6,6 +6,7 @@ scaled by the world size so that they are *summed* over ranks: every aggregation
 the optimizer step's totals over all ranks (`zoo.step.update.step_counts`), which makes a 2-rank
 step equal a 1-rank step over the same rows (case C2 across ranks).
 """
+
 from __future__ import annotations
 
 import os

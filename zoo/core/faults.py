@@ -7,6 +7,7 @@
 "no space left on device while writing runs/x/checkpoint/state.pt". The trainer adds which
 checkpoint survives; the CLI prints `os_error_message(e)` as one line and exits 1.
 """
+
 from __future__ import annotations
 
 import errno

@@ -17,6 +17,7 @@ log-probs, critic values, the entropy's gradient), and `zoo validate` rejects a 
 component reads a field nothing produces (`unproduced_reads`), naming the component, the field and
 what could produce it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -40,7 +41,9 @@ class Field:
     produced: Callable[[Mapping[str, Any]], bool] | None = None
     missing: str = "error"
     on_batch: bool = False  # a `Batch` attribute (a clip rule gets it as a keyword when it reads it)
-    made_at: str = ""  # the stage of the step after which it exists (zoo/core/stages.py ORDER); "" update-time, contract
+    made_at: str = (
+        ""  # the stage of the step after which it exists (zoo/core/stages.py ORDER); "" update-time, contract
+    )
 
 
 TABLE: tuple[Field, ...] = (
@@ -49,12 +52,27 @@ TABLE: tuple[Field, ...] = (
     Field("logp_old", "rollout", "[N, T]", on_batch=True, made_at="forwards"),
     Field("logp_ref", "rollout", "[N, T]", on_batch=True, made_at="forwards"),
     Field("logp_rollout", "rollout", "[N, T]", on_batch=True, made_at="generate"),
-    Field("values", "rollout", "[N, T]", "a critic (slots.critic, e.g. clipped_value)",
-          lambda s: s.get("critic") is not None, on_batch=True, made_at="forwards"),
+    Field(
+        "values",
+        "rollout",
+        "[N, T]",
+        "a critic (slots.critic, e.g. clipped_value)",
+        lambda s: s.get("critic") is not None,
+        on_batch=True,
+        made_at="forwards",
+    ),
     Field("advantages", "rollout", "[N, T]", on_batch=True, made_at="advantage"),
     Field("token_rewards", "rollout", "[N, T]", on_batch=True, made_at="objectives"),
-    Field("kl_reward", "rollout", "[N, T]", "the KL in the reward (kl.placement: reward)",
-          lambda s: s.get("kl_reward") is not None, missing="warn", on_batch=True, made_at="kl_reward"),
+    Field(
+        "kl_reward",
+        "rollout",
+        "[N, T]",
+        "the KL in the reward (kl.placement: reward)",
+        lambda s: s.get("kl_reward") is not None,
+        missing="warn",
+        on_batch=True,
+        made_at="kl_reward",
+    ),
     Field("mask", "rollout", "[N, T]", made_at="generate"),
     Field("group_ids", "rollout", "[N]", made_at="generate"),
     Field("lengths", "rollout", "[N]", made_at="generate"),
@@ -65,8 +83,10 @@ TABLE: tuple[Field, ...] = (
     Field("clip_high", "update", "[n, T]"),
     Field("ratio", "update", "[n, T]"),
     Field("counts", "update", "StepCounts"),
-    *(Field(n, "contract", "") for n in ("loss", "old_values", "returns", "metrics", "completions", "rows",
-                                         "max_new_tokens", "adv")),
+    *(
+        Field(n, "contract", "")
+        for n in ("loss", "old_values", "returns", "metrics", "completions", "rows", "max_new_tokens", "adv")
+    ),
 )
 BY_NAME: dict[str, Field] = {f.name: f for f in TABLE}
 ROLLOUT = tuple(f.name for f in TABLE if f.when == "rollout")
@@ -80,8 +100,9 @@ def declared_reads(component: Any) -> tuple[str, ...]:
     return declarations.of(component).reads
 
 
-def unproduced_reads(components: Iterable[tuple[str, Any]], slots: Mapping[str, Any],
-                     extras: Mapping[str, str] | None = None) -> tuple[list[str], list[str]]:
+def unproduced_reads(
+    components: Iterable[tuple[str, Any]], slots: Mapping[str, Any], extras: Mapping[str, str] | None = None
+) -> tuple[list[str], list[str]]:
     """(errors, warnings) for every (slot, component) that reads a field no part of the variant
     produces, or a field zoo does not know. slots: the variant's built components by slot (for the
     producers; "kl_reward": the KL-in-reward estimator or None). extras: field -> the stage that
@@ -93,10 +114,14 @@ def unproduced_reads(components: Iterable[tuple[str, Any]], slots: Mapping[str, 
         for f in declared_reads(comp):
             spec = BY_NAME.get(f)
             if spec is None and f not in extras:
-                errors.append(f"{slot} {comp.name!r} reads {f!r}, which is no field of the step; "
-                              f"known: {', '.join(ROLLOUT + UPDATE)} (or a field a stage writes)")
+                errors.append(
+                    f"{slot} {comp.name!r} reads {f!r}, which is no field of the step; "
+                    f"known: {', '.join(ROLLOUT + UPDATE)} (or a field a stage writes)"
+                )
             elif spec is not None and spec.produced is not None and not spec.produced(slots):
-                msg = (f"{slot} {comp.name!r} reads {f!r}, which nothing in this variant produces: "
-                       f"it needs {spec.producer}")
+                msg = (
+                    f"{slot} {comp.name!r} reads {f!r}, which nothing in this variant produces: "
+                    f"it needs {spec.producer}"
+                )
                 (errors if spec.missing == "error" else warnings).append(msg)
     return errors, warnings

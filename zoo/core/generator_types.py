@@ -2,6 +2,7 @@
 the result of `continue_` (the `generator` kind's contract is `zoo.core.kinds.Generator`).
 
 Shapes: n rows, T new tokens (right-padded)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -12,6 +12,7 @@ distribution (warned), non-finite weights, and a run with no optimizer step at a
 Every decision reads the step's metrics after they were reduced over ranks, so under data
 parallelism every rank decides the same.
 """
+
 from __future__ import annotations
 
 import logging
@@ -65,11 +66,18 @@ class GuardState:
 
     def state_dict(self) -> dict[str, Any]:
         """Plain ints, None and strings (loadable with torch.load(weights_only=True))."""
-        return {"unscored_steps": self.unscored_steps, "skipped_steps": self.skipped_steps,
-                "updates": self.updates, "no_update": dict(self.no_update), "unscored_all_steps": self.unscored_all_steps,
-                "unscored_by": dict(self.unscored_by), "skipped_total": self.skipped_total,
-                "optim_steps": self.optim_steps, "collapsed_steps": self.collapsed_steps,
-                "no_grad_steps": self.no_grad_steps}
+        return {
+            "unscored_steps": self.unscored_steps,
+            "skipped_steps": self.skipped_steps,
+            "updates": self.updates,
+            "no_update": dict(self.no_update),
+            "unscored_all_steps": self.unscored_all_steps,
+            "unscored_by": dict(self.unscored_by),
+            "skipped_total": self.skipped_total,
+            "optim_steps": self.optim_steps,
+            "collapsed_steps": self.collapsed_steps,
+            "no_grad_steps": self.no_grad_steps,
+        }
 
     def load_state_dict(self, d: Mapping[str, Any] | None) -> None:
         """Restore from `state_dict()`; None (an older checkpoint) makes the update count unknown; counts
@@ -88,8 +96,11 @@ class GuardState:
     def totals(self) -> dict[str, float]:
         """The run's counts for summary.json: optimizer steps skipped (non-finite) and attempted, and
         steps in which the policy was collapsed (entropy at ln |V|)."""
-        return {"optim/skipped_total": float(self.skipped_total), "optim/steps_total": float(self.optim_steps),
-                "guards/collapsed_steps": float(self.collapsed_steps)}
+        return {
+            "optim/skipped_total": float(self.skipped_total),
+            "optim/steps_total": float(self.optim_steps),
+            "guards/collapsed_steps": float(self.collapsed_steps),
+        }
 
 
 def any_rank_nonfinite(values: Iterable[float]) -> bool:
@@ -117,8 +128,10 @@ def no_update_reason(m: Mapping[str, Any]) -> str | None:
     rollout correction masked every token (`rollout/masked_frac` 1: its steps ran on a zero loss);
     None when it trained."""
     if float(m.get("rollout/masked_frac", 0.0)) >= 1.0:
-        return ("the rollout correction masked every token (rollout/masked_frac 1.0): its bounds are too tight "
-                "for the sampler's mismatch (widen c_low / c_high)")
+        return (
+            "the rollout correction masked every token (rollout/masked_frac 1.0): its bounds are too tight "
+            "for the sampler's mismatch (widen c_low / c_high)"
+        )
     if float(m.get("optim/updates", 1.0)) > 0:
         return None
     if float(m.get("train/skipped", 0.0)) > 0:
@@ -139,8 +152,15 @@ def after_run_step(st: Any, m: Mapping[str, Any]) -> None:
     """`after_step` for the trainer's run state `st` (zoo.step.types.RunState) after step `st.step`:
     its guards config, reward names, and the policy's vocabulary size for the collapse check."""
     config = getattr(st.models.policy, "config", None)
-    after_step(st.guard, st.cfg.guards, st.step, m, rewards=st.reward_names,
-               vocab=getattr(config, "vocab_size", None), hint=divergence_hint(st.cfg))
+    after_step(
+        st.guard,
+        st.cfg.guards,
+        st.step,
+        m,
+        rewards=st.reward_names,
+        vocab=getattr(config, "vocab_size", None),
+        hint=divergence_hint(st.cfg),
+    )
 
 
 def divergence_hint(cfg: Any) -> str:
@@ -149,13 +169,23 @@ def divergence_hint(cfg: Any) -> str:
     the weights flip sign and grow every step), else `optim.lr`. cfg: the RunConfig."""
     lr, wd = float(cfg.optim.lr), float(cfg.optim.weight_decay)
     if lr * wd >= 1.0:
-        return (f"optim.weight_decay = {wd:g} (with optim.lr = {lr:g}, AdamW's decay factor 1 - lr x weight_decay "
-                f"= {1 - lr * wd:g} makes the weights grow without bound; use a weight_decay below 1 / lr)")
+        return (
+            f"optim.weight_decay = {wd:g} (with optim.lr = {lr:g}, AdamW's decay factor 1 - lr x weight_decay "
+            f"= {1 - lr * wd:g} makes the weights grow without bound; use a weight_decay below 1 / lr)"
+        )
     return f"optim.lr = {lr:g} too high?" + (f" (or optim.weight_decay = {wd:g})" if wd > 0 else "")
 
 
-def after_step(state: GuardState, guards: Any, step: int, m: Mapping[str, Any], *, rewards: Iterable[str] = (),
-               vocab: int | None = None, hint: str = "optim.lr too high?") -> None:
+def after_step(
+    state: GuardState,
+    guards: Any,
+    step: int,
+    m: Mapping[str, Any],
+    *,
+    rewards: Iterable[str] = (),
+    vocab: int | None = None,
+    hint: str = "optim.lr too high?",
+) -> None:
     """Count step `step`'s metrics `m` (reduced over ranks) and stop the run when a guard trips.
 
     guards: the run's `Guards` config (max_unscored_frac, unscored_steps, max_skipped_steps).
@@ -177,7 +207,8 @@ def after_step(state: GuardState, guards: Any, step: int, m: Mapping[str, Any], 
         raise RunFailed(
             f"step {step}: rewards could not score {frac:.0%} of the rows (more than guards.max_unscored_frac = "
             f"{guards.max_unscored_frac:g}) for {state.unscored_steps} consecutive steps (guards.unscored_steps = "
-            f"{guards.unscored_steps}); see the reward warnings above and reward/unscored_frac in metrics.jsonl")
+            f"{guards.unscored_steps}); see the reward warnings above and reward/unscored_frac in metrics.jsonl"
+        )
     reason = no_update_reason(m)
     if reason is None:
         state.skipped_steps = 0
@@ -194,7 +225,8 @@ def after_step(state: GuardState, guards: Any, step: int, m: Mapping[str, Any], 
             f"step {step}: every optimizer step was skipped for {state.skipped_steps} consecutive steps "
             f"(guards.max_skipped_steps = {guards.max_skipped_steps}) because "
             f"{', '.join(f'{k} = {float(m[k])}' for k in bad) or 'a loss or gradient norm'} is not finite; "
-            "try a lower optim.lr, float32 weights (model_opts.dtype) or autocast: none")
+            "try a lower optim.lr, float32 weights (model_opts.dtype) or autocast: none"
+        )
 
 
 def _count_scored(state: GuardState, guards: Any, m: Mapping[str, Any], rewards: Iterable[str]) -> None:
@@ -219,10 +251,15 @@ def _count_skipped(state: GuardState, step: int, m: Mapping[str, Any]) -> None:
     state.optim_steps += steps
     if skipped and float(m.get("optim/updates", 0.0)) > 0:
         bad = first_nonfinite(m)
-        log.warning("step %d: %d of %d optimizer steps skipped because %s not finite (%d skipped in this run so far; "
-                    "the weights are unchanged by those)", step, skipped, steps,
-                    ", ".join(bad) + (" is" if len(bad) == 1 else " are") if bad else "a loss or gradient norm is",
-                    state.skipped_total)
+        log.warning(
+            "step %d: %d of %d optimizer steps skipped because %s not finite (%d skipped in this run so far; "
+            "the weights are unchanged by those)",
+            step,
+            skipped,
+            steps,
+            ", ".join(bad) + (" is" if len(bad) == 1 else " are") if bad else "a loss or gradient norm is",
+            state.skipped_total,
+        )
 
 
 def _check_collapse(state: GuardState, step: int, m: Mapping[str, Any], vocab: int | None, hint: str) -> None:
@@ -234,17 +271,35 @@ def _check_collapse(state: GuardState, step: int, m: Mapping[str, Any], vocab: i
     if vocab and vocab > 1 and updated and math.isfinite(ent) and ent >= (1.0 - COLLAPSE_REL) * math.log(vocab):
         state.collapsed_steps += 1
         if state.collapsed_steps == 1:
-            log.warning("step %d: the policy collapsed to the uniform distribution: its entropy %.6g is the maximum "
-                        "ln |V| = ln %d = %.6g (every token equally likely), so it samples noise and cannot learn; "
-                        "the previous updates destroyed it: %s", step, ent, vocab, math.log(vocab), hint)
+            log.warning(
+                "step %d: the policy collapsed to the uniform distribution: its entropy %.6g is the maximum "
+                "ln |V| = ln %d = %.6g (every token equally likely), so it samples noise and cannot learn; "
+                "the previous updates destroyed it: %s",
+                step,
+                ent,
+                vocab,
+                math.log(vocab),
+                hint,
+            )
     grad, adv_std = m.get("optim/grad_norm"), m.get("adv/std")
-    no_grad = (float(m.get("optim/updates", 0.0)) > 0 and grad is not None and float(grad) == 0.0
-               and adv_std is not None and float(adv_std) > 0)
+    no_grad = (
+        float(m.get("optim/updates", 0.0)) > 0
+        and grad is not None
+        and float(grad) == 0.0
+        and adv_std is not None
+        and float(adv_std) > 0
+    )
     state.no_grad_steps = state.no_grad_steps + 1 if no_grad else 0
     if state.no_grad_steps == NO_GRAD_STEPS:
-        log.warning("step %d: the policy's gradient norm was exactly 0 for %d steps in a row although the advantages "
-                    "were not (adv/std %.3g): the policy no longer responds to its loss (collapsed or saturated "
-                    "weights?): %s", step, NO_GRAD_STEPS, float(adv_std), hint)
+        log.warning(
+            "step %d: the policy's gradient norm was exactly 0 for %d steps in a row although the advantages "
+            "were not (adv/std %.3g): the policy no longer responds to its loss (collapsed or saturated "
+            "weights?): %s",
+            step,
+            NO_GRAD_STEPS,
+            float(adv_std),
+            hint,
+        )
 
 
 def at_end(state: GuardState, steps: int) -> None:
@@ -254,15 +309,23 @@ def at_end(state: GuardState, steps: int) -> None:
     Nothing is checked when a count is unknown (resumed from an older checkpoint)."""
     if steps > 0 and state.unscored_all_steps >= steps:
         never = [n for n, k in state.unscored_by.items() if k >= steps]
-        who = (f"reward {', '.join(map(repr, never))} scored none of the completions"
-               if never else "in every step some reward scored none of the completions")
-        raise RunFailed(f"no completion was scored in the {steps} step(s) of this run: {who} (every value was None "
-                        "or every call raised; see the reward warnings above), so reward/total is NaN and the run "
-                        "measured nothing; fix the reward or remove it from `rewards`")
+        who = (
+            f"reward {', '.join(map(repr, never))} scored none of the completions"
+            if never
+            else "in every step some reward scored none of the completions"
+        )
+        raise RunFailed(
+            f"no completion was scored in the {steps} step(s) of this run: {who} (every value was None "
+            "or every call raised; see the reward warnings above), so reward/total is NaN and the run "
+            "measured nothing; fix the reward or remove it from `rewards`"
+        )
     if state.skipped_total:
-        log.warning("%d of %d optimizer steps in this run were skipped because a loss or gradient norm was not finite "
-                    "(optim/skipped_total in summary.json): the run trained on the others only",
-                    state.skipped_total, state.optim_steps)
+        log.warning(
+            "%d of %d optimizer steps in this run were skipped because a loss or gradient norm was not finite "
+            "(optim/skipped_total in summary.json): the run trained on the others only",
+            state.skipped_total,
+            state.optim_steps,
+        )
     if state.updates is None or state.updates > 0 or steps == 0:
         return
     why = "; ".join(f"{reason} ({n} of {steps} steps)" for reason, n in state.no_update.items()) or "unknown"
@@ -282,7 +345,8 @@ def check_finite_weights(models: Any, step: int, last_saved: int | None) -> None
                 raise RunFailed(
                     f"step {step}: {role} parameter {name!r} is not finite after the optimizer step; refusing "
                     f"to checkpoint non-finite weights ({kept}); a common cause is float16 weights, where AdamW's "
-                    "eps (1e-8) underflows to 0: use model_opts.dtype float32 or bfloat16, or a lower optim.lr")
+                    "eps (1e-8) underflows to 0: use model_opts.dtype float32 or bfloat16, or a lower optim.lr"
+                )
 
 
 #: torch.multinomial's error on NaN/inf/negative probabilities (HF sampling from non-finite logits)
@@ -291,8 +355,7 @@ NONFINITE_SAMPLING = "probability tensor contains"
 TINY_TEMPERATURE = 1e-30
 
 
-def nonfinite_sampling(where: str, cfg: Any, *, temperature: float, temperature_key: str,
-                       updated: bool) -> RunFailed:
+def nonfinite_sampling(where: str, cfg: Any, *, temperature: float, temperature_key: str, updated: bool) -> RunFailed:
     """The one-line error for sampling that met non-finite next-token probabilities, to raise in
     place of torch's `probability tensor contains either inf, nan or element < 0`.
 
@@ -307,5 +370,7 @@ def nonfinite_sampling(where: str, cfg: Any, *, temperature: float, temperature_
         cause = "the model's own weights (no update has changed them yet): check model and model_opts.dtype"
     else:
         cause = "the previous updates diverged: " + divergence_hint(cfg)
-    return RunFailed(f"{where}: sampling failed because the policy's next-token probabilities are not finite "
-                     f"(NaN/inf logits); likely cause: {cause}; the last checkpoint is kept")
+    return RunFailed(
+        f"{where}: sampling failed because the policy's next-token probabilities are not finite "
+        f"(NaN/inf logits); likely cause: {cause}; the last checkpoint is kept"
+    )

@@ -14,6 +14,7 @@ setting slot, not a registry kind (`registered=False`): its schema is `zoo.confi
 
 Shapes: N completions, T completion tokens, K reward objectives (DESIGN.md, "The slot table").
 """
+
 from __future__ import annotations
 
 import inspect
@@ -23,10 +24,18 @@ from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
 if TYPE_CHECKING:  # only for the annotations: zoo.components imports the registry, which imports this
     from torch import Tensor, nn
 
-    from zoo.core.generator_types import Continuation, SamplingParams
     from zoo.core.batch import Batch
-    from zoo.core.types import (AdvantageInputs, AdvantageResult, ClipResult, LengthResult, LengthRows,
-                                      StepCounts, TermInputs, TermResult)
+    from zoo.core.generator_types import Continuation, SamplingParams
+    from zoo.core.types import (
+        AdvantageInputs,
+        AdvantageResult,
+        ClipResult,
+        LengthResult,
+        LengthRows,
+        StepCounts,
+        TermInputs,
+        TermResult,
+    )
 
 
 class ObjectiveNormFn(Protocol):
@@ -74,7 +83,9 @@ class FilterFn(Protocol):
 
 
 class CriticFn(Protocol):
-    def __call__(self, values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor, counts: StepCounts, /) -> Tensor:
+    def __call__(
+        self, values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor, counts: StepCounts, /
+    ) -> Tensor:
         """values, old_values, returns, mask, all [N, T], step totals -> scalar value loss (times its coef)."""
 
 
@@ -121,8 +132,9 @@ class Generator(Protocol):
         log-softmax of the distribution each token was drawn from, after temperature, top-k, top-p
         (transformers' order), 0 off the loss mask."""
 
-    def continue_(self, prefix_ids: Sequence[Sequence[int]], sampling: SamplingParams, stop: Sequence[str], /
-                  ) -> Continuation:
+    def continue_(
+        self, prefix_ids: Sequence[Sequence[int]], sampling: SamplingParams, stop: Sequence[str], /
+    ) -> Continuation:
         """Extend each row from its own prefix until a stop string (may span tokens), EOS or
         `sampling.max_new_tokens` -> Continuation(ids, mask, logp_rollout [n, T], truncated [n], ...)."""
 
@@ -199,24 +211,24 @@ TABLE: tuple[Kind, ...] = (
     Kind("objective_norm", ObjectiveNormFn, "objective_norm", ("objectives", "group_ids")),
     Kind("clip", ClipFn, "clip", ("logp", "logp_old", "advantages", "mask")),
     Kind("aggregate", AggregateFn, "aggregate", ("loss", "mask", "counts")),
-    Kind("kl", None, "kl", (), registered=False,
-         note="a setting: none or {placement, estimator, beta, adaptive}"),
-    Kind("kl_estimator", KLEstimatorFn, None, ("logp", "logp_ref"),
-         note="not a slot: kl.estimator"),
+    Kind("kl", None, "kl", (), registered=False, note="a setting: none or {placement, estimator, beta, adaptive}"),
+    Kind("kl_estimator", KLEstimatorFn, None, ("logp", "logp_ref"), note="not a slot: kl.estimator"),
     Kind("length", LengthFn, "length", ("lengths", "truncated", "max_new_tokens", "group_ids", "metrics"), many=True),
     Kind("filter", FilterFn, "filter", ("metrics", "group_ids"), many=True),
     Kind("critic", CriticFn, "critic", ("values", "old_values", "returns", "mask", "counts"), optional=True),
     Kind("loss", LossTermFn, "loss", ("logp", "logp_old", "advantages", "mask", "counts"), many=True),
     Kind("correction", CorrectionFn, "correction", ("logp", "logp_old", "advantages", "mask", "counts"), many=True),
     Kind("controller", ControllerFn, "controllers", ("metrics",), many=True),
-    Kind("reward", RewardFn, None, ("completions", "rows"),
-         note="not a slot: the run file's rewards"),
-    Kind("generator", GeneratorFn, None, ("prompts", "group_size", "sampling"),
-         note="not a slot: the run file's sampling.backend"),
-    Kind("env", EnvFn, None, ("row", "seed", "assistant_text"),
-         note="not a slot: the run file's task.env"),
-    Kind("stage", StageFn, None, ("batch",),
-         note="not a slot: runs when a component reads a field it writes"),
+    Kind("reward", RewardFn, None, ("completions", "rows"), note="not a slot: the run file's rewards"),
+    Kind(
+        "generator",
+        GeneratorFn,
+        None,
+        ("prompts", "group_size", "sampling"),
+        note="not a slot: the run file's sampling.backend",
+    ),
+    Kind("env", EnvFn, None, ("row", "seed", "assistant_text"), note="not a slot: the run file's task.env"),
+    Kind("stage", StageFn, None, ("batch",), note="not a slot: runs when a component reads a field it writes"),
 )
 
 

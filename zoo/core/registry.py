@@ -12,6 +12,7 @@ A component is a plain function. Its positional parameters are the data contract
 are its hyperparameters, the only keys a YAML spec may set. `build` binds a spec against that
 signature without running anything, so a typo is caught before any model is loaded.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -52,7 +53,8 @@ class Entry:
         sig = inspect.signature(self.fn)
         data = (("step",) if self.decl.selects else ()) + self.decl.reads
         return {
-            p.name: p.default for p in sig.parameters.values()
+            p.name: p.default
+            for p in sig.parameters.values()
             if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in data
         }
 
@@ -154,8 +156,9 @@ def load_builtins() -> None:
         except BaseException as e:  # noqa: BLE001 - SystemExit too: an installed plugin must not end zoo silently
             if isinstance(e, KeyboardInterrupt):
                 raise
-            raise ComponentError(f"entry point {ep.name!r} ({ep.value}, group {ENTRY_POINT_GROUP}): "
-                                 f"{import_failure(e)}") from None
+            raise ComponentError(
+                f"entry point {ep.name!r} ({ep.value}, group {ENTRY_POINT_GROUP}): {import_failure(e)}"
+            ) from None
 
 
 def import_user_module(mod: str, what: str = "plugin module") -> Any:
@@ -181,16 +184,23 @@ def import_failure(e: BaseException) -> str:
         where = f" in {e.filename}, line {e.lineno}" if e.filename else ""
         return f"{type(e).__name__}{where}: {e.msg}"
     frames = traceback.extract_tb(e.__traceback__)
-    user = [f for f in frames if "importlib" not in f.filename and not f.filename.startswith("<frozen")
-            and f.filename != __file__]  # the frames of the module being imported (and what it imports)
+    user = [
+        f
+        for f in frames
+        if "importlib" not in f.filename and not f.filename.startswith("<frozen") and f.filename != __file__
+    ]  # the frames of the module being imported (and what it imports)
     at = f"{user[-1].filename}, line {user[-1].lineno}" if user else ""
     if isinstance(e, SystemExit):
-        return (f"it called sys.exit({e.code!r}) while being imported ({at}); a plugin module must only define "
-                "and register its components (put a script's code under `if __name__ == '__main__':`)")
+        return (
+            f"it called sys.exit({e.code!r}) while being imported ({at}); a plugin module must only define "
+            "and register its components (put a script's code under `if __name__ == '__main__':`)"
+        )
     if isinstance(e, ImportError) and not user:
         return str(e)
     first = (str(e).strip().splitlines() or [""])[0]
-    return f"{type(e).__name__} raised while importing it" + (f" ({at})" if at else "") + (f": {first}" if first else "")
+    return (
+        f"{type(e).__name__} raised while importing it" + (f" ({at})" if at else "") + (f": {first}" if first else "")
+    )
 
 
 def load_plugins(modules: list[str] | tuple[str, ...] = ()) -> None:
@@ -302,8 +312,10 @@ def build(kind: str, spec: str | Mapping[str, Any], context: Mapping[str, Any] |
         raise ComponentError(f"{kind} {name!r}: parameter {'; '.join(wrong)}")
     bad = [k for k, v in params.items() if isinstance(v, float) and not math.isfinite(v)]
     if bad:
-        raise ComponentError(f"{kind} {name!r}: parameter {', '.join(map(repr, bad))} must be a finite number, "
-                             f"got {', '.join(repr(params[k]) for k in bad)}")
+        raise ComponentError(
+            f"{kind} {name!r}: parameter {', '.join(map(repr, bad))} must be a finite number, "
+            f"got {', '.join(repr(params[k]) for k in bad)}"
+        )
     comp = Component(entry, dict(params))
     if entry.check is not None:
         try:

@@ -15,6 +15,7 @@ objectives stages: objectives [N, K] and scores [N] exist; before the filter),
 (after the advantage and its normalisation, before the update). `zoo validate` checks that every
 field a component reads has a producer that runs before it (`order_errors`).
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -27,13 +28,35 @@ from zoo.core.declarations import of as declared
 POSITIONS = ("reward", "forwards", "advantage")
 #: the step's stages in order; a stage at position "reward" runs after the objectives (scores exist),
 #: before the filter; "forwards" after the forwards; "advantage" after the normalizer
-ORDER = ("generate", "reward", "length", "objectives", "filter", "forwards", "kl_reward", "advantage",
-         "normalize", "update", "controllers")
+ORDER = (
+    "generate",
+    "reward",
+    "length",
+    "objectives",
+    "filter",
+    "forwards",
+    "kl_reward",
+    "advantage",
+    "normalize",
+    "update",
+    "controllers",
+)
 _STAGE_AT = {"reward": 3.5, "forwards": 5.5, "advantage": 8.5}
 #: when each kind's components read their fields (a stage: at its position)
-READ_AT = {"length": "length", "objective_norm": "objectives", "filter": "filter", "kl_estimator": "kl_reward",
-           "advantage": "advantage", "normalizer": "normalize", "clip": "update", "loss": "update",
-           "correction": "update", "critic": "update", "aggregate": "update", "controller": "controllers"}
+READ_AT = {
+    "length": "length",
+    "objective_norm": "objectives",
+    "filter": "filter",
+    "kl_estimator": "kl_reward",
+    "advantage": "advantage",
+    "normalizer": "normalize",
+    "clip": "update",
+    "loss": "update",
+    "correction": "update",
+    "critic": "update",
+    "aggregate": "update",
+    "controller": "controllers",
+}
 
 
 def _at(component: Any) -> float | None:
@@ -115,8 +138,10 @@ def order_errors(named: Sequence[tuple[str, Any]], stages: Sequence[Any]) -> lis
             else:
                 continue
             if when >= at:
-                errors.append(f"{slot} {c.name!r} reads {f!r}, but {who} makes it later in the step than "
-                              f"{slot} {c.name!r} runs; a stage can run after {', '.join(POSITIONS)}")
+                errors.append(
+                    f"{slot} {c.name!r} reads {f!r}, but {who} makes it later in the step than "
+                    f"{slot} {c.name!r} runs; a stage can run after {', '.join(POSITIONS)}"
+                )
     return errors
 
 

@@ -1,4 +1,5 @@
 """Records passed into and out of components (shapes: N completions, T completion tokens)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

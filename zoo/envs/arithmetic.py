@@ -6,6 +6,7 @@ binary + - * / is refused (names, calls, attributes, `**`, comparisons, strings,
 Bounds: at most `MAX_CHARS` characters, nesting depth at most `MAX_DEPTH`, every intermediate value
 of magnitude at most `MAX_MAGNITUDE`, so no expression can make the evaluator slow or huge.
 """
+
 from __future__ import annotations
 
 import ast
@@ -15,8 +16,12 @@ MAX_CHARS = 200
 MAX_DEPTH = 32
 MAX_MAGNITUDE = 1e15
 
-_BINOPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
-           ast.Div: lambda a, b: a / b}
+_BINOPS = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.Div: lambda a, b: a / b,
+}
 _UNARY = {ast.UAdd: lambda a: +a, ast.USub: lambda a: -a}
 
 

@@ -15,6 +15,7 @@ rollout steps: the state comes from the row and the seed, so resuming a run need
 `task.env` in a run file: a name, or {name, max_turns, max_total_tokens, timeout_s, <the env's own
 hyperparameters>}; `ROLLOUT_KEYS` are the rollout's, the rest go to the registered env factory.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -95,8 +96,7 @@ def env_spec(task: Mapping[str, Any] | str | None) -> EnvSpec | None:
         build("env", env)
     except ComponentError as e:
         raise ValueError(f"task.env: {e}") from None
-    return EnvSpec(env=env, max_turns=lim["max_turns"], max_total_tokens=lim["max_total_tokens"],
-                   timeout_s=float(t))
+    return EnvSpec(env=env, max_turns=lim["max_turns"], max_total_tokens=lim["max_total_tokens"], timeout_s=float(t))
 
 
 def env_errors(task: Mapping[str, Any] | str | None) -> list[str]:

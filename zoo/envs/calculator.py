@@ -7,20 +7,25 @@ The format is stated in the last user message and shown in one worked demonstrat
 the assistant's call, the result, the assistant's answer) inserted just before it, after the task's
 own few-shot turns (the model imitates the nearest example most).
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from zoo.envs.arithmetic import CalcError, evaluate, format_number
 from zoo.core.registry import register
+from zoo.envs.arithmetic import CalcError, evaluate, format_number
 
 OPEN, CLOSE = "<calc>", "</calc>"
-HINT = (f"\nYou may use a calculator: write {OPEN}expression{CLOSE} (numbers and + - * / ( ) only) and "
-        "wait for <result>value</result>.")
-DEMO = [{"role": "user", "content": "Calculate 12 * 7." + HINT},
-        {"role": "assistant", "content": f"{OPEN}12*7{CLOSE}"},
-        {"role": "user", "content": "<result>84</result>"},
-        {"role": "assistant", "content": "The answer is \\boxed{84}."}]
+HINT = (
+    f"\nYou may use a calculator: write {OPEN}expression{CLOSE} (numbers and + - * / ( ) only) and "
+    "wait for <result>value</result>."
+)
+DEMO = [
+    {"role": "user", "content": "Calculate 12 * 7." + HINT},
+    {"role": "assistant", "content": f"{OPEN}12*7{CLOSE}"},
+    {"role": "user", "content": "<result>84</result>"},
+    {"role": "assistant", "content": "The answer is \\boxed{84}."},
+]
 
 
 def tool_reply(text: str) -> tuple[str | None, bool]:
@@ -29,7 +34,7 @@ def tool_reply(text: str) -> tuple[str | None, bool]:
     at = text.rfind(OPEN)
     if at < 0:
         return None, False
-    body = text[at + len(OPEN):]
+    body = text[at + len(OPEN) :]
     end = body.find(CLOSE)
     if end < 0:
         return f"<error>no {CLOSE} after {OPEN}: write {OPEN}expression{CLOSE}</error>", True

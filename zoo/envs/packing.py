@@ -4,6 +4,7 @@ the policy's turns (loss mask 0) and are not actions, so an estimator that runs 
 the first token of the next. `packed_advantage` packs each row's trained tokens to the left, runs
 the estimator there and puts the results back; a batch whose loss masks are prefixes (every
 single-turn rollout) is passed through untouched. Shapes: N rows, T completion tokens."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -39,6 +40,13 @@ def packed_advantage(estimator: Callable[[AdvantageInputs], AdvantageResult], in
         out = torch.empty_like(x).scatter_(1, order.to(x.device), x)
         return torch.where(mask.to(x.device), out, torch.zeros_like(out))
 
-    res = estimator(replace(inp, mask=gather(inp.mask), kl_reward=gather(inp.kl_reward), values=gather(inp.values),
-                            token_rewards=gather(inp.token_rewards)))
+    res = estimator(
+        replace(
+            inp,
+            mask=gather(inp.mask),
+            kl_reward=gather(inp.kl_reward),
+            values=gather(inp.values),
+            token_rewards=gather(inp.token_rewards),
+        )
+    )
     return AdvantageResult(scatter(res.advantages), scatter(res.returns))

@@ -3,6 +3,7 @@
 the model tries again, up to `task.env.max_turns` turns. The reward scores the final answer (`texts`
 is the last assistant turn). No tool: it measures and trains self-correction after feedback.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping

@@ -16,26 +16,27 @@ env_max_turns (stopped at max_turns; not truncation) and env_tokens (tokens with
 `truncated` [N]: a turn reached `budget.max_new_tokens` without EOS or stop tag, or the trajectory
 reached `max_total_tokens`.
 """
+
 from __future__ import annotations
 
 import logging
 import math
-from concurrent.futures import ThreadPoolExecutor, TimeoutError as FutureTimeout
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 import torch
 
-from zoo.core.generator_types import SamplingParams
 from zoo.core.batch import Batch
+from zoo.core.generator_types import SamplingParams
 from zoo.envs.base import Env, EnvSpec
 from zoo.envs.tokens import appended_ids, prompt_ids
 from zoo.tasks.base import derive_seed
 
 log = logging.getLogger(__name__)
 
-FLAGS = ("env_turns", "env_tool_calls", "env_tool_errors", "env_timeouts", "env_failed", "env_max_turns",
-         "env_tokens")
+FLAGS = ("env_turns", "env_tool_calls", "env_tool_errors", "env_timeouts", "env_failed", "env_max_turns", "env_tokens")
 
 
 @dataclass
@@ -66,8 +67,16 @@ class _Failure:
     error: str
 
 
-def rollout(generator: Any, tokenizer: Any, env: Env, spec: EnvSpec, rows: Sequence[Mapping[str, Any]],
-            group_size: int, sampling: SamplingParams, seed: int) -> Batch:
+def rollout(
+    generator: Any,
+    tokenizer: Any,
+    env: Env,
+    spec: EnvSpec,
+    rows: Sequence[Mapping[str, Any]],
+    group_size: int,
+    sampling: SamplingParams,
+    seed: int,
+) -> Batch:
     """G trajectories per row with `env` -> Batch (prompt-major, group id = index of the row).
 
     generator: a `zoo.core.kinds.Generator` (its `continue_` samples each turn; `sampling.max_new_tokens`
@@ -76,8 +85,11 @@ def rollout(generator: Any, tokenizer: Any, env: Env, spec: EnvSpec, rows: Seque
     Shapes: prompt_ids [N, P], completion_ids / loss_mask / logp_rollout [N, T], flags [N].
     Raises ValueError for a chat template that rewrites earlier turns; an environment's own errors
     fail only its trajectories (logged, flagged `env_failed`)."""
-    trajs = [_start(tokenizer, env, row, derive_seed(seed, f"env:{row.get('id', p)}:{g}"))
-             for p, row in enumerate(rows) for g in range(group_size)]
+    trajs = [
+        _start(tokenizer, env, row, derive_seed(seed, f"env:{row.get('id', p)}:{g}"))
+        for p, row in enumerate(rows)
+        for g in range(group_size)
+    ]
     for turn in range(spec.max_turns):
         active = [t for t in trajs if not t.done]
         if not active:
@@ -102,8 +114,9 @@ def _start(tokenizer: Any, env: Env, row: Mapping[str, Any], seed: int) -> _Traj
     return _Trajectory(row, messages, state, text, ids, start=len(messages))
 
 
-def _sample_turn(generator: Any, tokenizer: Any, env: Env, spec: EnvSpec, active: list[_Trajectory],
-                 sampling: SamplingParams) -> None:
+def _sample_turn(
+    generator: Any, tokenizer: Any, env: Env, spec: EnvSpec, active: list[_Trajectory], sampling: SamplingParams
+) -> None:
     """One assistant turn for every active trajectory (rows past their total budget are cut there)."""
     budgets = [min(sampling.max_new_tokens, spec.max_total_tokens - len(t.ids)) for t in active]
     sp = replace(sampling, max_new_tokens=max(budgets))
@@ -172,8 +185,13 @@ def call_env(env: Env, pairs: list[tuple[Any, str]], timeout_s: float) -> list[A
                 return [res] * len(pairs)
             res = list(res) if isinstance(res, (list, tuple)) else res
             if not isinstance(res, list) or len(res) != len(pairs):
-                return [_Failure(False, f"step_batch returned {type(res).__name__} for {len(pairs)} rows; "
-                                        "expected a list of (messages, done, info), one per row")] * len(pairs)
+                return [
+                    _Failure(
+                        False,
+                        f"step_batch returned {type(res).__name__} for {len(pairs)} rows; "
+                        "expected a list of (messages, done, info), one per row",
+                    )
+                ] * len(pairs)
             return [_checked(r) for r in res]
         futures = [pool.submit(env.step, s, x) for s, x in pairs]
         return [_checked(_wait(f, timeout_s)) for f in futures]
@@ -196,8 +214,10 @@ def _checked(res: Any) -> Any:
         return res
     ok = isinstance(res, tuple) and len(res) == 3
     new, done, info = res if ok else (None, None, None)
-    ok = ok and (new is None or (isinstance(new, list) and all(isinstance(m, Mapping) and "role" in m
-                                                                 and "content" in m for m in new)))
+    ok = ok and (
+        new is None
+        or (isinstance(new, list) and all(isinstance(m, Mapping) and "role" in m and "content" in m for m in new))
+    )
     if not ok or info is not None and not isinstance(info, Mapping):
         return _Failure(False, f"returned {res!r:.80}; expected (messages or None, done, info dict)")
     return new, bool(done), dict(info or {})
@@ -214,8 +234,8 @@ def _batch(trajs: list[_Trajectory], tokenizer: Any, group_size: int) -> Batch:
     loss = torch.zeros(N, T, dtype=torch.bool)
     logp = torch.zeros(N, T, dtype=torch.float32)
     for i, t in enumerate(trajs):
-        prompt[i, P - len(t.prompt):] = torch.tensor(t.prompt)
-        pmask[i, P - len(t.prompt):] = True
+        prompt[i, P - len(t.prompt) :] = torch.tensor(t.prompt)
+        pmask[i, P - len(t.prompt) :] = True
         if t.ids:
             comp[i, : len(t.ids)] = torch.tensor(t.ids)
             loss[i, : len(t.ids)] = torch.tensor(t.trained)
@@ -229,11 +249,27 @@ def _batch(trajs: list[_Trajectory], tokenizer: Any, group_size: int) -> Batch:
         "env_max_turns": [t.max_turns for t in trajs],
         "env_tokens": [len(t.ids) - sum(t.trained) for t in trajs],
     }
-    rows = [{**t.row, "transcript": t.messages, "transcript_start": t.start, "env_info": dict(t.info),
-             "env_failed": t.failed} for t in trajs]
-    return Batch(prompt_ids=prompt, prompt_mask=pmask, completion_ids=comp, loss_mask=loss,
-                 group_ids=torch.arange(N) // group_size, truncated=torch.tensor([t.truncated for t in trajs]),
-                 lengths=torch.tensor([len(t.ids) for t in trajs], dtype=torch.long),
-                 texts=[t.text for t in trajs], rows=rows, logp_rollout=logp,
-                 extras={k: torch.tensor(v, dtype=torch.float32) for k, v in flags.items()},
-                 policy_tokens=loss.sum(1))
+    rows = [
+        {
+            **t.row,
+            "transcript": t.messages,
+            "transcript_start": t.start,
+            "env_info": dict(t.info),
+            "env_failed": t.failed,
+        }
+        for t in trajs
+    ]
+    return Batch(
+        prompt_ids=prompt,
+        prompt_mask=pmask,
+        completion_ids=comp,
+        loss_mask=loss,
+        group_ids=torch.arange(N) // group_size,
+        truncated=torch.tensor([t.truncated for t in trajs]),
+        lengths=torch.tensor([len(t.ids) for t in trajs], dtype=torch.long),
+        texts=[t.text for t in trajs],
+        rows=rows,
+        logp_rollout=logp,
+        extras={k: torch.tensor(v, dtype=torch.float32) for k, v in flags.items()},
+        policy_tokens=loss.sum(1),
+    )

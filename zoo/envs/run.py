@@ -1,5 +1,6 @@
 """The env rollout inside a training step: what zoo/step/sample.py calls when the run's task has an
 `env` (zoo.envs.rollout does the work), the step's env metrics, and unscoring failed trajectories."""
+
 from __future__ import annotations
 
 import math
@@ -8,8 +9,8 @@ from typing import Any
 
 import torch
 
-from zoo.core.generator_types import SamplingParams
 from zoo.core.batch import Batch
+from zoo.core.generator_types import SamplingParams
 from zoo.envs.base import env_spec
 from zoo.envs.rollout import rollout
 from zoo.tasks.base import derive_seed
@@ -20,14 +21,23 @@ def has_env(cfg: Any) -> bool:
     return isinstance(cfg.task, dict) and cfg.task.get("env") is not None
 
 
-def run_rollout(st: Any, generator: Any, rows: list[dict[str, Any]], group_offset: int,
-                sampling: SamplingParams) -> Batch:
+def run_rollout(
+    st: Any, generator: Any, rows: list[dict[str, Any]], group_offset: int, sampling: SamplingParams
+) -> Batch:
     """The step's rollout with the task's environment: G trajectories per row (group ids start at
     `group_offset`), on the policy's device (the caller holds the step's autocast). `st` is a
     zoo.step.types.RunState."""
     spec = env_spec(st.cfg.task)
-    b = rollout(generator, st.models.tokenizer, spec.build(), spec, rows, st.variant.group_size, sampling,
-                derive_seed(st.cfg.seed, f"env-step:{st.step}:{group_offset}"))
+    b = rollout(
+        generator,
+        st.models.tokenizer,
+        spec.build(),
+        spec,
+        rows,
+        st.variant.group_size,
+        sampling,
+        derive_seed(st.cfg.seed, f"env-step:{st.step}:{group_offset}"),
+    )
     return replace(b, group_ids=b.group_ids + group_offset).to(st.device)
 
 
@@ -37,7 +47,7 @@ def conversation(row: dict[str, Any], text: str) -> str:
     turns = row.get("transcript")
     if not turns:
         return text
-    return "\n".join(f"{m['role']}: {m['content']}" for m in turns[row.get("transcript_start", 0):])
+    return "\n".join(f"{m['role']}: {m['content']}" for m in turns[row.get("transcript_start", 0) :])
 
 
 def env_metrics(b: Batch) -> dict[str, float]:

@@ -7,6 +7,7 @@ prompt) minus template(conversation), tokenized alone. So the trained ids are ex
 ids, and a template that adds a default system prompt when a message is templated alone (SmolLM2)
 adds nothing here (the whole conversation is always rendered).
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -29,8 +30,9 @@ def prompt_ids(tokenizer, messages: Sequence[dict]) -> tuple[list[int], str]:
     return encode(tokenizer, text), text
 
 
-def appended_ids(tokenizer, rendered: str, assistant_text: str, sampled_ids: Sequence[int],
-                 messages: Sequence[dict]) -> tuple[list[int], str]:
+def appended_ids(
+    tokenizer, rendered: str, assistant_text: str, sampled_ids: Sequence[int], messages: Sequence[dict]
+) -> tuple[list[int], str]:
     """The ids after an assistant turn that close it and carry the environment's new messages up to
     the next generation prompt -> (ids, the new rendered text).
 
@@ -44,12 +46,14 @@ def appended_ids(tokenizer, rendered: str, assistant_text: str, sampled_ids: Seq
     full = render(tokenizer, messages, True)
     head = rendered + assistant_text
     if not full.startswith(head):
-        raise ValueError("the chat template does not extend the conversation's text when a message is appended "
-                         "(it rewrites earlier turns); multi-turn rollouts need a template that only appends")
-    delta = full[len(head):]
+        raise ValueError(
+            "the chat template does not extend the conversation's text when a message is appended "
+            "(it rewrites earlier turns); multi-turn rollouts need a template that only appends"
+        )
+    delta = full[len(head) :]
     last = int(sampled_ids[-1]) if len(sampled_ids) else None
     if last is not None and last in set(tokenizer.all_special_ids):  # a sampled EOS already closed the turn
         closing = tokenizer.convert_ids_to_tokens(last)
         if delta.startswith(closing):
-            delta = delta[len(closing):]
+            delta = delta[len(closing) :]
     return encode(tokenizer, delta), full

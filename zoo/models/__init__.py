@@ -13,6 +13,7 @@
 
 The public names of the first five are re-exported here (`from zoo.models import load_policy`).
 """
+
 from zoo.models.critic import ValueModel, make_critic
 from zoo.models.export import save_hf_checkpoint
 from zoo.models.policy import (
@@ -40,9 +41,30 @@ from zoo.models.sources import (
 )
 
 __all__ = [
-    "EMBEDDED_ALIASES", "EMBEDDED_DIST", "EMBEDDED_GGUF", "EMBEDDED_MODEL", "EMBEDDED_PACKAGE",
-    "REFERENCE_ADAPTER", "ModelSource", "Reference", "ValueModel", "apply_lora", "cache_root",
-    "count_parameters", "enable_checkpointing", "find_embedded_gguf", "is_checkpointing", "is_peft",
-    "load_policy", "lora_config", "make_critic", "make_reference", "prepare_tokenizer",
-    "reference_forward", "reset_reference", "resolve_model", "save_hf_checkpoint", "weights_hash",
+    "EMBEDDED_ALIASES",
+    "EMBEDDED_DIST",
+    "EMBEDDED_GGUF",
+    "EMBEDDED_MODEL",
+    "EMBEDDED_PACKAGE",
+    "REFERENCE_ADAPTER",
+    "ModelSource",
+    "Reference",
+    "ValueModel",
+    "apply_lora",
+    "cache_root",
+    "count_parameters",
+    "enable_checkpointing",
+    "find_embedded_gguf",
+    "is_checkpointing",
+    "is_peft",
+    "load_policy",
+    "lora_config",
+    "make_critic",
+    "make_reference",
+    "prepare_tokenizer",
+    "reference_forward",
+    "reset_reference",
+    "resolve_model",
+    "save_hf_checkpoint",
+    "weights_hash",
 ]

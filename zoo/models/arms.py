@@ -21,6 +21,7 @@
 
 Used by `experiments/mo_grpo_bandit.yaml` (MO-GRPO arXiv:2509.22047, §5.1's bandit domain).
 """
+
 from __future__ import annotations
 
 import json
@@ -42,13 +43,18 @@ _VERSION = 1  # bump when the construction changes: the cache folder name includ
 def parse_arms(name: str) -> list[str]:
     """`"arms:a,b"` (or `"arms:a,b+eos"`) -> ["a", "b"]. Raises ValueError unless there are >= 2
     distinct single printable non-space characters (each arm is one token of the vocabulary)."""
-    body = name[len(ARMS_PREFIX):] if name.startswith(ARMS_PREFIX) else name
+    body = name[len(ARMS_PREFIX) :] if name.startswith(ARMS_PREFIX) else name
     body = body.removesuffix(EOS_SUFFIX)
     arms = [a.strip() for a in body.split(",")]
-    if len(arms) < 2 or len(set(arms)) != len(arms) or any(len(a) != 1 or not a.isprintable() or a.isspace()
-                                                           or a == "," for a in arms):
-        raise ValueError(f"model {name!r}: write {ARMS_PREFIX}<arm>,<arm>[,...] with at least two distinct "
-                         "single-character arms, e.g. 'arms:a,b'")
+    if (
+        len(arms) < 2
+        or len(set(arms)) != len(arms)
+        or any(len(a) != 1 or not a.isprintable() or a.isspace() or a == "," for a in arms)
+    ):
+        raise ValueError(
+            f"model {name!r}: write {ARMS_PREFIX}<arm>,<arm>[,...] with at least two distinct "
+            "single-character arms, e.g. 'arms:a,b'"
+        )
     return arms
 
 
@@ -62,9 +68,16 @@ def _tokenizer(arms: list[str]):
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
     core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     core.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, bos_token=BOS, eos_token=EOS, unk_token=UNK,
-                                  pad_token=PAD, additional_special_tokens=[IM_START], padding_side="left",
-                                  clean_up_tokenization_spaces=False)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        bos_token=BOS,
+        eos_token=EOS,
+        unk_token=UNK,
+        pad_token=PAD,
+        additional_special_tokens=[IM_START],
+        padding_side="left",
+        clean_up_tokenization_spaces=False,
+    )
     tok.chat_template = CHAT_TEMPLATE
     return tok
 
@@ -78,10 +91,18 @@ def build_arms_model(arms: list[str], seed: int = 0, *, eos: bool = False):
     tok = _tokenizer(arms)
     arm_ids = tok.convert_tokens_to_ids(arms)
     stops = [tok.eos_token_id] if eos else [tok.eos_token_id, *arm_ids]
-    config = PhiConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                       num_attention_heads=4, max_position_embeddings=256, bos_token_id=tok.bos_token_id,
-                       eos_token_id=stops, pad_token_id=tok.pad_token_id,
-                       tie_word_embeddings=False)
+    config = PhiConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        max_position_embeddings=256,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=stops,
+        pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=False,
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = PhiForCausalLM(config)
@@ -89,8 +110,9 @@ def build_arms_model(arms: list[str], seed: int = 0, *, eos: bool = False):
         model.lm_head.weight.zero_()
         model.lm_head.bias.fill_(SPECIAL_LOGIT)
         model.lm_head.bias[arm_ids + ([tok.eos_token_id] if eos else [])] = 0.0
-    model.generation_config = GenerationConfig(bos_token_id=tok.bos_token_id, pad_token_id=tok.pad_token_id,
-                                               eos_token_id=stops)
+    model.generation_config = GenerationConfig(
+        bos_token_id=tok.bos_token_id, pad_token_id=tok.pad_token_id, eos_token_id=stops
+    )
     return model, tok
 
 

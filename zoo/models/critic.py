@@ -1,6 +1,7 @@
 """The critic: `make_critic(policy, lora=None)` -> `ValueModel`, a copy of the policy's *base*
 backbone (LoRA adapters excluded) + a fresh scalar head (zero-initialised by default, so V = 0 at
 step 0)."""
+
 from __future__ import annotations
 
 import copy
@@ -50,8 +51,9 @@ class ValueModel(nn.Module):
         """Last hidden states [B, L, H] (position ids from the mask when None, C10)."""
         if position_ids is None:
             position_ids = position_ids_from_mask(attention_mask)
-        out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                            use_cache=False)
+        out = self.backbone(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+        )
         return out.last_hidden_state  # [B, L, H]
 
     def _head(self, h: Tensor) -> Tensor:
@@ -95,4 +97,3 @@ def make_critic(policy: nn.Module, lora: dict | None = None, *, head_std: float 
     critic = ValueModel(backbone, config.hidden_size, head_std=head_std).to(ref_param.device)
     critic.train()
     return critic
-

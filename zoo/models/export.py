@@ -1,4 +1,5 @@
 """A trained policy as a plain Hugging Face checkpoint (LoRA merged into a copy)."""
+
 from __future__ import annotations
 
 import copy

@@ -2,6 +2,7 @@
 (zoo.step.logprobs) and the critic: position ids from the attention mask (C10), which arguments the
 forward takes (`logits_to_keep`, the KV-cache argument), and a prompt's KV cache expanded to the rows
 that share it. Shapes: B rows, L tokens, n rows sharing U distinct prompts."""
+
 from __future__ import annotations
 
 import inspect
@@ -55,7 +56,8 @@ def one_row_each(inverse: Tensor, U: int) -> Tensor:
     inverse [n]."""
     n = inverse.shape[0]
     return torch.full((U,), n, dtype=torch.long, device=inverse.device).scatter_reduce(
-        0, inverse, torch.arange(n, device=inverse.device), reduce="amin")
+        0, inverse, torch.arange(n, device=inverse.device), reduce="amin"
+    )
 
 
 def expandable_cache(out: Any) -> Any:

@@ -1,4 +1,5 @@
 """The policy: loading a causal LM and its tokenizer, LoRA adapters, activation checkpointing."""
+
 from __future__ import annotations
 
 import torch
@@ -8,8 +9,14 @@ from zoo.models.load_errors import model_load_error
 from zoo.models.sources import EMBEDDED_MODEL, ModelSource, resolve_model
 
 _LORA_KEYS = {"r", "alpha", "target_modules", "dropout", "bias", "modules_to_save"}
-_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-           "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
 
 
 def _as_dtype(dtype: str | torch.dtype) -> torch.dtype:
@@ -118,9 +125,9 @@ def is_checkpointing(model: nn.Module) -> bool:
 
 def apply_lora(model: nn.Module, lora: dict, *, task_type: str | None = "CAUSAL_LM"):
     """Wrap `model` with fresh LoRA adapters (peft `get_peft_model`); base weights frozen."""
-    from peft import get_peft_model
-
     import warnings
+
+    from peft import get_peft_model
 
     with warnings.catch_warnings():  # peft reads transformers' deprecated `is_gradient_checkpointing`
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
@@ -142,5 +149,3 @@ def count_parameters(model: nn.Module) -> dict[str, int]:
     total = sum(p.numel() for p in params)
     trainable = sum(p.numel() for p in params if p.requires_grad)
     return {"total": total, "trainable": trainable}
-
-

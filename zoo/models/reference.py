@@ -11,6 +11,7 @@ no second copy of the base weights). Without LoRA it is a frozen deep copy in ev
 arXiv 2402.03300): a weight copy for full fine-tuning; for LoRA a frozen copy of the current
 adapter weights is kept as a second adapter ("zoo_reference") that reference forwards switch to.
 """
+
 from __future__ import annotations
 
 import copy
@@ -125,4 +126,3 @@ def reset_reference(ref: Reference, policy: nn.Module) -> Reference:
         ref.adapter = REFERENCE_ADAPTER
     ref.resets += 1
     return ref
-

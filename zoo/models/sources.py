@@ -10,6 +10,7 @@
 - anything else shaped like a Hub id ("org/name"): passed through to `from_pretrained` (needs
   network or a populated HF cache; nothing here downloads on its own).
 """
+
 from __future__ import annotations
 
 import copy
@@ -125,7 +126,7 @@ def find_embedded_gguf() -> Path:
 
 
 def weights_hash(directory: str | os.PathLike) -> str:
-    """"sha256:<hex>" of the weight files in `directory` (top level, sorted by name): the
+    """ "sha256:<hex>" of the weight files in `directory` (top level, sorted by name): the
     *.safetensors files, else *.bin, else *.pt/*.pth, else *.gguf (training_args/optimizer/scheduler/
     rng_state files excluded).
 
@@ -138,8 +139,9 @@ def weights_hash(directory: str | os.PathLike) -> str:
     d = Path(directory)
     files: list[Path] = []
     for suffixes in _WEIGHT_SUFFIXES:  # the first kind present: safetensors, else .bin, ...
-        files = sorted(f for f in d.iterdir() if f.is_file() and f.name.endswith(suffixes)
-                       and not f.name.startswith(_NOT_WEIGHTS))
+        files = sorted(
+            f for f in d.iterdir() if f.is_file() and f.name.endswith(suffixes) and not f.name.startswith(_NOT_WEIGHTS)
+        )
         if files:
             break
     if not files:
@@ -268,4 +270,3 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     tok.save_pretrained(out)
-

@@ -15,6 +15,7 @@ model, zoo.rewards.reward_model), a stateful reward: the run sets up its session
 where a reward raised or returned None. Accuracy is score == 1.0 (`correct`, `accuracy`).
 A critic started from the reward model (`critic: {init: reward_model}`) is zoo.rewards.critic_init.
 """
+
 from zoo.rewards import bandit  # noqa: F401  (registers arm_bernoulli, arm_gaussian)
 from zoo.rewards.builtin import BOXED_PATTERN, correctness, format_reward, length
 from zoo.rewards.compute import (

@@ -14,6 +14,7 @@ completion's first character (the whole completion under `arms:a,b`; the first t
 `arms:a,b+eos`, whose completions ramble on). `arm_bernoulli` judges correctness (1 = correct:
 `accuracy`, `completion/len_correct|len_incorrect`). Source: the MO-GRPO bandit domain, arXiv:2509.22047 §5.1.
 """
+
 from __future__ import annotations
 
 import math
@@ -63,8 +64,9 @@ def _check_gaussian(params: Mapping[str, Any], context: Mapping[str, Any]) -> No
 
 
 @register("reward", "arm_bernoulli", check=_check_bernoulli, discrete=True, accuracy=True)
-def arm_bernoulli(completions: list[str], rows: list[dict], *, p: Mapping[str, float],
-                  missing: float | None = None) -> list[float | None]:
+def arm_bernoulli(
+    completions: list[str], rows: list[dict], *, p: Mapping[str, float], missing: float | None = None
+) -> list[float | None]:
     """R = 1.0 if u < p[arm] else 0.0, u ~ U(0, 1) from the row, arm = the completion's first
     character (module docstring); `missing` for a completion that pulls no key of `p`.
     completions, rows: N each. Returns N values."""
@@ -73,10 +75,13 @@ def arm_bernoulli(completions: list[str], rows: list[dict], *, p: Mapping[str, f
 
 
 @register("reward", "arm_gaussian", check=_check_gaussian, discrete=False)
-def arm_gaussian(completions: list[str], rows: list[dict], *, mean: Mapping[str, float], std: float = 1.0,
-                 scale: float = 1.0) -> list[float | None]:
+def arm_gaussian(
+    completions: list[str], rows: list[dict], *, mean: Mapping[str, float], std: float = 1.0, scale: float = 1.0
+) -> list[float | None]:
     """R = (mean[arm] + std z) / scale, z ~ N(0, 1) from the row, arm = the completion's first
     character (module docstring); None for a completion that pulls no key of `mean`.
     completions, rows: N each. Returns N values."""
     z = _draws(rows, 1, "normal")
-    return [None if c[:1] not in mean else (mean[c[:1]] + std * zi) / scale for c, zi in zip(completions, z, strict=True)]
+    return [
+        None if c[:1] not in mean else (mean[c[:1]] + std * zi) / scale for c, zi in zip(completions, z, strict=True)
+    ]

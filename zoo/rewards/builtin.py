@@ -6,6 +6,7 @@ reward cannot be computed; `compute_rewards` turns None and exceptions into NaN)
 `discrete=` (whether its values tie often), which `zoo validate` uses to warn about an equality
 filter (`dynamic_sampling`) on a continuous metric.
 """
+
 from __future__ import annotations
 
 import logging
@@ -115,9 +116,7 @@ def _check_length(params: Mapping[str, Any], context: Mapping[str, Any]) -> None
 
 
 @register("reward", "length", check=_check_length, discrete=False)
-def length(
-    completions: list[str], rows: list[dict], *, target: int | None = None, scale: float = 100.0
-) -> list[float]:
+def length(completions: list[str], rows: list[dict], *, target: int | None = None, scale: float = 100.0) -> list[float]:
     """A length objective, in characters of the completion text (no tokenizer needed).
 
     target None: len(completion) / scale (unbounded, high variance: a second objective whose scale

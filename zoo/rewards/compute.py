@@ -10,10 +10,10 @@ A reward that raises or returns None for a row leaves that row unscored (NaN, do
 completion) raises RewardError. A dotted-path reward must live in a module the run names in
 `plugins` (docs/configuration.md, "Rewards and plugins").
 """
+
 from __future__ import annotations
 
 import copy
-import importlib
 import inspect
 import logging
 import math
@@ -25,8 +25,7 @@ import torch
 
 from zoo.core.declarations import of as declared
 from zoo.core.guards import RewardError
-from zoo.core.registry import (Component, ComponentError, available, build, get, import_user_module, parse_spec,
-                          register)
+from zoo.core.registry import Component, ComponentError, available, build, get, import_user_module, parse_spec, register
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +62,10 @@ def _as_float(fn: Callable[..., Any], row: int, v: Any) -> float:
     if math.isnan(f):
         raise RewardError(f"reward {_name(fn)!r} returned nan for row {row}; {CONTRACT} (return None, not NaN)")
     if not abs(f) <= REWARD_LIMIT:  # inf, or a value whose group statistics would overflow float32
-        raise RewardError(f"reward {_name(fn)!r} returned {f:g} for row {row}; {CONTRACT} (finite, at most "
-                          f"{REWARD_LIMIT:g} in magnitude: scores are float32)")
+        raise RewardError(
+            f"reward {_name(fn)!r} returned {f:g} for row {row}; {CONTRACT} (finite, at most "
+            f"{REWARD_LIMIT:g} in magnitude: scores are float32)"
+        )
     return f
 
 
@@ -73,12 +74,15 @@ def _values(fn: Callable[..., Any], values: Any, n: int, first_row: int = 0) -> 
     RewardError naming the function for None, a string, a mapping, a 2-D tensor or a wrong length."""
     if isinstance(values, (torch.Tensor, np.ndarray)):
         if values.ndim != 1:
-            raise RewardError(f"reward {_name(fn)!r} returned a {values.ndim}-D {type(values).__name__} of shape "
-                              f"{tuple(values.shape)} for {n} completions; {CONTRACT} (a list or 1-D tensor of {n})")
+            raise RewardError(
+                f"reward {_name(fn)!r} returned a {values.ndim}-D {type(values).__name__} of shape "
+                f"{tuple(values.shape)} for {n} completions; {CONTRACT} (a list or 1-D tensor of {n})"
+            )
         values = values.tolist()
     if values is None or isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
-        raise RewardError(f"reward {_name(fn)!r} returned a {type(values).__name__} for {n} completions; "
-                          f"{CONTRACT} (a list of {n})")
+        raise RewardError(
+            f"reward {_name(fn)!r} returned a {type(values).__name__} for {n} completions; {CONTRACT} (a list of {n})"
+        )
     values = list(values)
     if len(values) != n:
         raise RewardError(f"reward {_name(fn)!r} returned {len(values)} values for {n} completions; {CONTRACT}")
@@ -104,7 +108,11 @@ def _column(fn: Callable[..., Any], completions: list[str], rows: list[dict]) ->
             out += _values(fn, one, 1, first_row=i)
         log.warning(
             "reward %s raised %s: %s (%d of %d rows unscored after a row-by-row retry)",
-            _name(fn), type(batch_error).__name__, batch_error, sum(math.isnan(v) for v in out), n,
+            _name(fn),
+            type(batch_error).__name__,
+            batch_error,
+            sum(math.isnan(v) for v in out),
+            n,
         )
         return out
     return _values(fn, values, n)
@@ -147,9 +155,11 @@ def check_weighted(objectives: torch.Tensor, names: Sequence[str], weights: Sequ
     over = prod > REWARD_LIMIT
     if bool(over.any()):
         i, k = (int(x) for x in over.nonzero()[0])
-        raise RewardError(f"reward {names[k]!r}: weight {float(w[k]):g} x value {float(objectives[i, k]):g} (row {i}) "
-                          f"= {float(prod[i, k]):g} exceeds {REWARD_LIMIT:g}; {CONTRACT}, and weight x value must stay "
-                          "within that magnitude (scores are float32): lower the weight or rescale the reward")
+        raise RewardError(
+            f"reward {names[k]!r}: weight {float(w[k]):g} x value {float(objectives[i, k]):g} (row {i}) "
+            f"= {float(prod[i, k]):g} exceeds {REWARD_LIMIT:g}; {CONTRACT}, and weight x value must stay "
+            "within that magnitude (scores are float32): lower the weight or rescale the reward"
+        )
 
 
 def correct(scores: torch.Tensor | Sequence[float]) -> torch.Tensor:
@@ -209,7 +219,8 @@ def _check_trusted(path: str, mod_name: str, plugins: Sequence[str]) -> None:
         f"({', '.join(plugins) or 'none'}); a reward must be registered (known: "
         f"{', '.join(n for n in available('reward') if n not in _BY_PATH)}) or defined in a module the run or "
         f"study file lists under `plugins:` (add `plugins: [{mod_name}]` if you trust its code; "
-        "docs/configuration.md, 'Rewards and plugins')")
+        "docs/configuration.md, 'Rewards and plugins')"
+    )
 
 
 def _import_callable(path: str, params: Mapping[str, Any]) -> Callable[..., Any]:
@@ -237,12 +248,17 @@ def _import_callable(path: str, params: Mapping[str, Any]) -> Callable[..., Any]
     except TypeError as e:
         raise ComponentError(f"reward {path!r} must accept (completions, rows): {e}") from e
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    left = [n for n, q in sig.parameters.items()
-            if n not in bound.arguments and q.kind in positional and q.default is inspect.Parameter.empty]
+    left = [
+        n
+        for n, q in sig.parameters.items()
+        if n not in bound.arguments and q.kind in positional and q.default is inspect.Parameter.empty
+    ]
     if left:
-        raise ComponentError(f"reward {path!r} must accept (completions, rows): it also requires "
-                             f"{', '.join(map(repr, left))} positionally (hyperparameters are keyword-only: "
-                             f"def fn(completions, rows, *, {left[0]}): ...)")
+        raise ComponentError(
+            f"reward {path!r} must accept (completions, rows): it also requires "
+            f"{', '.join(map(repr, left))} positionally (hyperparameters are keyword-only: "
+            f"def fn(completions, rows, *, {left[0]}): ...)"
+        )
     return obj
 
 
@@ -270,7 +286,9 @@ def resolve_reward(spec: str | Mapping[str, Any], plugins: Sequence[str] = ()) -
     return build("reward", {"name": name, **params})
 
 
-def resolve_rewards(specs: Sequence[str | Mapping[str, Any]], plugins: Sequence[str] = ()) -> list[tuple[Component, float]]:
+def resolve_rewards(
+    specs: Sequence[str | Mapping[str, Any]], plugins: Sequence[str] = ()
+) -> list[tuple[Component, float]]:
     """Each spec resolved with its weight (`resolve_reward(spec, plugins)`): a mapping's `weight` key
     (default 1.0) is taken out before resolving. Returns [(component, weight)]. Raises
     ComponentError (a ValueError) as `resolve_reward` does, and ValueError for an empty list, a weight
@@ -284,8 +302,9 @@ def resolve_rewards(specs: Sequence[str | Mapping[str, Any]], plugins: Sequence[
         if isinstance(spec, Mapping) and "weight" in spec:
             spec = dict(spec)
             if isinstance(spec["weight"], bool):  # float(True) would be 1.0
-                raise ValueError(f"rewards: weight must be a number, got the boolean {str(spec['weight']).lower()} "
-                                 f"in {spec!r}")
+                raise ValueError(
+                    f"rewards: weight must be a number, got the boolean {str(spec['weight']).lower()} in {spec!r}"
+                )
             try:
                 weight = float(spec.pop("weight"))
             except (TypeError, ValueError):
@@ -293,13 +312,17 @@ def resolve_rewards(specs: Sequence[str | Mapping[str, Any]], plugins: Sequence[
             if not math.isfinite(weight):
                 raise ValueError(f"rewards: weight must be finite, got {weight}")
             if abs(weight) > REWARD_LIMIT:
-                raise ValueError(f"rewards: weight {weight:g} of {spec.get('name', spec)!r} is too large: at most "
-                                 f"{REWARD_LIMIT:g} in magnitude (weighted scores are float32; rescale the reward "
-                                 "instead)")
+                raise ValueError(
+                    f"rewards: weight {weight:g} of {spec.get('name', spec)!r} is too large: at most "
+                    f"{REWARD_LIMIT:g} in magnitude (weighted scores are float32; rescale the reward "
+                    "instead)"
+                )
         out.append((resolve_reward(spec, plugins), weight))
     names = [c.name for c, _ in out]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
-        raise ValueError(f"rewards: {', '.join(map(repr, dup))} listed more than once; combine them into one "
-                         "entry with a weight (each reward's metrics are logged under its name)")
+        raise ValueError(
+            f"rewards: {', '.join(map(repr, dup))} listed more than once; combine them into one "
+            "entry with a weight (each reward's metrics are logged under its name)"
+        )
     return out

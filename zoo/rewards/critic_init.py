@@ -9,6 +9,7 @@
   and pretrains the value model instead: `budget.critic_warmup` (value pretraining) is that option,
   and the two combine.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -49,8 +50,9 @@ def tokenizer_mismatch(policy_tok: Any, rm_tok: Any) -> str | None:
     return None
 
 
-def critic_from_reward_model(model: str, *, dtype: torch.dtype, device: torch.device | str, lora: dict | None = None,
-                             checkpointing: bool = False) -> ValueModel:
+def critic_from_reward_model(
+    model: str, *, dtype: torch.dtype, device: torch.device | str, lora: dict | None = None, checkpointing: bool = False
+) -> ValueModel:
     """A `ValueModel` whose backbone and head are the reward model's (a fresh load in `dtype`, the
     policy's; the head stays float32). model: HF id or local directory of a one-label
     sequence-classification checkpoint. lora: as `make_critic` (fresh adapters on the backbone, base
@@ -58,8 +60,9 @@ def critic_from_reward_model(model: str, *, dtype: torch.dtype, device: torch.de
     Raises ValueError as `zoo.rewards.reward_model.load_reward_model`."""
     from zoo.rewards.reward_model import load_reward_model, score_head
 
-    rm, _ = load_reward_model(model, {torch.float32: "float32", torch.bfloat16: "bfloat16",
-                                      torch.float16: "float16"}[dtype], device)
+    rm, _ = load_reward_model(
+        model, {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}[dtype], device
+    )
     head: nn.Linear = score_head(rm)  # type: ignore[assignment]
     backbone = rm.base_model
     if checkpointing:

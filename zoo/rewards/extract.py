@@ -1,9 +1,10 @@
 """Pulling the final answer out of a completion.
 
-    extract_boxed("so \\\\boxed{\\\\frac{1}{2}} or \\\\boxed{3}")  -> "3"      (the last complete box)
-    extract_answer("the sum is 12.")                        -> "12"     (fallback: last number)
-    extract_answer("no digits", fallback="text")            -> "no digits"
+extract_boxed("so \\\\boxed{\\\\frac{1}{2}} or \\\\boxed{3}")  -> "3"      (the last complete box)
+extract_answer("the sum is 12.")                        -> "12"     (fallback: last number)
+extract_answer("no digits", fallback="text")            -> "no digits"
 """
+
 from __future__ import annotations
 
 import re

@@ -18,6 +18,7 @@ label) scoring prompt + completion, as the classic RLHF pipeline does (Ziegler e
 - Memory: loaded once per run on the run's device (session `setup`), scored in micro-batches of
   `batch_size` under `torch.no_grad`; its weights count in `perf/peak_mem_mb` (the process's peak).
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
@@ -25,8 +26,8 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
-from zoo.models.forward import inner_lm, position_ids_from_mask
 from zoo.core.registry import register
+from zoo.models.forward import inner_lm, position_ids_from_mask
 from zoo.rewards.session import score_once
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -52,8 +53,10 @@ def load_reward_model(model: str, dtype: str = "float32", device: torch.device |
     except (OSError, ValueError) as e:
         raise model_load_error(src.name, src.path, src.kind, e, embedded=EMBEDDED_MODEL) from None
     if rm.config.num_labels != 1:
-        raise ValueError(f"reward_model {model!r}: a reward model has one label (a scalar score), this checkpoint "
-                         f"has num_labels={rm.config.num_labels}")
+        raise ValueError(
+            f"reward_model {model!r}: a reward model has one label (a scalar score), this checkpoint "
+            f"has num_labels={rm.config.num_labels}"
+        )
     prepare_rm_tokenizer(tok, rm)
     rm.to(device).eval()
     return rm, tok
@@ -75,8 +78,10 @@ def score_head(rm: nn.Module) -> nn.Module:
     Mistral, GPT-2, ...). Raises ValueError naming the class when there is none."""
     head = getattr(inner_lm(rm), "score", None)
     if not isinstance(head, nn.Module):
-        raise ValueError(f"reward model {type(rm).__name__} has no `score` head; zoo reads decoder reward models "
-                         "(AutoModelForSequenceClassification of a causal LM: Llama, Qwen2, Mistral, GPT-2, ...)")
+        raise ValueError(
+            f"reward model {type(rm).__name__} has no `score` head; zoo reads decoder reward models "
+            "(AutoModelForSequenceClassification of a causal LM: Llama, Qwen2, Mistral, GPT-2, ...)"
+        )
     return head
 
 
@@ -97,8 +102,10 @@ def chat_text(tok: Any, messages: Sequence[Mapping[str, Any]]) -> str:
 def rm_texts(tok: Any, completions: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """The texts the reward model reads: prompt + completion (as the assistant turn) through `chat_text`.
     rows: task rows with `prompt` (chat messages or a string)."""
-    return [chat_text(tok, as_messages(r.get("prompt", r.get("question", ""))) + [{"role": "assistant", "content": c}])
-            for c, r in zip(completions, rows, strict=True)]
+    return [
+        chat_text(tok, as_messages(r.get("prompt", r.get("question", ""))) + [{"role": "assistant", "content": c}])
+        for c, r in zip(completions, rows, strict=True)
+    ]
 
 
 def last_real_index(attention_mask: Tensor) -> Tensor:
@@ -116,16 +123,21 @@ def score_batch(rm: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Ten
 def pooled_scores(rm: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
     """Scores [B] float32 of padded rows (input_ids, attention_mask [B, L]): the head on the last real
     token's hidden state (module doc); with gradient (reward-model training, zoo.rm.train)."""
-    out = inner_lm(rm).base_model(input_ids=input_ids, attention_mask=attention_mask,
-                        position_ids=position_ids_from_mask(attention_mask), use_cache=False)
+    out = inner_lm(rm).base_model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids_from_mask(attention_mask),
+        use_cache=False,
+    )
     h = out.last_hidden_state  # [B, L, H]
     idx = last_real_index(attention_mask)
     pooled = h[torch.arange(h.shape[0], device=h.device), idx]  # [B, H]
     return score_head(rm)(pooled).float().squeeze(-1)  # [B]
 
 
-def score_texts(rm: nn.Module, tok: Any, texts: Sequence[str], *, batch_size: int = 8,
-                max_length: int = 1024) -> list[float]:
+def score_texts(
+    rm: nn.Module, tok: Any, texts: Sequence[str], *, batch_size: int = 8, max_length: int = 1024
+) -> list[float]:
     """One score per text, in micro-batches of `batch_size` (each padded on its own, left), texts
     truncated from the left to `max_length` tokens. Special tokens are added only for plain text (a chat
     template writes its own)."""
@@ -133,8 +145,14 @@ def score_texts(rm: nn.Module, tok: Any, texts: Sequence[str], *, batch_size: in
     special = not getattr(tok, "chat_template", None)
     scores: list[float] = []
     for i in range(0, len(texts), batch_size):
-        enc = tok(list(texts[i:i + batch_size]), return_tensors="pt", padding=True, truncation=True,
-                  max_length=max_length, add_special_tokens=special)
+        enc = tok(
+            list(texts[i : i + batch_size]),
+            return_tensors="pt",
+            padding=True,
+            truncation=True,
+            max_length=max_length,
+            add_special_tokens=special,
+        )
         scores += score_batch(rm, enc["input_ids"].to(device), enc["attention_mask"].to(device)).tolist()
     return scores
 
@@ -154,8 +172,13 @@ class RewardModelSession:
     def __call__(self, completions: list[str], rows: list[dict]) -> list[float]:
         if self.model is None:
             raise RuntimeError(f"reward_model {self.model_name!r} is not set up (call setup(device) first)")
-        return score_texts(self.model, self.tokenizer, rm_texts(self.tokenizer, completions, rows),
-                           batch_size=self.batch_size, max_length=self.max_length)
+        return score_texts(
+            self.model,
+            self.tokenizer,
+            rm_texts(self.tokenizer, completions, rows),
+            batch_size=self.batch_size,
+            max_length=self.max_length,
+        )
 
     def teardown(self) -> None:
         self.model = self.tokenizer = None
@@ -171,8 +194,10 @@ def missing_models(specs: Sequence[Any]) -> list[str]:
         m = str(spec.get("model", "")) if isinstance(spec, Mapping) and spec.get("name") == "reward_model" else ""
         if m.startswith((".", "/", "~")) or m.count("/") > 1:
             if not Path(m).expanduser().exists():
-                out.append(f"reward_model: {m} does not exist yet; build it (zoo rm train) before the run, which fails "
-                           "when it loads the model")
+                out.append(
+                    f"reward_model: {m} does not exist yet; build it (zoo rm train) before the run, which fails "
+                    "when it loads the model"
+                )
     return out
 
 
@@ -188,8 +213,10 @@ def checkpoint_error(path: Any) -> str | None:
 
     d = Path(str(path)).expanduser()
     if d.is_dir() and not (d / "config.json").is_file():
-        return (f"{d}: no config.json in this directory; a reward model directory holds config.json, the weights "
-                "and the tokenizer files (zoo rm train writes one)")
+        return (
+            f"{d}: no config.json in this directory; a reward model directory holds config.json, the weights "
+            "and the tokenizer files (zoo rm train writes one)"
+        )
     if not (d / "config.json").is_file():
         return None
     try:
@@ -199,12 +226,15 @@ def checkpoint_error(path: Any) -> str | None:
     archs = list(getattr(cfg, "architectures", None) or [])
     if any(a.endswith("ForSequenceClassification") for a in archs):
         if cfg.num_labels != 1:
-            return (f"{d}: a reward model has one label (a scalar score), this checkpoint has "
-                    f"num_labels={cfg.num_labels}")
+            return (
+                f"{d}: a reward model has one label (a scalar score), this checkpoint has num_labels={cfg.num_labels}"
+            )
         return None
     if any(a.endswith("ForCausalLM") for a in archs):
-        return (f"{d} is a causal language model, not a reward model (a one-label "
-                "AutoModelForSequenceClassification): train one with `zoo rm train`")
+        return (
+            f"{d} is a causal language model, not a reward model (a one-label "
+            "AutoModelForSequenceClassification): train one with `zoo rm train`"
+        )
     return None
 
 
@@ -223,12 +253,20 @@ def _check_reward_model(params: Mapping[str, Any], context: Mapping[str, Any]) -
 
 
 @register("reward", "reward_model", check=_check_reward_model, discrete=False, session=RewardModelSession)
-def reward_model(completions: list[str], rows: list[dict], *, model: str, batch_size: int = 8,
-                 dtype: str = "float32", max_length: int = 1024) -> list[float]:
+def reward_model(
+    completions: list[str],
+    rows: list[dict],
+    *,
+    model: str,
+    batch_size: int = 8,
+    dtype: str = "float32",
+    max_length: int = 1024,
+) -> list[float]:
     """A learned reward model's scalar score of prompt + completion (zoo.rewards.reward_model: chat
     template, score at the last real token). In a run the model loads once (a session on the run's
     device); called directly it loads for this call only, on CPU. model: HF id or local directory
     (`zoo rm train` writes one); dtype: float32 | bfloat16 | float16; max_length in tokens.
     Source: Ziegler et al. arXiv 1909.08593 §2; InstructGPT arXiv 2203.02155 §3.5."""
-    return score_once(RewardModelSession, completions, rows, model=model, batch_size=batch_size, dtype=dtype,
-                      max_length=max_length)
+    return score_once(
+        RewardModelSession, completions, rows, model=model, batch_size=batch_size, dtype=dtype, max_length=max_length
+    )

@@ -19,6 +19,7 @@ with its session set up; `close_rewards` (the trainer, when the run ends) tears 
 rewards pass through unchanged. Under data parallelism every rank opens its own session and scores its
 own rows (zoo.step.sample scores the rank's slice). docs/extending.md §4.
 """
+
 from __future__ import annotations
 
 import logging
@@ -103,8 +104,14 @@ def live_session(rewards: Sequence[tuple[Any, float]], name: str) -> Any | None:
     return next((c.session for c, _ in rewards if isinstance(c, LiveReward) and c.name == name), None)
 
 
-def score_once(cls: Callable[..., Any], completions: list[str], rows: list[dict], *,
-               device: torch.device | str = "cpu", **params: Any) -> list[float | None]:
+def score_once(
+    cls: Callable[..., Any],
+    completions: list[str],
+    rows: list[dict],
+    *,
+    device: torch.device | str = "cpu",
+    **params: Any,
+) -> list[float | None]:
     """One call of a stateful reward outside a run: set up a session of `cls(**params)` on `device`,
     score, tear down (a model loads for this call only)."""
     session = cls(**params)

@@ -1,5 +1,6 @@
 """The schemas of `zoo rm train RM.yaml` (RMTrainConfig) and `zoo rm pairs PAIRS.yaml` (PairsConfig).
 Unknown keys are errors naming the file and the key (zoo.config.schema)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -45,8 +46,9 @@ class RMTrainConfig(Strict):
     model: str = Field(description="the starting model: a causal LM (a fresh score head is added) or a reward model")
     model_opts: RMModelOpts = Field(default_factory=RMModelOpts)
     data: PairData
-    margin: float = Field(0.0, description="m in -log sigmoid(r_chosen - r_rejected - m) (Llama 2 §3.2.2); "
-                          "a pair's own `margin` wins")
+    margin: float = Field(
+        0.0, description="m in -log sigmoid(r_chosen - r_rejected - m) (Llama 2 §3.2.2); a pair's own `margin` wins"
+    )
     epochs: int = Field(1, ge=1)
     batch_size: int = Field(8, ge=1, description="pairs per optimizer step")
     lr: float = Field(1e-5, gt=0)
@@ -54,7 +56,9 @@ class RMTrainConfig(Strict):
     max_grad_norm: float | None = Field(1.0, gt=0)
     max_length: int = Field(512, ge=2, description="tokens per text (truncated from the left)")
     seed: int = 0
-    output_dir: str | None = Field(None, description="default runs/rm/<name>; the checkpoint goes to <output_dir>/model")
+    output_dir: str | None = Field(
+        None, description="default runs/rm/<name>; the checkpoint goes to <output_dir>/model"
+    )
     tracking: Tracking = Field(default_factory=Tracking, description="W&B as for runs (job type rm_train)")
 
     def out_dir(self) -> Path:
@@ -72,12 +76,24 @@ class PairsConfig(Strict):
     samples: int = Field(8, ge=2, description="completions sampled per prompt")
     max_new_tokens: int = Field(64, ge=1)
     temperature: float = Field(1.0, description=f"logits / temperature, >= {MIN_TEMPERATURE}")
-    length_bias: float | None = Field(None, ge=0, le=1, description="fraction of pairs whose chosen completion is the "
-                                      "longer (characters); null: chosen and rejected drawn at random")
-    label_noise: float = Field(0.0, ge=0, le=1, description="q: a pair whose rejected (incorrect) completion is the "
-                               "longer is flipped (the longer incorrect preferred) with probability q")
+    length_bias: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="fraction of pairs whose chosen completion is the "
+        "longer (characters); null: chosen and rejected drawn at random",
+    )
+    label_noise: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="q: a pair whose rejected (incorrect) completion is the "
+        "longer is flipped (the longer incorrect preferred) with probability q",
+    )
     seed: int = 0
-    output: str | None = Field(None, description="the JSONL written (default runs/pairs/<name>.jsonl); never overwritten")
+    output: str | None = Field(
+        None, description="the JSONL written (default runs/pairs/<name>.jsonl); never overwritten"
+    )
 
     @field_validator("temperature")
     @classmethod

@@ -7,6 +7,7 @@ response is the assistant's turn after the prompt; a message list is appended to
 The text is `zoo.rewards.reward_model.chat_text` of those messages: the same formatting the
 `reward_model` reward scores with, so the trained model reads at run time what it was trained on.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,8 +43,9 @@ def _response(prompt: list[dict[str, Any]], r: Any, where: str, key: str) -> tup
         return tuple(prompt + [{"role": "assistant", "content": r}])
     if isinstance(r, list) and r and all(isinstance(m, Mapping) and "role" in m and "content" in m for m in r):
         return tuple(prompt + [dict(m) for m in r])
-    raise ValueError(f"{where}: {key!r} must be a string or a list of chat messages ({{role, content}}), "
-                     f"got {type(r).__name__}")
+    raise ValueError(
+        f"{where}: {key!r} must be a string or a list of chat messages ({{role, content}}), got {type(r).__name__}"
+    )
 
 
 def parse_pair(row: Mapping[str, Any], where: str, strict: bool = True) -> Pair:
@@ -55,9 +57,11 @@ def parse_pair(row: Mapping[str, Any], where: str, strict: bool = True) -> Pair:
         raise ValueError(f"{where}: a pair is a mapping with prompt, chosen, rejected; got {type(row).__name__}")
     unknown = [k for k in row if k not in ALLOWED_KEYS]
     if strict and unknown:
-        raise ValueError(f"{where}: unknown {'key' if len(unknown) == 1 else 'keys'} {', '.join(map(repr, unknown))}; "
-                         f"allowed: {', '.join(ALLOWED_KEYS[:4])} (and {', '.join(ALLOWED_KEYS[4:])}, which zoo rm "
-                         "pairs writes)")
+        raise ValueError(
+            f"{where}: unknown {'key' if len(unknown) == 1 else 'keys'} {', '.join(map(repr, unknown))}; "
+            f"allowed: {', '.join(ALLOWED_KEYS[:4])} (and {', '.join(ALLOWED_KEYS[4:])}, which zoo rm "
+            "pairs writes)"
+        )
     missing = [k for k in KEYS if k not in row]
     if missing:
         raise ValueError(f"{where}: missing {', '.join(map(repr, missing))} (a pair has prompt, chosen, rejected)")
@@ -66,10 +70,14 @@ def parse_pair(row: Mapping[str, Any], where: str, strict: bool = True) -> Pair:
         raise ValueError(f"{where}: 'prompt' must be a string or a list of chat messages, got {type(p).__name__}")
     prompt = as_messages(p) if p is not None else []
     margin = row.get("margin")
-    if margin is not None and (isinstance(margin, bool) or not isinstance(margin, (int, float))
-                               or not math.isfinite(margin)):
+    if margin is not None and (
+        isinstance(margin, bool) or not isinstance(margin, (int, float)) or not math.isfinite(margin)
+    ):
         raise ValueError(f"{where}: 'margin' must be a finite number, got {margin!r}")
-    chosen, rejected = _response(prompt, row["chosen"], where, "chosen"), _response(prompt, row["rejected"], where, "rejected")
+    chosen, rejected = (
+        _response(prompt, row["chosen"], where, "chosen"),
+        _response(prompt, row["rejected"], where, "rejected"),
+    )
     if chosen == rejected:
         raise ValueError(f"{where}: chosen and rejected are identical: the pair carries no preference")
     return Pair(chosen, rejected, None if margin is None else float(margin))
@@ -86,15 +94,19 @@ def read_jsonl_pairs(path: str | Path) -> list[Pair]:
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise ValueError(f"{p}:{i}: not UTF-8 text (byte {raw[e.start:e.start + 1]!r} at column {e.start + 1}); "
-                             "re-save the file as UTF-8") from None
+            raise ValueError(
+                f"{p}:{i}: not UTF-8 text (byte {raw[e.start : e.start + 1]!r} at column {e.start + 1}); "
+                "re-save the file as UTF-8"
+            ) from None
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{p}:{i}: not valid JSON ({e.msg}); expected one pair per line, "
-                             '{"prompt": ..., "chosen": ..., "rejected": ...}') from None
+            raise ValueError(
+                f"{p}:{i}: not valid JSON ({e.msg}); expected one pair per line, "
+                '{"prompt": ..., "chosen": ..., "rejected": ...}'
+            ) from None
         except RecursionError:
             raise ValueError(f"{p}:{i}: nested too deeply to read; a pair is a flat mapping") from None
         out.append(parse_pair(row, f"{p}:{i}"))
@@ -147,18 +159,23 @@ def load_pairs(data: Any, seed: int) -> tuple[list[Pair], list[Pair]]:
         held = read_jsonl_pairs(data.eval_path)
     else:
         if len(pairs) <= data.eval_size:
-            raise ValueError(f"data: {len(pairs)} pairs, but data.eval_size = {data.eval_size} are held out; "
-                             "give more pairs, a smaller eval_size or an eval_path")
+            raise ValueError(
+                f"data: {len(pairs)} pairs, but data.eval_size = {data.eval_size} are held out; "
+                "give more pairs, a smaller eval_size or an eval_path"
+            )
         order = list(range(len(pairs)))
         random.Random(seed).shuffle(order)
-        held = [pairs[i] for i in order[:data.eval_size]]
-        pairs = [pairs[i] for i in sorted(order[data.eval_size:])]
-    pairs = pairs[:data.limit] if data.limit else pairs
+        held = [pairs[i] for i in order[: data.eval_size]]
+        pairs = [pairs[i] for i in sorted(order[data.eval_size :])]
+    pairs = pairs[: data.limit] if data.limit else pairs
     seen = {pair_key(p) for p in pairs}
     both = sum(pair_key(h) in seen for h in held)
     if both:
-        log.warning("%d of %d held-out pairs also appear in the training pairs: the held-out accuracy is not held out",
-                    both, len(held))
+        log.warning(
+            "%d of %d held-out pairs also appear in the training pairs: the held-out accuracy is not held out",
+            both,
+            len(held),
+        )
     return pairs, held
 
 

@@ -17,6 +17,7 @@ proxy vs gold; reward models favour longer responses, Singhal et al. arXiv 2310.
 Seeded (`seed`): prompts, sampling, pair choice and noise. Each JSONL line: prompt (chat messages),
 chosen, rejected, chosen_correct, chosen_longer, question, answer. The output is never overwritten.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,17 +37,29 @@ def _sample(policy: Any, tok: Any, rows: list[dict[str, Any]], cfg: PairsConfig,
     per = max(1, 32 // cfg.samples)  # prompts per generate call (32 rows)
     out: list[list[str]] = []
     for i in range(0, len(rows), per):
-        chunk = rows[i:i + per]
-        b = generate_rollout(policy, tok, [r["prompt"] for r in chunk], group_size=cfg.samples,
-                             max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
-        out += [b.texts[j * cfg.samples:(j + 1) * cfg.samples] for j in range(len(chunk))]
+        chunk = rows[i : i + per]
+        b = generate_rollout(
+            policy,
+            tok,
+            [r["prompt"] for r in chunk],
+            group_size=cfg.samples,
+            max_new_tokens=cfg.max_new_tokens,
+            temperature=cfg.temperature,
+        )
+        out += [b.texts[j * cfg.samples : (j + 1) * cfg.samples] for j in range(len(chunk))]
         if progress:
             print(f"sampled {len(out)}/{len(rows)} prompts", flush=True)
     return out
 
 
-def choose_pairs(correct: Sequence[Sequence[str]], wrong: Sequence[Sequence[str]], *, length_bias: float | None,
-                 label_noise: float, rng: random.Random) -> list[tuple[int, str, str, bool] | None]:
+def choose_pairs(
+    correct: Sequence[Sequence[str]],
+    wrong: Sequence[Sequence[str]],
+    *,
+    length_bias: float | None,
+    label_noise: float,
+    rng: random.Random,
+) -> list[tuple[int, str, str, bool] | None]:
     """Per prompt: (prompt index, chosen, rejected, chosen_correct) or None (no pair: all correct, all
     wrong, or only equal lengths under length_bias). correct[p], wrong[p]: the prompt's correct and
     incorrect completions. The rules are the module doc's."""
@@ -54,8 +67,13 @@ def choose_pairs(correct: Sequence[Sequence[str]], wrong: Sequence[Sequence[str]
     kinds: list[dict[str, list[tuple[str, str]]]] = []
     for p in range(n):
         allp = [(c, w) for c in correct[p] for w in wrong[p]]
-        kinds.append({"all": allp, "longer": [(c, w) for c, w in allp if len(c) > len(w)],
-                      "shorter": [(c, w) for c, w in allp if len(c) < len(w)]})
+        kinds.append(
+            {
+                "all": allp,
+                "longer": [(c, w) for c, w in allp if len(c) > len(w)],
+                "shorter": [(c, w) for c, w in allp if len(c) < len(w)],
+            }
+        )
     assign: list[str | None] = [None] * n
     if length_bias is None:
         assign = ["all" if k["all"] else None for k in kinds]
@@ -82,8 +100,9 @@ def choose_pairs(correct: Sequence[Sequence[str]], wrong: Sequence[Sequence[str]
     return out
 
 
-def make_pairs(cfg: PairsConfig, policy: Any, tok: Any, rows: list[dict[str, Any]], *,
-               progress: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def make_pairs(
+    cfg: PairsConfig, policy: Any, tok: Any, rows: list[dict[str, Any]], *, progress: bool = False
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """(pair records, summary) from `rows` (task rows with gold answers; the first `cfg.prompts` after a
     seeded shuffle are used), sampling `policy`. Raises ValueError when the judge does not resolve."""
     from zoo.rewards.compute import compute_rewards, resolve_reward
@@ -92,7 +111,7 @@ def make_pairs(cfg: PairsConfig, policy: Any, tok: Any, rows: list[dict[str, Any
     rng = random.Random(cfg.seed)
     rows = list(rows)
     rng.shuffle(rows)
-    rows = rows[:cfg.prompts]
+    rows = rows[: cfg.prompts]
     torch.manual_seed(cfg.seed)
     texts = _sample(policy, tok, rows, cfg, progress)
     flat = [t for ts in texts for t in ts]
@@ -102,15 +121,30 @@ def make_pairs(cfg: PairsConfig, policy: Any, tok: Any, rows: list[dict[str, Any
     correct = [[t for t, k in zip(ts, oks) if k] for ts, oks in zip(texts, ok)]
     wrong = [[t for t, k in zip(ts, ks) if k] for ts, ks in zip(texts, bad)]
     chosen = choose_pairs(correct, wrong, length_bias=cfg.length_bias, label_noise=cfg.label_noise, rng=rng)
-    records = [{"prompt": rows[p]["prompt"], "chosen": c, "rejected": r, "chosen_correct": cc,
-                "chosen_longer": len(c) > len(r), "question": rows[p].get("question"), "answer": rows[p].get("answer")}
-               for p, c, r, cc in (x for x in chosen if x is not None)]
+    records = [
+        {
+            "prompt": rows[p]["prompt"],
+            "chosen": c,
+            "rejected": r,
+            "chosen_correct": cc,
+            "chosen_longer": len(c) > len(r),
+            "question": rows[p].get("question"),
+            "answer": rows[p].get("answer"),
+        }
+        for p, c, r, cc in (x for x in chosen if x is not None)
+    ]
     n = max(len(records), 1)
-    summary = {"pairs": len(records), "prompts": len(rows), "prompts_without_pair": len(rows) - len(records),
-               "completion_accuracy": float(sum(map(sum, ok)) / max(len(flat), 1)),
-               "chosen_longer_frac": sum(r["chosen_longer"] for r in records) / n,
-               "chosen_correct_frac": sum(r["chosen_correct"] for r in records) / n,
-               "length_bias": cfg.length_bias, "label_noise": cfg.label_noise, "seed": cfg.seed}
+    summary = {
+        "pairs": len(records),
+        "prompts": len(rows),
+        "prompts_without_pair": len(rows) - len(records),
+        "completion_accuracy": float(sum(map(sum, ok)) / max(len(flat), 1)),
+        "chosen_longer_frac": sum(r["chosen_longer"] for r in records) / n,
+        "chosen_correct_frac": sum(r["chosen_correct"] for r in records) / n,
+        "length_bias": cfg.length_bias,
+        "label_noise": cfg.label_noise,
+        "seed": cfg.seed,
+    }
     return records, summary
 
 
@@ -130,9 +164,11 @@ def make_pairs_file(cfg: PairsConfig, *, progress: bool = True) -> dict[str, Any
     policy.eval()
     records, summary = make_pairs(cfg, policy, tok, task.train, progress=progress)
     if not records:
-        raise ValueError(f"no pairs: of {summary['prompts']} prompts none had both a correct and an incorrect completion "
-                         f"(completion accuracy {summary['completion_accuracy']:.2f}); raise samples or temperature, or "
-                         "use an easier or harder task")
+        raise ValueError(
+            f"no pairs: of {summary['prompts']} prompts none had both a correct and an incorrect completion "
+            f"(completion accuracy {summary['completion_accuracy']:.2f}); raise samples or temperature, or "
+            "use an easier or harder task"
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".jsonl.tmp")
     tmp.write_text("".join(json.dumps(r) + "\n" for r in records))

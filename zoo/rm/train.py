@@ -16,6 +16,7 @@ transformers/accelerate stack), and it pools as transformers does (the last id t
 `pad_token_id`), which reads the wrong token when pad = eos (SmolLM2) and a text ends in eos; this loop
 is ~60 lines, shares the reward's pooling and text formatting, and logs through zoo's tracker.
 """
+
 from __future__ import annotations
 
 import json
@@ -73,18 +74,30 @@ def bradley_terry_loss(r_chosen: torch.Tensor, r_rejected: torch.Tensor, margin:
     return -F.logsigmoid(r_chosen - r_rejected - margin).mean()
 
 
-def _step(rm: torch.nn.Module, tok: Any, batch: list[Pair], cfg: RMTrainConfig) -> tuple[torch.Tensor, dict[str, float]]:
+def _step(
+    rm: torch.nn.Module, tok: Any, batch: list[Pair], cfg: RMTrainConfig
+) -> tuple[torch.Tensor, dict[str, float]]:
     chosen, rejected = pair_texts(tok, batch)
-    enc = tok(chosen + rejected, return_tensors="pt", padding=True, truncation=True, max_length=cfg.max_length,
-              add_special_tokens=not getattr(tok, "chat_template", None))
+    enc = tok(
+        chosen + rejected,
+        return_tensors="pt",
+        padding=True,
+        truncation=True,
+        max_length=cfg.max_length,
+        add_special_tokens=not getattr(tok, "chat_template", None),
+    )
     device = next(rm.parameters()).device
     r = pooled_scores(rm, enc["input_ids"].to(device), enc["attention_mask"].to(device))  # [2B]
-    rc, rr = r[:len(batch)], r[len(batch):]
+    rc, rr = r[: len(batch)], r[len(batch) :]
     m = torch.tensor([cfg.margin if p.margin is None else p.margin for p in batch], device=device)
     loss = bradley_terry_loss(rc, rr, m)
     rc, rr = rc.detach(), rr.detach()
-    return loss, {"loss": float(loss.detach()), "accuracy": float((rc > rr).float().mean()),
-                  "reward/margin": float((rc - rr).mean()), "reward/chosen": float(rc.mean())}
+    return loss, {
+        "loss": float(loss.detach()),
+        "accuracy": float((rc > rr).float().mean()),
+        "reward/margin": float((rc - rr).mean()),
+        "reward/chosen": float(rc.mean()),
+    }
 
 
 def train_reward_model(cfg: RMTrainConfig, *, progress: bool = True) -> dict[str, Any]:
@@ -96,8 +109,10 @@ def train_reward_model(cfg: RMTrainConfig, *, progress: bool = True) -> dict[str
 
     out = cfg.out_dir()
     if (out / "model").exists():
-        raise FileExistsError(f"{out / 'model'}: a reward model is already there; give another output_dir (or name), "
-                              "or delete it to train again")
+        raise FileExistsError(
+            f"{out / 'model'}: a reward model is already there; give another output_dir (or name), "
+            "or delete it to train again"
+        )
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     train_pairs, held = load_pairs(cfg.data, cfg.seed)
@@ -109,8 +124,13 @@ def train_reward_model(cfg: RMTrainConfig, *, progress: bool = True) -> dict[str
     before = pairwise_accuracy(rm, tok, held, **acc)
     params = [p for p in rm.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    tracker = Tracker(out, config=cfg.model_dump(mode="json"), wandb_opts=cfg.tracking.wandb_opts(), name=cfg.name,
-                      job_type="rm_train")
+    tracker = Tracker(
+        out,
+        config=cfg.model_dump(mode="json"),
+        wandb_opts=cfg.tracking.wandb_opts(),
+        name=cfg.name,
+        job_type="rm_train",
+    )
     tracker.log({"eval/accuracy": before}, step=0)
     n_steps = cfg.epochs * -(-len(train_pairs) // cfg.batch_size)
     rng, step, t0 = random.Random(cfg.seed), 0, time.perf_counter()
@@ -120,7 +140,7 @@ def train_reward_model(cfg: RMTrainConfig, *, progress: bool = True) -> dict[str
             order = list(range(len(train_pairs)))
             rng.shuffle(order)
             for i in range(0, len(order), cfg.batch_size):
-                loss, m = _step(rm, tok, [train_pairs[j] for j in order[i:i + cfg.batch_size]], cfg)
+                loss, m = _step(rm, tok, [train_pairs[j] for j in order[i : i + cfg.batch_size]], cfg)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 if cfg.max_grad_norm:
@@ -133,9 +153,16 @@ def train_reward_model(cfg: RMTrainConfig, *, progress: bool = True) -> dict[str
     tracker.log({"eval/accuracy": after}, step=step)
     rm.eval()
     path = save_hf_checkpoint(rm, tok, out / "model")
-    summary = {"status": "finished", "model": str(path), "pairs/train": len(train_pairs), "pairs/eval": len(held),
-               "steps": step, "eval/accuracy/before": before, "eval/accuracy/after": after,
-               "time/total_s": time.perf_counter() - t0}
+    summary = {
+        "status": "finished",
+        "model": str(path),
+        "pairs/train": len(train_pairs),
+        "pairs/eval": len(held),
+        "steps": step,
+        "eval/accuracy/before": before,
+        "eval/accuracy/after": after,
+        "time/total_s": time.perf_counter() - t0,
+    }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     tracker.set_summary(summary)
     tracker.finish(0)
@@ -154,12 +181,17 @@ class _bar:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        self.p = Progress(TextColumn("[bold]rm step"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[info]}"),
-                          TimeRemainingColumn(), console=Console(stderr=True))
+        self.p = Progress(
+            TextColumn("[bold]rm step"),
+            MofNCompleteColumn(),
+            BarColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+        )
         self.p.__enter__()
         task = self.p.add_task("rm", total=self.total, info="")
-        return lambda step, m: self.p.update(task, completed=step,
-                                             info=f"loss {m['loss']:.3f} acc {m['accuracy']:.2f}")
+        return lambda step, m: self.p.update(task, completed=step, info=f"loss {m['loss']:.3f} acc {m['accuracy']:.2f}")
 
     def __exit__(self, *exc):
         if self.enabled:

@@ -6,6 +6,7 @@ weights and optimizer states go through `torch.distributed.checkpoint` instead (
 each rank writes its shards into `checkpoint/shards.stepN/`, which state.pt names); state.pt keeps the
 rest. A checkpoint resumes only under the world size that wrote it.
 """
+
 from __future__ import annotations
 
 import logging
@@ -44,8 +45,9 @@ def save_checkpoint(st: RunState, out: Path, tracker_id: str | None) -> None:
     and state.pt names their folder; the folder the dropped state.prev.pt named is deleted. Rank 0
     writes state.pt; every rank must call it (collective)."""
     directory = out / "checkpoint"
-    ranks = dist.all_gather_object({"rng": ckpt.rng_state(), "stream": st.stream.state_dict(),
-                                    "resample_stream": st.resample_stream.state_dict()})
+    ranks = dist.all_gather_object(
+        {"rng": ckpt.rng_state(), "stream": st.stream.state_dict(), "resample_stream": st.resample_stream.state_dict()}
+    )
     sharded = dist.is_distributed()
     full_ref = sharded and st.reference is not None and st.reference.resets > 0 and not st.reference.shares_policy
     reference = _reference_state(st) if not full_ref else {"resets": st.reference.resets, "sharded": True}
@@ -58,25 +60,41 @@ def save_checkpoint(st: RunState, out: Path, tracker_id: str | None) -> None:
         raise WriteError(f"rank 0: {said}")
 
 
-def _write_state(st: RunState, directory: Path, tracker_id: str | None, ranks: list[dict[str, Any]],
-                 reference: Any, shards: tuple[str, dict[str, Any]] | None) -> OSError | None:
+def _write_state(
+    st: RunState,
+    directory: Path,
+    tracker_id: str | None,
+    ranks: list[dict[str, Any]],
+    reference: Any,
+    shards: tuple[str, dict[str, Any]] | None,
+) -> OSError | None:
     """Rank 0's part of `save_checkpoint`: write state.pt (and delete the shards folder no file names
     any more). Returns the OSError (WriteError) that stopped it, else None."""
     state = {
-        "step": st.step, "controllers": [c.state_dict() for c in st.controllers], "totals": dict(st.totals),
+        "step": st.step,
+        "controllers": [c.state_dict() for c in st.controllers],
+        "totals": dict(st.totals),
         "scheduler": st.scheduler.state_dict(),
         "critic_scheduler": st.critic_scheduler.state_dict() if st.critic_scheduler else None,
-        "stream": st.stream.state_dict(), "resample_stream": st.resample_stream.state_dict(),
-        "rng": ckpt.rng_state(), "rng_ranks": [r["rng"] for r in ranks],
+        "stream": st.stream.state_dict(),
+        "resample_stream": st.resample_stream.state_dict(),
+        "rng": ckpt.rng_state(),
+        "rng_ranks": [r["rng"] for r in ranks],
         "streams_ranks": [{k: r[k] for k in ("stream", "resample_stream")} for r in ranks],
-        "world_size": dist.world_size(), "tracker_id": tracker_id, "reference": reference, "guards": st.guard.state_dict(),
+        "world_size": dist.world_size(),
+        "tracker_id": tracker_id,
+        "reference": reference,
+        "guards": st.guard.state_dict(),
     }
     if shards is None:
-        state.update({
-            "policy": ckpt.policy_state(st.models.policy), "optimizer": st.optimizer.state_dict(),
-            "critic": ckpt.trainable_state(st.models.critic) if st.models.critic is not None else None,
-            "critic_optimizer": st.critic_optimizer.state_dict() if st.critic_optimizer else None,
-        })
+        state.update(
+            {
+                "policy": ckpt.policy_state(st.models.policy),
+                "optimizer": st.optimizer.state_dict(),
+                "critic": ckpt.trainable_state(st.models.critic) if st.models.critic is not None else None,
+                "critic_optimizer": st.critic_optimizer.state_dict() if st.critic_optimizer else None,
+            }
+        )
     else:
         state.update({"shards": shards[0], "shards_plain": shards[1]})
     try:
@@ -128,8 +146,9 @@ def restore_checkpoint(st: RunState, state: dict[str, Any], directory: Path) -> 
             dcp.load_sharded(folder, state["shards_plain"], model_parts(st, bool(ref and ref.get("sharded"))))
         except (Exception, CheckpointException) as e:  # noqa: BLE001 - DCP's error is a BaseException
             detail = " ".join(str(e).split())[:300]
-            raise ckpt.CheckpointError(f"{folder}: cannot be loaded into this run ({type(e).__name__}: {detail}); "
-                                       "start over with --fresh") from None
+            raise ckpt.CheckpointError(
+                f"{folder}: cannot be loaded into this run ({type(e).__name__}: {detail}); start over with --fresh"
+            ) from None
     else:
         ckpt.load_policy_state(st.models.policy, state["policy"])
         st.optimizer.load_state_dict(state["optimizer"])
@@ -141,7 +160,7 @@ def restore_checkpoint(st: RunState, state: dict[str, Any], directory: Path) -> 
         st.critic_scheduler.load_state_dict(state["critic_scheduler"])
     ranks = state.get("rng_ranks") or []
     mine = len(ranks) == dist.world_size()
-    streams = (state.get("streams_ranks") or [])
+    streams = state.get("streams_ranks") or []
     streams = streams[dist.rank()] if len(streams) == dist.world_size() else state
     st.stream.load_state_dict(streams["stream"])
     if streams.get("resample_stream") is not None:

@@ -11,6 +11,7 @@ read it. The key hashes everything that decides that evaluation: the model and i
 rows, the eval settings, `max_new_tokens`, the generator, the resolved precision and the torch thread
 count (bf16 sums in another thread order change greedy tokens). A run outside a study keeps no cache.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -69,16 +70,27 @@ def read_cached(study_dir: Path | str, key: str) -> dict[str, Any] | None:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if not isinstance(data, dict) or not isinstance(data.get("metrics"), dict) or not isinstance(data.get("scores"), dict):
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("metrics"), dict)
+        or not isinstance(data.get("scores"), dict)
+    ):
         return None
     return data
 
 
-def write_cached(study_dir: Path | str, key: str, metrics: Mapping[str, float], scores: Mapping[str, float | None],
-                 parts: Mapping[str, Any]) -> None:
+def write_cached(
+    study_dir: Path | str,
+    key: str,
+    metrics: Mapping[str, float],
+    scores: Mapping[str, float | None],
+    parts: Mapping[str, Any],
+) -> None:
     """Store an evaluation before training under `key` (atomically; `parts` kept for a reader)."""
-    _atomic_write(Path(study_dir) / CACHE_DIR / f"{key}.json",
-                  {"metrics": dict(metrics), "scores": dict(scores), "key_parts": dict(parts)})
+    _atomic_write(
+        Path(study_dir) / CACHE_DIR / f"{key}.json",
+        {"metrics": dict(metrics), "scores": dict(scores), "key_parts": dict(parts)},
+    )
 
 
 def _atomic_write(path: Path, data: Any) -> None:

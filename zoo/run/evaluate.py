@@ -7,6 +7,7 @@ Accuracy counts a completion correct when its `correctness` score is exactly 1 (
 partial credit; environment.md). The training RNG is not disturbed: sampling runs under a forked RNG
 seeded with the eval seed, so every evaluation of a run sees the same prompts and noise.
 """
+
 from __future__ import annotations
 
 import copy
@@ -15,8 +16,8 @@ from typing import Any, Callable, Sequence
 import torch
 
 from zoo.core.generator_types import SamplingParams
-from zoo.run.eval_record import per_prompt as prompt_scores
 from zoo.rewards.compute import accuracy
+from zoo.run.eval_record import per_prompt as prompt_scores
 
 
 def evaluate(
@@ -55,8 +56,19 @@ def evaluate(
     greedy_params = SamplingParams(max_new_tokens=max_new_tokens, do_sample=False, micro_batch=batch_size)
     sampled_params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, micro_batch=batch_size)
     if env is not None:
-        return _evaluate_env(generator, tokenizer, rows, correctness, env, greedy_params, sampled_params,
-                             samples=samples, seed=seed, devices=devices, per_prompt=per_prompt)
+        return _evaluate_env(
+            generator,
+            tokenizer,
+            rows,
+            correctness,
+            env,
+            greedy_params,
+            sampled_params,
+            samples=samples,
+            seed=seed,
+            devices=devices,
+            per_prompt=per_prompt,
+        )
     prompts = [r["prompt"] for r in rows]
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
@@ -71,9 +83,20 @@ def evaluate(
     return _metrics(g_t, s_t, samples, len(rows))
 
 
-def _evaluate_env(generator, tokenizer, rows, correctness, env, greedy_params: SamplingParams,
-                  sampled_params: SamplingParams, *, samples: int, seed: int, devices: list,
-                  per_prompt: dict[str, float | None] | None = None) -> dict[str, float]:
+def _evaluate_env(
+    generator,
+    tokenizer,
+    rows,
+    correctness,
+    env,
+    greedy_params: SamplingParams,
+    sampled_params: SamplingParams,
+    *,
+    samples: int,
+    seed: int,
+    devices: list,
+    per_prompt: dict[str, float | None] | None = None,
+) -> dict[str, float]:
     from zoo.envs.rollout import rollout
 
     built = env.build()
@@ -81,10 +104,17 @@ def _evaluate_env(generator, tokenizer, rows, correctness, env, greedy_params: S
         torch.manual_seed(seed)
         greedy = rollout(generator, tokenizer, built, env, rows, 1, greedy_params, seed)
         sampled = rollout(generator, tokenizer, built, env, rows, samples, sampled_params, seed) if samples else None
-    g_t, s_t = (_scores([None if failed else x for x, failed in zip(correctness(b.texts, copy.deepcopy(b.rows)),
-                                                                   b.extras["env_failed"].tolist())]
-                        if b is not None else [])
-                for b in (greedy, sampled))
+    g_t, s_t = (
+        _scores(
+            [
+                None if failed else x
+                for x, failed in zip(correctness(b.texts, copy.deepcopy(b.rows)), b.extras["env_failed"].tolist())
+            ]
+            if b is not None
+            else []
+        )
+        for b in (greedy, sampled)
+    )
     if per_prompt is not None:
         per_prompt.update(prompt_scores(rows, [None if x != x else float(x) for x in g_t.tolist()]))  # G = 1: row order
     return {**_metrics(g_t, s_t, samples, len(rows)), "eval/tool_calls": float(greedy.extras["env_tool_calls"].mean())}
@@ -93,8 +123,12 @@ def _evaluate_env(generator, tokenizer, rows, correctness, env, greedy_params: S
 def _metrics(g_t: torch.Tensor, s_t: torch.Tensor, samples: int, n: int) -> dict[str, float]:
     """The eval metrics of greedy scores g_t [n] and sampled scores s_t [n * k]; no eval/avg_at_k when
     k = 0 (no sampled completions)."""
-    out = {"eval/greedy_acc": accuracy(g_t), "eval/k": float(samples), "eval/n": float(n),
-           "eval/unscored": float(torch.isnan(g_t).sum() + torch.isnan(s_t).sum())}
+    out = {
+        "eval/greedy_acc": accuracy(g_t),
+        "eval/k": float(samples),
+        "eval/n": float(n),
+        "eval/unscored": float(torch.isnan(g_t).sum() + torch.isnan(s_t).sum()),
+    }
     if samples:
         out["eval/avg_at_k"] = accuracy(s_t)
     return out

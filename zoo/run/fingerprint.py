@@ -21,6 +21,7 @@ The record is `<run dir>/fingerprint.json` ({"digest", "fields"}), written when 
 rewritten when it is continued to a new total); the digest and fields also go into config.yaml and
 summary.json.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -28,9 +29,9 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from zoo.core.faults import write_guard
 from zoo.config.run import RunConfig, effective_variant
 from zoo.config.variant import VariantError
+from zoo.core.faults import write_guard
 
 RECORD = "fingerprint.json"
 _MISSING = object()
@@ -73,10 +74,27 @@ def fingerprint_fields(cfg: RunConfig) -> dict[str, Any]:
     if (slots.get("critic") or {}).get("init") == "policy":  # the default: older runs' digests stay
         slots["critic"].pop("init")
     fields = {
-        "variant": {"name": cfg.variant, "slots": slots, "group_size": v.group_size,
-                    "updates": v.updates.model_dump(mode="json"), **warmup},
-        **{k: dump[k] for k in ("model", "model_opts", "task", "rewards", "budget", "optim", "sampling",
-                                "seed", "ref_reset_every")},
+        "variant": {
+            "name": cfg.variant,
+            "slots": slots,
+            "group_size": v.group_size,
+            "updates": v.updates.model_dump(mode="json"),
+            **warmup,
+        },
+        **{
+            k: dump[k]
+            for k in (
+                "model",
+                "model_opts",
+                "task",
+                "rewards",
+                "budget",
+                "optim",
+                "sampling",
+                "seed",
+                "ref_reset_every",
+            )
+        },
         **({"gold": dump["gold"]} if cfg.gold else {}),  # only when set: older runs' digests stay valid
         "precision": resolved_precision(cfg),
         "generator": _generator(cfg),
@@ -131,7 +149,7 @@ def compare(old_fields: Mapping[str, Any], new_fields: Mapping[str, Any]) -> lis
 
 
 def describe(old_fields: Mapping[str, Any], new_fields: Mapping[str, Any], keys: list[str]) -> str:
-    """"optim.lr: 1e-05 -> 0.5, budget.steps: 4 -> 8" for the given changed keys."""
+    """ "optim.lr: 1e-05 -> 0.5, budget.steps: 4 -> 8" for the given changed keys."""
     a, b = flatten(old_fields), flatten(new_fields)
 
     def show(v: Any) -> str:
@@ -183,8 +201,10 @@ def check_reuse(run_dir: Path, cfg: RunConfig, fresh_hint: str) -> str:
     if old is None:
         if not has_results(run_dir):
             return "new"
-        raise StaleRunError(f"{run_dir}: holds results but no {RECORD} (trained before fingerprints were "
-                            f"recorded), so it cannot tell whether they match this config; {fresh_hint}")
+        raise StaleRunError(
+            f"{run_dir}: holds results but no {RECORD} (trained before fingerprints were "
+            f"recorded), so it cannot tell whether they match this config; {fresh_hint}"
+        )
     keys = compare(old, new)
     if not keys:
         return "same"
@@ -194,9 +214,9 @@ def check_reuse(run_dir: Path, cfg: RunConfig, fresh_hint: str) -> str:
         raise StaleRunError(
             f"{run_dir}: budget.steps grew ({old['budget']['steps']} -> {new['budget']['steps']}) but "
             f"optim.schedule is {cfg.optim.schedule!r}, which decays over the total, so the run cannot be "
-            f"continued to the new total; {fresh_hint}")
-    raise StaleRunError(f"{run_dir}: was trained with a different config: {describe(old, new, keys)}; "
-                        f"{fresh_hint}")
+            f"continued to the new total; {fresh_hint}"
+        )
+    raise StaleRunError(f"{run_dir}: was trained with a different config: {describe(old, new, keys)}; {fresh_hint}")
 
 
 def clear_results(run_dir: Path) -> None:
@@ -212,11 +232,15 @@ def clear_results(run_dir: Path) -> None:
 
 def ablate_hint(study_file: str | None, label: str) -> str:
     """How to get past a StaleRunError for one study arm."""
-    return (f"retrain just this arm with `zoo ablate {study_file or 'STUDY'} --fresh {label}` (its results are "
-            "deleted; repeat the same --set options), or give the study a new name (--set name=NEW)")
+    return (
+        f"retrain just this arm with `zoo ablate {study_file or 'STUDY'} --fresh {label}` (its results are "
+        "deleted; repeat the same --set options), or give the study a new name (--set name=NEW)"
+    )
 
 
-def mixed_keys(fields_by_run: Mapping[str, Mapping[str, Any] | None], compared: tuple[str, ...] = ("seed",)) -> list[str]:
+def mixed_keys(
+    fields_by_run: Mapping[str, Mapping[str, Any] | None], compared: tuple[str, ...] = ("seed",)
+) -> list[str]:
     """The dotted keys (outside `compared`) in which runs meant to be averaged differ, sorted; runs
     without a record (None) are left out. Used by the report before averaging an arm's seeds."""
     known = [dict(f) for f in fields_by_run.values() if f is not None]

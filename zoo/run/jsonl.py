@@ -2,6 +2,7 @@
 drop the records past a checkpoint's step on resume. `zoo.run.tracking.Tracker` writes through these;
 `zoo study`, `zoo report` and the plots read through them.
 """
+
 from __future__ import annotations
 
 import json

@@ -15,6 +15,7 @@ monotonic clock (so clock skew between hosts cannot expire a live lease) and tak
 over atomically. Leases are reentrant within a thread (`zoo ablate` holds an arm's lease while
 `trainer.train` takes it again) and exclusive between threads and processes.
 """
+
 from __future__ import annotations
 
 import logging
@@ -49,8 +50,9 @@ def _warn_lost(c: filelock.LeaseCompromise) -> None:
 
 def _lease(path: Path, ttl: float) -> filelock.SoftFileLease:
     # one instance per path (is_singleton): reentrant in a thread, exclusive between threads (thread-local)
-    return filelock.SoftFileLease(str(path), lease_duration=ttl, heartbeat_interval=ttl / 4, is_singleton=True,
-                                  on_compromise=_warn_lost)
+    return filelock.SoftFileLease(
+        str(path), lease_duration=ttl, heartbeat_interval=ttl / 4, is_singleton=True, on_compromise=_warn_lost
+    )
 
 
 def _record(text: str) -> dict[str, str]:
@@ -160,8 +162,10 @@ def locked(path: Path, what: str, ttl: float = DEFAULT_TTL, wait: float = 0.0) -
     """Hold the lease at `path` for the block (see `acquire`). Raises LockedError naming `what` and the holder."""
     lease = acquire(path, ttl, wait)
     if lease is None:
-        raise LockedError(f"{what} is in use by {holder(Path(path))} (lease {path}; a lease whose holder "
-                          f"died expires after {ttl:.0f}s)")
+        raise LockedError(
+            f"{what} is in use by {holder(Path(path))} (lease {path}; a lease whose holder "
+            f"died expires after {ttl:.0f}s)"
+        )
     try:
         yield lease
     finally:

@@ -16,6 +16,7 @@ without the bf16 instructions. The rule:
   `<zoo cache>/precision.json` (`$ZOO_CACHE`, default ~/.cache/variant-zoo).
 - any other device: fp32.
 """
+
 from __future__ import annotations
 
 import json
@@ -88,8 +89,16 @@ def _cache_file() -> Path:
 
 
 def _machine_key() -> str:
-    return "|".join((platform.node(), platform.system(), platform.machine(), platform.processor(),
-                     str(os.cpu_count()), torch.__version__))
+    return "|".join(
+        (
+            platform.node(),
+            platform.system(),
+            platform.machine(),
+            platform.processor(),
+            str(os.cpu_count()),
+            torch.__version__,
+        )
+    )
 
 
 def cached_bf16_speedup() -> float:
@@ -123,15 +132,19 @@ def _resolve_cpu() -> tuple[str, str]:
         found = [f for f in BF16_FLAGS if f in flags]
         if found:
             return "bf16", f"CPU has native bf16 matmul ({', '.join(found)} in /proc/cpuinfo; torch capability {cap})"
-        return "none", (f"CPU lacks {' and '.join(BF16_FLAGS)} in /proc/cpuinfo (torch capability {cap}): "
-                        "bf16 would be emulated, slower than fp32")
+        return "none", (
+            f"CPU lacks {' and '.join(BF16_FLAGS)} in /proc/cpuinfo (torch capability {cap}): "
+            "bf16 would be emulated, slower than fp32"
+        )
     if not mkldnn_bf16_supported():
         return "none", f"oneDNN reports no bf16 support on this CPU (torch capability {cap})"
     speedup = cached_bf16_speedup()
     if speedup >= PROBE_MIN_SPEEDUP:
         return "bf16", f"timed probe: bf16 matmul {speedup:.1f}x faster than fp32 here (torch capability {cap})"
-    return "none", (f"timed probe: bf16 matmul only {speedup:.2f}x the speed of fp32 here, below "
-                    f"{PROBE_MIN_SPEEDUP}x (torch capability {cap})")
+    return "none", (
+        f"timed probe: bf16 matmul only {speedup:.2f}x the speed of fp32 here, below "
+        f"{PROBE_MIN_SPEEDUP}x (torch capability {cap})"
+    )
 
 
 def resolve_autocast(setting: str, device: torch.device | str) -> tuple[str, str]:

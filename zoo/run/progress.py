@@ -1,4 +1,5 @@
 """What a run shows and measures around its steps: the held-out evaluator and the progress bar."""
+
 from __future__ import annotations
 
 import contextlib
@@ -7,15 +8,15 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from zoo.core.declarations import of as declared
-from zoo.core import dist
 from zoo.backends.generate import progress as step_progress
-from zoo.backends.train import strategy
-from zoo.run.eval_record import CACHE_DIR, cache_key, prompt_id, read_cached, write_cached, write_record
 from zoo.backends.generate.backend import build_generator, eval_generator
 from zoo.backends.generate.hf_generator import HFGenerator
-from zoo.envs.base import env_spec
+from zoo.backends.train import strategy
+from zoo.core import dist
+from zoo.core.declarations import of as declared
 from zoo.core.guards import NONFINITE_SAMPLING, nonfinite_sampling
+from zoo.envs.base import env_spec
+from zoo.run.eval_record import CACHE_DIR, cache_key, prompt_id, read_cached, write_cached, write_record
 from zoo.run.evaluate import evaluate
 from zoo.step.forwards import autocast
 from zoo.step.types import RunState
@@ -31,8 +32,13 @@ def evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, fl
         return lambda: {}
     rows = st.task.eval[: cfg.eval.size]
     own = cfg.eval.backend is not None  # a generator of its own, else the run's (a wrapper's inner)
-    gen = (build_generator(cfg.eval.backend, st.models.policy, st.models.tokenizer) if own else
-           eval_generator(st.generator if st.generator is not None else HFGenerator(st.models.policy, st.models.tokenizer)))
+    gen = (
+        build_generator(cfg.eval.backend, st.models.policy, st.models.tokenizer)
+        if own
+        else eval_generator(
+            st.generator if st.generator is not None else HFGenerator(st.models.policy, st.models.tokenizer)
+        )
+    )
 
     def run() -> dict[str, float]:
         # from the run's step, not a count of calls: a resumed process's first call is not "before"
@@ -54,20 +60,35 @@ def evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, fl
             if own:  # the run's generator is synced by the step after each update; this one here
                 gen.sync(st.models.policy)
             with autocast(st.settings.autocast, st.device), nonfinite_sampling_named(st, f"eval {when}"):
-                res = evaluate(gen, st.models.tokenizer, rows, correctness, max_new_tokens=cfg.budget.max_new_tokens,
-                               samples=cfg.eval.samples, temperature=cfg.eval.temperature, seed=cfg.eval.seed,
-                               batch_size=cfg.eval.batch_size, device=st.device, env=env_spec(cfg.task),
-                               per_prompt=scores)
+                res = evaluate(
+                    gen,
+                    st.models.tokenizer,
+                    rows,
+                    correctness,
+                    max_new_tokens=cfg.budget.max_new_tokens,
+                    samples=cfg.eval.samples,
+                    temperature=cfg.eval.temperature,
+                    seed=cfg.eval.seed,
+                    batch_size=cfg.eval.batch_size,
+                    device=st.device,
+                    env=env_spec(cfg.task),
+                    per_prompt=scores,
+                )
             strategy.release_weights(st.models.parallel)
             if shared and dist.rank() == 0 and res:
                 write_cached(cfg.out_dir().parent, key, res, scores, parts)
         if phase and dist.rank() == 0 and scores:
             write_record(cfg.out_dir(), phase, scores)
         if announce:
-            console.print("  ".join(f"{k.removeprefix('eval/')} {res[k]:.3f}" for k in ("eval/greedy_acc", "eval/avg_at_k")
-                                    if isinstance(res.get(k), float))
-                          + (f"  (shared with the study's other arms: {CACHE_DIR}/{key}.json)" if cached else ""),
-                          highlight=False)
+            console.print(
+                "  ".join(
+                    f"{k.removeprefix('eval/')} {res[k]:.3f}"
+                    for k in ("eval/greedy_acc", "eval/avg_at_k")
+                    if isinstance(res.get(k), float)
+                )
+                + (f"  (shared with the study's other arms: {CACHE_DIR}/{key}.json)" if cached else ""),
+                highlight=False,
+            )
         return res
 
     return run
@@ -82,8 +103,13 @@ def nonfinite_sampling_named(st: RunState, where: str) -> Iterator[None]:
     except RuntimeError as e:
         if NONFINITE_SAMPLING not in str(e):
             raise
-        raise nonfinite_sampling(where, st.cfg, temperature=st.cfg.eval.temperature, temperature_key="eval.temperature",
-                                 updated=st.guard.updates != 0) from None
+        raise nonfinite_sampling(
+            where,
+            st.cfg,
+            temperature=st.cfg.eval.temperature,
+            temperature_key="eval.temperature",
+            updated=st.guard.updates != 0,
+        ) from None
 
 
 def before_key(st: RunState, rows: list[dict], gen: Any) -> tuple[str, dict[str, Any]]:
@@ -91,11 +117,18 @@ def before_key(st: RunState, rows: list[dict], gen: Any) -> tuple[str, dict[str,
     the eval rows (ids), the eval settings, max_new_tokens, the generator, the task's environment, the
     resolved precision and the torch thread count (zoo.run.eval_record)."""
     cfg = st.cfg
-    parts = {"model": cfg.model, "model_opts": cfg.model_opts.model_dump(mode="json"),
-             "rows": [prompt_id(r) for r in rows], "eval": cfg.eval.model_dump(mode="json", exclude={"every"}),
-             "max_new_tokens": cfg.budget.max_new_tokens, "generator": type(gen).__name__,
-             "backend": cfg.eval.backend if cfg.eval.backend is not None else cfg.sampling.backend,
-             "env": cfg.task.get("env"), "precision": str(st.settings.autocast), "threads": torch.get_num_threads()}
+    parts = {
+        "model": cfg.model,
+        "model_opts": cfg.model_opts.model_dump(mode="json"),
+        "rows": [prompt_id(r) for r in rows],
+        "eval": cfg.eval.model_dump(mode="json", exclude={"every"}),
+        "max_new_tokens": cfg.budget.max_new_tokens,
+        "generator": type(gen).__name__,
+        "backend": cfg.eval.backend if cfg.eval.backend is not None else cfg.sampling.backend,
+        "env": cfg.task.get("env"),
+        "precision": str(st.settings.autocast),
+        "threads": torch.get_num_threads(),
+    }
     return cache_key(parts), parts
 
 
@@ -115,11 +148,26 @@ class progress_bar:
         if not self.enabled:
             return lambda step, m: None
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         self.console = Console(stderr=True)
-        self.p = Progress(TextColumn("[bold]step"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[info]}"),
-                          TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=self.console)
+        self.p = Progress(
+            TextColumn("[bold]step"),
+            MofNCompleteColumn(),
+            BarColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=self.console,
+        )
         self.p.__enter__()
         self.task = self.p.add_task("train", total=self.total, completed=self.start, info="")
         self._listen = step_progress.listening(self.inner)
@@ -130,10 +178,23 @@ class progress_bar:
             self.step = step
             info = f"reward {m.get('reward/total', float('nan')):.3f} acc {m.get('accuracy', float('nan')):.2f}"
             self.p.update(self.task, completed=step, info=info)
-            keys = ["reward/total", "accuracy", "loss/policy", "kl/ref", "entropy", "clip/low_frac", "clip/high_frac",
-                    "completion/len_mean", "time/step", "perf/peak_mem_mb"]
-            self.p.console.print(f"step {step:>3} " + "  ".join(f"{k} {m[k]:.4g}" for k in keys if k in m), highlight=False,
-                                 soft_wrap=True)  # one line per step, also in a log file
+            keys = [
+                "reward/total",
+                "accuracy",
+                "loss/policy",
+                "kl/ref",
+                "entropy",
+                "clip/low_frac",
+                "clip/high_frac",
+                "completion/len_mean",
+                "time/step",
+                "perf/peak_mem_mb",
+            ]
+            self.p.console.print(
+                f"step {step:>3} " + "  ".join(f"{k} {m[k]:.4g}" for k in keys if k in m),
+                highlight=False,
+                soft_wrap=True,
+            )  # one line per step, also in a log file
             self._printed = time.monotonic()
 
         return update
@@ -146,8 +207,9 @@ class progress_bar:
         now = time.monotonic()
         if now - self._printed >= self.inner_every:
             self._printed = now
-            self.p.console.print(f"step {self.step + 1:>3}: {verb} {done} of {total} completions", highlight=False,
-                                 soft_wrap=True)
+            self.p.console.print(
+                f"step {self.step + 1:>3}: {verb} {done} of {total} completions", highlight=False, soft_wrap=True
+            )
 
     def __exit__(self, *exc):
         if self.enabled:

@@ -1,5 +1,6 @@
 """What a run records about where it came from (versions, model, seeds, git commit); peak memory is
 `zoo.backends.train.memory`."""
+
 from __future__ import annotations
 
 import subprocess
@@ -12,7 +13,17 @@ import torch
 
 from zoo.run import threads
 
-PACKAGES = ("variant-zoo", "torch", "transformers", "accelerate", "peft", "datasets", "wandb", "reasoning-gym", "math-verify")
+PACKAGES = (
+    "variant-zoo",
+    "torch",
+    "transformers",
+    "accelerate",
+    "peft",
+    "datasets",
+    "wandb",
+    "reasoning-gym",
+    "math-verify",
+)
 
 
 def package_versions() -> dict[str, str | None]:
@@ -32,15 +43,21 @@ def git_commit(path: Path | None = None) -> str | None:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5)
         if sha.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
-                               capture_output=True, text=True, timeout=5).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True, text=True, timeout=5
+        ).stdout.strip()
         return sha.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return None
 
 
-def provenance(cfg: Any, source: Any, params: dict[str, Any], precision: dict[str, Any] | None = None,
-               batch_sizes: dict[str, int] | None = None) -> dict[str, Any]:
+def provenance(
+    cfg: Any,
+    source: Any,
+    params: dict[str, Any],
+    precision: dict[str, Any] | None = None,
+    batch_sizes: dict[str, int] | None = None,
+) -> dict[str, Any]:
     """What config.yaml and summary.json record about the run's origin; `precision` is the resolved
     autocast (`zoo.run.precision.describe`: autocast, reason, cpu_capability); `batch_sizes` the resolved
     generation, evaluation and training batch sizes by key (`zoo.config.run.batch_sizes`)."""
@@ -64,7 +81,10 @@ def batch_size_warnings(old: dict[str, Any] | None, new: dict[str, Any]) -> list
     leaves generation and evaluation batch sizes out (they do not change what is trained), but they
     change the sampled tokens, so the resumed run is not the uninterrupted one."""
     before, now = (old or {}).get("batch_sizes") or {}, new.get("batch_sizes") or {}
-    return [f"resuming with {k} {now[k]} (the run so far used {before[k]}): the rows are split into other "
-            f"generate calls, so the sampled tokens differ from the uninterrupted run's (random numbers drawn in "
-            f"another order; under bf16 the numerics of a row depend on its batch)"
-            for k in sorted(now) if k in before and before[k] != now[k]]
+    return [
+        f"resuming with {k} {now[k]} (the run so far used {before[k]}): the rows are split into other "
+        f"generate calls, so the sampled tokens differ from the uninterrupted run's (random numbers drawn in "
+        f"another order; under bf16 the numerics of a row depend on its batch)"
+        for k in sorted(now)
+        if k in before and before[k] != now[k]
+    ]

@@ -5,6 +5,7 @@ rewards, optimizers and schedulers, gathered into a `zoo.step.types.RunState`.
 
 `validate_run` is the `before_load` check alone (nothing loads); `setup` runs it unless given its result.
 """
+
 from __future__ import annotations
 
 import logging
@@ -55,15 +56,24 @@ def _adamw(params, lr: float, cfg: RunConfig) -> torch.optim.Optimizer:
     per-tensor loop: measured 4-5x faster per optimizer step on CPU, docs/performance.md) where every
     parameter is a plain CPU or CUDA float tensor; sharded (DTensor) parameters keep the default."""
     params = list(params)
-    fused = bool(cfg.optim.fused) and bool(params) and all(
-        type(p) is torch.nn.Parameter and p.device.type in ("cpu", "cuda") and p.dtype in (torch.float32, torch.bfloat16, torch.float16)
-        for p in params)
-    return torch.optim.AdamW(params, lr=lr, betas=cfg.optim.betas, weight_decay=cfg.optim.weight_decay,
-                             **({"fused": True} if fused else {}))
+    fused = (
+        bool(cfg.optim.fused)
+        and bool(params)
+        and all(
+            type(p) is torch.nn.Parameter
+            and p.device.type in ("cpu", "cuda")
+            and p.dtype in (torch.float32, torch.bfloat16, torch.float16)
+            for p in params
+        )
+    )
+    return torch.optim.AdamW(
+        params, lr=lr, betas=cfg.optim.betas, weight_decay=cfg.optim.weight_decay, **({"fused": True} if fused else {})
+    )
 
 
-def setup(cfg: RunConfig, device: torch.device | None = None,
-          checked: tuple[Variant, list[str]] | None = None) -> RunState:
+def setup(
+    cfg: RunConfig, device: torch.device | None = None, checked: tuple[Variant, list[str]] | None = None
+) -> RunState:
     """Load everything one run needs (models last, after every config check has passed). checked:
     what `validate_run(cfg)` returned when the caller ran it already (else it runs here)."""
     from zoo import models as zm
@@ -89,10 +99,16 @@ def setup(cfg: RunConfig, device: torch.device | None = None,
     logging.getLogger("zoo.run.precision").info("autocast %s: %s", precision, why)
     src = zm.resolve_model(cfg.model)
     lora = cfg.model_opts.lora.model_dump() if cfg.model_opts.lora else None
-    policy, tok = zm.load_policy(src, dtype=cfg.model_opts.dtype, lora=lora,
-                                 gradient_checkpointing=cfg.model_opts.gradient_checkpointing, device=device)
-    rep = checks.after_load(cfg, v, policy.config, tok, rows=task.train + task.eval,
-                            available=available_memory(device), model=policy)
+    policy, tok = zm.load_policy(
+        src,
+        dtype=cfg.model_opts.dtype,
+        lora=lora,
+        gradient_checkpointing=cfg.model_opts.gradient_checkpointing,
+        device=device,
+    )
+    rep = checks.after_load(
+        cfg, v, policy.config, tok, rows=task.train + task.eval, available=available_memory(device), model=policy
+    )
     if rep.errors:
         raise VariantError("\n".join(rep.errors))
     for w in rep.warnings:  # e.g. a LoRA rank above the layer width (zoo.checks.bounds)
@@ -103,38 +119,76 @@ def setup(cfg: RunConfig, device: torch.device | None = None,
     critic = None
     if slots.reads("values"):  # some component reads the critic's values (gae, a loss term, ...)
         critic = _make_critic(cfg, v, policy, tok, lora, device)
-    par = strategy.wrap(policy, critic, reference.model if reference is not None and not reference.shares_policy
-                        else None, cfg.training.strategy, device, precision)
+    par = strategy.wrap(
+        policy,
+        critic,
+        reference.model if reference is not None and not reference.shares_policy else None,
+        cfg.training.strategy,
+        device,
+        precision,
+    )
     if dist.rank():  # built identically everywhere; from here on each rank samples from its own stream
         _seed_everything(cfg.seed + dist.rank())
     rewards = open_rewards(rewards, device)  # stateful rewards (a reward model) load once, here
     gold = open_rewards(resolve_rewards(cfg.gold, cfg.plugins), device) if cfg.gold else []
-    models = Models(policy=policy, tokenizer=tok, critic=critic, parallel=par,
-                    reference=(lambda: zm.reference_forward(reference)) if reference is not None else None)
+    models = Models(
+        policy=policy,
+        tokenizer=tok,
+        critic=critic,
+        parallel=par,
+        reference=(lambda: zm.reference_forward(reference)) if reference is not None else None,
+    )
     s = StepSettings(
-        temperature=cfg.sampling.temperature, micro_batch=cfg.budget.micro_batch,
-        max_new_tokens=cfg.budget.max_new_tokens, epochs=v.updates.epochs, minibatches=v.updates.minibatches,
-        autocast=precision, max_grad_norm=cfg.optim.max_grad_norm, generate_batch=generate_batch_size(cfg, v.group_size),
+        temperature=cfg.sampling.temperature,
+        micro_batch=cfg.budget.micro_batch,
+        max_new_tokens=cfg.budget.max_new_tokens,
+        epochs=v.updates.epochs,
+        minibatches=v.updates.minibatches,
+        autocast=precision,
+        max_grad_norm=cfg.optim.max_grad_norm,
+        generate_batch=generate_batch_size(cfg, v.group_size),
     )
     total = cfg.budget.steps * v.updates.epochs * v.updates.minibatches
     opt = _adamw([p for p in policy.parameters() if p.requires_grad], cfg.optim.lr, cfg)
-    copt = _adamw([p for p in critic.parameters() if p.requires_grad], cfg.optim.critic_lr or cfg.optim.lr, cfg) if critic else None
-    prov = provenance(cfg, src, {"policy": zm.count_parameters(policy),
-                                 "critic": zm.count_parameters(critic) if critic else None},
-                      precision=describe(precision, why), batch_sizes=batch_sizes(cfg, v.group_size))
+    copt = (
+        _adamw([p for p in critic.parameters() if p.requires_grad], cfg.optim.critic_lr or cfg.optim.lr, cfg)
+        if critic
+        else None
+    )
+    prov = provenance(
+        cfg,
+        src,
+        {"policy": zm.count_parameters(policy), "critic": zm.count_parameters(critic) if critic else None},
+        precision=describe(precision, why),
+        batch_sizes=batch_sizes(cfg, v.group_size),
+    )
     return RunState(
-        cfg=cfg, variant=v, slots=slots, models=models, settings=s, optimizer=opt,
-        scheduler=_scheduler(opt, cfg, total), critic_optimizer=copt,
-        critic_scheduler=_scheduler(copt, cfg, total) if copt else None, stream=stream, resample_stream=resample_stream, task=task,
-        rewards=rewards, reward_names=names, reference=reference, device=device,
-        controllers=[c() for c in slots.controllers], provenance=prov,
+        cfg=cfg,
+        variant=v,
+        slots=slots,
+        models=models,
+        settings=s,
+        optimizer=opt,
+        scheduler=_scheduler(opt, cfg, total),
+        critic_optimizer=copt,
+        critic_scheduler=_scheduler(copt, cfg, total) if copt else None,
+        stream=stream,
+        resample_stream=resample_stream,
+        task=task,
+        rewards=rewards,
+        reward_names=names,
+        reference=reference,
+        device=device,
+        controllers=[c() for c in slots.controllers],
+        provenance=prov,
         gold=[c for c, _ in gold],
         generator=build_generator(cfg.sampling.backend, policy, tok),  # once per run (sampling.backend)
     )
 
 
-def _make_critic(cfg: RunConfig, v: Variant, policy: torch.nn.Module, tok: Any, lora: dict | None,
-                 device: torch.device) -> torch.nn.Module:
+def _make_critic(
+    cfg: RunConfig, v: Variant, policy: torch.nn.Module, tok: Any, lora: dict | None, device: torch.device
+) -> torch.nn.Module:
     """The value model: from the policy (default) or, with `critic.init: reward_model`, from the run's
     reward model (zoo.rewards.critic_init; `after_load` checked that the tokenizers agree)."""
     from zoo import models as zm
@@ -142,8 +196,13 @@ def _make_critic(cfg: RunConfig, v: Variant, policy: torch.nn.Module, tok: Any, 
     if critic_init(v) != "reward_model":
         return zm.make_critic(policy, lora).to(device)
     spec = reward_model_spec(list(cfg.rewards)) or {}  # its tokenizer is the policy's (zoo.checks.critic)
-    return critic_from_reward_model(spec["model"], dtype=next(policy.parameters()).dtype, device=device, lora=lora,
-                                    checkpointing=cfg.model_opts.gradient_checkpointing)
+    return critic_from_reward_model(
+        spec["model"],
+        dtype=next(policy.parameters()).dtype,
+        device=device,
+        lora=lora,
+        checkpointing=cfg.model_opts.gradient_checkpointing,
+    )
 
 
 def _seed_everything(seed: int) -> None:

@@ -26,6 +26,7 @@ pid is dead, or now belongs to another process (a different start time), is igno
 
 Stdlib only: importing this module never imports torch.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -57,14 +58,17 @@ class Choice:
 
     def line(self) -> str:
         """The one console line a run prints about it."""
-        return (f"threads: {self.threads} ({self.source}: {self.why}); "
-                f"OMP_WAIT_POLICY={self.wait_policy} ({self.policy_source})")
+        return (
+            f"threads: {self.threads} ({self.source}: {self.why}); "
+            f"OMP_WAIT_POLICY={self.wait_policy} ({self.policy_source})"
+        )
 
     def record(self) -> dict[str, object]:
         return asdict(self)
 
 
 # --------------------------------------------------------------------------- CPUs this process may use
+
 
 def parse_cpu_max(text: str) -> float | None:
     """cgroup v2 `cpu.max` ("200000 100000" -> 2.0 CPUs; "max 100000" -> None, no quota)."""
@@ -94,7 +98,9 @@ def _read(path: str) -> str | None:
         return None
 
 
-def cgroup_cpus(proc_cgroup: str, read: Callable[[str], str | None] = _read, root: str = "/sys/fs/cgroup") -> float | None:
+def cgroup_cpus(
+    proc_cgroup: str, read: Callable[[str], str | None] = _read, root: str = "/sys/fs/cgroup"
+) -> float | None:
     """The tightest CPU quota (in CPUs) on this process's cgroup and its ancestors, v2 or v1, or None.
 
     proc_cgroup: the text of /proc/self/cgroup ("0::/a/b" for v2, "4:cpu,cpuacct:/a" for v1).
@@ -141,6 +147,7 @@ def usable_cpus(affinity: int, quota: float | None) -> int:
 
 # --------------------------------------------------------------------------- the choice (pure)
 
+
 def threads_from_argv(argv: Sequence[str]) -> int | None:
     """The value of `--threads N` / `--threads=N` in argv (a positive int), else None."""
     for i, a in enumerate(argv):
@@ -170,8 +177,14 @@ def _env_threads(env: Mapping[str, str]) -> int | None:
     return n if n >= 1 else None
 
 
-def choose(*, affinity: int, quota: float | None, held: Mapping[int, int], env: Mapping[str, str],
-           argv_threads: int | None = None) -> Choice:
+def choose(
+    *,
+    affinity: int,
+    quota: float | None,
+    held: Mapping[int, int],
+    env: Mapping[str, str],
+    argv_threads: int | None = None,
+) -> Choice:
     """The threads and wait policy for a process (module docstring's rules).
 
     affinity: CPUs in the affinity mask; quota: cgroup quota in CPUs or None; held: {pid: threads}
@@ -187,8 +200,10 @@ def choose(*, affinity: int, quota: float | None, held: Mapping[int, int], env: 
         return Choice(env_n, policy, "OMP_NUM_THREADS", f"OMP_NUM_THREADS={env['OMP_NUM_THREADS']}", policy_source)
     usable = usable_cpus(affinity, quota)
     taken = sum(held.values())
-    why = (f"{usable} usable CPUs (affinity {affinity}, cgroup quota "
-           f"{'none' if quota is None else f'{quota:g}'}) - {taken} held by other zoo processes")
+    why = (
+        f"{usable} usable CPUs (affinity {affinity}, cgroup quota "
+        f"{'none' if quota is None else f'{quota:g}'}) - {taken} held by other zoo processes"
+    )
     n = usable - taken
     try:
         local = int(env.get("LOCAL_WORLD_SIZE", "1"))
@@ -201,6 +216,7 @@ def choose(*, affinity: int, quota: float | None, held: Mapping[int, int], env: 
 
 
 # --------------------------------------------------------------------------- leases
+
 
 def lease_dir(env: Mapping[str, str] = os.environ) -> Path:
     """The per-user folder of leases: $ZOO_THREADS_DIR, else <tmp>/zoo-threads-<uid>."""
@@ -231,7 +247,7 @@ def pid_alive(pid: int) -> bool:
 
 
 def parse_lease(text: str) -> tuple[int, int, str | None] | None:
-    """"pid threads start_time" -> (pid, threads, start_time); None when malformed."""
+    """ "pid threads start_time" -> (pid, threads, start_time); None when malformed."""
     parts = text.split()
     try:
         pid, n = int(parts[0]), int(parts[1])
@@ -240,15 +256,20 @@ def parse_lease(text: str) -> tuple[int, int, str | None] | None:
     return pid, n, (parts[2] if len(parts) > 2 and parts[2] != "-" else None)
 
 
-def live_leases(d: Path, self_pid: int, alive: Callable[[int], bool] = pid_alive,
-                started: Callable[[int], str | None] = start_time) -> dict[int, int]:
+def live_leases(
+    d: Path, self_pid: int, alive: Callable[[int], bool] = pid_alive, started: Callable[[int], str | None] = start_time
+) -> dict[int, int]:
     """{pid: threads} of the other live processes' leases in `d`; stale or malformed ones are removed."""
     out: dict[int, int] = {}
     for f in sorted(d.glob("*.lease")):
         parsed = parse_lease(_read(str(f)) or "")
         if parsed is not None and parsed[0] == self_pid:
             continue
-        if parsed is None or not alive(parsed[0]) or (parsed[2] is not None and started(parsed[0]) not in (None, parsed[2])):
+        if (
+            parsed is None
+            or not alive(parsed[0])
+            or (parsed[2] is not None and started(parsed[0]) not in (None, parsed[2]))
+        ):
             try:
                 f.unlink()
             except OSError:
@@ -298,8 +319,7 @@ def apply(argv: Sequence[str] | None = None, env: dict[str, str] | None = None) 
     quota = cgroup_cpus(_read("/proc/self/cgroup") or "")
     with _Locked(d) as lock:
         held = live_leases(d, pid) if lock.fd is not None else {}
-        choice = choose(affinity=affinity_cpus(), quota=quota, held=held, env=env,
-                        argv_threads=threads_from_argv(argv))
+        choice = choose(affinity=affinity_cpus(), quota=quota, held=held, env=env, argv_threads=threads_from_argv(argv))
         if lock.fd is not None:
             lease = d / f"{pid}.lease"
             try:
@@ -316,8 +336,13 @@ def apply(argv: Sequence[str] | None = None, env: dict[str, str] | None = None) 
         env[ENV_CHOSEN] = str(choice.threads)
     if "torch" in sys.modules:  # too late for the environment; the thread count can still be set
         sys.modules["torch"].set_num_threads(choice.threads)
-        choice = Choice(choice.threads, choice.wait_policy, choice.source,
-                        choice.why + " (torch was already imported: wait policy not applied)", choice.policy_source)
+        choice = Choice(
+            choice.threads,
+            choice.wait_policy,
+            choice.source,
+            choice.why + " (torch was already imported: wait policy not applied)",
+            choice.policy_source,
+        )
     _CHOICE = choice
     return choice
 
@@ -361,6 +386,10 @@ def record() -> dict[str, object]:
     n = torch.get_num_threads() if torch is not None else env_n
     inherited = env_n is not None and env_n == os.environ.get(ENV_CHOSEN)
     policy = os.environ.get("OMP_WAIT_POLICY", "").strip().upper()
-    return {"threads": n, "wait_policy": policy or "unset", "source": "zoo parent process" if inherited
-            else "not chosen by zoo", "why": f"OMP_NUM_THREADS={env_n}" if env_n else "torch's default",
-            "policy_source": "environment"}
+    return {
+        "threads": n,
+        "wait_policy": policy or "unset",
+        "source": "zoo parent process" if inherited else "not chosen by zoo",
+        "why": f"OMP_NUM_THREADS={env_n}" if env_n else "torch's default",
+        "policy_source": "environment",
+    }

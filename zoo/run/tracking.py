@@ -20,6 +20,7 @@ upload with `wandb sync DIR`).
 A W&B failure (import, init, log, finish; e.g. disk full) never stops training: it is reported once
 with `logging.warning`, W&B is switched off for this run and the JSONL files are still written.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,9 +36,22 @@ from zoo.run.jsonl import _plain, append_jsonl, read_json, read_jsonl, read_json
 from zoo.run.provenance import git_commit
 
 # the JSONL helpers live in zoo.run.jsonl; these names stay importable from here
-__all__ = ["METRICS_FILE", "RUN_ID_FILE", "SAMPLES_FILE", "TAG_BASELINE", "Tracker", "append_jsonl", "has_api_key",
-           "read_json", "read_jsonl", "read_jsonl_counted", "read_run_id", "resolve_mode", "truncate_jsonl",
-           "wandb_tags"]
+__all__ = [
+    "METRICS_FILE",
+    "RUN_ID_FILE",
+    "SAMPLES_FILE",
+    "TAG_BASELINE",
+    "Tracker",
+    "append_jsonl",
+    "has_api_key",
+    "read_json",
+    "read_jsonl",
+    "read_jsonl_counted",
+    "read_run_id",
+    "resolve_mode",
+    "truncate_jsonl",
+    "wandb_tags",
+]
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +79,7 @@ def has_api_key() -> bool:
 
 
 def resolve_mode(opts: WandbOpts | None) -> str:
-    """"online", "offline" or "disabled" for a run with these W&B options (see the module doc)."""
+    """ "online", "offline" or "disabled" for a run with these W&B options (see the module doc)."""
     if opts is None or os.environ.get("WANDB_DISABLED", "").lower() in _TRUE:
         return "disabled"
     env = os.environ.get("WANDB_MODE", "").strip().lower()
@@ -87,8 +101,17 @@ def read_run_id(run_dir: Path) -> str | None:
 
 
 # What a slot is compared with for its tag (a variant has no slot defaults: only the tags use these).
-TAG_BASELINE = {"advantage": "group_mean", "normalizer": "group_std", "objective_norm": "none", "clip": "ppo",
-                "aggregate": "token_mean", "kl": "none", "length": [], "filter": [], "critic": None}
+TAG_BASELINE = {
+    "advantage": "group_mean",
+    "normalizer": "group_std",
+    "objective_norm": "none",
+    "clip": "ppo",
+    "aggregate": "token_mean",
+    "kl": "none",
+    "length": [],
+    "filter": [],
+    "critic": None,
+}
 
 
 def wandb_tags(cfg: RunConfig, resolved_slots: Mapping[str, Any] | None = None) -> list[str]:
@@ -135,9 +158,18 @@ class Tracker:
     an OSError naming the file).
     """
 
-    def __init__(self, run_dir: Path | str, *, config: Mapping[str, Any], wandb_opts: WandbOpts | None,
-                 name: str, group: str | None = None, job_type: str | None = None,
-                 tags: list[str] | None = None, resume_id: str | None = None) -> None:
+    def __init__(
+        self,
+        run_dir: Path | str,
+        *,
+        config: Mapping[str, Any],
+        wandb_opts: WandbOpts | None,
+        name: str,
+        group: str | None = None,
+        job_type: str | None = None,
+        tags: list[str] | None = None,
+        resume_id: str | None = None,
+    ) -> None:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.metrics_path = self.run_dir / METRICS_FILE
@@ -153,15 +185,29 @@ class Tracker:
             self._init_wandb(dict(config), wandb_opts, name, group, job_type, list(tags or []), resume_id)
 
     @classmethod
-    def for_run(cls, cfg: RunConfig, *, config: Mapping[str, Any], resolved_slots: Mapping[str, Any] | None = None,
-                resume_id: str | None = None, run_dir: Path | None = None) -> "Tracker":
+    def for_run(
+        cls,
+        cfg: RunConfig,
+        *,
+        config: Mapping[str, Any],
+        resolved_slots: Mapping[str, Any] | None = None,
+        resume_id: str | None = None,
+        run_dir: Path | None = None,
+    ) -> "Tracker":
         """The tracker the issue asks for: name = arm label, group = study (or None), job_type =
         variant, tags from `wandb_tags`, config + `git_commit` when not given."""
         conf = dict(config)
         conf.setdefault("git_commit", git_commit())
-        return cls(run_dir or cfg.out_dir(), config=conf, wandb_opts=cfg.tracking.wandb_opts(), name=cfg.name,
-                   group=cfg.study, job_type=cfg.variant, tags=wandb_tags(cfg, resolved_slots),
-                   resume_id=resume_id)
+        return cls(
+            run_dir or cfg.out_dir(),
+            config=conf,
+            wandb_opts=cfg.tracking.wandb_opts(),
+            name=cfg.name,
+            group=cfg.study,
+            job_type=cfg.variant,
+            tags=wandb_tags(cfg, resolved_slots),
+            resume_id=resume_id,
+        )
 
     # ----------------------------------------------------------------- W&B plumbing
 
@@ -174,18 +220,37 @@ class Tracker:
         """The W&B run id (kept after `finish`), or None when W&B is off or its init failed."""
         return self._run_id
 
-    def _init_wandb(self, config: dict[str, Any], opts: WandbOpts, name: str, group: str | None,
-                    job_type: str | None, tags: list[str], resume_id: str | None) -> None:
+    def _init_wandb(
+        self,
+        config: dict[str, Any],
+        opts: WandbOpts,
+        name: str,
+        group: str | None,
+        job_type: str | None,
+        tags: list[str],
+        resume_id: str | None,
+    ) -> None:
         try:
             import wandb
 
             self._wandb = wandb
-            settings = wandb.Settings(console="off", silent=True, show_info=False, show_warnings=False,
-                                      x_disable_stats=self.mode == "offline")
+            settings = wandb.Settings(
+                console="off", silent=True, show_info=False, show_warnings=False, x_disable_stats=self.mode == "offline"
+            )
             self._run = wandb.init(
-                project=opts.project, entity=opts.entity, dir=str(self.run_dir), mode=self.mode,
-                name=name, group=group, job_type=job_type, tags=tags or None, config=_plain(config),
-                id=resume_id, resume="allow" if resume_id else None, reinit="finish_previous", settings=settings,
+                project=opts.project,
+                entity=opts.entity,
+                dir=str(self.run_dir),
+                mode=self.mode,
+                name=name,
+                group=group,
+                job_type=job_type,
+                tags=tags or None,
+                config=_plain(config),
+                id=resume_id,
+                resume="allow" if resume_id else None,
+                reinit="finish_previous",
+                settings=settings,
             )
             self._run_id = str(self._run.id)
             self._run.define_metric("step")
@@ -197,8 +262,13 @@ class Tracker:
     def _fail(self, what: str, e: BaseException) -> None:
         """Warn once, switch W&B off for this run (the JSONL files go on)."""
         if not self._warned:
-            log.warning("W&B %s failed (%s: %s); W&B is off for this run, metrics go on to %s",
-                        what, type(e).__name__, e, self.metrics_path)
+            log.warning(
+                "W&B %s failed (%s: %s); W&B is off for this run, metrics go on to %s",
+                what,
+                type(e).__name__,
+                e,
+                self.metrics_path,
+            )
             self._warned = True
         run, self._run = self._run, None
         if run is not None:

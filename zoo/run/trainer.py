@@ -7,6 +7,7 @@ The step itself is `zoo.step.pipeline.step`; building the run (models, data, opt
 this module sets up tracking, runs the loop, and evaluates before and after. What of the run state a
 checkpoint holds is `zoo.run.checkpoint`; the evaluator and the progress bar are `zoo.run.progress`.
 """
+
 from __future__ import annotations
 
 import json
@@ -49,8 +50,12 @@ def _make_run_folder(cfg: RunConfig) -> None:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         key = f"output_dir {cfg.output_dir!r}" if cfg.output_dir else f"name {cfg.name!r} (runs/<name>)"
-        raise WriteError(f"cannot create the run folder {out} ({e.strerror or e}): {key} must name a folder this "
-                         "process can create and write; set another with --set output_dir=DIR", e.errno, str(out)) from None
+        raise WriteError(
+            f"cannot create the run folder {out} ({e.strerror or e}): {key} must name a folder this "
+            "process can create and write; set another with --set output_dir=DIR",
+            e.errno,
+            str(out),
+        ) from None
 
 
 def close_generator(gen: Any) -> None:
@@ -64,12 +69,6 @@ def close_generator(gen: Any) -> None:
         gc.collect()
 
 
-
-
-
-
-
-
 def _recorded_provenance(out: Path) -> dict[str, Any] | None:
     """The provenance the run folder's config.yaml recorded (None: no readable record)."""
     try:
@@ -79,15 +78,15 @@ def _recorded_provenance(out: Path) -> dict[str, Any] | None:
     return rec.get("provenance") if isinstance(rec, dict) else None
 
 
-
-
 # --------------------------------------------------------------------------- the loop
 
 
 def resolved_config(st: RunState) -> dict[str, Any]:
     cfg = st.cfg.model_dump(mode="json")
     cfg["resolved_variant"] = {
-        "name": st.variant.name, "paper": st.variant.paper, "group_size": st.variant.group_size,
+        "name": st.variant.name,
+        "paper": st.variant.paper,
+        "group_size": st.variant.group_size,
         "updates": st.variant.updates.model_dump(),
         "critic_warmup": st.variant.critic_warmup,
         "slots": st.variant.resolved({"max_new_tokens": st.cfg.budget.max_new_tokens}),
@@ -96,8 +95,14 @@ def resolved_config(st: RunState) -> dict[str, Any]:
     return cfg
 
 
-def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
-          on_step: Callable[[int, dict[str, Any]], None] | None = None, fresh_hint: str | None = None) -> dict[str, Any]:
+def train(
+    cfg: RunConfig,
+    resume: bool = True,
+    *,
+    progress: bool = True,
+    on_step: Callable[[int, dict[str, Any]], None] | None = None,
+    fresh_hint: str | None = None,
+) -> dict[str, Any]:
     """Run (or resume) one arm to the end. Returns the summary also written to summary.json.
 
     Rank 0 holds the run folder's lease (zoo.run.lock) throughout: raises zoo.run.lock.LockedError naming the
@@ -122,18 +127,32 @@ def train(cfg: RunConfig, resume: bool = True, *, progress: bool = True,
         return _train(cfg, resume, progress=progress, on_step=on_step, fresh_hint=fresh_hint, checked=checked)
 
 
-def _train(cfg: RunConfig, resume: bool, *, progress: bool, on_step: Callable[[int, dict[str, Any]], None] | None,
-           fresh_hint: str | None, checked: tuple[Variant, list[str]] | None = None) -> dict[str, Any]:
-    from zoo.run.tracking import Tracker
-
+def _train(
+    cfg: RunConfig,
+    resume: bool,
+    *,
+    progress: bool,
+    on_step: Callable[[int, dict[str, Any]], None] | None,
+    fresh_hint: str | None,
+    checked: tuple[Variant, list[str]] | None = None,
+) -> dict[str, Any]:
     from zoo.run import fingerprint as fp
+    from zoo.run.tracking import Tracker
 
     if checked is None:  # ranks other than 0 check here (rank 0 did before taking the lease)
         checked = validate_run(cfg)
     out = cfg.out_dir()
     other = "--set output_dir=NEW_DIR" if cfg.output_dir else "--set name=NEW"  # name does not move an output_dir
-    reuse = fp.check_reuse(out, cfg, fresh_hint=fresh_hint or "add --fresh to retrain it with this config (its results "
-                           f"are deleted), or write it elsewhere ({other})") if resume else "new"
+    reuse = (
+        fp.check_reuse(
+            out,
+            cfg,
+            fresh_hint=fresh_hint
+            or f"add --fresh to retrain it with this config (its results are deleted), or write it elsewhere ({other})",
+        )
+        if resume
+        else "new"
+    )
     if not resume and dist.rank() == 0:
         fp.clear_results(out)
     done = _finished_summary(out, cfg) if reuse == "same" else None
@@ -159,12 +178,23 @@ def _train(cfg: RunConfig, resume: bool, *, progress: bool, on_step: Callable[[i
     if main:
         with write_guard(out / "config.yaml"):
             (out / "config.yaml").write_text(yaml.safe_dump(rcfg, sort_keys=False))
-    tracker = Tracker.for_run(cfg, config=rcfg, resolved_slots=rcfg["resolved_variant"]["slots"],
-                              resume_id=state.get("tracker_id") if state else None) if main else _NullTracker()
+    tracker = (
+        Tracker.for_run(
+            cfg,
+            config=rcfg,
+            resolved_slots=rcfg["resolved_variant"]["slots"],
+            resume_id=state.get("tracker_id") if state else None,
+        )
+        if main
+        else _NullTracker()
+    )
     if main:  # records past the checkpoint (or all of them on a fresh start) belong to a lost run
         tracker.truncate_after(st.step if state is not None else -1)
-    summary: dict[str, Any] = ({k: v for k, v in read_json(out / "summary.json").items() if k.startswith("eval/before")}
-                               if state is not None else {})
+    summary: dict[str, Any] = (
+        {k: v for k, v in read_json(out / "summary.json").items() if k.startswith("eval/before")}
+        if state is not None
+        else {}
+    )
     summary.update(fingerprint=rcfg["fingerprint"]["digest"], fingerprint_fields=rcfg["fingerprint"]["fields"])
     fail_at = int(os.environ.get("ZOO_FAIL_AT_STEP", "0") or 0)
     try:
@@ -202,8 +232,15 @@ def _train(cfg: RunConfig, resume: bool, *, progress: bool, on_step: Callable[[i
         if summary["eval/after"]:
             tracker.log({**summary["eval/after"], "eval/phase": 1.0}, step=st.step)
         summary.update({k: v for k, v in last.items()})
-        summary.update({"status": "finished", "steps": st.step, "time/total_s": st.totals["elapsed"], **st.guard.totals(),
-                        "config": rcfg})
+        summary.update(
+            {
+                "status": "finished",
+                "steps": st.step,
+                "time/total_s": st.totals["elapsed"],
+                **st.guard.totals(),
+                "config": rcfg,
+            }
+        )
         tracker.set_summary({k: v for k, v in summary.items() if k != "config"})
         _write_summary(out, summary)
         tracker.finish(0)
@@ -214,8 +251,16 @@ def _train(cfg: RunConfig, resume: bool, *, progress: bool, on_step: Callable[[i
         tb, raised = traceback.format_exc()[-4000:], e
         if isinstance(e, WriteError):  # disk full / read-only: say which checkpoint survives
             e = with_last_checkpoint(e, saved_step, out / "checkpoint" / ckpt.FILE)
-        summary.update({"status": status, "error": f"{type(e).__name__}: {e}", "steps": st.step, **st.guard.totals(),
-                        "traceback": tb, "config": rcfg})
+        summary.update(
+            {
+                "status": status,
+                "error": f"{type(e).__name__}: {e}",
+                "steps": st.step,
+                **st.guard.totals(),
+                "traceback": tb,
+                "config": rcfg,
+            }
+        )
         try:
             _write_summary(out, summary)
         except OSError as w:  # e.g. the same full disk: the status must still be said somewhere

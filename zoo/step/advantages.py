@@ -1,5 +1,6 @@
 """KL in the reward, the advantage estimator and the advantage normalizer: three stages of the step.
 Shapes: N completions, T completion tokens."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -8,12 +9,12 @@ from typing import Callable, Mapping
 import torch
 from torch import Tensor
 
-from zoo.core import dist
-from zoo.core.batch import Batch
 from zoo.components import AdvantageInputs
 from zoo.components.kl import kl_reward as kl_reward_fn
 from zoo.components.kl import masked_kl
 from zoo.components.stats import masked_mean, masked_std, sanitize
+from zoo.core import dist
+from zoo.core.batch import Batch
 from zoo.envs.packing import packed_advantage
 from zoo.step.types import Slots, params
 
@@ -38,10 +39,19 @@ def advantage(batch: Batch, slots: Slots) -> Batch:
     """The advantage estimator -> `batch.advantages` [N, T] (not yet normalised; NaN on rows whose
     score is NaN) and `batch.returns` [N, T] (value targets, critic only). Fills
     `batch.token_rewards` with the outcome rewards when no stage set them."""
-    tr = batch.token_rewards if batch.token_rewards is not None else outcome_token_rewards(batch.scores, batch.loss_mask)
-    inp = AdvantageInputs(scores=batch.scores, mask=batch.loss_mask, group_ids=batch.group_ids,
-                          kl_reward=batch.kl_reward, values=batch.values, token_rewards=tr,
-                          objectives=batch.objectives, extras=batch.extras)
+    tr = (
+        batch.token_rewards if batch.token_rewards is not None else outcome_token_rewards(batch.scores, batch.loss_mask)
+    )
+    inp = AdvantageInputs(
+        scores=batch.scores,
+        mask=batch.loss_mask,
+        group_ids=batch.group_ids,
+        kl_reward=batch.kl_reward,
+        values=batch.values,
+        token_rewards=tr,
+        objectives=batch.objectives,
+        extras=batch.extras,
+    )
     res = packed_advantage(slots.advantage, inp)  # multi-turn: over the policy's tokens only (zoo/envs/packing.py)
     return replace(batch, advantages=res.advantages, returns=res.returns, token_rewards=tr)
 
@@ -105,5 +115,8 @@ def normalize_global(normalizer: Callable[..., Tensor], adv: Tensor, mask: Tenso
 def empty_rows(device: torch.device | str = "cpu") -> tuple[Tensor, Tensor, Tensor]:
     """(adv [0, 0], mask [0, 0], group_ids [0]): what a rank without rows passes to the collective
     `normalize_global` so that the ranks with rows are not left waiting."""
-    return (torch.zeros(0, 0, device=device), torch.zeros(0, 0, dtype=torch.bool, device=device),
-            torch.zeros(0, dtype=torch.long, device=device))
+    return (
+        torch.zeros(0, 0, device=device),
+        torch.zeros(0, 0, dtype=torch.bool, device=device),
+        torch.zeros(0, dtype=torch.long, device=device),
+    )

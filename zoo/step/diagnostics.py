@@ -15,6 +15,7 @@ Every correlation is Pearson's over the rows where both values are finite; NaN w
 rank centres its own groups (a group never spans ranks) and every rank gathers all rows, so all ranks
 log the same values. Shapes: N completions, T completion tokens, K objective columns.
 """
+
 from __future__ import annotations
 
 import math
@@ -86,8 +87,9 @@ def row_table(batch: Batch, n_rewards: int, weights: Sequence[float], accuracy_c
     return torch.stack(cols, 1)
 
 
-def step_diagnostics(batch: Batch | None, names: Sequence[str], weights: Sequence[float], n_rewards: int,
-                     accuracy_col: int | None) -> dict[str, float]:
+def step_diagnostics(
+    batch: Batch | None, names: Sequence[str], weights: Sequence[float], n_rewards: int, accuracy_col: int | None
+) -> dict[str, float]:
     """The module's metrics for the rows that train. A collective under data parallelism (every rank
     calls it, also with an empty batch).
 
@@ -99,8 +101,11 @@ def step_diagnostics(batch: Batch | None, names: Sequence[str], weights: Sequenc
     Returns {} when no rank has a row."""
     K = len(names)
     has_rows = batch is not None and batch.size > 0 and batch.advantages is not None and batch.objectives is not None
-    local = (row_table(batch, n_rewards, weights, accuracy_col) if has_rows
-             else torch.zeros(0, FIXED + K + 1, dtype=torch.float64))
+    local = (
+        row_table(batch, n_rewards, weights, accuracy_col)
+        if has_rows
+        else torch.zeros(0, FIXED + K + 1, dtype=torch.float64)
+    )
     rows = torch.cat(dist.all_gather_object(local))  # [N_global, 4 + K + 1]
     if rows.shape[0] == 0:
         return {}

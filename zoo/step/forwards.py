@@ -1,6 +1,7 @@
 """Forward passes of the step: the policy's per-token log-probs, the critic's values, and the
 rollout-time forwards (old log-probs, reference log-probs, values) computed only where a component
 of the variant needs them. Shapes: n rows of a micro-batch, T completion tokens."""
+
 from __future__ import annotations
 
 import contextlib
@@ -11,8 +12,8 @@ from torch import Tensor
 
 from zoo.core.batch import Batch
 from zoo.models.forward import position_ids_from_mask
-from zoo.step.logprobs import token_logprobs
 from zoo.step.hooks import NO_HOOKS, Hooks
+from zoo.step.logprobs import token_logprobs
 from zoo.step.types import Models, Slots, StepSettings
 
 
@@ -30,15 +31,21 @@ def autocast(setting: str, device: torch.device) -> contextlib.AbstractContextMa
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
-def forward_logp(model: torch.nn.Module, mb: Batch, s: StepSettings, with_entropy: bool = False,
-                 entropy_grad: bool = False):
+def forward_logp(
+    model: torch.nn.Module, mb: Batch, s: StepSettings, with_entropy: bool = False, entropy_grad: bool = False
+):
     """(logp [n, T] float32, entropy [n, T] or None) of the micro-batch's completion tokens under
     `model` at the step's temperature; the entropy keeps its gradient only with `entropy_grad` (a
     loss term that needs it, e.g. the entropy bonus)."""
     with autocast(s.autocast, mb.prompt_ids.device):
         return token_logprobs(
-            model, mb.input_ids(), mb.attention_mask(), mb.completion_ids.shape[1],
-            temperature=s.temperature, with_entropy=with_entropy, entropy_grad=entropy_grad,
+            model,
+            mb.input_ids(),
+            mb.attention_mask(),
+            mb.completion_ids.shape[1],
+            temperature=s.temperature,
+            with_entropy=with_entropy,
+            entropy_grad=entropy_grad,
         )
 
 

@@ -11,6 +11,7 @@ replacing any of its functions.
 `NO_HOOKS` (the default of `pipeline.step`) does nothing; a subclass of `Hooks` overrides what it
 observes. A hook only watches: it must not change the batch, the models or the numbers.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -5,11 +5,13 @@ Shapes: N rows, L = P + T tokens (prompt left-padded, completion right-padded), 
 tokens, V vocabulary size. Log-probs come from logits / temperature with log-softmax in fp32, even
 under bf16 autocast (docs/algorithms.md "Our conventions"); position ids follow the mask (C10).
 """
+
 from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
 
+from zoo.backends.train.strategy import runs_collectives
 from zoo.models.forward import (
     accepts_logits_to_keep,
     cache_arg,
@@ -19,7 +21,6 @@ from zoo.models.forward import (
     position_ids_from_mask,
 )
 from zoo.models.policy import is_checkpointing
-from zoo.backends.train.strategy import runs_collectives
 
 
 def _can_share_prompts(model: nn.Module) -> bool:
@@ -29,8 +30,17 @@ def _can_share_prompts(model: nn.Module) -> bool:
     return not (is_checkpointing(lm) and lm.training)  # checkpointing turns the cache off in training mode
 
 
-def _shared_prompt_logprobs(model: nn.Module, ids: Tensor, att: Tensor, pos: Tensor, T: int, keep: bool,
-                            temperature: float, with_entropy: bool, entropy_grad: bool):
+def _shared_prompt_logprobs(
+    model: nn.Module,
+    ids: Tensor,
+    att: Tensor,
+    pos: Tensor,
+    T: int,
+    keep: bool,
+    temperature: float,
+    with_entropy: bool,
+    entropy_grad: bool,
+):
     """`token_logprobs` for rows [n, L] whose prompts (the first P = L - T columns, ids and mask)
     repeat: each distinct prompt runs once (U rows), its KV cache is expanded to the n rows, and the
     completions continue from it. The logits predicting completion token 0 come from the prompt's
@@ -59,15 +69,22 @@ def _shared_prompt_logprobs(model: nn.Module, ids: Tensor, att: Tensor, pos: Ten
     if T == 1:
         return lp0, ent0
     cache.batch_select_indices(inverse)  # [U, ...] -> [n, ...] per layer; gradients flow back to the prompt
-    logits = model(input_ids=ids[:, P : L - 1], attention_mask=att[:, : L - 1], position_ids=pos[:, P : L - 1],
-                   use_cache=True, **{cache_arg(model): cache}).logits  # [n, T-1, V] predicts tokens 1..T-1
+    logits = model(
+        input_ids=ids[:, P : L - 1],
+        attention_mask=att[:, : L - 1],
+        position_ids=pos[:, P : L - 1],
+        use_cache=True,
+        **{cache_arg(model): cache},
+    ).logits  # [n, T-1, V] predicts tokens 1..T-1
     del cache
     lp, ent = _chosen_logprobs(logits, ids[:, P + 1 :], temperature, with_entropy, entropy_grad)
     del logits
     return torch.cat([lp0, lp], dim=1), (torch.cat([ent0, ent], dim=1) if with_entropy else None)
 
 
-def _chosen_logprobs(logits: Tensor, tokens: Tensor, temperature: float, with_entropy: bool, entropy_grad: bool = False):
+def _chosen_logprobs(
+    logits: Tensor, tokens: Tensor, temperature: float, with_entropy: bool, entropy_grad: bool = False
+):
     """logits [n, T, V] (any dtype), tokens [n, T] -> (logp [n, T] fp32, entropy [n, T] fp32 or None).
     The entropy carries a gradient only with `entropy_grad` (an entropy bonus); otherwise its
     full-vocabulary softmax is not kept for backward."""
@@ -83,8 +100,9 @@ def _chosen_logprobs(logits: Tensor, tokens: Tensor, temperature: float, with_en
             entropy = lse - (p * z).sum(-1)  # [n, T]  H = lse - E_p[z]
         elif with_entropy:  # no gradient: one row at a time, so no [n, T, V] temporaries pile up
             with torch.no_grad():
-                entropy = torch.cat([lr - (torch.softmax(zr, dim=-1) * zr).sum(-1)
-                                     for zr, lr in zip(z.split(1), lse.split(1))])  # [n, T]
+                entropy = torch.cat(
+                    [lr - (torch.softmax(zr, dim=-1) * zr).sum(-1) for zr, lr in zip(z.split(1), lse.split(1))]
+                )  # [n, T]
     return logp, entropy
 
 
@@ -119,8 +137,9 @@ def token_logprobs(
     Raises ValueError for shape mismatches, n_completion outside [1, L-1] or temperature <= 0.
     """
     if input_ids.dim() != 2 or input_ids.shape != attention_mask.shape:
-        raise ValueError(f"input_ids {tuple(input_ids.shape)} and attention_mask "
-                         f"{tuple(attention_mask.shape)} must both be [N, L]")
+        raise ValueError(
+            f"input_ids {tuple(input_ids.shape)} and attention_mask {tuple(attention_mask.shape)} must both be [N, L]"
+        )
     N, L = input_ids.shape
     T = int(n_completion)
     if not 1 <= T < L:
@@ -134,8 +153,11 @@ def token_logprobs(
     logps, ents = [], []
     for s in range(0, N, mb):
         ids, att, pos = input_ids[s : s + mb], attention_mask[s : s + mb], position_ids[s : s + mb]
-        shared = _shared_prompt_logprobs(model, ids, att, pos, T, keep, temperature, with_entropy, entropy_grad) \
-            if share else None
+        shared = (
+            _shared_prompt_logprobs(model, ids, att, pos, T, keep, temperature, with_entropy, entropy_grad)
+            if share
+            else None
+        )
         if shared is not None:
             logps.append(shared[0])
             ents.append(shared[1])

@@ -12,6 +12,7 @@ k3 on tokens drawn from the rollout policy is an unbiased, non-negative estimate
 KL(pi_rollout || pi_old) (Schulman 2020, "Approximating KL Divergence"; verl's rollout-correction
 `rollout_corr/k3_kl`). d is clamped to [-20, 20] before `exp`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,8 +21,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from zoo.core import dist
 from zoo.components.stats import as_bool, masked_sum, sanitize
+from zoo.core import dist
 from zoo.core.fields import declared_reads
 
 LOG_RATIO_CLAMP = 20.0
@@ -50,11 +51,11 @@ class RolloutTally:
     """Sums over the real tokens of every micro-batch of one rollout step's updates, on this rank:
     the mismatch (tokens with logp_rollout) and the rollout corrections' weight (tokens with one)."""
 
-    tokens: float = 0.0     # real tokens whose batch has logp_rollout
+    tokens: float = 0.0  # real tokens whose batch has logp_rollout
     k3: float = 0.0
-    weighted: float = 0.0   # real tokens weighted by a rollout correction
+    weighted: float = 0.0  # real tokens weighted by a rollout correction
     weight: float = 0.0
-    masked: float = 0.0     # ... whose weight is 0
+    masked: float = 0.0  # ... whose weight is 0
     weight_max: float = float("-inf")
 
     def add(self, logp_old: Tensor, logp_rollout: Tensor | None, weight: Tensor | None, mask: Tensor) -> None:
@@ -80,10 +81,16 @@ class RolloutTally:
         seen = dist.all_gather_object((self.tokens > 0, self.weighted > 0, self.weight_max))
         if not any(s[0] for s in seen):
             return {}
-        t = dist.all_reduce_sum(torch.tensor([self.tokens, self.k3, self.weighted, self.weight, self.masked],
-                                             dtype=torch.float64)).tolist()
+        t = dist.all_reduce_sum(
+            torch.tensor([self.tokens, self.k3, self.weighted, self.weight, self.masked], dtype=torch.float64)
+        ).tolist()
         out = {"rollout/mismatch_kl": t[1] / t[0]}
         if any(s[1] for s in seen):
-            out.update({"rollout/weight_mean": t[3] / t[2], "rollout/weight_max": max(s[2] for s in seen),
-                        "rollout/masked_frac": t[4] / t[2]})
+            out.update(
+                {
+                    "rollout/weight_mean": t[3] / t[2],
+                    "rollout/weight_max": max(s[2] for s in seen),
+                    "rollout/masked_frac": t[4] / t[2],
+                }
+            )
         return out

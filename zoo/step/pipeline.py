@@ -25,20 +25,21 @@ Coefficients that a controller may move come from one lookup, `coefficients(st)`
 The trainer (`zoo.run.trainer`) sets up, loops, checkpoints and evaluates around `step`; a tool that
 measures the step (`zoo bench`) passes `hooks` (zoo/step/hooks.py), which see each phase and forward.
 """
+
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from zoo.core import dist
 from zoo.backends.train import strategy
+from zoo.backends.train.memory import peak_memory_mb
+from zoo.core import dist
 from zoo.core.batch import Batch
+from zoo.core.stages import run as run_stages
 from zoo.envs.run import unscore_failed
 from zoo.models.reference import reset_reference
-from zoo.backends.train.memory import peak_memory_mb
 from zoo.rewards.compute import accuracy_index, compute_rewards
-from zoo.core.stages import run as run_stages
 from zoo.step.advantages import advantage, empty_rows, kl_reward, normalize, normalize_global
 from zoo.step.diagnostics import step_diagnostics
 from zoo.step.forwards import rollout_forwards
@@ -70,17 +71,19 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> StepResult:
     acc = accuracy_index(reward_fns)
     strategy.gather_weights(st.models.parallel)  # fsdp: whole weights while ranks run different numbers of forwards
     rounds = Rounds(st)
-    for rows in rounds:                                                     # resampling rounds
+    for rows in rounds:  # resampling rounds
         with rounds.timed("generate"), hooks.phase("generate") as ph:
-            b = ph.batch = generate(st, rows, rounds.n_groups)                                     # generate
+            b = ph.batch = generate(st, rows, rounds.n_groups)  # generate
         with rounds.timed("score"), hooks.phase("score") as ph:
             objectives, n_failed = unscore_failed(b, *compute_rewards(reward_fns, b.texts, b.rows))  # reward
-            b, obj, names, w, lm = length_shaping(b, objectives, st.reward_names, weights, st.slots,
-                                                  st.settings.max_new_tokens, acc)                 # length
-            b, sm = objective_scores(b, obj, names, w, st.slots)                                   # objectives
-            b = run_stages(st.slots.stages, "reward", b)                    # plugin stages after reward
-            keep = keep_rows(per_row_metrics(objectives, st.reward_names, b.scores, acc), b.group_ids,
-                             st.slots)                                                             # filter
+            b, obj, names, w, lm = length_shaping(
+                b, objectives, st.reward_names, weights, st.slots, st.settings.max_new_tokens, acc
+            )  # length
+            b, sm = objective_scores(b, obj, names, w, st.slots)  # objectives
+            b = run_stages(st.slots.stages, "reward", b)  # plugin stages after reward
+            keep = keep_rows(
+                per_row_metrics(objectives, st.reward_names, b.scores, acc), b.group_ids, st.slots
+            )  # filter
             ph.batch = b
         if rounds.first:
             rounds.record_first(b, objectives, n_failed, {**sm, **lm}, (names, w))
@@ -91,17 +94,17 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> StepResult:
     t1 = time.perf_counter()
     if batch.size:
         with hooks.phase("forward"):
-            batch = rollout_forwards(batch, st.models, st.slots, st.settings, hooks)   # forwards
-            batch = run_stages(st.slots.stages, "forwards", batch)          # plugin stages after forwards
+            batch = rollout_forwards(batch, st.models, st.slots, st.settings, hooks)  # forwards
+            batch = run_stages(st.slots.stages, "forwards", batch)  # plugin stages after forwards
     strategy.release_weights(st.models.parallel)
     t2 = time.perf_counter()
     if batch.size:
         with hooks.phase("advantage") as ph:
             ph.batch = batch
-            batch, km = kl_reward(batch, st.slots, coefs)                   # kl_reward
-            batch = advantage(batch, st.slots)                              # advantage
-            batch, am = normalize(batch, st.slots)                          # normalize
-            batch = run_stages(st.slots.stages, "advantage", batch)         # plugin stages after advantage
+            batch, km = kl_reward(batch, st.slots, coefs)  # kl_reward
+            batch = advantage(batch, st.slots)  # advantage
+            batch, am = normalize(batch, st.slots)  # normalize
+            batch = run_stages(st.slots.stages, "advantage", batch)  # plugin stages after advantage
         m.update({**km, **am})
     elif dist.is_distributed():
         normalize_global(st.slots.normalizer, *empty_rows(st.device))  # join the other ranks' gather
@@ -109,8 +112,20 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> StepResult:
     t3 = time.perf_counter()
     warmup = st.step < st.variant.critic_warmup  # value pretraining: the critic alone trains (policy frozen)
     with hooks.phase("train"):
-        m.update(update(batch, st.models, st.slots, st.settings, st.optimizer, st.scheduler, coefs,    # update
-                        critic_optimizer=st.critic_optimizer, hooks=hooks, train_policy=not warmup))
+        m.update(
+            update(
+                batch,
+                st.models,
+                st.slots,
+                st.settings,
+                st.optimizer,
+                st.scheduler,
+                coefs,  # update
+                critic_optimizer=st.critic_optimizer,
+                hooks=hooks,
+                train_policy=not warmup,
+            )
+        )
     if st.variant.critic_warmup:
         m["critic/warmup"] = float(warmup)  # 1 while only the critic trains
     if st.generator is not None and not warmup and m.get("optim/updates", 0) > 0:  # the policy changed: sync
@@ -122,7 +137,7 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> StepResult:
             st.critic_scheduler.step()
     t4 = time.perf_counter()
     tokens = float(batch.loss_mask.sum()) if batch.size else 0.0
-    for c in st.controllers:                                                # controllers
+    for c in st.controllers:  # controllers
         c.update(m, tokens, float(batch.size))
     for target, params in coefficients(st).items():  # what the next step uses, e.g. kl/beta, entropy_bonus/coef
         m.update({f"{target}/{k}": v for k, v in params.items()})
@@ -131,7 +146,7 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> StepResult:
     _count(st, m, batch, t4 - t0)
     st.step += 1
     if st.cfg.ref_reset_every and st.reference is not None and st.step % st.cfg.ref_reset_every == 0:
-        reset_reference(st.reference, st.models.policy)                     # reference reset
+        reset_reference(st.reference, st.models.policy)  # reference reset
         m["kl/ref_resets"] = float(st.reference.resets)
     out = dist.all_reduce_mean_dict({k: v for k, v in m.items() if isinstance(v, (int, float))})
     return StepResult(batch=batch, metrics=out, samples=rounds.samples)

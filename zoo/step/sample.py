@@ -6,6 +6,7 @@ arXiv:2503.14476).
 Sampling filters drop whole groups before any further forward pass. Round 0 draws from the run's
 prompt stream, later rounds from their own stream, so step k's first-round prompts are the same in
 every arm of a study (paired comparison) whatever the filters dropped."""
+
 from __future__ import annotations
 
 import contextlib
@@ -15,14 +16,14 @@ from typing import Any, Iterator
 
 import torch
 
+from zoo.backends.generate.hf_generator import HFGenerator
+from zoo.config.run import GENERATE_BATCH
 from zoo.core import dist
 from zoo.core.batch import Batch, concat
-from zoo.config.run import GENERATE_BATCH
-from zoo.core.guards import NONFINITE_SAMPLING, nonfinite_sampling
-from zoo.rewards.compute import accuracy_metrics
-from zoo.backends.generate.hf_generator import HFGenerator
 from zoo.core.generator_types import SamplingParams
+from zoo.core.guards import NONFINITE_SAMPLING, nonfinite_sampling
 from zoo.envs.run import conversation, env_metrics, has_env, run_rollout
+from zoo.rewards.compute import accuracy_metrics
 from zoo.step.diagnostics import gold_metrics
 from zoo.step.forwards import autocast
 from zoo.step.types import RunState
@@ -33,9 +34,13 @@ def generate(st: RunState, rows: list[dict[str, Any]], group_offset: int) -> Bat
     `sampling.backend`) -> Batch with logp_rollout (group ids start at `group_offset`)."""
     cfg, s, G = st.cfg, st.settings, st.variant.group_size
     gen = st.generator if st.generator is not None else HFGenerator(st.models.policy, st.models.tokenizer)
-    sampling = SamplingParams(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=cfg.sampling.top_p,
-                              micro_batch=s.generate_batch or max(G, GENERATE_BATCH),  # sampling.batch_size
-                              min_new_tokens=s.max_new_tokens if cfg.sampling.ignore_eos else 0)
+    sampling = SamplingParams(
+        max_new_tokens=s.max_new_tokens,
+        temperature=s.temperature,
+        top_p=cfg.sampling.top_p,
+        micro_batch=s.generate_batch or max(G, GENERATE_BATCH),  # sampling.batch_size
+        min_new_tokens=s.max_new_tokens if cfg.sampling.ignore_eos else 0,
+    )
     with autocast(s.autocast, st.device):
         try:
             if has_env(cfg):  # multi-turn: the task's environment answers each turn (zoo/envs/rollout.py)
@@ -44,9 +49,13 @@ def generate(st: RunState, rows: list[dict[str, Any]], group_offset: int) -> Bat
         except RuntimeError as e:  # torch.multinomial on NaN/inf probabilities: name the likely key
             if NONFINITE_SAMPLING not in str(e):
                 raise
-            raise nonfinite_sampling(f"step {st.step + 1}", cfg, temperature=s.temperature,
-                                     temperature_key="sampling.temperature",
-                                     updated=st.guard.updates != 0) from None
+            raise nonfinite_sampling(
+                f"step {st.step + 1}",
+                cfg,
+                temperature=s.temperature,
+                temperature_key="sampling.temperature",
+                updated=st.guard.updates != 0,
+            ) from None
     # a fresh rollout is prompt-major: group id = index of the prompt in `rows`
     return replace(b, rows=[rows[i] for i in b.group_ids.tolist()], group_ids=b.group_ids + group_offset)
 
@@ -106,19 +115,33 @@ class Rounds:
         yield
         self.times[what] += time.perf_counter() - t0
 
-    def record_first(self, b: Batch, objectives: torch.Tensor, n_failed: list[int], metrics: dict[str, float],
-                     columns: tuple[list[str], list[float]]) -> None:
+    def record_first(
+        self,
+        b: Batch,
+        objectives: torch.Tensor,
+        n_failed: list[int],
+        metrics: dict[str, float],
+        columns: tuple[list[str], list[float]],
+    ) -> None:
         """Round 0's metrics: the objectives' and length shaping's `metrics`, accuracy, completion, env and
         gold metrics, the share of unscored rows; its samples; the objective `columns` (names, weights)
         the diagnostics correlate. objectives: [N, K] raw reward columns."""
         st, reward_fns = self.st, [c for c, _ in self.st.rewards]
-        self.metrics = {**metrics, **accuracy_metrics(objectives, reward_fns), **_completion_metrics(b),
-                        **env_metrics(b), **gold_metrics(st.gold, b.texts, b.rows)}
+        self.metrics = {
+            **metrics,
+            **accuracy_metrics(objectives, reward_fns),
+            **_completion_metrics(b),
+            **env_metrics(b),
+            **gold_metrics(st.gold, b.texts, b.rows),
+        }
         self.metrics["reward/unscored_frac"] = max(n_failed, default=0) / max(b.size, 1)  # the worst reward's
         self.objective_columns = (list(columns[0]), list(columns[1]))
         self.samples = [
-            {"prompt": r.get("question", ""), "completion": conversation(r, t),
-             **{n: float(objectives[i, k]) for k, n in enumerate(st.reward_names)}}
+            {
+                "prompt": r.get("question", ""),
+                "completion": conversation(r, t),
+                **{n: float(objectives[i, k]) for k, n in enumerate(st.reward_names)},
+            }
             for i, (t, r) in enumerate(zip(b.texts, b.rows))
         ]
 
@@ -143,16 +166,21 @@ class Rounds:
         st.totals["tokens"] += float(done[1])
         batch = concat(self.kept, int(st.models.tokenizer.pad_token_id)) if self.kept else self.last.select([])
         m = dict(self.metrics)
-        m.update({
-            "groups/kept_frac": self.n_kept / max(self.n_groups, 1),
-            "groups/dropped": float(self.n_groups - self.n_kept),
-            "groups/rounds": float(self.rounds),
-            "time/generate": self.times["generate"],
-            "time/score": self.times["score"],
-        })
+        m.update(
+            {
+                "groups/kept_frac": self.n_kept / max(self.n_groups, 1),
+                "groups/dropped": float(self.n_groups - self.n_kept),
+                "groups/rounds": float(self.rounds),
+                "time/generate": self.times["generate"],
+                "time/score": self.times["score"],
+            }
+        )
         return batch, m
 
 
 def _completion_metrics(b: Batch) -> dict[str, float]:
-    return {"completion/len_mean": float(b.policy_tokens.float().mean()), "completion/len_max": float(b.policy_tokens.max()),
-            "completion/truncated_frac": float(b.truncated.float().mean())}
+    return {
+        "completion/len_mean": float(b.policy_tokens.float().mean()),
+        "completion/len_max": float(b.policy_tokens.max()),
+        "completion/truncated_frac": float(b.truncated.float().mean()),
+    }

@@ -1,6 +1,7 @@
 """From reward columns to the scalar score each completion trains on: length shaping, objective
 normalisation and the weighted sum, the per-row metrics sampling filters read, and the filters.
 Shapes: N completions, T completion tokens, K reward columns."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -9,17 +10,23 @@ from typing import Mapping
 import torch
 from torch import Tensor
 
-from zoo.core.batch import Batch
 from zoo.components.objective import combine_objectives
 from zoo.components.stats import group_constant
+from zoo.core.batch import Batch
 from zoo.core.types import LengthRows
 from zoo.rewards.compute import check_weighted
 from zoo.step.types import Slots
 
 
-def length_shaping(batch: Batch, objectives: Tensor, names: list[str], weights: list[float], slots: Slots,
-                   max_new_tokens: int, accuracy_col: int | None = None
-                   ) -> tuple[Batch, Tensor, list[str], list[float], dict[str, float]]:
+def length_shaping(
+    batch: Batch,
+    objectives: Tensor,
+    names: list[str],
+    weights: list[float],
+    slots: Slots,
+    max_new_tokens: int,
+    accuracy_col: int | None = None,
+) -> tuple[Batch, Tensor, list[str], list[float], dict[str, float]]:
     """The length slot's components in order: each may add an objective column (weight 1) and/or
     clear loss-mask rows (e.g. DAPO's overlong filter). Each gets the policy's own tokens per row
     (`Batch.policy_tokens` [N], not the attention extent `lengths`: environment tokens are not the
@@ -44,8 +51,9 @@ def length_shaping(batch: Batch, objectives: Tensor, names: list[str], weights: 
     return replace(batch, loss_mask=mask), torch.cat(cols, dim=1), names, weights, {"loss/masked_rows_frac": frac}
 
 
-def objective_scores(batch: Batch, obj: Tensor, names: list[str], weights: list[float],
-                     slots: Slots) -> tuple[Batch, dict[str, float]]:
+def objective_scores(
+    batch: Batch, obj: Tensor, names: list[str], weights: list[float], slots: Slots
+) -> tuple[Batch, dict[str, float]]:
     """Objective normaliser, then the weighted sum -> `batch.scores` [N] (and `batch.objectives`).
 
     obj: [N, K] columns (NaN where a reward could not be computed). Logs the reward that trains (C11):
@@ -92,7 +100,9 @@ def objective_metrics(objectives: Tensor, names: list[str], accuracy_col: int | 
     return out
 
 
-def per_row_metrics(objectives: Tensor, names: list[str], scores: Tensor, accuracy_col: int | None) -> dict[str, Tensor]:
+def per_row_metrics(
+    objectives: Tensor, names: list[str], scores: Tensor, accuracy_col: int | None
+) -> dict[str, Tensor]:
     """[N] tensors a sampling filter may name: each objective by name, `reward` (the score) and
     `accuracy` (column `accuracy_col` == 1, the reward that judges correctness; None: no accuracy)."""
     return {**objective_metrics(objectives, names, accuracy_col), "reward": scores}

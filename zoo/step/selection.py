@@ -6,6 +6,7 @@ gives it a view of the micro-batch alone instead, as verl and TRL select.
 
 Shapes: M rows of the step over all ranks, n rows of a micro-batch, T the step's completion columns.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -13,10 +14,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from zoo.core import dist
 from zoo.backends.train import strategy
-from zoo.core.batch import Batch
 from zoo.components import StepView
+from zoo.core import dist
+from zoo.core.batch import Batch
 from zoo.core.declarations import of as declared
 from zoo.core.fields import BATCH, BY_NAME, declared_reads
 from zoo.core.kinds import by_kind
@@ -35,7 +36,7 @@ def selectors(slots: Slots) -> list[Any]:
 
 
 def scope(component: Any) -> str:
-    """"step" (default) or "micro": over which rows a selecting component picks its tokens.
+    """ "step" (default) or "micro": over which rows a selecting component picks its tokens.
     Raises ValueError for anything else."""
     sc = component.resolved().get("scope", "step")
     if sc not in ("step", "micro"):
@@ -69,8 +70,14 @@ def step_fields(sub: Batch, models: Models, slots: Slots, s: StepSettings) -> di
     return _gather(local)
 
 
-def view(fields: dict[str, Tensor] | None, component: Any, mb: Batch, rows: Tensor, offset: int,
-         update_fields: dict[str, Tensor]) -> StepView | None:
+def view(
+    fields: dict[str, Tensor] | None,
+    component: Any,
+    mb: Batch,
+    rows: Tensor,
+    offset: int,
+    update_fields: dict[str, Tensor],
+) -> StepView | None:
     """The StepView a selecting `component` gets for micro-batch `mb` (rows `rows` of this rank's
     step, `offset` = this rank's first row in the gathered step); None for other components.
     update_fields: the micro-batch's own detached logp/entropy (for scope micro)."""
@@ -84,16 +91,18 @@ def view(fields: dict[str, Tensor] | None, component: Any, mb: Batch, rows: Tens
     return StepView(fields, rows + offset)
 
 
-def clip_kwargs(fields: dict[str, Tensor] | None, clip: Any, mb: Batch, rows: Tensor, offset: int,
-                update_fields: dict[str, Tensor]) -> dict[str, Any]:
+def clip_kwargs(
+    fields: dict[str, Tensor] | None, clip: Any, mb: Batch, rows: Tensor, offset: int, update_fields: dict[str, Tensor]
+) -> dict[str, Any]:
     """The keyword arguments of the clip rule's call for micro-batch `mb`: each rollout field the rule
     declares in `reads=` beyond its positional arguments (a Batch field, e.g. dppo's logp_rollout
     [n, T], or a `Batch.extras` key a stage wrote; None when absent), and {"step": its StepView} for
     a rule registered with `selects=True` (e.g. clip_cov); {} for a plain function put in the slot
     by hand (arguments as `view`)."""
     decl = declared(clip)
-    kw: dict[str, Any] = {f: rollout_field(mb, f) for f in decl.reads
-                          if f not in CLIP_POSITIONAL and (f in BATCH or f not in BY_NAME)}
+    kw: dict[str, Any] = {
+        f: rollout_field(mb, f) for f in decl.reads if f not in CLIP_POSITIONAL and (f in BATCH or f not in BY_NAME)
+    }
     if decl.selects:
         kw["step"] = view(fields, clip, mb, rows, offset, update_fields)
     return kw
@@ -111,8 +120,11 @@ def rank_offset(n_rows: int) -> int:
 
 
 def _rollout_fields(b: Batch, reads: Any = ()) -> dict[str, Tensor]:
-    out = {"mask": b.loss_mask.cpu(), "advantages": b.advantages.detach().float().cpu(),
-           "completion_ids": b.completion_ids.cpu()}
+    out = {
+        "mask": b.loss_mask.cpu(),
+        "advantages": b.advantages.detach().float().cpu(),
+        "completion_ids": b.completion_ids.cpu(),
+    }
     if b.logp_old is not None:
         out["logp_old"] = b.logp_old.detach().float().cpu()
     for f in reads:  # the rollout-time fields a selecting component declares it reads (Batch or extras)

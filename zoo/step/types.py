@@ -1,5 +1,6 @@
 """What a step works with: a variant's built components (`Slots`), the models, the settings, and
 the run's mutable state (`RunState`, what a checkpoint saves)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -8,12 +9,12 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from zoo.core import guards, registry
 from zoo.config.desugar import KL_NAME, kl_parts
+from zoo.config.variant import KLSpec, Variant, build_components
+from zoo.core import guards, registry
 from zoo.core.declarations import Declaration
 from zoo.core.declarations import of as declared
 from zoo.core.stages import active as active_stages
-from zoo.config.variant import KLSpec, Variant, build_components
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,9 @@ class Slots:
     controllers: list[registry.Component]
     kl: KLSpec
     kl_reward: KLReward | None = None
-    stages: list[registry.Component] = field(default_factory=list)  # plugin stages some component reads (zoo/core/stages.py)
+    stages: list[registry.Component] = field(
+        default_factory=list
+    )  # plugin stages some component reads (zoo/core/stages.py)
 
     @staticmethod
     def of(v: Variant, context: Mapping[str, Any] | None = None) -> "Slots":
@@ -77,8 +80,11 @@ class Slots:
     def step_components(self) -> list[Any]:
         """The components that read fields of the step: every slot's but the aggregation and the
         controllers, the KL in the reward, and the plugin stages some of them read (`stages`)."""
-        one = [c for c in (self.advantage, self.normalizer, self.objective_norm, self.clip, self.critic,
-                           self.kl_reward) if c is not None]
+        one = [
+            c
+            for c in (self.advantage, self.normalizer, self.objective_norm, self.clip, self.critic, self.kl_reward)
+            if c is not None
+        ]
         return [*one, *self.loss, *self.correction, *self.length, *self.filter, *self.stages]
 
     def reads(self, name: str) -> bool:
@@ -106,7 +112,9 @@ class Models:
     tokenizer: Any
     reference: Callable[[], contextlib.AbstractContextManager] | None
     critic: torch.nn.Module | None = None
-    parallel: Any = None  # zoo.backends.train.strategy.Parallel: the training strategy's wrappers (None: one process, plain)
+    parallel: Any = (
+        None  # zoo.backends.train.strategy.Parallel: the training strategy's wrappers (None: one process, plain)
+    )
 
 
 @dataclass

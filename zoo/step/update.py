@@ -5,6 +5,7 @@ aggregated over the WHOLE optimizer step: every aggregation divides by the step'
 (`step_counts`), and gradients are summed over ranks (the loss is scaled by the world size: DDP and
 FSDP2 average; zoo/backends/train/strategy.py), so the result equals one pass over the whole
 step on one process (cases C2, C3). Shapes: n rows of a micro-batch, T completion tokens."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -13,11 +14,11 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor
 
-from zoo.core import dist, guards, registry
 from zoo.backends.train import strategy
-from zoo.core.batch import Batch
 from zoo.components import StepCounts, TermInputs
 from zoo.components.stats import masked_sum, sanitize
+from zoo.core import dist, guards, registry
+from zoo.core.batch import Batch
 from zoo.core.declarations import of as declared
 from zoo.step import selection
 from zoo.step.forwards import critic_values, forward_logp, micro_rows
@@ -39,9 +40,9 @@ class TokenTally:
     step's token-mean metrics are these sums over all ranks divided by `tokens`."""
 
     tokens: float = 0.0
-    clip_low: float = 0.0   # tokens the clip rule flagged at 1 - eps_low (its own flags)
+    clip_low: float = 0.0  # tokens the clip rule flagged at 1 - eps_low (its own flags)
     clip_high: float = 0.0  # ... at 1 + eps_high
-    ratio: float = 0.0      # importance ratio pi / pi_old
+    ratio: float = 0.0  # importance ratio pi / pi_old
     approx_kl: float = 0.0  # k2 = 0.5 (log r)^2, approx KL(old || new)
     entropy: float = 0.0
     ratio_max: float = 0.0  # a max, not a sum: over all ranks it is the max of the ranks' maxima
@@ -64,7 +65,9 @@ class TokenTally:
         self.ratio += float(masked_sum(res.ratio, mask))
         self.approx_kl += float(masked_sum(0.5 * lr_**2, mask))
         self.entropy += float(masked_sum(ent.detach().float(), mask))
-        self.ratio_max = max(self.ratio_max, float(sanitize(res.ratio, mask, float("-inf")).max()) if mask.any() else 0.0)
+        self.ratio_max = max(
+            self.ratio_max, float(sanitize(res.ratio, mask, float("-inf")).max()) if mask.any() else 0.0
+        )
         self.add_stats("clip", getattr(res, "token_stats", {}), mask)  # e.g. clip_cov's clip/selected_frac
 
     def add_stats(self, term: str, token_stats: Mapping[str, Tensor], mask: Tensor) -> None:
@@ -72,8 +75,9 @@ class TokenTally:
         term did not declare (ranks must reduce the same keys)."""
         for k, v in token_stats.items():
             if k not in self.stats:
-                raise ValueError(f"loss term {term!r} returned token stat {k!r} it did not declare: "
-                                 f"register it with stats=({k!r},)")
+                raise ValueError(
+                    f"loss term {term!r} returned token stat {k!r} it did not declare: register it with stats=({k!r},)"
+                )
             self.stats[k] += float(masked_sum(v.detach().float(), mask))
 
     def metrics(self) -> dict[str, float]:
@@ -86,9 +90,12 @@ class TokenTally:
         rmax = max(dist.all_gather_object(self.ratio_max))
         n = tot["tokens"] if tot["tokens"] > 0 else float("nan")
         out = {
-            "clip/low_frac": tot["clip_low"] / n, "clip/high_frac": tot["clip_high"] / n,
-            "ratio/mean": tot["ratio"] / n, "ratio/max": rmax if tot["tokens"] > 0 else float("nan"),
-            "ratio/approx_kl": tot["approx_kl"] / n, "entropy": tot["entropy"] / n,
+            "clip/low_frac": tot["clip_low"] / n,
+            "clip/high_frac": tot["clip_high"] / n,
+            "ratio/mean": tot["ratio"] / n,
+            "ratio/max": rmax if tot["tokens"] > 0 else float("nan"),
+            "ratio/approx_kl": tot["approx_kl"] / n,
+            "entropy": tot["entropy"] / n,
         }
         out.update({k: tot[k] / n for k in keys})
         out.update(self.rollout.metrics())
@@ -141,8 +148,7 @@ def update(
             counts = step_counts(sub.loss_mask, s.max_new_tokens)
             if counts.tokens == 0:  # nothing to learn from on any rank (e.g. every group filtered out)
                 continue
-            losses = _accumulate(sub, models, slots, s, counts, coefs or {}, tally, optimizer, critic_optimizer,
-                                 hooks)
+            losses = _accumulate(sub, models, slots, s, counts, coefs or {}, tally, optimizer, critic_optimizer, hooks)
             if not with_critic:
                 losses.pop("loss/value")
             # each rank summed its share of the step's losses: the step's value is the sum over ranks
@@ -177,9 +183,18 @@ def update(
     return out
 
 
-def _accumulate(sub: Batch, models: Models, slots: Slots, s: StepSettings, counts: StepCounts,
-                coefs: Mapping[str, Mapping[str, float]], tally: TokenTally, optimizer: torch.optim.Optimizer,
-                critic_optimizer: torch.optim.Optimizer | None, hooks: Hooks = NO_HOOKS) -> dict[str, float]:
+def _accumulate(
+    sub: Batch,
+    models: Models,
+    slots: Slots,
+    s: StepSettings,
+    counts: StepCounts,
+    coefs: Mapping[str, Mapping[str, float]],
+    tally: TokenTally,
+    optimizer: torch.optim.Optimizer,
+    critic_optimizer: torch.optim.Optimizer | None,
+    hooks: Hooks = NO_HOOKS,
+) -> dict[str, float]:
     """Forward and backward of every micro-batch of one optimizer step (gradients accumulate).
     Returns this rank's parts of the step's loss: loss/policy (all of it), loss/<term> per loss term,
     loss/value (critic)."""
@@ -196,13 +211,36 @@ def _accumulate(sub: Batch, models: Models, slots: Slots, s: StepSettings, count
         mb = sub.select(r).trimmed()
         m = mb.loss_mask  # [n, T]
         with hooks.forward("policy", mb):
-            logp, ent = forward_logp(strategy.trained(models.parallel, "policy", models.policy), mb, s, with_entropy=True, entropy_grad=slots.needs_grad("entropy"))
+            logp, ent = forward_logp(
+                strategy.trained(models.parallel, "policy", models.policy),
+                mb,
+                s,
+                with_entropy=True,
+                entropy_grad=slots.needs_grad("entropy"),
+            )
         old = mb.logp_old if mb.logp_old is not None else logp.detach()
-        res = slots.clip(logp, old, mb.advantages, m,  # a selecting clip rule also gets its view of the step
-                         **selection.clip_kwargs(fields, slots.clip, mb, r, offset, {"logp": logp, "entropy": ent}))
-        inp = TermInputs(logp=logp, logp_old=old, advantages=mb.advantages, mask=m, counts=counts, entropy=ent,
-                         logp_ref=mb.logp_ref, scores=mb.scores, objectives=mb.objectives, values=mb.values,
-                         token_rewards=mb.token_rewards, logp_rollout=mb.logp_rollout, extras=mb.extras)
+        res = slots.clip(
+            logp,
+            old,
+            mb.advantages,
+            m,  # a selecting clip rule also gets its view of the step
+            **selection.clip_kwargs(fields, slots.clip, mb, r, offset, {"logp": logp, "entropy": ent}),
+        )
+        inp = TermInputs(
+            logp=logp,
+            logp_old=old,
+            advantages=mb.advantages,
+            mask=m,
+            counts=counts,
+            entropy=ent,
+            logp_ref=mb.logp_ref,
+            scores=mb.scores,
+            objectives=mb.objectives,
+            values=mb.values,
+            token_rewards=mb.token_rewards,
+            logp_rollout=mb.logp_rollout,
+            extras=mb.extras,
+        )
 
         def inputs(c: Any) -> TermInputs:  # a selecting component also gets its view of the step
             v = selection.view(fields, c, mb, r, offset, {"logp": logp, "entropy": ent})

@@ -1,5 +1,6 @@
 """Whether `zoo ablate` may train one arm now: its folder's lease (zoo.run.lock), `--fresh`, and the
 fingerprint rule (zoo.run.fingerprint), checked under the lease so two processes never train one arm."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,14 +8,15 @@ from typing import Any
 
 import filelock
 
-from zoo.run import fingerprint, lock
 from zoo.config.run import RunConfig
-from zoo.run.tracking import read_json
 from zoo.config.variant import VariantError
+from zoo.run import fingerprint, lock
+from zoo.run.tracking import read_json
 
 
-def claim(label: str, cfg: RunConfig, console: Any, fresh: bool = False,
-          study_file: str | None = None) -> tuple[filelock.SoftFileLease | None, str]:
+def claim(
+    label: str, cfg: RunConfig, console: Any, fresh: bool = False, study_file: str | None = None
+) -> tuple[filelock.SoftFileLease | None, str]:
     """(lease, action) for the arm `label` trained with `cfg` in `cfg.out_dir()`.
 
     The lease is held (release it when done) for action "train" (new, resumed, or `fresh`: its
@@ -58,7 +60,9 @@ def plan_conflicts(all_arms: list[Any], arms: list[Any], study_file: str, fresh:
     known = {a.label for a in all_arms} | {a.group for a in all_arms}
     unknown = sorted(set(fresh) - known)
     if unknown:
-        raise VariantError(f"--fresh {', '.join(unknown)}: no such arm in {study_file}; arms: {', '.join(sorted(known))}")
+        raise VariantError(
+            f"--fresh {', '.join(unknown)}: no such arm in {study_file}; arms: {', '.join(sorted(known))}"
+        )
     out = []
     for a in arms:
         if a.label in fresh or a.group in fresh:

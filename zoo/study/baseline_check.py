@@ -2,6 +2,7 @@
 a `sweep` every sweep point of each): an unknown name is an error at validate, with the close names
 (difflib, zoo.config.overrides.did_you_mean), for a label with a seed suffix ("grpo-s0") the arm
 name without it, and for a variant swept over ("grpo" with sweep group_size) its sweep points' arms."""
+
 from __future__ import annotations
 
 import re
@@ -24,5 +25,6 @@ def check_baseline(baseline: str | None, arms: list[str], where: str) -> None:
         hint = f"; with a sweep the baseline is one sweep point's arm: {' or '.join(points)}"
     else:
         hint = did_you_mean(baseline, arms)  # " (did you mean 'grpo'?)"
-    raise VariantError(f"{where}: key 'baseline': {baseline!r} is not an arm of this study "
-                       f"(known: {', '.join(arms)}){hint}")
+    raise VariantError(
+        f"{where}: key 'baseline': {baseline!r} is not an arm of this study (known: {', '.join(arms)}){hint}"
+    )

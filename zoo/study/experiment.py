@@ -22,6 +22,7 @@ an ablation's `set` and then the sweep point override it. In a `set`, a key unde
 Arm label: `<variant or ablation>[-<sweepkey>=<v>...]-s<seed>`; each arm runs in
 `<output_dir>/<label>/` with `name = label`, `study = name`, `arm = label without -s<seed>`.
 """
+
 from __future__ import annotations
 
 import copy
@@ -35,13 +36,12 @@ from typing import Any, Mapping
 from pydantic import Field, ValidationError
 
 from zoo.config import variant as V
-from zoo.config.run import RunConfig, parse_run_config, set_dotted
 from zoo.config.overrides import OverrideError, apply_dotted, did_you_mean
-from zoo.config.schema import Strict
-from zoo.config.schema import format_validation
+from zoo.config.run import RunConfig, parse_run_config, set_dotted
+from zoo.config.schema import Strict, format_validation
+from zoo.config.variant import VariantError, read_yaml_file
 from zoo.study.baseline_check import check_baseline
 from zoo.study.study_checks import PER_ARM_KEYS, duplicate_sweep_arms
-from zoo.config.variant import VariantError, read_yaml_file
 
 STUDY_KEYS = ("variants", "ablations", "seeds", "sweep", "baseline", "resources")
 _SAFE = re.compile(r"[^A-Za-z0-9._=+,-]+")
@@ -58,8 +58,9 @@ class Ablation(Strict):
 class Resources(Strict):
     """What each arm asks a Ray cluster for under `zoo ablate --ray` (Ray's `num_cpus`, `num_gpus`)."""
 
-    cpus: float | None = Field(None, gt=0, description="CPUs per arm; its torch threads too (default: "
-                               "--threads, else 1)")
+    cpus: float | None = Field(
+        None, gt=0, description="CPUs per arm; its torch threads too (default: --threads, else 1)"
+    )
     gpus: float | None = Field(None, ge=0, description="GPUs per arm (default: 1 where the cluster has GPUs, else 0)")
 
 
@@ -71,8 +72,11 @@ class Study(RunConfig):
     ablations: dict[str, Ablation] = Field(default_factory=dict)
     seeds: list[int] | None = None
     sweep: dict[str, list[Any]] = Field(default_factory=dict)
-    baseline: str | None = Field(None, description="the arm the report compares the others against "
-                                 "(paired by seed); default: the first variant (or ablation)")
+    baseline: str | None = Field(
+        None,
+        description="the arm the report compares the others against "
+        "(paired by seed); default: the first variant (or ablation)",
+    )
     resources: Resources = Field(default_factory=Resources)
     path: str | None = Field(None, exclude=True)
 
@@ -140,11 +144,15 @@ def _check_structure(st: Study, where: str, explicit_variant: bool) -> None:
     """Checks no field can make alone: arms exist, names unique and usable as folder names."""
     if not st.variants and not st.ablations:
         if not explicit_variant:
-            raise VariantError(f"{where}: no arms: add `variants: [grpo, ...]` and/or `ablations: {{name: {{variant: ..., set: ...}}}}`")
+            raise VariantError(
+                f"{where}: no arms: add `variants: [grpo, ...]` and/or `ablations: {{name: {{variant: ..., set: ...}}}}`"
+            )
         st.variants = [st.variant]
     elif explicit_variant:
-        raise VariantError(f"{where}: key 'variant': a study's arms come from `variants` and `ablations`; "
-                           f"`variant: {st.variant}` would be ignored (add it to `variants` instead)")
+        raise VariantError(
+            f"{where}: key 'variant': a study's arms come from `variants` and `ablations`; "
+            f"`variant: {st.variant}` would be ignored (add it to `variants` instead)"
+        )
     dup = sorted({v for v in st.variants if st.variants.count(v) > 1})
     if dup:
         raise VariantError(f"{where}: key 'variants': listed twice: {', '.join(dup)}")
@@ -153,10 +161,14 @@ def _check_structure(st: Study, where: str, explicit_variant: bool) -> None:
         raise VariantError(f"{where}: key 'ablations': {', '.join(clash)} is also a variant arm; rename the ablation")
     for name in st.ablations:
         if not name or _SAFE.sub("_", name) != name or name in (".", ".."):
-            raise VariantError(f"{where}: key 'ablations.{name}': not usable as a folder name (letters, digits and . _ - = + , only)")
+            raise VariantError(
+                f"{where}: key 'ablations.{name}': not usable as a folder name (letters, digits and . _ - = + , only)"
+            )
     if not st.name or _SAFE.sub("_", str(st.name)) != str(st.name) or str(st.name) in (".", ".."):
-        raise VariantError(f"{where}: key 'name': {st.name!r} names the study folder runs/<name>: use letters, "
-                           "digits and . _ - = + , only (not '.' or '..')")
+        raise VariantError(
+            f"{where}: key 'name': {st.name!r} names the study folder runs/<name>: use letters, "
+            "digits and . _ - = + , only (not '.' or '..')"
+        )
     if st.seeds is None:
         st.seeds = [st.seed]
     if not st.seeds or len(set(st.seeds)) != len(st.seeds):
@@ -218,7 +230,7 @@ def normalize_key(key: str) -> str:
 
 
 def route_key(key: str, where: str) -> str:
-    """"set" when a dotted key addresses the variant (a slot or a variant field), "run" when it
+    """ "set" when a dotted key addresses the variant (a slot or a variant field), "run" when it
     addresses the run config. Raises VariantError (with close matches) for anything else."""
     head = key.split(".")[0]
     if head in PER_ARM_KEYS:
@@ -234,7 +246,13 @@ def route_key(key: str, where: str) -> str:
 
 def fmt_value(v: Any) -> str:
     """A sweep or override value as it appears in an arm label (`1e-05`, `true`, `[1,2]`): folder-safe."""
-    s = json.dumps(v, separators=(",", ":")) if isinstance(v, (dict, list)) else str(v).lower() if isinstance(v, bool) else str(v)
+    s = (
+        json.dumps(v, separators=(",", ":"))
+        if isinstance(v, (dict, list))
+        else str(v).lower()
+        if isinstance(v, bool)
+        else str(v)
+    )
     return _SAFE.sub("_", s).strip("_") or "_"
 
 
@@ -277,13 +295,24 @@ def expand_arms(st: Study) -> list[Arm]:
     same = duplicate_sweep_arms(arms)
     if same:
         pairs = "; ".join(f"{a} = {b}" for a, b in same)
-        raise VariantError(f"{where}: key 'sweep': points that give the same arm twice ({pairs}): values equal once "
-                           "read as numbers (1e-3 and 1.0e-3 are both 0.001); list each value once")
+        raise VariantError(
+            f"{where}: key 'sweep': points that give the same arm twice ({pairs}): values equal once "
+            "read as numbers (1e-3 and 1.0e-3 are both 0.001); list each value once"
+        )
     return arms
 
 
-def _make_arm(st: Study, base_data: dict[str, Any], where: str, label: str, base: str, variant_name: str,
-              sets: dict[str, Any], point: dict[str, Any], seed: int) -> Arm:
+def _make_arm(
+    st: Study,
+    base_data: dict[str, Any],
+    where: str,
+    label: str,
+    base: str,
+    variant_name: str,
+    sets: dict[str, Any],
+    point: dict[str, Any],
+    seed: int,
+) -> Arm:
     data = copy.deepcopy(base_data)
     norm = {normalize_key(k): v for k, v in point.items()}
     run_keys = {k: v for k, v in norm.items() if route_key(k, where) == "run"}
@@ -292,8 +321,15 @@ def _make_arm(st: Study, base_data: dict[str, Any], where: str, label: str, base
     arm_set = {**{k: v for k, v in sets.items() if k not in set_run}, **var_keys}
     data = set_dotted(data, {**set_run, **run_keys}, f"{where} (arm {label})")
     group = _SEED_SUFFIX.sub("", label)
-    data.update(name=label, variant=variant_name, set=arm_set, seed=seed, study=st.name, arm=group,
-                output_dir=str(st.study_dir() / label))
+    data.update(
+        name=label,
+        variant=variant_name,
+        set=arm_set,
+        seed=seed,
+        study=st.name,
+        arm=group,
+        output_dir=str(st.study_dir() / label),
+    )
     cfg = parse_run_config(data, f"{where} (arm {label})")
     origin = f"ablations.{base}.set" if base in st.ablations else "set (--set)"
     if var_keys:

@@ -19,6 +19,7 @@ cluster file system); a relative `output_dir` is made absolute on the driver. Ev
 installed (a local Ray started here puts this checkout's zoo on the workers' PYTHONPATH).
 Ray is the optional extra `pip install 'variant-zoo[ray]'`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -50,8 +51,7 @@ def arm_resources(resources: Resources, cluster: Mapping[str, float], threads: i
     return {"num_cpus": float(cpus), "num_gpus": float(gpus)}
 
 
-def _arm_task(arm: Arm, train_fn: Callable[..., Any] | None, fresh: bool, study_file: str | None,
-              threads: int) -> str:
+def _arm_task(arm: Arm, train_fn: Callable[..., Any] | None, fresh: bool, study_file: str | None, threads: int) -> str:
     """Runs on a Ray worker: one arm with `threads` torch threads; returns its final status."""
     import torch
     from rich.console import Console
@@ -68,10 +68,18 @@ def _absolute(arm: Arm) -> Arm:
     return dataclasses.replace(arm, config=arm.config.model_copy(update={"output_dir": out}))
 
 
-def run_arms_on_ray(arms: Sequence[Arm], *, train_fn: Callable[..., Any] | None = None,
-                    fresh: Sequence[str] = (), study_file: str | None = None, console: Any = None,
-                    address: str | None = None, resources: Resources | None = None, threads: int | None = None,
-                    init_kwargs: Mapping[str, Any] | None = None) -> dict[str, str]:
+def run_arms_on_ray(
+    arms: Sequence[Arm],
+    *,
+    train_fn: Callable[..., Any] | None = None,
+    fresh: Sequence[str] = (),
+    study_file: str | None = None,
+    console: Any = None,
+    address: str | None = None,
+    resources: Resources | None = None,
+    threads: int | None = None,
+    init_kwargs: Mapping[str, Any] | None = None,
+) -> dict[str, str]:
     """Run `arms` as Ray tasks (module docstring) and return {label: final status}.
 
     address: None starts a local Ray here (shut down at the end); "auto" or "ray://host:port" joins a
@@ -95,11 +103,16 @@ def run_arms_on_ray(arms: Sequence[Arm], *, train_fn: Callable[..., Any] | None 
         opts = arm_resources(resources or Resources(), cluster, threads)
         for key, have in (("num_cpus", cluster.get("CPU", 0)), ("num_gpus", cluster.get("GPU", 0))):
             if opts[key] > have:
-                raise VariantError(f"resources: each arm asks for {key.removeprefix('num_')}={opts[key]:g} but the "
-                                   f"Ray cluster has {have:g}; lower `resources` in the study file")
+                raise VariantError(
+                    f"resources: each arm asks for {key.removeprefix('num_')}={opts[key]:g} but the "
+                    f"Ray cluster has {have:g}; lower `resources` in the study file"
+                )
         if console is not None:
-            console.print(f"ray: {len(arms)} arm(s), each {opts['num_cpus']:g} CPU / {opts['num_gpus']:g} GPU, on "
-                          f"a cluster of {cluster.get('CPU', 0):g} CPU / {cluster.get('GPU', 0):g} GPU", highlight=False)
+            console.print(
+                f"ray: {len(arms)} arm(s), each {opts['num_cpus']:g} CPU / {opts['num_gpus']:g} GPU, on "
+                f"a cluster of {cluster.get('CPU', 0):g} CPU / {cluster.get('GPU', 0):g} GPU",
+                highlight=False,
+            )
         task = ray.remote(max_retries=0)(_arm_task).options(**opts)
         n_threads = max(1, int(opts["num_cpus"]))
         pending = {}

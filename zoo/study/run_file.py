@@ -3,6 +3,7 @@
 The run file's schema and reading are `zoo.config.run`; a study's arms are `zoo.study.experiment`'s
 (config is a lower layer than studies, so it cannot ask the study module itself).
 """
+
 from __future__ import annotations
 
 from pathlib import Path

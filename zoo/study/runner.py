@@ -1,6 +1,7 @@
 """Running a study's arms here, one after another (`zoo ablate`): plan, shard, claim, train, record,
 report. `run_study(..., run_arms=...)` hands the claimed-and-train part to another executor:
 zoo.study.ray_runner runs each arm as a Ray task."""
+
 from __future__ import annotations
 
 import json
@@ -13,14 +14,14 @@ from typing import Any, Callable, Mapping
 
 import yaml
 
+from zoo.config.variant import VariantError
 from zoo.run import lock
+from zoo.run.tracking import read_json
 from zoo.study import report
 from zoo.study.arm_claim import claim, plan_conflicts
 from zoo.study.experiment import Arm, Study, expand_arms, fmt_value
 from zoo.study.study_checks import foreign_arm_dir
-from zoo.run.tracking import read_json
 from zoo.study.validate import check_arms
-from zoo.config.variant import VariantError
 
 
 def arm_status(run_dir: Path) -> tuple[str, str | None]:
@@ -60,15 +61,36 @@ def write_index(st: Study, arms: list[Arm]) -> Path:
     for a in arms:
         d = a.config.out_dir()
         status, error = arm_status(d)
-        rows.append({"label": a.label, "arm": a.group, "base": a.base, "variant": a.config.variant,
-                     "seed": a.seed, "sweep": a.sweep, "set": a.overrides, "status": status, "error": error,
-                     "dir": str(d), "config": str(d / "config.yaml"), "metrics": str(d / "metrics.jsonl"),
-                     "summary": str(d / "summary.json")})
+        rows.append(
+            {
+                "label": a.label,
+                "arm": a.group,
+                "base": a.base,
+                "variant": a.config.variant,
+                "seed": a.seed,
+                "sweep": a.sweep,
+                "set": a.overrides,
+                "status": status,
+                "error": error,
+                "dir": str(d),
+                "config": str(d / "config.yaml"),
+                "metrics": str(d / "metrics.jsonl"),
+                "summary": str(d / "summary.json"),
+            }
+        )
     path = st.study_dir() / "study.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     with lock.locked(st.study_dir() / ".study.lock", what=f"study index {path}", wait=30.0):
-        _write_json(path, {"name": st.name, "file": st.path, "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                           "baseline": st.baseline or (arms[0].group if arms else None), "arms": rows})
+        _write_json(
+            path,
+            {
+                "name": st.name,
+                "file": st.path,
+                "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "baseline": st.baseline or (arms[0].group if arms else None),
+                "arms": rows,
+            },
+        )
     return path
 
 
@@ -84,7 +106,7 @@ def select_shard(arms: list[Arm], shard: tuple[int, int] | None) -> list[Arm]:
 
 
 def parse_shard(text: str) -> tuple[int, int]:
-    """"1/4" -> (1, 4). Raises VariantError on anything else."""
+    """ "1/4" -> (1, 4). Raises VariantError on anything else."""
     m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text or "")
     if not m:
         raise VariantError(f"--shard {text!r}: expected i/n, e.g. 0/2")
@@ -118,9 +140,16 @@ def run_command(config_path: Path) -> str:
     return shlex.join(["zoo", "run", str(config_path)])
 
 
-def run_study(st: Study, *, dry_run: bool = False, shard: tuple[int, int] | None = None,
-              train_fn: Callable[..., Any] | None = None, console: Any = None, fresh: tuple[str, ...] = (),
-              run_arms: Callable[..., Mapping[str, str]] | None = None) -> int:
+def run_study(
+    st: Study,
+    *,
+    dry_run: bool = False,
+    shard: tuple[int, int] | None = None,
+    train_fn: Callable[..., Any] | None = None,
+    console: Any = None,
+    fresh: tuple[str, ...] = (),
+    run_arms: Callable[..., Mapping[str, str]] | None = None,
+) -> int:
     """Run (or with dry_run only plan) a study's arms; see zoo.study.experiment's module doc.
 
     Every arm's variant is checked before anything runs (VariantError lists all problems). Each
@@ -147,8 +176,11 @@ def run_study(st: Study, *, dry_run: bool = False, shard: tuple[int, int] | None
     arms = select_shard(all_arms, shard)
     foreign = [why for a in arms if (why := foreign_arm_dir(st.study_dir(), a.config.out_dir(), str(st.name)))]
     if foreign:
-        raise VariantError("\n".join(f"{why}: not this study's arm; move it away or give the study another "
-                                      "output_dir" for why in foreign))
+        raise VariantError(
+            "\n".join(
+                f"{why}: not this study's arm; move it away or give the study another output_dir" for why in foreign
+            )
+        )
     conflicts = plan_conflicts(all_arms, arms, st.path or str(st.name), fresh)
     print_plan(st, arms, console, len(all_arms))
     if conflicts and not dry_run:
@@ -171,10 +203,11 @@ def run_study(st: Study, *, dry_run: bool = False, shard: tuple[int, int] | None
     results = {}
     for i, a in enumerate(arms):
         try:
-            results[a.label] = _run_arm(a, train_fn, console, fresh=a.label in fresh or a.group in fresh,
-                                        study_file=st.path)
+            results[a.label] = _run_arm(
+                a, train_fn, console, fresh=a.label in fresh or a.group in fresh, study_file=st.path
+            )
         except KeyboardInterrupt as e:  # the resume command must still retrain the --fresh arms not reached
-            e.pending_fresh = [b.label for b in arms[i + 1:] if b.label in fresh or b.group in fresh]  # type: ignore[attr-defined]
+            e.pending_fresh = [b.label for b in arms[i + 1 :] if b.label in fresh or b.group in fresh]  # type: ignore[attr-defined]
             raise
         finally:  # also on Ctrl-C: study.json then shows the arm interrupted, not pending
             write_index(st, all_arms)
@@ -187,12 +220,20 @@ def _summarise(st: Study, arms: list[Arm], results: Mapping[str, str], console: 
     counts as finished when that process has finished it by now (two `zoo ablate` of one study: the
     last to end reports every arm)."""
     dirs = {a.label: a.config.out_dir() for a in arms}
-    results = {k: ("finished" if s == "locked" and k in dirs and arm_status(dirs[k])[0] == "finished" else s)
-               for k, s in results.items()}
-    bad = [k + (" (in use by another process, which writes the study's report when it ends)" if s == "locked" else "")
-           for k, s in results.items() if s != "finished"]
-    console.print(f"study {st.name}: {len(arms) - len(bad)}/{len(arms)} arm(s) finished"
-                  + (f"; not finished: {', '.join(bad)}" if bad else ""), highlight=False)
+    results = {
+        k: ("finished" if s == "locked" and k in dirs and arm_status(dirs[k])[0] == "finished" else s)
+        for k, s in results.items()
+    }
+    bad = [
+        k + (" (in use by another process, which writes the study's report when it ends)" if s == "locked" else "")
+        for k, s in results.items()
+        if s != "finished"
+    ]
+    console.print(
+        f"study {st.name}: {len(arms) - len(bad)}/{len(arms)} arm(s) finished"
+        + (f"; not finished: {', '.join(bad)}" if bad else ""),
+        highlight=False,
+    )
     return 0 if not bad else 1
 
 
@@ -202,8 +243,9 @@ def _default_train() -> Callable[..., Any]:
     return trainer.train
 
 
-def run_arm(arm: Arm, train_fn: Callable[..., Any] | None, console: Any, fresh: bool = False,
-            study_file: str | None = None) -> str:
+def run_arm(
+    arm: Arm, train_fn: Callable[..., Any] | None, console: Any, fresh: bool = False, study_file: str | None = None
+) -> str:
     """Claim, train and record one arm as `zoo ablate` does (zoo.study.arm_claim: skipped when finished
     with the same fingerprint or leased by another process); returns its final status (finished,
     failed, interrupted, locked, stale). train_fn None: `zoo.run.trainer.train`. An exception in training
@@ -216,8 +258,9 @@ def record_failure(run_dir: Path, e: BaseException) -> None:
     _record_failure(Path(run_dir), e)
 
 
-def _run_arm(arm: Arm, train_fn: Callable[..., Any], console: Any, fresh: bool = False,
-             study_file: str | None = None) -> str:
+def _run_arm(
+    arm: Arm, train_fn: Callable[..., Any], console: Any, fresh: bool = False, study_file: str | None = None
+) -> str:
     """Run one arm unless zoo.study.arm_claim skips it (finished with the same fingerprint, or "locked" by
     another process); returns its final status. Exceptions become status failed."""
     lease, action = claim(arm.label, arm.config, console, fresh, study_file)
@@ -234,8 +277,10 @@ def _train_arm(arm: Arm, train_fn: Callable[..., Any], console: Any) -> str:
     d = arm.config.out_dir()
     status, _ = arm_status(d)
     write_arm_config(arm)
-    console.print(f"[bold]run[/] {arm.label}" + (" (resuming)" if status in ("unfinished", "failed", "interrupted") else ""),
-                  highlight=False)
+    console.print(
+        f"[bold]run[/] {arm.label}" + (" (resuming)" if status in ("unfinished", "failed", "interrupted") else ""),
+        highlight=False,
+    )
     try:
         result = train_fn(arm.config, resume=True)
     except KeyboardInterrupt as e:  # the study stops; the arm is recorded as interrupted (resumable)

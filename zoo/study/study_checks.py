@@ -1,6 +1,7 @@
 """Study checks over the expanded arms: sweep points that make the same arm twice, arm folders that
 belong to another study, and what to say for a sweep over a key that each arm sets itself (`seed`).
 """
+
 from __future__ import annotations
 
 import json

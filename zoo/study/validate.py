@@ -1,6 +1,7 @@
 """`zoo validate` and `zoo ablate`'s checks of a study before anything runs: every distinct arm
 through the same stages `zoo run` uses (zoo.checks: `before_load`, then `after_load` from the
 model's config.json and tokenizer, no weights), with messages that name the arm."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,12 +17,22 @@ from zoo.study.experiment import STUDY_KEYS, Arm, expand_arms, load_study, read_
 
 def variant_context(cfg: RunConfig, v: V.Variant) -> dict[str, Any]:
     """What `check_variant` needs from the run: the group size and updates actually used, max_new_tokens."""
-    return {"group_size": cfg.budget.group_size or v.group_size, "updates": cfg.budget.updates or v.updates,
-            "max_new_tokens": cfg.budget.max_new_tokens}
+    return {
+        "group_size": cfg.budget.group_size or v.group_size,
+        "updates": cfg.budget.updates or v.updates,
+        "max_new_tokens": cfg.budget.max_new_tokens,
+    }
 
 
-def check_arms(arms: list[Arm], plugins: list[str] | tuple[str, ...] = (), *, world_size: int | None = None,
-               launched: bool | None = None, load_files: bool = True, local_memory: bool = True) -> Report:
+def check_arms(
+    arms: list[Arm],
+    plugins: list[str] | tuple[str, ...] = (),
+    *,
+    world_size: int | None = None,
+    launched: bool | None = None,
+    load_files: bool = True,
+    local_memory: bool = True,
+) -> Report:
     """Check every distinct arm (seeds sharing a configuration are checked once) with
     `zoo.checks.before_load` and, when it passes and `load_files`, `zoo.checks.check_loadable` (the
     model's config.json and tokenizer; no weights). world_size / launched: the processes the arms

@@ -16,6 +16,7 @@ Splits never share a question (zoo.tasks.base explains the order they are drawn 
 Default reasoning_gym configs are far too hard for a 135M model: `EASY_ARITHMETIC` is the measured
 easy basic_arithmetic config (2 terms, 1 digit, + and -; 2-shot base accuracy ~0.59).
 """
+
 from __future__ import annotations
 
 import difflib

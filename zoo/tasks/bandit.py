@@ -10,6 +10,7 @@ rows (`PromptStream`), the row fixes the noise. Keep `size` >= steps x prompts_p
 row (and no noise) is drawn twice in a run. Used by experiments/mo_grpo_bandit.yaml (MO-GRPO
 arXiv:2509.22047 §5.1).
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -20,8 +21,14 @@ DEFAULTS: dict[str, Any] = {"name": "bandit", "prompt": "Pick an arm.", "size": 
 
 
 def _row(prompt: str, seed: int, i: int) -> dict[str, Any]:
-    return {"prompt": [{"role": "user", "content": prompt}], "question": f"pull {i}", "answer": "",
-            "source": "bandit", "id": f"bandit-{i}", "noise_seed": derive_seed(seed, f"bandit:{i}")}
+    return {
+        "prompt": [{"role": "user", "content": prompt}],
+        "question": f"pull {i}",
+        "answer": "",
+        "source": "bandit",
+        "id": f"bandit-{i}",
+        "noise_seed": derive_seed(seed, f"bandit:{i}"),
+    }
 
 
 def load(spec: Mapping[str, Any]) -> Task:

@@ -13,6 +13,7 @@ text with whitespace collapsed, `question_key`):
 Eval comes before train so that the eval set does not change with the training `size`, and so that
 a training set covering most of a small problem space cannot leave the eval set empty.
 """
+
 from __future__ import annotations
 
 import difflib

@@ -1,10 +1,11 @@
 """Chat prompts: optional system message, few-shot worked turns, then the question with the instruction.
 
-    build_prompt("Calculate 2 + 3.", fewshot=[{"question": "Calculate 1 + 1.", "answer": "2"}])
-    -> [{"role": "user", "content": "Calculate 1 + 1.\\nPut your final answer within \\\\boxed{}."},
-        {"role": "assistant", "content": "The answer is \\\\boxed{2}."},
-        {"role": "user", "content": "Calculate 2 + 3.\\nPut your final answer within \\\\boxed{}."}]
+build_prompt("Calculate 2 + 3.", fewshot=[{"question": "Calculate 1 + 1.", "answer": "2"}])
+-> [{"role": "user", "content": "Calculate 1 + 1.\\nPut your final answer within \\\\boxed{}."},
+    {"role": "assistant", "content": "The answer is \\\\boxed{2}."},
+    {"role": "user", "content": "Calculate 2 + 3.\\nPut your final answer within \\\\boxed{}."}]
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence

@@ -1,6 +1,7 @@
 """Checks on a local data file before `datasets` reads it, so that an empty, non-UTF-8 or non-JSON file
 is one clear error naming the file and line (datasets raises a bare StopIteration, UnicodeDecodeError or
 DatasetGenerationError)."""
+
 from __future__ import annotations
 
 import codecs
@@ -30,8 +31,10 @@ def check_data_file(path: str) -> None:
             except UnicodeDecodeError as e:
                 at = offset + e.start  # (off by < 4 bytes when a character spans two chunks)
                 line = lines + chunk[: e.start].count(b"\n") + 1
-                raise TaskError(f"data file {path!r} is not UTF-8 text: byte {chunk[e.start:e.start + 1]!r} at "
-                                f"offset {at} (line {line}); re-save it as UTF-8") from None
+                raise TaskError(
+                    f"data file {path!r} is not UTF-8 text: byte {chunk[e.start : e.start + 1]!r} at "
+                    f"offset {at} (line {line}); re-save it as UTF-8"
+                ) from None
             if not chunk:
                 return
             offset += len(chunk)
@@ -61,11 +64,14 @@ def check_json_file(path: str, row: str = TASK_ROW) -> None:
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:
-            raise TaskError(f"data file {path!r}, line {i}: not valid JSON ({e.msg} at column {e.colno}); expected "
-                            f"{forms}") from None
+            raise TaskError(
+                f"data file {path!r}, line {i}: not valid JSON ({e.msg} at column {e.colno}); expected {forms}"
+            ) from None
         except RecursionError:
-            raise TaskError(f"data file {path!r}, line {i}: nested too deeply to read; a row is a flat "
-                            "mapping") from None
+            raise TaskError(
+                f"data file {path!r}, line {i}: nested too deeply to read; a row is a flat mapping"
+            ) from None
         if not isinstance(row, dict):
-            raise TaskError(f"data file {path!r}, line {i}: a JSON {type(row).__name__}, not an object; expected "
-                            f"{forms}")
+            raise TaskError(
+                f"data file {path!r}, line {i}: a JSON {type(row).__name__}, not an object; expected {forms}"
+            )

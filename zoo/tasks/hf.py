@@ -13,6 +13,7 @@ local file, `eval_split` is the path of a second file and `split` is not used. R
 answer is null are skipped.
 `size: null` takes every remaining row for training.
 """
+
 from __future__ import annotations
 
 import logging
@@ -84,9 +85,11 @@ def _rows(ds: Any, s: Mapping[str, Any], source: str) -> list[dict[str, Any]]:
             continue
         for key, value in (("prompt_column", q), ("answer_column", a)):
             if isinstance(value, (list, dict)):  # str() would make "['1', '2']" the gold answer
-                raise TaskError(f"dataset {s['path']!r}: column {s[key]!r} ({key}) holds a {type(value).__name__} "
-                                f"in row {i} ({str(value)[:60]}); one string or number per row is needed (pick one "
-                                "element into a column of its own)")
+                raise TaskError(
+                    f"dataset {s['path']!r}: column {s[key]!r} ({key}) holds a {type(value).__name__} "
+                    f"in row {i} ({str(value)[:60]}); one string or number per row is needed (pick one "
+                    "element into a column of its own)"
+                )
         a = str(a)
         if pattern is not None:
             m = pattern.search(a)
@@ -95,22 +98,38 @@ def _rows(ds: Any, s: Mapping[str, Any], source: str) -> list[dict[str, Any]]:
     return out
 
 
-def no_training_rows(name: str, path: str, pool: list[dict[str, Any]], eval_rows: list[dict[str, Any]],
-                     fewshot: list[dict[str, Any]], separate_eval: bool) -> str:
+def no_training_rows(
+    name: str,
+    path: str,
+    pool: list[dict[str, Any]],
+    eval_rows: list[dict[str, Any]],
+    fewshot: list[dict[str, Any]],
+    separate_eval: bool,
+) -> str:
     """Why a task has no training rows: no usable rows at all, or every question is also an eval or
     few-shot question (those are kept out of training; repeated questions count once)."""
     if not pool:
-        return (f"{name} task {path!r}: no training rows: no row has both a question and an answer "
-                "(rows with a null in either are skipped)")
+        return (
+            f"{name} task {path!r}: no training rows: no row has both a question and an answer "
+            "(rows with a null in either are skipped)"
+        )
     distinct = len(keys_of(pool))
-    repeats = (f"its {len(pool)} rows hold {distinct} distinct question{'s' if distinct != 1 else ''} "
-               f"(repeats count once)" if distinct < len(pool) else f"its {len(pool)} rows")
+    repeats = (
+        f"its {len(pool)} rows hold {distinct} distinct question{'s' if distinct != 1 else ''} (repeats count once)"
+        if distinct < len(pool)
+        else f"its {len(pool)} rows"
+    )
     taken = [f"{len(eval_rows)} eval" if eval_rows else "", f"{len(fewshot)} few-shot" if fewshot else ""]
     by = " and ".join(t for t in taken if t) or "no"
-    fix = "give rows with other questions, or lower fewshot" if separate_eval else \
-        "give rows with other questions, lower eval_size or fewshot, or hold eval rows out in eval_split"
-    return (f"{name} task {path!r}: no training rows left: {repeats}, and the {by} question(s) are kept out of "
-            f"training (a question is never both trained on and evaluated); {fix}")
+    fix = (
+        "give rows with other questions, or lower fewshot"
+        if separate_eval
+        else "give rows with other questions, lower eval_size or fewshot, or hold eval rows out in eval_split"
+    )
+    return (
+        f"{name} task {path!r}: no training rows left: {repeats}, and the {by} question(s) are kept out of "
+        f"training (a question is never both trained on and evaluated); {fix}"
+    )
 
 
 def _shuffled(rows: list[dict[str, Any]], seed: int) -> Iterator[dict[str, Any]]:
@@ -154,8 +173,9 @@ def load(spec: Mapping[str, Any]) -> Task:
     elif s["eval_split"]:
         eval_pool = _rows(_load_split(path, s["subset"], s["eval_split"], False), s, source)
     eval_rows = draw(_shuffled(eval_pool, eval_seed), s["eval_size"], exclude=shot_keys, distinct=True)
-    train_rows = draw(_shuffled(pool, derive_seed(seed, "train")), s["size"],
-                      exclude=shot_keys | keys_of(eval_rows), distinct=False)
+    train_rows = draw(
+        _shuffled(pool, derive_seed(seed, "train")), s["size"], exclude=shot_keys | keys_of(eval_rows), distinct=False
+    )
     if not train_rows:
         raise TaskError(no_training_rows(name, path, pool, eval_rows, fewshot, separate_eval=bool(s["eval_split"])))
     for split, rows, want in (("eval", eval_rows, s["eval_size"]), ("train", train_rows, s["size"])):

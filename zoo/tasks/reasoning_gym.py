@@ -8,6 +8,7 @@ or `size` (the splits set those). Items come from `reasoning_gym.create_dataset(
 seed=..., size=...)`; the scorer is that dataset's `score_answer`, built once per (dataset, config).
 Default reasoning_gym configs are far too hard for a 135M model: see `EASY_ARITHMETIC`.
 """
+
 from __future__ import annotations
 
 import dataclasses

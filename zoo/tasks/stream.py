@@ -11,6 +11,7 @@ Epoch e visits every row once in the order `random.Random(derive_seed(seed, f"st
 shuffles them to, so the order depends only on (seed, epoch), never on how many rows were taken
 before a checkpoint.
 """
+
 from __future__ import annotations
 
 import random

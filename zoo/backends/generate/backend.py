@@ -1,5 +1,6 @@
 """The run's generator from `sampling.backend` (a name or {name, params} of the `generator` kind):
 resolved once per run by the trainer, recorded in the run's fingerprint."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,6 +1,7 @@
 """`continue_` for HF models: extend each row from its own (uneven) prefix until a stop string, EOS or
 the token budget, with the sampler's log-probs (multi-turn rollouts; the `generator` kind's contract,
 zoo/core/kinds.py). Shapes: n rows, P the longest prefix, T new tokens."""
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -9,11 +10,16 @@ import torch
 from torch import nn
 
 from zoo.backends.generate.hf import (
-    device_of, eval_no_grad, neutral_generation_config, completion_mask, sampling_config, stop_token_ids,
+    completion_mask,
+    device_of,
+    eval_no_grad,
+    neutral_generation_config,
+    sampling_config,
+    stop_token_ids,
 )
 from zoo.backends.generate.stops import StopStrings
-from zoo.core.generator_types import Continuation, SamplingParams
 from zoo.backends.generate.warping import RolloutLogprobs, processor_list
+from zoo.core.generator_types import Continuation, SamplingParams
 
 
 def left_pad(prefix_ids: Sequence[Sequence[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -28,8 +34,14 @@ def left_pad(prefix_ids: Sequence[Sequence[int]], pad_id: int, device) -> tuple[
     return ids, mask
 
 
-def continue_rows(model: nn.Module, tokenizer, prefix_ids: Sequence[Sequence[int]], sampling: SamplingParams,
-                  stop: Sequence[str] = (), eos_token_ids: Sequence[int] | None = None) -> Continuation:
+def continue_rows(
+    model: nn.Module,
+    tokenizer,
+    prefix_ids: Sequence[Sequence[int]],
+    sampling: SamplingParams,
+    stop: Sequence[str] = (),
+    eos_token_ids: Sequence[int] | None = None,
+) -> Continuation:
     """Sample new tokens after each row's prefix -> Continuation (see zoo.core.generator_types).
 
     prefix_ids: n token lists of any lengths (a row's prompt and the turns so far), left-padded here.
@@ -51,17 +63,24 @@ def continue_rows(model: nn.Module, tokenizer, prefix_ids: Sequence[Sequence[int
     n, P = ids.shape
     crit = StopStrings(tokenizer, stop, P, n, stops)
     rec = RolloutLogprobs()
-    procs = processor_list(sampling.logits_processors, sampling.temperature, sampling.top_k, sampling.top_p,
-                           sampling.do_sample, rec)
-    gen_config = sampling_config(sampling.max_new_tokens, sampling.min_new_tokens, sampling.do_sample, pad_id,
-                                 stops, tokenizer.bos_token_id)
+    procs = processor_list(
+        sampling.logits_processors, sampling.temperature, sampling.top_k, sampling.top_p, sampling.do_sample, rec
+    )
+    gen_config = sampling_config(
+        sampling.max_new_tokens, sampling.min_new_tokens, sampling.do_sample, pad_id, stops, tokenizer.bos_token_id
+    )
     from transformers import StoppingCriteriaList
 
     with eval_no_grad(model), neutral_generation_config(model):
-        out = model.generate(input_ids=ids, attention_mask=mask, generation_config=gen_config,
-                             logits_processor=procs, stopping_criteria=StoppingCriteriaList([crit]),
-                             # ranks make different numbers of calls (multi-turn): never a per-token collective
-                             synced_gpus=False)
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            generation_config=gen_config,
+            logits_processor=procs,
+            stopping_criteria=StoppingCriteriaList([crit]),
+            # ranks make different numbers of calls (multi-turn): never a per-token collective
+            synced_gpus=False,
+        )
     rec.finish(out[:, -1])
     new = out[:, P:]  # [n, T]
     T = new.shape[1]
@@ -74,8 +93,11 @@ def continue_rows(model: nn.Module, tokenizer, prefix_ids: Sequence[Sequence[int
     new = torch.where(cmask, new, torch.full_like(new, pad_id))
     logp = rec.values().to(new.device) * cmask
     drop = (~no_eos & (ended < 0)).long()  # the EOS itself is not text; a stop string is
-    texts = [tokenizer.decode(row[: k - e], skip_special_tokens=True)
-             for row, k, e in zip(new.tolist(), lengths.tolist(), drop.tolist())]
+    texts = [
+        tokenizer.decode(row[: k - e], skip_special_tokens=True)
+        for row, k, e in zip(new.tolist(), lengths.tolist(), drop.tolist())
+    ]
     which = [w if e >= 0 else None for w, e in zip(crit.which, crit.ended)]
-    return Continuation(ids=new, mask=cmask, logp_rollout=logp, truncated=truncated, lengths=lengths,
-                        stopped_by=which, texts=texts)
+    return Continuation(
+        ids=new, mask=cmask, logp_rollout=logp, truncated=truncated, lengths=lengths, stopped_by=which, texts=texts
+    )

@@ -10,6 +10,7 @@ Conventions (docs/algorithms.md "Our conventions", docs/cases.md C6/C10):
 - position ids follow the attention mask under left padding (C10, `zoo.models.forward.position_ids_from_mask`).
   Sampler-side top-k/top-p are disabled by default, so the sampling distribution is logits / temperature.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -63,7 +64,6 @@ def completion_mask(completion_ids: Tensor, eos_id: int | Iterable[int]) -> tupl
 def device_of(model: nn.Module) -> torch.device:
     """The device of the model's first parameter (where its inputs go)."""
     return next(model.parameters()).device
-
 
 
 @contextmanager
@@ -207,18 +207,28 @@ def generate_rollout(
     mb = micro_batch or N
     chunks: list[Tensor] = []
     logps: list[Tensor] = []
-    step_progress.report("generate", 0, N)  # a long step shows its progress chunk by chunk (zoo.backends.generate.progress)
+    step_progress.report(
+        "generate", 0, N
+    )  # a long step shows its progress chunk by chunk (zoo.backends.generate.progress)
     with eval_no_grad(model), neutral_generation_config(model):
         for s in range(0, N, mb):
-            prefix = _shared_prefill(model, ids[s : s + mb], mask[s : s + mb], prompt_index[s : s + mb]) \
-                if share_prompts else {}
+            prefix = (
+                _shared_prefill(model, ids[s : s + mb], mask[s : s + mb], prompt_index[s : s + mb])
+                if share_prompts
+                else {}
+            )
             rec = RolloutLogprobs()
             procs = processor_list(logits_processors, temperature, int(top_k or 0), top_p, do_sample, rec)
-            out = model.generate(input_ids=ids[s : s + mb], attention_mask=mask[s : s + mb],
-                                 generation_config=gen_config, logits_processor=procs, **prefix,  # [mb, P + T_chunk]
-                                 # an FSDP2 model is generated with its weights gathered (zoo.backends.train.strategy.gather_weights):
-                                 # no lockstep over ranks (transformers would all-reduce each token's "done" flag)
-                                 synced_gpus=False)
+            out = model.generate(
+                input_ids=ids[s : s + mb],
+                attention_mask=mask[s : s + mb],
+                generation_config=gen_config,
+                logits_processor=procs,
+                **prefix,  # [mb, P + T_chunk]
+                # an FSDP2 model is generated with its weights gathered (zoo.backends.train.strategy.gather_weights):
+                # no lockstep over ranks (transformers would all-reduce each token's "done" flag)
+                synced_gpus=False,
+            )
             del prefix
             rec.finish(out[:, -1])
             chunks.append(out[:, P:])
@@ -229,24 +239,46 @@ def generate_rollout(
     cmask, truncated, lengths = completion_mask(completion_ids, stops)
     texts = decode_completions(tokenizer, completion_ids, cmask, truncated)
     logp_rollout = torch.cat([_pad_right(x, T, 0) for x in logps], dim=0).to(cmask.device) * cmask  # [N, T]
-    return Batch(prompt_ids=ids, prompt_mask=mask.bool(), completion_ids=completion_ids, loss_mask=cmask,
-                 group_ids=prompt_index, truncated=truncated, lengths=lengths, policy_tokens=cmask.sum(1), texts=texts,
-                 logp_rollout=logp_rollout)
+    return Batch(
+        prompt_ids=ids,
+        prompt_mask=mask.bool(),
+        completion_ids=completion_ids,
+        loss_mask=cmask,
+        group_ids=prompt_index,
+        truncated=truncated,
+        lengths=lengths,
+        policy_tokens=cmask.sum(1),
+        texts=texts,
+        logp_rollout=logp_rollout,
+    )
 
 
-def sampling_config(max_new_tokens: int, min_new_tokens: int, do_sample: bool, pad_id: int, stops: Sequence[int],
-                    bos_id: int | None):
+def sampling_config(
+    max_new_tokens: int, min_new_tokens: int, do_sample: bool, pad_id: int, stops: Sequence[int], bos_id: int | None
+):
     """A GenerationConfig with every processor of transformers' own off (temperature 1, top-k 0, top-p 1,
     no repetition penalty, min-p ...): the warping is passed as processors (`warping.processor_list`),
     so the recorder of `logp_rollout` comes after it."""
     from transformers import GenerationConfig
 
     return GenerationConfig(
-        max_new_tokens=max_new_tokens, min_new_tokens=min(int(min_new_tokens), max_new_tokens) or None,
-        do_sample=do_sample, temperature=1.0, top_p=1.0, top_k=0 if do_sample else None,
-        min_p=None, typical_p=1.0, repetition_penalty=1.0, no_repeat_ngram_size=0,
-        num_beams=1, num_return_sequences=1, pad_token_id=pad_id, eos_token_id=list(stops),
-        bos_token_id=bos_id, use_cache=True, return_dict_in_generate=False,
+        max_new_tokens=max_new_tokens,
+        min_new_tokens=min(int(min_new_tokens), max_new_tokens) or None,
+        do_sample=do_sample,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0 if do_sample else None,
+        min_p=None,
+        typical_p=1.0,
+        repetition_penalty=1.0,
+        no_repeat_ngram_size=0,
+        num_beams=1,
+        num_return_sequences=1,
+        pad_token_id=pad_id,
+        eos_token_id=list(stops),
+        bos_token_id=bos_id,
+        use_cache=True,
+        return_dict_in_generate=False,
     )
 
 
@@ -266,8 +298,9 @@ def _shared_prefill(model: nn.Module, ids: Tensor, mask: Tensor, prompt_index: T
     pm = mask[first, : P - 1]
     if not bool(pm.bool().any(1).all()):
         return {}  # a one-token prompt: nothing to prefill for it
-    kwargs = dict(input_ids=ids[first, : P - 1], attention_mask=pm, position_ids=position_ids_from_mask(pm),
-                  use_cache=True)
+    kwargs = dict(
+        input_ids=ids[first, : P - 1], attention_mask=pm, position_ids=position_ids_from_mask(pm), use_cache=True
+    )
     if accepts_logits_to_keep(model):
         kwargs["logits_to_keep"] = 1
     cache = expandable_cache(model(**kwargs))

@@ -1,6 +1,7 @@
 """The `hf` generator (registry kind `generator`, chosen by `sampling.backend`): HF `generate` on the
 policy module itself, with the shared-prompt KV cache and `logp_rollout` from the scores it samples
 from. `sync` is a no-op: it reads the policy's weights directly."""
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -9,8 +10,8 @@ from torch import nn
 
 from zoo.backends.generate.continuation import continue_rows
 from zoo.backends.generate.hf import generate_rollout
-from zoo.core.generator_types import Continuation, SamplingParams
 from zoo.core.batch import Batch
+from zoo.core.generator_types import Continuation, SamplingParams
 from zoo.core.registry import register
 
 
@@ -23,13 +24,23 @@ class HFGenerator:
     def generate(self, prompts: Sequence, group_size: int, sampling: SamplingParams, /) -> Batch:
         """G completions per prompt -> Batch with logp_rollout [N, T] (`generate_rollout`)."""
         return generate_rollout(
-            self.policy, self.tokenizer, prompts, group_size=group_size, max_new_tokens=sampling.max_new_tokens,
-            temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
-            do_sample=sampling.do_sample, micro_batch=sampling.micro_batch, min_new_tokens=sampling.min_new_tokens,
-            logits_processors=sampling.logits_processors)
+            self.policy,
+            self.tokenizer,
+            prompts,
+            group_size=group_size,
+            max_new_tokens=sampling.max_new_tokens,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k,
+            do_sample=sampling.do_sample,
+            micro_batch=sampling.micro_batch,
+            min_new_tokens=sampling.min_new_tokens,
+            logits_processors=sampling.logits_processors,
+        )
 
-    def continue_(self, prefix_ids: Sequence[Sequence[int]], sampling: SamplingParams, stop: Sequence[str] = (),
-                  /) -> Continuation:
+    def continue_(
+        self, prefix_ids: Sequence[Sequence[int]], sampling: SamplingParams, stop: Sequence[str] = (), /
+    ) -> Continuation:
         """Extend each row from its own prefix (`continuation.continue_rows`)."""
         return continue_rows(self.policy, self.tokenizer, prefix_ids, sampling, stop)
 

@@ -2,18 +2,18 @@
 warping, a two-sided sampler/trainer mismatch that is the same on every machine (the noise is drawn on
 the CPU from its own seeded stream), for tests and for studying rollout corrections. Top-p
 alone gives a one-sided mismatch: every sampled token's ratio pi_old / pi_rollout lies in [top_p, 1]."""
+
 from __future__ import annotations
 
 import math
-
 from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
 
-from zoo.core.generator_types import Continuation, SamplingParams
 from zoo.core.batch import Batch
+from zoo.core.generator_types import Continuation, SamplingParams
 from zoo.core.registry import build, register
 
 
@@ -45,8 +45,9 @@ class NoisyGenerator:
     def generate(self, prompts: Sequence, group_size: int, sampling: SamplingParams, /) -> Batch:
         return self.inner.generate(prompts, group_size, self._with_noise(sampling))
 
-    def continue_(self, prefix_ids: Sequence[Sequence[int]], sampling: SamplingParams, stop: Sequence[str] = (),
-                  /) -> Continuation:
+    def continue_(
+        self, prefix_ids: Sequence[Sequence[int]], sampling: SamplingParams, stop: Sequence[str] = (), /
+    ) -> Continuation:
         return self.inner.continue_(prefix_ids, self._with_noise(sampling), stop)
 
     def sync(self, policy: nn.Module, /) -> None:
@@ -68,8 +69,9 @@ def _check(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
 
 
 @register("generator", "noisy", check=_check)
-def noisy(policy: nn.Module, tokenizer, /, *, inner: str | dict = "hf", sigma: float = 0.1,
-          seed: int = 0) -> NoisyGenerator:
+def noisy(
+    policy: nn.Module, tokenizer, /, *, inner: str | dict = "hf", sigma: float = 0.1, seed: int = 0
+) -> NoisyGenerator:
     """Wrap the generator `inner` and add N(0, sigma^2) to its raw logits before temperature / top-k /
     top-p (seeded, CPU-drawn: the same on every machine), so logp_rollout differs from the trainer's
     logp two-sidedly. sigma 0: exactly `inner`."""

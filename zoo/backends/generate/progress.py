@@ -8,6 +8,7 @@ shows progress (the trainer's progress bar, zoo.run.progress) listens.
 No listener (the default): `report` does nothing. The listener is a context variable, so threads and
 nested runs each see their own.
 """
+
 from __future__ import annotations
 
 import contextlib

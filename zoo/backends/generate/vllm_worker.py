@@ -3,6 +3,7 @@
 `LLM.collective_rpc`. It imports nothing of zoo's beyond this file, so a worker in another process can
 load it. The contract is `zoo.core.kinds.PolicyVersion`: an integer version and
 (name, tensor) pairs in the base model's names."""
+
 from __future__ import annotations
 
 from typing import Iterable
@@ -39,8 +40,10 @@ class ZooWeightSync:
         head = getattr(model, "lm_head", None)
         embed = getattr(getattr(model, "model", None), "embed_tokens", None)
         if head is None or embed is None:
-            raise RuntimeError(f"{type(model).__name__}: tied embeddings but no lm_head / model.embed_tokens "
-                               f"to tie after a weight reload")
+            raise RuntimeError(
+                f"{type(model).__name__}: tied embeddings but no lm_head / model.embed_tokens "
+                f"to tie after a weight reload"
+            )
         head.quant_method.tie_weights(head, embed)
         head.quant_method.process_weights_after_loading(head)
 

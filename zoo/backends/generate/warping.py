@@ -7,6 +7,7 @@ TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper, recorder]. The clas
 transformers' own (`GenerationMixin._get_logits_processor`), so the distribution is the one HF samples
 with the same temperature / top-k / top-p.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -64,8 +65,9 @@ class RolloutLogprobs:
         return torch.stack(self._cols, dim=1) if self._cols else torch.zeros(0, 0)
 
 
-def processor_list(extra: Sequence, temperature: float, top_k: int, top_p: float, do_sample: bool,
-                   recorder: RolloutLogprobs):
+def processor_list(
+    extra: Sequence, temperature: float, top_k: int, top_p: float, do_sample: bool, recorder: RolloutLogprobs
+):
     """LogitsProcessorList [extra..., warpers..., recorder] for `generate(logits_processor=...)`."""
     from transformers import LogitsProcessorList
 

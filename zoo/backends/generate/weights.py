@@ -12,6 +12,7 @@ name (PEFT's `base_model.model.` prefix and `.base_layer` infix stripped, the `l
 themselves skipped), so the receiver needs no adapter support and the trainer's module is not touched
 (no merge/unmerge round trip on its weights).
 """
+
 from __future__ import annotations
 
 from typing import Iterator
@@ -35,7 +36,7 @@ def base_name(peft_name: str) -> str | None:
     parts = peft_name.split(".")
     if any(p.startswith("lora_") for p in parts):
         return None
-    name = peft_name[len(PEFT_PREFIX):] if peft_name.startswith(PEFT_PREFIX) else peft_name
+    name = peft_name[len(PEFT_PREFIX) :] if peft_name.startswith(PEFT_PREFIX) else peft_name
     return name.replace(".base_layer.", ".").removesuffix(".base_layer")
 
 

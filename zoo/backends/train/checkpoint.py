@@ -18,6 +18,7 @@ Under data parallelism the weights and optimizer states live in a shards folder 
 (zoo.backends.train.checkpoint_dcp); `clear` removes those folders too and `check_world_size` refuses a resume under
 another number of processes.
 """
+
 from __future__ import annotations
 
 import logging
@@ -75,17 +76,27 @@ def load_trainable_state(model: torch.nn.Module, state: dict[str, torch.Tensor])
     missing, unexpected = model.load_state_dict(state, strict=False)
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     if unexpected or trainable & set(missing):
-        raise RuntimeError(f"checkpoint does not match the model: missing {sorted(trainable & set(missing))[:5]}, "
-                           f"unexpected {sorted(unexpected)[:5]}")
+        raise RuntimeError(
+            f"checkpoint does not match the model: missing {sorted(trainable & set(missing))[:5]}, "
+            f"unexpected {sorted(unexpected)[:5]}"
+        )
 
 
 def rng_state() -> dict[str, Any]:
     """The python, numpy, torch (and CUDA) RNG states in weights-only-loadable types (numpy's key
     array as an int64 tensor [624])."""
     name, keys, pos, has_gauss, cached = np.random.get_state()
-    out = {"python": random.getstate(), "torch": torch.get_rng_state(),
-           "numpy": {"name": str(name), "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                     "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}}
+    out = {
+        "python": random.getstate(),
+        "torch": torch.get_rng_state(),
+        "numpy": {
+            "name": str(name),
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
+    }
     if torch.cuda.is_available():
         out["cuda"] = torch.cuda.get_rng_state_all()
     return out
@@ -95,7 +106,9 @@ def set_rng_state(state: dict[str, Any]) -> None:
     """Restore what `rng_state` returned."""
     random.setstate(state["python"])
     n = state["numpy"]
-    np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"]))
+    np.random.set_state(
+        (n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"])
+    )
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -198,8 +211,10 @@ def check_world_size(state: dict[str, Any], path: Path, world_size: int) -> None
     if n == world_size:
         return
     how = "in one process (without torchrun)" if n == 1 else f"on {n} processes (torchrun --nproc_per_node {n} ...)"
-    raise CheckpointError(f"{path}: written by a run on {n} process{'es' if n > 1 else ''}, this run has "
-                          f"{world_size}; resume it {how}, or start over with --fresh")
+    raise CheckpointError(
+        f"{path}: written by a run on {n} process{'es' if n > 1 else ''}, this run has "
+        f"{world_size}; resume it {how}, or start over with --fresh"
+    )
 
 
 def load(directory: Path) -> dict[str, Any] | None:
@@ -234,12 +249,14 @@ def read(path: Path) -> dict[str, Any]:
         if isinstance(e, pickle.UnpicklingError) and m:
             raise CheckpointError(
                 f"{path}: refused: it holds objects other than tensors and plain values ({m.group(1)}); zoo loads "
-                "checkpoints weights-only, so a checkpoint cannot run code (was it written by another program?)") from None
+                "checkpoints weights-only, so a checkpoint cannot run code (was it written by another program?)"
+            ) from None
         detail = (str(e).strip().splitlines() or [""])[0].split(". ")[0][:120]  # the first sentence
         if isinstance(e, pickle.UnpicklingError):
             detail = ""  # torch's advice to load with weights_only=False is not for a damaged file
-        raise CheckpointError(f"{path}: damaged checkpoint, cannot be read ({type(e).__name__}"
-                              + (f": {detail}" if detail else "") + ")") from None
+        raise CheckpointError(
+            f"{path}: damaged checkpoint, cannot be read ({type(e).__name__}" + (f": {detail}" if detail else "") + ")"
+        ) from None
     if not isinstance(state, dict) or not isinstance(state.get("step"), int):
         raise CheckpointError(f"{path}: not a zoo checkpoint (no step)")
     return state
@@ -256,8 +273,9 @@ def restoring(path: Path | str) -> Iterator[None]:
         raise
     except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as e:
         detail = (str(e).strip().splitlines() or [""])[0][:200]
-        raise CheckpointError(f"{path}: does not fit this run ({type(e).__name__}: {detail}); "
-                              "start over with --fresh") from None
+        raise CheckpointError(
+            f"{path}: does not fit this run ({type(e).__name__}: {detail}); start over with --fresh"
+        ) from None
 
 
 def _options(path: Path, prev: Path) -> str:
@@ -269,5 +287,7 @@ def _options(path: Path, prev: Path) -> str:
         step = read(prev)["step"]
     except CheckpointError:
         return f"the previous checkpoint {prev} is damaged too; {fresh}"
-    return (f"the previous checkpoint {prev} (step {step}) is intact: move {path.name} away "
-            f"(mv {path} {path}.bad) to resume from it, or {fresh}")
+    return (
+        f"the previous checkpoint {prev} (step {step}) is intact: move {path.name} away "
+        f"(mv {path} {path}.bad) to resume from it, or {fresh}"
+    )

@@ -14,6 +14,7 @@ Folders: `checkpoint/shards.stepN/`, written as `checkpoint/.shards.stepN.tmp/` 
 rank has written; `state.pt` names the folder it belongs to, so a crash at any point leaves the previous
 pair (state.pt + its folder) intact. A folder is never reused: a name already taken gets a suffix.
 """
+
 from __future__ import annotations
 
 import json
@@ -116,8 +117,10 @@ def _as_write_error(e: BaseException, path: Path) -> WriteError:
         if isinstance(f, OSError):
             return write_error(f, path)
     first = failures[0] if failures else e
-    return WriteError(f"could not write {path} ({type(first).__name__}: {(str(first).strip().splitlines() or [''])[0][:200]})",
-                      filename=str(path))
+    return WriteError(
+        f"could not write {path} ({type(first).__name__}: {(str(first).strip().splitlines() or [''])[0][:200]})",
+        filename=str(path),
+    )
 
 
 def load_sharded(folder: Path, plain: dict[str, dict[str, Any]], parts: dict[str, Part]) -> None:
@@ -135,10 +138,16 @@ def load_sharded(folder: Path, plain: dict[str, dict[str, Any]], parts: dict[str
     load(tensors, storage_reader=HuggingFaceStorageReader(str(folder)))
     sd = merge(tensors, plain)
     for name, (model, optim, keep_frozen) in parts.items():
-        opts = StateDictOptions(ignore_frozen_params=not keep_frozen, flatten_optimizer_state_dict=True,
-                                strict=keep_frozen)
-        set_state_dict(model, [optim] if optim is not None else [], model_state_dict=sd[name],
-                       optim_state_dict=sd.get(name + "/optimizer", {}), options=opts)
+        opts = StateDictOptions(
+            ignore_frozen_params=not keep_frozen, flatten_optimizer_state_dict=True, strict=keep_frozen
+        )
+        set_state_dict(
+            model,
+            [optim] if optim is not None else [],
+            model_state_dict=sd[name],
+            optim_state_dict=sd.get(name + "/optimizer", {}),
+            options=opts,
+        )
 
 
 def read_full(folder: Path, part: str) -> dict[str, torch.Tensor]:
@@ -159,7 +168,7 @@ def read_full(folder: Path, part: str) -> dict[str, torch.Tensor]:
                 if key.startswith(part + "."):
                     t = s.get_tensor(key)
                     offsets = info.get(key, {}).get("saved_offsets") or [0] * t.dim()
-                    chunks.setdefault(key[len(part) + 1:], []).append((offsets, t))
+                    chunks.setdefault(key[len(part) + 1 :], []).append((offsets, t))
     out = {}
     for name, parts in chunks.items():
         size = [max(o[d] + t.shape[d] for o, t in parts) for d in range(parts[0][1].dim())]

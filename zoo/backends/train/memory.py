@@ -1,4 +1,5 @@
 """Peak memory of the process: a window reset per phase or run, and its high-water mark in MB."""
+
 from __future__ import annotations
 
 import resource

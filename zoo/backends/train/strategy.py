@@ -16,6 +16,7 @@ scaled by the world size before backward (`backward`), so the gradient is the SU
     par = wrap(policy, critic, reference_model, "ddp", device, precision)
     models = Models(policy=..., parallel=par)
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -50,7 +51,6 @@ class Parallel:
 SINGLE = Parallel()
 
 
-
 def decoder_layers(model: nn.Module) -> list[nn.Module]:
     """The transformer blocks of a (peft-wrapped) transformers model or a critic: the modules whose
     class is in the model's `_no_split_modules` (transformers' list of blocks never split across
@@ -60,8 +60,10 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
         names |= set(getattr(m, "_no_split_modules", None) or ())
     layers = [m for m in model.modules() if type(m).__name__ in names]
     if not layers:
-        raise ValueError(f"training.strategy fsdp: found no decoder layers in {type(model).__name__} "
-                         f"(no module of the classes in its _no_split_modules {sorted(names)})")
+        raise ValueError(
+            f"training.strategy fsdp: found no decoder layers in {type(model).__name__} "
+            f"(no module of the classes in its _no_split_modules {sorted(names)})"
+        )
     return layers
 
 
@@ -81,8 +83,14 @@ def shard(model: nn.Module, device: torch.device, precision: str) -> nn.Module:
     return model
 
 
-def wrap(policy: nn.Module, critic: nn.Module | None, reference: nn.Module | None, name: str,
-         device: torch.device, precision: str = "none") -> Parallel:
+def wrap(
+    policy: nn.Module,
+    critic: nn.Module | None,
+    reference: nn.Module | None,
+    name: str,
+    device: torch.device,
+    precision: str = "none",
+) -> Parallel:
     """Apply strategy `name` to the policy and critic (and under fsdp shard the frozen `reference`
     copy too: None when there is none or it shares the policy). DDP broadcasts rank 0's weights at
     construction; FSDP2 does not, so the caller must build identical weights on every rank (seed
@@ -109,8 +117,9 @@ def wrap(policy: nn.Module, critic: nn.Module | None, reference: nn.Module | Non
                 m(**_tiny_input(m))
             for x in _fsdp_modules(m):  # the root keeps its weights whole after a forward: free them
                 x.reshard()
-        return Parallel(name=name, train={"policy": policy, **({"critic": critic} if critic is not None else {})},
-                        sharded=sharded)
+        return Parallel(
+            name=name, train={"policy": policy, **({"critic": critic} if critic is not None else {})}, sharded=sharded
+        )
     raise ValueError(f"training.strategy {name!r}: expected one of {', '.join(STRATEGIES)}")
 
 

@@ -21,6 +21,7 @@ Output: `report.md`, `report.json` (the statistics, for scripts: `zoo report --j
 Reading the folder: zoo.study.report.runs; the numbers: zoo.study.report.stats and zoo.study.report.table; the plots:
 zoo.study.report.plots.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,21 +29,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from zoo.study.report.console_fit import print_fitted, wide_if_piped
-from zoo.run.fingerprint import mixed_keys, read_record
-from zoo.study.report.left_out import left_out
-from zoo.study.report.eval_delta import EVAL_DELTA_TEXT, delta_rows
 from zoo.run.eval_record import read_record as read_eval_record
-from zoo.study.report.left_out import to_json as left_out_json
+from zoo.run.fingerprint import mixed_keys, read_record
+from zoo.study.report.console_fit import print_fitted, wide_if_piped
 from zoo.study.report.curve import curve_section
+from zoo.study.report.eval_delta import EVAL_DELTA_TEXT, delta_rows
+from zoo.study.report.left_out import left_out
+from zoo.study.report.left_out import to_json as left_out_json
 from zoo.study.report.plots import make_plots
-from zoo.study.report.tool_use import tool_use_lines
 from zoo.study.report.runs import ArmGroup, ReportError, RunData, discover, group_runs
 from zoo.study.report.seed_stats import seed_statistics, to_json
-from zoo.study.report.stats_table import compare_rows, stats_rows
 from zoo.study.report.stats import reward_keys
-from zoo.study.report.table import one_line, table_rows
+from zoo.study.report.stats_table import compare_rows, stats_rows
 from zoo.study.report.study_index import read_index
+from zoo.study.report.table import one_line, table_rows
+from zoo.study.report.tool_use import tool_use_lines
 
 
 def _md_cell(s: str) -> str:
@@ -50,45 +51,65 @@ def _md_cell(s: str) -> str:
 
 
 def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return (["| " + " | ".join(map(_md_cell, header)) + " |", "|" + "---|" * len(header)]
-            + ["| " + " | ".join(map(_md_cell, row)) + " |" for row in rows])
+    return ["| " + " | ".join(map(_md_cell, header)) + " |", "|" + "---|" * len(header)] + [
+        "| " + " | ".join(map(_md_cell, row)) + " |" for row in rows
+    ]
 
 
-STATS_TEXT = ("Each run gives one number per metric; over an arm's seeds the table shows the interquartile mean "
-              "(IQM: the mean of the middle 50%, for fewer than 4 seeds the plain mean) and its 95% percentile-bootstrap "
-              "interval (scipy.stats.bootstrap, 9999 resamples, fixed seed; Agarwal et al. 2021, arXiv:2108.13264). "
-              "† fewer than 5 seeds: a percentile bootstrap of 2-4 values is about [min, max] (with 2 seeds exactly "
-              "the range of the two) and covers less than 95%; 5 or more seeds make it informative.")
-COMPARE_TEXT = ("Each arm minus the baseline arm `{base}`: the mean of the per-seed differences (paired by seed: the arms "
-                "drew the same prompts at each seed and step), its 95% bootstrap interval, the probability of improvement "
-                "P(arm > baseline) over all pairs of runs, and the seeds a difference of this size needs for 80% power "
-                "at the observed spread, n = (z_0.975 + z_0.8)² σ_d² / δ² (∞ when δ is 0 or rounding noise, "
-                "|δ| ≤ 1e-6 max(1, max |value|), below float32 resolution). *not distinguishable at this budget*: "
-                "the interval holds 0. *higher† / lower† (n < 5: indicative)*: from fewer than 5 pairs the interval "
-                "is about the range of the differences (with 2 pairs exactly [min d, max d], so two positive "
-                "differences read higher with chance 1/4 when there is no effect): a hint, not a result. Only "
-                "finished runs count (see Warnings).")
+STATS_TEXT = (
+    "Each run gives one number per metric; over an arm's seeds the table shows the interquartile mean "
+    "(IQM: the mean of the middle 50%, for fewer than 4 seeds the plain mean) and its 95% percentile-bootstrap "
+    "interval (scipy.stats.bootstrap, 9999 resamples, fixed seed; Agarwal et al. 2021, arXiv:2108.13264). "
+    "† fewer than 5 seeds: a percentile bootstrap of 2-4 values is about [min, max] (with 2 seeds exactly "
+    "the range of the two) and covers less than 95%; 5 or more seeds make it informative."
+)
+COMPARE_TEXT = (
+    "Each arm minus the baseline arm `{base}`: the mean of the per-seed differences (paired by seed: the arms "
+    "drew the same prompts at each seed and step), its 95% bootstrap interval, the probability of improvement "
+    "P(arm > baseline) over all pairs of runs, and the seeds a difference of this size needs for 80% power "
+    "at the observed spread, n = (z_0.975 + z_0.8)² σ_d² / δ² (∞ when δ is 0 or rounding noise, "
+    "|δ| ≤ 1e-6 max(1, max |value|), below float32 resolution). *not distinguishable at this budget*: "
+    "the interval holds 0. *higher† / lower† (n < 5: indicative)*: from fewer than 5 pairs the interval "
+    "is about the range of the differences (with 2 pairs exactly [min d, max d], so two positive "
+    "differences read higher with chance 1/4 when there is no effect): a hint, not a result. Only "
+    "finished runs count (see Warnings)."
+)
 
 
-def markdown(name: str, header: list[str], rows: list[list[str]], plots: list[tuple[str, Path]],
-             runs: list[RunData], base: Path, stats: tuple[Any, Any, str, str] | None = None,
-             notes: list[str] | None = None,
-             eval_delta: tuple[list[str], list[list[str]]] | None = None,
-             curve: tuple[str, list[str], list[list[str]], Path | None] | None = None) -> str:
+def markdown(
+    name: str,
+    header: list[str],
+    rows: list[list[str]],
+    plots: list[tuple[str, Path]],
+    runs: list[RunData],
+    base: Path,
+    stats: tuple[Any, Any, str, str] | None = None,
+    notes: list[str] | None = None,
+    eval_delta: tuple[list[str], list[list[str]]] | None = None,
+    curve: tuple[str, list[str], list[list[str]], Path | None] | None = None,
+) -> str:
     """report.md text: the table, the statistics over seeds (`stats`: (stats table, comparison table,
     baseline name, warning)), the learning curve (`curve`: zoo.study.report.curve.curve_section), the plots
     (relative links), the warnings (the runs' own, then `notes`:
     the runs left out of the statistics and the baseline's) and the failed runs."""
-    lines = [f"# Study `{name}`", "",
-             f"{len(rows)} arm(s), {len(runs)} run(s); generated {time.strftime('%Y-%m-%d %H:%M:%S')}.", "",
-             "Numbers are mean ± sample std (n−1) over the seeds that did not fail; *final* is the last "
-             "training step, *best* the maximum over steps; *1st → 2nd half* the mean reward over the first and "
-             "the last half of the steps (learning shows as a rise); time/step is the mean step time; "
-             "group_size, updates (epochs x minibatches), lr and max_new_tokens are the values used.", "",
-             "| " + " | ".join(map(_md_cell, header)) + " |", "|" + "---|" * len(header)]
+    lines = [
+        f"# Study `{name}`",
+        "",
+        f"{len(rows)} arm(s), {len(runs)} run(s); generated {time.strftime('%Y-%m-%d %H:%M:%S')}.",
+        "",
+        "Numbers are mean ± sample std (n−1) over the seeds that did not fail; *final* is the last "
+        "training step, *best* the maximum over steps; *1st → 2nd half* the mean reward over the first and "
+        "the last half of the steps (learning shows as a rise); time/step is the mean step time; "
+        "group_size, updates (epochs x minibatches), lr and max_new_tokens are the values used.",
+        "",
+        "| " + " | ".join(map(_md_cell, header)) + " |",
+        "|" + "---|" * len(header),
+    ]
     lines += ["| " + " | ".join(map(_md_cell, row)) + " |" for row in rows]
     if eval_delta is not None and eval_delta[1]:
-        lines += ["", "## Held-out accuracy after − before, per prompt", "", EVAL_DELTA_TEXT, ""] + _md_table(*eval_delta)
+        lines += ["", "## Held-out accuracy after − before, per prompt", "", EVAL_DELTA_TEXT, ""] + _md_table(
+            *eval_delta
+        )
     if stats is not None:
         (sh, srows), (ch, crows), base_name, warning = stats
         lines += ["", "## Statistics over seeds", "", STATS_TEXT, ""] + _md_table(sh, srows)
@@ -98,7 +119,11 @@ def markdown(name: str, header: list[str], rows: list[list[str]], plots: list[tu
     if curve is not None:
         text, ch, crows, png = curve
         lines += ["", "## Held-out accuracy during training", "", text, ""] + _md_table(ch, crows)
-        lines += [] if png is None else ["", f"![held-out accuracy vs steps and wall time]({png.relative_to(base).as_posix()})"]
+        lines += (
+            []
+            if png is None
+            else ["", f"![held-out accuracy vs steps and wall time]({png.relative_to(base).as_posix()})"]
+        )
     lines += tool_use_lines(runs)  # only when an arm ran with an environment (task.env)
     for title, p in plots:
         lines += ["", f"## {title}", "", f"![{title}]({p.relative_to(base).as_posix()})"]
@@ -110,14 +135,25 @@ def markdown(name: str, header: list[str], rows: list[list[str]], plots: list[tu
         lines += ["", "## Failed runs", ""]
         lines += [f"- `{r.label}`: {_md_cell(one_line(r.error or 'no error recorded', 300))}" for r in failed]
     lines += ["", "## Runs", ""]
-    lines += [f"- `{r.label}`: {r.status}, {len(r.series('reward/total'))} step(s), `{r.dir.relative_to(base).as_posix() if r.dir.is_relative_to(base) else r.dir}`"
-              for r in runs]
+    lines += [
+        f"- `{r.label}`: {r.status}, {len(r.series('reward/total'))} step(s), `{r.dir.relative_to(base).as_posix() if r.dir.is_relative_to(base) else r.dir}`"
+        for r in runs
+    ]
     return "\n".join(lines) + "\n"
 
 
-SHORT = {"final reward": "final R", "best reward": "best R", "mean reward 1st → 2nd half": "R 1st → 2nd half", "accuracy": "acc", "time/step (s)": "s/step",
-         "peak mem (MB)": "peak MB", "eval greedy before → after": "eval before → after", "group_size": "G",
-         "updates": "upd", "max_new_tokens": "tokens"}
+SHORT = {
+    "final reward": "final R",
+    "best reward": "best R",
+    "mean reward 1st → 2nd half": "R 1st → 2nd half",
+    "accuracy": "acc",
+    "time/step (s)": "s/step",
+    "peak mem (MB)": "peak MB",
+    "eval greedy before → after": "eval before → after",
+    "group_size": "G",
+    "updates": "upd",
+    "max_new_tokens": "tokens",
+}
 
 
 def print_table(name: str, header: list[str], rows: list[list[str]], console: Any = None) -> None:
@@ -144,8 +180,10 @@ def print_stats(tables: tuple[Any, Any, str, str], console: Any = None) -> None:
     """The statistics over seeds and the comparisons against the baseline in the terminal (rich)."""
     console = wide_if_piped(console)  # as print_table: a log file or pipe gets the whole width
     (sh, srows), (ch, crows), base_name, warning = tables
-    for title, header, rows in (("IQM and 95% bootstrap CI over seeds", sh, srows),
-                                (f"against the baseline {base_name}", ch, crows)):
+    for title, header, rows in (
+        ("IQM and 95% bootstrap CI over seeds", sh, srows),
+        (f"against the baseline {base_name}", ch, crows),
+    ):
         if not rows:
             continue
         # a narrow terminal gets column groups with metric and arm repeated, cells folded between words
@@ -162,9 +200,11 @@ def check_same_config(groups: list[ArmGroup]) -> None:
         fields = {r.label: read_record(r.dir) for r in g.runs}
         keys = mixed_keys(fields)
         if keys:
-            raise ReportError(f"arm {g.name}: its seeds ({', '.join(fields)}) were trained with different configs "
-                              f"({', '.join(keys)}), so they are not averaged; retrain the odd ones with "
-                              f"`zoo ablate STUDY --fresh LABEL`")
+            raise ReportError(
+                f"arm {g.name}: its seeds ({', '.join(fields)}) were trained with different configs "
+                f"({', '.join(keys)}), so they are not averaged; retrain the odd ones with "
+                f"`zoo ablate STUDY --fresh LABEL`"
+            )
 
 
 def write_report(study_dir: Path | str, console: Any = None) -> Path:
@@ -188,14 +228,24 @@ def write_report(study_dir: Path | str, console: Any = None) -> Path:
     out = study_dir / "report.md"
     eval_delta = delta_rows([(r.label, read_eval_record(r.dir)) for r in runs])
     curve = curve_section(groups, base_name, study_dir)  # only when runs evaluated during training (eval.every)
-    out.write_text(markdown(name, header, rows, plots, runs, study_dir, tables, notes, eval_delta, curve),
-                   encoding="utf-8")
+    out.write_text(
+        markdown(name, header, rows, plots, runs, study_dir, tables, notes, eval_delta, curve), encoding="utf-8"
+    )
     arms = [{"arm": g.name, "seeds": [r.seed for r in g.runs], "status": [r.status for r in g.runs]} for g in groups]
-    (study_dir / "report.json").write_text(json.dumps({"study": name, "arms": arms, **to_json(st, comps, base_name),
-                                                       "left_out": left_out_json(dropped), "warnings": notes,
-                                                       "eval_after_minus_before": [dict(zip(eval_delta[0], r))
-                                                                                   for r in eval_delta[1]]},
-                                                      indent=1), encoding="utf-8")
+    (study_dir / "report.json").write_text(
+        json.dumps(
+            {
+                "study": name,
+                "arms": arms,
+                **to_json(st, comps, base_name),
+                "left_out": left_out_json(dropped),
+                "warnings": notes,
+                "eval_after_minus_before": [dict(zip(eval_delta[0], r)) for r in eval_delta[1]],
+            },
+            indent=1,
+        ),
+        encoding="utf-8",
+    )
     print_table(name, header, rows, console)
     print_stats(tables, console)
     if any(r.warnings for r in runs) or dropped or damaged:

@@ -2,6 +2,7 @@
 the table never exceeds, and a narrow terminal gets the side-by-side table in column groups (the arm
 column repeated in each) that fit, their cells folded between words rather than cut with "…" (rich
 shrinks or drops columns of a table wider than the console)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -45,8 +46,9 @@ def column_groups(widths: list[int], room: int, keep: int = 1) -> list[list[int]
     return groups + [cur] if cur else groups
 
 
-def print_fitted(console: Any, title: str, header: list[str], rows: list[list[str]], keep: int = 1,
-                 natural: list[int] | None = None) -> None:
+def print_fitted(
+    console: Any, title: str, header: list[str], rows: list[list[str]], keep: int = 1, natural: list[int] | None = None
+) -> None:
     """Print a rich table (box.SIMPLE_HEAD) that never cuts a cell: in column groups that fit the
     console (`column_groups`), the first `keep` columns (bold cyan, never wrapped) repeated in each,
     the other cells folded between words (`longest_word`) where a group is still too wide.

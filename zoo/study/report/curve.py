@@ -10,6 +10,7 @@ that size needs (`zoo.study.report.intervals.difference`, the same rule as "Agai
 Only finished runs count: a run that stopped early has no after-training point and would bias the
 last step's mean. Source of the band: the t interval of a mean (scipy.stats.t), as the report's plots.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,7 +29,8 @@ CURVE_TEXT = (
     "finished seeds with its 95% t interval over seeds (training noise and evaluation noise together); "
     "*wall s*: the mean elapsed training time at that step (evaluations included). *− {base}*: this arm "
     "minus the baseline, paired by seed, with its 95% bootstrap interval and the seeds a difference of "
-    "this size needs for 80% power (rule as in *Against the baseline*).")
+    "this size needs for 80% power (rule as in *Against the baseline*)."
+)
 
 
 def accuracy_curve(run: RunData) -> dict[int, float]:
@@ -40,8 +42,14 @@ def accuracy_curve(run: RunData) -> dict[int, float]:
         out[0] = before
     for r in run.records:
         v, s = r.get("eval/greedy_acc"), r.get("step")
-        if (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-                and isinstance(s, (int, float)) and r.get("eval/phase") is None and s > 0):
+        if (
+            isinstance(v, (int, float))
+            and not isinstance(v, bool)
+            and math.isfinite(v)
+            and isinstance(s, (int, float))
+            and r.get("eval/phase") is None
+            and s > 0
+        ):
             out[int(s)] = float(v)
     after = eval_acc(run, "after")
     steps = run.series("reward/total")
@@ -86,14 +94,23 @@ def curve_rows(groups: list[ArmGroup], baseline: str | None) -> tuple[list[str],
             vals = [c[step] for c in curves.values() if step in c]
             times = [walls[k][step] for k, c in curves.items() if step in c and step in walls[k]]
             m, h = statistics.fmean(vals), ci_half_width(vals)
-            row = [g.name, str(step), str(len(vals)), fmt(m), f"[{m - h:.3f}, {m + h:.3f}]" if len(vals) > 1 else "-",
-                   f"{statistics.fmean(times):.0f}" if times else "-"]
+            row = [
+                g.name,
+                str(step),
+                str(len(vals)),
+                fmt(m),
+                f"[{m - h:.3f}, {m + h:.3f}]" if len(vals) > 1 else "-",
+                f"{statistics.fmean(times):.0f}" if times else "-",
+            ]
             if base:
                 if g is base or step == 0:  # step 0 is the same model in every arm: no difference to test
                     row += ["-", "-", "baseline" if g is base else "same model", "-"]
                 else:
-                    d = difference({k: c[step] for k, c in curves.items() if step in c},
-                                   {k: c[step] for k, c in base_curves.items() if step in c}, paired=True)
+                    d = difference(
+                        {k: c[step] for k, c in curves.items() if step in c},
+                        {k: c[step] for k, c in base_curves.items() if step in c},
+                        paired=True,
+                    )
                     row += _diff_cells(d)
             rows.append(row)
     return header, rows
@@ -132,8 +149,14 @@ def plot_curve(groups: list[ArmGroup], path: Path) -> Path | None:
             xs, ys, hs = cols[xi - 2], cols[2], cols[3]
             ax.plot(xs, ys, marker="o", ms=3, label=name, color=colour)
             if any(hs):
-                ax.fill_between(xs, [y - h for y, h in zip(ys, hs)], [y + h for y, h in zip(ys, hs)],
-                                color=colour, alpha=0.15, linewidth=0)
+                ax.fill_between(
+                    xs,
+                    [y - h for y, h in zip(ys, hs)],
+                    [y + h for y, h in zip(ys, hs)],
+                    color=colour,
+                    alpha=0.15,
+                    linewidth=0,
+                )
         ax.set_xlabel(xlabel)
         ax.set_ylabel("held-out greedy exact accuracy")
         ax.grid(alpha=0.3)
@@ -148,8 +171,9 @@ def plot_curve(groups: list[ArmGroup], path: Path) -> Path | None:
     return path
 
 
-def curve_section(groups: list[ArmGroup], baseline: str | None, study_dir: Path
-                  ) -> tuple[str, list[str], list[list[str]], Path | None] | None:
+def curve_section(
+    groups: list[ArmGroup], baseline: str | None, study_dir: Path
+) -> tuple[str, list[str], list[list[str]], Path | None] | None:
     """The report section "Held-out accuracy during training": (explanation, table header, rows, plot
     written to `<study_dir>/plots/learning_curve.png` or None), or None when no run evaluated during
     training."""

@@ -8,6 +8,7 @@ statistics, zoo.study.report.intervals). This interval is **one seed's evaluatio
 this trained model answers more of these prompts than the model it started from, not whether another
 seed of training would (that is the seed statistics' job).
 """
+
 from __future__ import annotations
 
 import math
@@ -23,7 +24,8 @@ EVAL_DELTA_TEXT = (
     "(the same prompts before and after; Δ = mean of after_i − before_i). The 95% interval is a percentile "
     "bootstrap over the prompts: **one seed's evaluation noise, not training noise** (another training "
     "seed may differ by more). *improved* / *worse*: the interval excludes 0; otherwise *not "
-    "distinguishable on these prompts*.")
+    "distinguishable on these prompts*."
+)
 
 
 @dataclass
@@ -61,8 +63,8 @@ def paired_delta(before: Mapping[str, float | None], after: Mapping[str, float |
     if not common:
         return EvalDelta(0, None, None, None)
     b = np.asarray([_exact(before[k]) for k in common])  # [n] 0/1
-    a = np.asarray([_exact(after[k]) for k in common])   # [n] 0/1
-    d = a - b                                           # [n] per-prompt change
+    a = np.asarray([_exact(after[k]) for k in common])  # [n] 0/1
+    d = a - b  # [n] per-prompt change
     out = EvalDelta(len(d), float(b.mean()), float(a.mean()), float(d.mean()))
     if len(d) >= 2:
         if np.all(d == d[0]):  # every prompt changed alike: the bootstrap interval is that one value
@@ -82,7 +84,9 @@ def _ok(v: float | None) -> bool:
     return v is not None and math.isfinite(float(v))
 
 
-def delta_rows(runs: Sequence[tuple[str, Mapping[str, Mapping[str, float | None]]]]) -> tuple[list[str], list[list[str]]]:
+def delta_rows(
+    runs: Sequence[tuple[str, Mapping[str, Mapping[str, float | None]]]],
+) -> tuple[list[str], list[list[str]]]:
     """(header, rows) of the eval-delta table: one row per run label with its per-prompt records
     {"before": {id: score}, "after": {id: score}}; runs without both records are left out."""
     header = ["run", "prompts", "before", "after", "after − before", "95% CI (prompts)", "verdict"]

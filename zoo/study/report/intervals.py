@@ -7,6 +7,7 @@ The bootstrap is scipy's (`scipy.stats.bootstrap`, method "percentile", as rliab
 fixed generator seed (`BOOTSTRAP_SEED`), so a report is reproducible. Agarwal et al. stratify the
 bootstrap over tasks; a zoo metric is one task, so its stratified bootstrap resamples the seeds.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,9 +54,16 @@ def _mean_stat(x: np.ndarray, axis: int = -1) -> np.ndarray:
 def _bootstrap(data: tuple[np.ndarray, ...], statistic, paired: bool = False) -> tuple[float, float]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a constant sample gives a degenerate (zero-width) interval
-        res = sps.bootstrap(data, statistic, n_resamples=N_RESAMPLES, paired=paired, vectorized=True,
-                            confidence_level=CONFIDENCE, method="percentile",
-                            rng=np.random.default_rng(BOOTSTRAP_SEED))
+        res = sps.bootstrap(
+            data,
+            statistic,
+            n_resamples=N_RESAMPLES,
+            paired=paired,
+            vectorized=True,
+            confidence_level=CONFIDENCE,
+            method="percentile",
+            rng=np.random.default_rng(BOOTSTRAP_SEED),
+        )
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
@@ -125,7 +133,7 @@ class Difference:
 
     @property
     def verdict(self) -> str:
-        """"1 seed: no interval", "not distinguishable at this budget" (the interval holds 0, within
+        """ "1 seed: no interval", "not distinguishable at this budget" (the interval holds 0, within
         the rounding tolerance `tol`), or "higher" / "lower" (the arm's value than the baseline's, the
         interval excluding 0), marked "higher† (n < 5: indicative)" from fewer than FEW_SEEDS pairs: with
         2 pairs the interval is exactly [min d, max d], so two positive differences read "higher" with
@@ -153,8 +161,13 @@ def difference(arm: dict[int, float], base: dict[int, float], paired: bool) -> D
         d = np.asarray([a[s] - b[s] for s in common])
         if not len(d):
             return Difference(True, 0, None)
-        out = Difference(True, len(d), float(d.mean()),
-                         p_improve=probability_of_improvement(list(a.values()), list(b.values())), tol=tol)
+        out = Difference(
+            True,
+            len(d),
+            float(d.mean()),
+            p_improve=probability_of_improvement(list(a.values()), list(b.values())),
+            tol=tol,
+        )
         if len(d) >= 2:
             out.low, out.high = _bootstrap((d,), _mean_stat)
             out.seeds_needed = seeds_needed(float(d.std(ddof=1)), out.delta, tol)
@@ -162,8 +175,13 @@ def difference(arm: dict[int, float], base: dict[int, float], paired: bool) -> D
     x, y = np.asarray(list(a.values())), np.asarray(list(b.values()))
     if not len(x) or not len(y):
         return Difference(False, 0, None)
-    out = Difference(False, min(len(x), len(y)), float(x.mean() - y.mean()),
-                     p_improve=probability_of_improvement(list(x), list(y)), tol=tol)
+    out = Difference(
+        False,
+        min(len(x), len(y)),
+        float(x.mean() - y.mean()),
+        p_improve=probability_of_improvement(list(x), list(y)),
+        tol=tol,
+    )
     if len(x) >= 2 and len(y) >= 2:
         out.low, out.high = _bootstrap((x, y), lambda p, q, axis=-1: np.mean(p, axis=axis) - np.mean(q, axis=axis))
         out.seeds_needed = seeds_needed(math.sqrt(x.var(ddof=1) + y.var(ddof=1)), out.delta, tol)

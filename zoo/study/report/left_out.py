@@ -2,6 +2,7 @@
 final numbers (its step-22 reward is not a final reward, and it has no after-training eval), so it is
 left out of the IQMs and comparisons (zoo.study.report.seed_stats), and the report says which and why.
 The side-by-side table still lists every run with its status (zoo.study.report.table)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ class LeftOut:
 
     @property
     def message(self) -> str:
-        """"grpo-s1 unfinished at step 22 of 30: left out of the statistics"."""
+        """ "grpo-s1 unfinished at step 22 of 30: left out of the statistics"."""
         at = "before its first step" if self.step is None else f"at step {self.step}"
         of = f" of {self.steps}" if self.steps is not None and self.step is not None else ""
         return f"{self.run} {self.status} {at}{of}: left out of the statistics"
@@ -56,5 +57,7 @@ def left_out(groups: list[ArmGroup]) -> list[LeftOut]:
 
 def to_json(items: list[LeftOut]) -> list[dict[str, Any]]:
     """[{arm, run, status, step, steps, message}] for report.json's "left_out"."""
-    return [{"arm": x.arm, "run": x.run, "status": x.status, "step": x.step, "steps": x.steps,
-             "message": x.message} for x in items]
+    return [
+        {"arm": x.arm, "run": x.run, "status": x.status, "step": x.step, "steps": x.steps, "message": x.message}
+        for x in items
+    ]

@@ -3,6 +3,7 @@ before / after, the training dynamics and the mechanism diagnostics (adv/corr/*,
 correctness, gold rewards) and, where a gold reward is logged, proxy and gold reward against
 sqrt(KL to the reference) as Gao et al. plot reward hacking; one line per arm: the mean over seeds with its 95% confidence band
 (Student's t interval of the mean at each step, scipy.stats.t; no band for one seed)."""
+
 from __future__ import annotations
 
 import math
@@ -13,12 +14,20 @@ from typing import Any, Callable
 from zoo.study.report.runs import ArmGroup, RunData
 from zoo.study.report.stats import eval_acc, mean_std, reward_keys
 
-DIAGNOSTICS = [("accuracy", "train accuracy"), ("eval/greedy_acc", "eval greedy accuracy"), ("kl/ref", "KL to reference"),
-               ("entropy", "entropy"), ("completion/len_mean", "completion length (tokens)"),
-               ("clip/low_frac", "clip fraction (low)"), ("clip/high_frac", "clip fraction (high)"),
-               ("rollout/mismatch_kl", "sampler mismatch KL (k3)"), ("rollout/weight_mean", "rollout correction weight (mean)"),
-               ("rollout/masked_frac", "tokens masked by the rollout correction"),  # rollout/*: only where logged
-               ("clip/selected_frac", "tokens selected by clip_cov / kl_cov"), ("entropy_bonus/coef", "entropy bonus coefficient")]
+DIAGNOSTICS = [
+    ("accuracy", "train accuracy"),
+    ("eval/greedy_acc", "eval greedy accuracy"),
+    ("kl/ref", "KL to reference"),
+    ("entropy", "entropy"),
+    ("completion/len_mean", "completion length (tokens)"),
+    ("clip/low_frac", "clip fraction (low)"),
+    ("clip/high_frac", "clip fraction (high)"),
+    ("rollout/mismatch_kl", "sampler mismatch KL (k3)"),
+    ("rollout/weight_mean", "rollout correction weight (mean)"),
+    ("rollout/masked_frac", "tokens masked by the rollout correction"),  # rollout/*: only where logged
+    ("clip/selected_frac", "tokens selected by clip_cov / kl_cov"),
+    ("entropy_bonus/coef", "entropy bonus coefficient"),
+]
 
 
 def ci_half_width(values: list[float]) -> float:
@@ -32,8 +41,9 @@ def ci_half_width(values: list[float]) -> float:
     return float(sps.t.ppf(0.975, n - 1)) * statistics.stdev(values) / math.sqrt(n)
 
 
-def _mean_curve(runs: list[RunData], y: Callable[[RunData], dict[int, float]],
-                x: Callable[[RunData], dict[int, float]] | None) -> tuple[list[float], list[float], list[float]]:
+def _mean_curve(
+    runs: list[RunData], y: Callable[[RunData], dict[int, float]], x: Callable[[RunData], dict[int, float]] | None
+) -> tuple[list[float], list[float], list[float]]:
     """x, mean y and the half width of its 95% interval over seeds (`ci_half_width`) at every step
     where some seed has both x and y."""
     per_step: dict[int, tuple[list[float], list[float]]] = {}
@@ -62,8 +72,14 @@ def _new_figure(n: int, ncols: int = 3) -> tuple[Any, list[Any]]:
     return fig, axes
 
 
-def plot_curves(groups: list[ArmGroup], keys: list[tuple[str, str]], path: Path, xlabel: str,
-                x: Callable[[RunData], dict[int, float]] | None, scatter: bool = False) -> Path | None:
+def plot_curves(
+    groups: list[ArmGroup],
+    keys: list[tuple[str, str]],
+    path: Path,
+    xlabel: str,
+    x: Callable[[RunData], dict[int, float]] | None,
+    scatter: bool = False,
+) -> Path | None:
     """One subplot per (metric, title), one line per arm (mean over seeds, 95% band).
     x: step -> x value per run (None: the step). scatter: points with 95% error bars instead of lines
     and bands, for an x that does not grow with the step (the KL). Returns the PNG path, or None with
@@ -81,13 +97,28 @@ def plot_curves(groups: list[ArmGroup], keys: list[tuple[str, str]], path: Path,
     for ax, (key, title, curves) in zip(axes, panels):
         for name, xs, ys, sd in curves:
             if scatter:
-                ax.errorbar(xs, ys, yerr=sd if any(sd) else None, fmt="o", ms=3, capsize=2, alpha=0.8,
-                            label=name, color=colour[name])
+                ax.errorbar(
+                    xs,
+                    ys,
+                    yerr=sd if any(sd) else None,
+                    fmt="o",
+                    ms=3,
+                    capsize=2,
+                    alpha=0.8,
+                    label=name,
+                    color=colour[name],
+                )
                 continue
             (line,) = ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, ms=3, label=name, color=colour[name])
             if any(sd):
-                ax.fill_between(xs, [a - b for a, b in zip(ys, sd)], [a + b for a, b in zip(ys, sd)],
-                                color=line.get_color(), alpha=0.15, linewidth=0)
+                ax.fill_between(
+                    xs,
+                    [a - b for a, b in zip(ys, sd)],
+                    [a + b for a, b in zip(ys, sd)],
+                    color=line.get_color(),
+                    alpha=0.15,
+                    linewidth=0,
+                )
         ax.set_title(title)
         ax.set_xlabel(xlabel)
         if x is None:  # steps are whole numbers: no 1.5 ticks
@@ -128,8 +159,13 @@ def plot_eval(groups: list[ArmGroup], path: Path) -> Path | None:
     return path
 
 
-MECHANISM_PREFIXES = ("adv/corr/", "completion/len_correct", "completion/len_incorrect",
-                      "completion/len_reward_corr", "gold/")
+MECHANISM_PREFIXES = (
+    "adv/corr/",
+    "completion/len_correct",
+    "completion/len_incorrect",
+    "completion/len_reward_corr",
+    "gold/",
+)
 
 
 def mechanism_panels(groups: list[ArmGroup]) -> list[tuple[str, str]]:
@@ -148,11 +184,14 @@ def sqrt_seq_kl(r: RunData) -> dict[int, float]:
 
 
 def not_shown_note(groups: list[ArmGroup]) -> str:
-    """" (not shown: dr_grpo, no kl/ref logged)" naming the arms that logged training steps but none of
+    """ " (not shown: dr_grpo, no kl/ref logged)" naming the arms that logged training steps but none of
     whose runs has a sqrt(KL) point (`sqrt_seq_kl`: no kl/ref, e.g. a variant with kl: none); "" if none.
     An arm without any step (failed at once, pending) is in no plot and not named."""
-    missing = [g.name for g in groups if any(r.series("reward/total") for r in g.ok_runs)
-               and not any(sqrt_seq_kl(r) for r in g.ok_runs)]
+    missing = [
+        g.name
+        for g in groups
+        if any(r.series("reward/total") for r in g.ok_runs) and not any(sqrt_seq_kl(r) for r in g.ok_runs)
+    ]
     return f" (not shown: {', '.join(missing)}, no kl/ref logged)" if missing else ""
 
 
@@ -162,30 +201,78 @@ def make_plots(groups: list[ArmGroup], out: Path) -> list[tuple[str, Path]]:
     rpanels = [(k, k) for k in rk]
     made = [
         ("Reward vs step", plot_curves(groups, rpanels, out / "reward_vs_step.png", "step", None)),
-        ("Reward vs completions generated", plot_curves(groups, rpanels, out / "reward_vs_completions.png",
-                                                        "completions generated", lambda r: r.series("count/completions"))),
-        ("Reward vs wall time", plot_curves(groups, rpanels, out / "reward_vs_time.png", "wall time (s)",
-                                            lambda r: r.series("time/elapsed"))),
+        (
+            "Reward vs completions generated",
+            plot_curves(
+                groups,
+                rpanels,
+                out / "reward_vs_completions.png",
+                "completions generated",
+                lambda r: r.series("count/completions"),
+            ),
+        ),
+        (
+            "Reward vs wall time",
+            plot_curves(
+                groups, rpanels, out / "reward_vs_time.png", "wall time (s)", lambda r: r.series("time/elapsed")
+            ),
+        ),
         ("Eval accuracy before / after", plot_eval(groups, out / "eval_accuracy.png")),
         ("Training dynamics", plot_curves(groups, DIAGNOSTICS, out / "training_dynamics.png", "step", None)),
-        ("Training dynamics vs completions generated",
-         plot_curves(groups, DIAGNOSTICS, out / "training_dynamics_vs_completions.png", "completions generated",
-                     lambda r: r.series("count/completions"))),
-        ("Training dynamics vs wall time", plot_curves(groups, DIAGNOSTICS, out / "training_dynamics_vs_time.png",
-                                                       "wall time (s)", lambda r: r.series("time/elapsed"))),
+        (
+            "Training dynamics vs completions generated",
+            plot_curves(
+                groups,
+                DIAGNOSTICS,
+                out / "training_dynamics_vs_completions.png",
+                "completions generated",
+                lambda r: r.series("count/completions"),
+            ),
+        ),
+        (
+            "Training dynamics vs wall time",
+            plot_curves(
+                groups,
+                DIAGNOSTICS,
+                out / "training_dynamics_vs_time.png",
+                "wall time (s)",
+                lambda r: r.series("time/elapsed"),
+            ),
+        ),
     ]
     mech = mechanism_panels(groups)
     made += [
         ("Mechanism diagnostics vs step", plot_curves(groups, mech, out / "diagnostics_vs_step.png", "step", None)),
-        ("Mechanism diagnostics vs completions generated",
-         plot_curves(groups, mech, out / "diagnostics_vs_completions.png", "completions generated",
-                     lambda r: r.series("count/completions"))),
-        ("Mechanism diagnostics vs wall time", plot_curves(groups, mech, out / "diagnostics_vs_time.png", "wall time (s)",
-                                                            lambda r: r.series("time/elapsed"))),
+        (
+            "Mechanism diagnostics vs completions generated",
+            plot_curves(
+                groups,
+                mech,
+                out / "diagnostics_vs_completions.png",
+                "completions generated",
+                lambda r: r.series("count/completions"),
+            ),
+        ),
+        (
+            "Mechanism diagnostics vs wall time",
+            plot_curves(
+                groups, mech, out / "diagnostics_vs_time.png", "wall time (s)", lambda r: r.series("time/elapsed")
+            ),
+        ),
     ]
     gold = [(k, t) for k, t in mech if k.startswith("gold/")]
     if gold:  # reward hacking: proxy (the trained rewards) and gold against the distance from the reference
-        made.append(("Proxy and gold reward vs sqrt(KL to reference)" + not_shown_note(groups),
-                     plot_curves(groups, rpanels + gold, out / "proxy_gold_vs_sqrt_kl.png",
-                                 "sqrt(KL to reference per completion) (sqrt nats)", sqrt_seq_kl, scatter=True)))
+        made.append(
+            (
+                "Proxy and gold reward vs sqrt(KL to reference)" + not_shown_note(groups),
+                plot_curves(
+                    groups,
+                    rpanels + gold,
+                    out / "proxy_gold_vs_sqrt_kl.png",
+                    "sqrt(KL to reference per completion) (sqrt nats)",
+                    sqrt_seq_kl,
+                    scatter=True,
+                ),
+            )
+        )
     return [(t, p) for t, p in made if p is not None]

@@ -4,6 +4,7 @@ Damaged files never stop a report: unreadable metrics lines (cut by a crash, not
 counted, and each problem is a warning naming the file. Runs whose labels differ only by the
 `-s<seed>` suffix form one arm (`ArmGroup`).
 """
+
 from __future__ import annotations
 
 import logging
@@ -15,9 +16,9 @@ from typing import Any, Iterable
 
 import yaml
 
-from zoo.study.study_checks import foreign_arm_dir
-from zoo.study.report.study_index import read_index
 from zoo.run.tracking import read_json, read_jsonl_counted
+from zoo.study.report.study_index import read_index
+from zoo.study.study_checks import foreign_arm_dir
 
 _SEED_SUFFIX = re.compile(r"-s(-?\d+)$")
 
@@ -49,7 +50,12 @@ class RunData:
         out: dict[int, float] = {}
         for r in self.records:
             v, s = r.get(key), r.get("step")
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and isinstance(s, (int, float)):
+            if (
+                isinstance(v, (int, float))
+                and not isinstance(v, bool)
+                and math.isfinite(v)
+                and isinstance(s, (int, float))
+            ):
                 out[int(s)] = float(v)
         return dict(sorted(out.items()))
 
@@ -73,15 +79,24 @@ def load_run(d: Path) -> RunData:
     summ = read_json(d / "summary.json")
     cfg = _read_yaml(d / "config.yaml")
     recs, skipped = read_jsonl_counted(d / "metrics.jsonl")
-    warnings = [f"{d / f}: unreadable, ignored" for f, data in (("summary.json", summ), ("config.yaml", cfg))
-                if (d / f).is_file() and not data]
+    warnings = [
+        f"{d / f}: unreadable, ignored"
+        for f, data in (("summary.json", summ), ("config.yaml", cfg))
+        if (d / f).is_file() and not data
+    ]
     if skipped:
-        warnings.append(f"{d / 'metrics.jsonl'}: skipped {skipped} unreadable line(s) (cut by a crash, or not UTF-8 JSON)")
-    status = summ.get("status") if summ.get("status") in ("finished", "failed") else ("unfinished" if recs else "pending")
+        warnings.append(
+            f"{d / 'metrics.jsonl'}: skipped {skipped} unreadable line(s) (cut by a crash, or not UTF-8 JSON)"
+        )
+    status = (
+        summ.get("status") if summ.get("status") in ("finished", "failed") else ("unfinished" if recs else "pending")
+    )
     steps = [int(r["step"]) for r in recs if isinstance(r.get("step"), (int, float)) and "reward/total" in r]
     if status == "finished" and isinstance(summ.get("steps"), int) and max(steps, default=0) < summ["steps"]:
-        warnings.append(f"{d / 'metrics.jsonl'}: ends at step {max(steps, default=0)} but summary.json records "
-                        f"{summ['steps']} steps (file cut?); final numbers are summary.json's, curves stop early")
+        warnings.append(
+            f"{d / 'metrics.jsonl'}: ends at step {max(steps, default=0)} but summary.json records "
+            f"{summ['steps']} steps (file cut?); final numbers are summary.json's, curves stop early"
+        )
     m = _SEED_SUFFIX.search(d.name)
     seed = cfg.get("seed", int(m.group(1)) if m else None)
     return RunData(d.name, d, recs, summ, cfg, seed, status, summ.get("error"), warnings)
@@ -105,8 +120,10 @@ def discover(study_dir: Path) -> list[RunData]:
         raise ReportError(f"{study_dir}: no such folder (expected runs/<study>)")
     marker = ("metrics.jsonl", "summary.json", "config.yaml")
     if (study_dir / "metrics.jsonl").exists():
-        logging.getLogger(__name__).warning("report %s: a run folder, not a study folder: a one-run report "
-                                            "(report.md, plots/) is written into it", study_dir)
+        logging.getLogger(__name__).warning(
+            "report %s: a run folder, not a study folder: a one-run report (report.md, plots/) is written into it",
+            study_dir,
+        )
         return [load_run(study_dir)]
     dirs = {d.name: d for d in sorted(study_dir.iterdir()) if d.is_dir() and any((d / m).exists() for m in marker)}
     index = read_index(study_dir)[0]  # a damaged study.json: what its text still says (report warns)

@@ -15,6 +15,7 @@ Pairing by seed holds when both arms drew the same prompts at each (seed, step):
 prompts_per_step and group size. Otherwise the arms are compared as independent samples and the
 report says why.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,8 +30,13 @@ from zoo.study.report.stats import eval_acc, reward_keys
 from zoo.study.report.table import used_values
 
 LAST_K = 5
-DIAGNOSTIC_PREFIXES = ("adv/corr/", "completion/len_correct", "completion/len_incorrect",
-                       "completion/len_reward_corr", "gold/")
+DIAGNOSTIC_PREFIXES = (
+    "adv/corr/",
+    "completion/len_correct",
+    "completion/len_incorrect",
+    "completion/len_reward_corr",
+    "gold/",
+)
 
 
 def final_value(run: RunData, key: str) -> float | None:
@@ -129,18 +135,28 @@ def baseline_of(groups: list[ArmGroup], named: str | None) -> tuple[ArmGroup | N
     by_name = {g.name: g for g in groups}
     warning = ""
     if named and named not in by_name:
-        warning = (f"baseline {named!r} is not an arm of this report (arms: {', '.join(by_name)}); "
-                   f"comparing against the first arm, {groups[0].name}")
+        warning = (
+            f"baseline {named!r} is not an arm of this report (arms: {', '.join(by_name)}); "
+            f"comparing against the first arm, {groups[0].name}"
+        )
     base = by_name.get(named or "", groups[0])
     if not finished_runs(base) and len(groups) > 1:
         states = ", ".join(f"{r.label} {r.status}" for r in base.runs)
-        warning = "; ".join(filter(None, [warning, f"baseline arm {base.name} has no finished run ({states}): "
-                                                   "no comparisons against the baseline"]))
+        warning = "; ".join(
+            filter(
+                None,
+                [
+                    warning,
+                    f"baseline arm {base.name} has no finished run ({states}): no comparisons against the baseline",
+                ],
+            )
+        )
     return base, warning
 
 
-def seed_statistics(groups: list[ArmGroup], baseline: str | None = None
-                    ) -> tuple[list[ArmStat], list[ArmComparison], str]:
+def seed_statistics(
+    groups: list[ArmGroup], baseline: str | None = None
+) -> tuple[list[ArmStat], list[ArmComparison], str]:
     """Every arm's interval estimates, every other arm against the baseline, and a warning ('' if none)."""
     metrics = metric_table(groups)
     stats = []
@@ -180,16 +196,19 @@ def _diff_json(d: Difference) -> dict[str, Any]:
     out = asdict(d)
     n = d.seeds_needed
     out["seeds_needed"] = int(n) if n is not None and math.isfinite(n) else None
-    out["seeds_needed_note"] = (None if out["seeds_needed"] is not None
-                                else "delta is 0" if n is not None else "fewer than 2 seeds")
+    out["seeds_needed_note"] = (
+        None if out["seeds_needed"] is not None else "delta is 0" if n is not None else "fewer than 2 seeds"
+    )
     return out
 
 
 def to_json(stats: list[ArmStat], comps: list[ArmComparison], baseline: str | None) -> dict[str, Any]:
     """{"baseline", "stats": [{metric, arm, values, estimate: {n, iqm, low, high}}],
     "comparisons": [{metric, arm, baseline, note, verdict, diff: {...}}]} (JSON-safe)."""
-    return _clean({
-        "baseline": baseline,
-        "stats": [asdict(s) for s in stats],
-        "comparisons": [{**asdict(c), "verdict": c.diff.verdict, "diff": _diff_json(c.diff)} for c in comps],
-    })
+    return _clean(
+        {
+            "baseline": baseline,
+            "stats": [asdict(s) for s in stats],
+            "comparisons": [{**asdict(c), "verdict": c.diff.verdict, "diff": _diff_json(c.diff)} for c in comps],
+        }
+    )

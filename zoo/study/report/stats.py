@@ -1,5 +1,6 @@
 """The numbers over an arm's seeds (mean +- sample std, n-1) and what they are taken from in one run:
 the reward objectives it logged and its greedy eval accuracy before and after training."""
+
 from __future__ import annotations
 
 import math
@@ -7,7 +8,6 @@ import statistics
 from typing import Iterable
 
 from zoo.study.report.runs import RunData
-
 
 #: "reward/..." metrics that describe the scoring, not an objective's value
 NOT_OBJECTIVES = ("reward/failed", "reward/unscored_frac")
@@ -22,7 +22,7 @@ def mean_std(values: Iterable[float]) -> tuple[float, float, int] | None:
 
 
 def fmt_ms(values: Iterable[float], digits: int = 3) -> str:
-    """"0.450 ± 0.071" over several values, "0.450" for one, "-" for none."""
+    """ "0.450 ± 0.071" over several values, "0.450" for one, "-" for none."""
     ms = mean_std(values)
     if ms is None:
         return "-"
@@ -40,8 +40,13 @@ def eval_acc(run: RunData, when: str) -> float | None:
         for k in ("eval/greedy_acc", "greedy_acc"):
             if isinstance(d.get(k), (int, float)):
                 return float(d[k])
-    evals = [r for r in run.records if isinstance(r.get("eval/greedy_acc"), (int, float))
-             and not isinstance(r.get("eval/greedy_acc"), bool) and math.isfinite(r["eval/greedy_acc"])]
+    evals = [
+        r
+        for r in run.records
+        if isinstance(r.get("eval/greedy_acc"), (int, float))
+        and not isinstance(r.get("eval/greedy_acc"), bool)
+        and math.isfinite(r["eval/greedy_acc"])
+    ]
     phase = 0.0 if when == "before" else 1.0
     marked = [r for r in evals if r.get("eval/phase") == phase]
     if marked:

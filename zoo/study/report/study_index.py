@@ -5,6 +5,7 @@ arm order. A damaged file (cut, not UTF-8, not an object) must not silently chan
 what can be read from its text is kept (name, baseline, arm labels in order; else the baseline of
 the study file it names), and the report warns naming the file.
 """
+
 from __future__ import annotations
 
 import json
@@ -72,7 +73,12 @@ def read_index(study_dir: Path | str) -> tuple[dict[str, Any], str]:
         out["baseline"], source = b, f"from the study file {files[0]}"
     elif labels:
         out["baseline"], source = re.sub(r"-s-?\d+$", "", labels[0]), "its first arm, the default baseline"
-    kept = (f"kept the baseline {out['baseline']!r} ({source})" if "baseline" in out
-            else "its baseline is unknown, so the first arm by name is the baseline")
-    return out, (f"{path}: damaged (not a readable JSON object; rewritten by the next `zoo ablate`): {kept}"
-                 + (f" and the arm order ({len(labels)} arms)" if labels else ""))
+    kept = (
+        f"kept the baseline {out['baseline']!r} ({source})"
+        if "baseline" in out
+        else "its baseline is unknown, so the first arm by name is the baseline"
+    )
+    return out, (
+        f"{path}: damaged (not a readable JSON object; rewritten by the next `zoo ablate`): {kept}"
+        + (f" and the arm order ({len(labels)} arms)" if labels else "")
+    )

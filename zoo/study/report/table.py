@@ -1,6 +1,7 @@
 """The report's side-by-side table: one row per arm (final, best and half-by-half reward, objectives,
 accuracy, eval before -> after, step time, peak memory, and the group_size, updates, lr and
 max_new_tokens the arm used), each number mean +- std over the seeds that did not fail."""
+
 from __future__ import annotations
 
 import math
@@ -59,8 +60,12 @@ def used_values(run: RunData) -> dict[str, str]:
         rv = next((c[k] for k in ("resolved_variant", "variant") if isinstance(c.get(k), dict)), {})  # older: variant
         budget = c.get("budget") if isinstance(c.get("budget"), dict) else {}
         optim = c.get("optim") if isinstance(c.get("optim"), dict) else {}
-        for key, v in (("group_size", rv.get("group_size")), ("updates", rv.get("updates")),
-                       ("lr", optim.get("lr")), ("max_new_tokens", budget.get("max_new_tokens"))):
+        for key, v in (
+            ("group_size", rv.get("group_size")),
+            ("updates", rv.get("updates")),
+            ("lr", optim.get("lr")),
+            ("max_new_tokens", budget.get("max_new_tokens")),
+        ):
             out[key] = v if out[key] is None else out[key]
     budget = cfg.get("budget") if isinstance(cfg.get("budget"), dict) else {}
     for key in ("group_size", "updates"):
@@ -78,8 +83,12 @@ def used_values(run: RunData) -> dict[str, str]:
     upd = out["updates"]
     if isinstance(upd, dict):
         upd = f"{upd.get('epochs', '?')}x{upd.get('minibatches', '?')}"
-    return {"group_size": _s(out["group_size"]), "updates": _s(upd), "lr": _s(out["lr"], "g"),
-            "max_new_tokens": _s(out["max_new_tokens"])}
+    return {
+        "group_size": _s(out["group_size"]),
+        "updates": _s(upd),
+        "lr": _s(out["lr"], "g"),
+        "max_new_tokens": _s(out["max_new_tokens"]),
+    }
 
 
 def _s(v: Any, spec: str = "") -> str:
@@ -110,22 +119,41 @@ def one_line(text: str, n: int = 100) -> str:
 def table_rows(groups: list[ArmGroup], rkeys: list[str]) -> tuple[list[str], list[list[str]]]:
     """The side-by-side table: (header, one row per arm)."""
     objectives = [k for k in rkeys if k != "reward/total"]
-    header = (["arm", "seeds", "status", "final reward", "best reward", "mean reward 1st → 2nd half"]
-              + [f"final {k}" for k in objectives]
-              + ["accuracy", "eval greedy before → after", "time/step (s)", "peak mem (MB)",
-                 "group_size", "updates", "lr", "max_new_tokens"])
+    header = (
+        ["arm", "seeds", "status", "final reward", "best reward", "mean reward 1st → 2nd half"]
+        + [f"final {k}" for k in objectives]
+        + [
+            "accuracy",
+            "eval greedy before → after",
+            "time/step (s)",
+            "peak mem (MB)",
+            "group_size",
+            "updates",
+            "lr",
+            "max_new_tokens",
+        ]
+    )
     rows = []
     for g in groups:
         ok = g.ok_runs
         before, after = fmt_ms(eval_acc(r, "before") for r in ok), fmt_ms(eval_acc(r, "after") for r in ok)
         used = used_values(g.runs[0])
         rows.append(
-            [g.name, ",".join(str(r.seed) for r in g.runs), _status(g),
-             fmt_ms(_last(r, "reward/total") for r in ok), fmt_ms(_best(r, "reward/total") for r in ok),
-             f"{fmt_ms(_half_mean(r, 'reward/total', 0) for r in ok)} → {fmt_ms(_half_mean(r, 'reward/total', 1) for r in ok)}"]
+            [
+                g.name,
+                ",".join(str(r.seed) for r in g.runs),
+                _status(g),
+                fmt_ms(_last(r, "reward/total") for r in ok),
+                fmt_ms(_best(r, "reward/total") for r in ok),
+                f"{fmt_ms(_half_mean(r, 'reward/total', 0) for r in ok)} → {fmt_ms(_half_mean(r, 'reward/total', 1) for r in ok)}",
+            ]
             + [fmt_ms(_last(r, k) for r in ok) for k in objectives]
-            + [fmt_ms(_last(r, "accuracy") for r in ok), f"{before} → {after}",
-               fmt_ms((_mean_of(r, "time/step") for r in ok), 2), fmt_ms((_peak(r) for r in ok), 0)]
+            + [
+                fmt_ms(_last(r, "accuracy") for r in ok),
+                f"{before} → {after}",
+                fmt_ms((_mean_of(r, "time/step") for r in ok), 2),
+                fmt_ms((_peak(r) for r in ok), 0),
+            ]
             + [used["group_size"], used["updates"], used["lr"], used["max_new_tokens"]]
         )
     return header, rows

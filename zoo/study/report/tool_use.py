@@ -1,6 +1,7 @@
 """The report's tool-use section, for studies with arms that ran with an environment (`task.env`):
 per arm, the env metrics' mean over the first and the last half of the steps, and the evaluation's
 tool calls at the end. Arms without an environment are listed with "-"."""
+
 from __future__ import annotations
 
 import statistics
@@ -8,11 +9,17 @@ from typing import Iterable
 
 from zoo.study.report.runs import RunData
 
-COLUMNS = (("env/tool_calls", "tool calls / trajectory"), ("env/tool_errors", "tool errors / trajectory"),
-           ("env/turns", "turns / trajectory"), ("accuracy", "accuracy"))
-TEXT = ("Per trajectory of the first generation round of each step (docs/metrics.md `env/*`): the mean over the "
-        "first → the last half of the steps (one value with a single step), averaged over the arm's seeds that "
-        "did not fail; *eval tool calls* is the greedy evaluation's mean at the last evaluation.")
+COLUMNS = (
+    ("env/tool_calls", "tool calls / trajectory"),
+    ("env/tool_errors", "tool errors / trajectory"),
+    ("env/turns", "turns / trajectory"),
+    ("accuracy", "accuracy"),
+)
+TEXT = (
+    "Per trajectory of the first generation round of each step (docs/metrics.md `env/*`): the mean over the "
+    "first → the last half of the steps (one value with a single step), averaged over the arm's seeds that "
+    "did not fail; *eval tool calls* is the greedy evaluation's mean at the last evaluation."
+)
 
 
 def _halves(run: RunData, key: str) -> tuple[float, float] | None:
