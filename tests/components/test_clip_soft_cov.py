@@ -158,7 +158,7 @@ def test_clip_cov_hand_case():
     adv = _t([[6.0, 2.0, 0.0, NAN], [0.0, -2.0, -6.0, 0.0]])
     mask = _t([[1, 1, 1, 0], [1, 1, 1, 0]])
     for seed in (0, 1, 2):
-        res, g = _loss_and_grad(lambda *a: clip_cov(*a, ratio=0.34, seed=seed), logp, old, adv, mask)
+        res, g = _loss_and_grad(lambda *a: clip_cov(*a, ratio=0.34, seed=seed), logp, old, adv, mask)  # noqa: B023 (called within this iteration)
         torch.testing.assert_close(res.loss, _t([[-6.0, 0.0, 0.0, 0.0], [0.0, 1.6, 6.0, 0.0]]), atol=ATOL, rtol=0)
         torch.testing.assert_close(g, _t([[-6.0, 0.0, 0.0, 0.0], [0.0, 0.0, 6.0, 0.0]]), atol=ATOL, rtol=0)
     assert res.token_stats["clip/selected_frac"].tolist() == [[0, 1, 0, 0], [0, 0, 0, 0]]  # logged share: 1/6

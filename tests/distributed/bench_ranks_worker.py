@@ -18,16 +18,15 @@ from types import SimpleNamespace
 
 import torch
 
-TESTS = (
-    Path(__file__).resolve().parents[1]
-)  # tests/ (conftest: every tests/ folder on sys.path); its parent the repository
+# tests/ (conftest: every tests/ folder on sys.path); its parent the repository
+TESTS = Path(__file__).resolve().parents[1]
 for p in (str(TESTS.parent), str(TESTS)):
     if p not in sys.path:
         sys.path.insert(0, p)
 
 from zoo.backends.train import strategy  # noqa: E402
 from zoo.bench.memory import memory_breakdown  # noqa: E402
-from zoo.core import dist
+from zoo.core import dist  # noqa: E402
 from zoo.testing import tiny_model_and_tokenizer  # noqa: E402
 
 

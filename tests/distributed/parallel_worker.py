@@ -50,7 +50,7 @@ def build(lora: bool, agg: str):
         model = apply_lora(model, {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]})
         g = torch.Generator().manual_seed(13)
         with torch.no_grad():
-            for n, p in model.named_parameters():
+            for _n, p in model.named_parameters():
                 if p.requires_grad:
                     p.copy_(0.1 * torch.randn(p.shape, generator=g))
     return model, tok, batch, slots, replace(s, minibatches=2, micro_batch=1, max_grad_norm=MAX_GRAD_NORM)
@@ -134,7 +134,7 @@ def run_train(out: Path, model_dir: Path, name: str, rank: int) -> dict:
     ):
         states: list = []
         real_setup = trainer.setup
-        trainer.setup = lambda *a, **kw: states.append(real_setup(*a, **kw)) or states[-1]
+        trainer.setup = lambda *a, **kw: states.append(real_setup(*a, **kw)) or states[-1]  # noqa: B023 (this iteration's run)
         cfg = tiny_run_config(
             model_dir,
             out / f"run_{label}",

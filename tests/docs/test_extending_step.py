@@ -41,7 +41,7 @@ def mylab(tmp_path, monkeypatch):
         (tmp_path / "mylab" / f"{mod.split('.')[1]}.py").write_text(code + "\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     yield
-    for mod, kind, name in MODULES.values():
+    for _mod, kind, name in MODULES.values():
         registry._REGISTRY[kind].pop(name, None)
     for m in [m for m in sys.modules if m == "mylab" or m.startswith("mylab.")]:
         del sys.modules[m]

@@ -63,7 +63,10 @@ def test_without_env_the_run_is_todays_single_turn(tiny_model_dir, tmp_path):
     train(a, resume=False, progress=False)
     train(b, resume=False, progress=False)
     ma, mb = _metrics(tmp_path / "a"), _metrics(tmp_path / "b")
-    drop = lambda r: {k: v for k, v in r.items() if not k.startswith(("time/", "perf/"))}
+
+    def drop(r):
+        return {k: v for k, v in r.items() if not k.startswith(("time/", "perf/"))}
+
     assert [drop(r) for r in ma] == [drop(r) for r in mb]
     assert not any(k.startswith("env/") for r in ma for k in r)
 

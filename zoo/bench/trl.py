@@ -106,7 +106,7 @@ def run_trl(d: dict[str, Any]) -> dict[str, Any]:
     try:
         from trl import GRPOConfig, GRPOTrainer
     except ImportError as e:  # pragma: no cover - depends on the environment
-        raise SystemExit(f"{INSTALL_HINT}\n({e})")
+        raise SystemExit(f"{INSTALL_HINT}\n({e})") from e
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 

@@ -18,22 +18,24 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
-from zoo.checks import (  # noqa: F401  # noqa: F401  (after_load checks register on import)
+# the checks register on import: before_load's (budget .. warnings) and after_load's (bounds, context, memory,
+# params); `memory` and `variant` under other names, which leaves those names to after_load's parameters
+from zoo.checks import (  # noqa: F401
     bounds,
     budget,
     context,
     critic,
     env,
     generator,
-    memory,
     model_path,
     params,
     reward_reads,
     strategy,
     task,
-    variant,
     warnings,
 )
+from zoo.checks import memory as _memory  # noqa: F401
+from zoo.checks import variant as _variant  # noqa: F401
 from zoo.checks.registry import run_stage
 from zoo.checks.report import Report
 from zoo.checks.subject import AfterLoad, BeforeLoad

@@ -197,7 +197,10 @@ def bench(
             check_bench(spec, names or [spec.variant])
     except ValueError as e:
         fail(str(e))
-    log = lambda msg: err.print(f"[dim]{msg}[/]", highlight=False)
+
+    def log(msg: str) -> None:
+        err.print(f"[dim]{msg}[/]", highlight=False)
+
     if vs:
         from zoo.bench.trl import INSTALL_HINT, trl_available
 

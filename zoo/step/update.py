@@ -242,9 +242,10 @@ def _accumulate(
             extras=mb.extras,
         )
 
+        # called only within this minibatch's iteration (B023: the loop variables it reads are this minibatch's)
         def inputs(c: Any) -> TermInputs:  # a selecting component also gets its view of the step
-            v = selection.view(fields, c, mb, r, offset, {"logp": logp, "entropy": ent})
-            return inp if v is None else replace(inp, step=v)
+            v = selection.view(fields, c, mb, r, offset, {"logp": logp, "entropy": ent})  # noqa: B023
+            return inp if v is None else replace(inp, step=v)  # noqa: B023
 
         per_token = res.loss  # [n, T]
         w_roll = None  # the rollout corrections' weight (those reading logp_rollout), for rollout/*

@@ -94,7 +94,7 @@ def plot_curves(
         return None
     fig, axes = _new_figure(len(panels))
     colour = {g.name: f"C{i % 10}" for i, g in enumerate(groups)}  # one colour per arm in every panel
-    for ax, (key, title, curves) in zip(axes, panels):
+    for ax, (_key, title, curves) in zip(axes, panels):
         for name, xs, ys, sd in curves:
             if scatter:
                 ax.errorbar(
