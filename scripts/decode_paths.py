@@ -1,4 +1,4 @@
-"""Measure candidate faster HF decode paths against zoo's `hf` generator (issue 12), on this machine.
+"""Measure candidate faster HF decode paths against zoo's `hf` generator, on this machine.
 
     python scripts/decode_paths.py --model tiny --rows 32 --new 64 --repeats 3
     python scripts/decode_paths.py --model smollm2-135m-instruct-q4 --rows 16 --new 32 --paths hf,static

@@ -1,4 +1,4 @@
-"""The `generator` kind (issue 12): logp_rollout is the log-prob of the distribution the sampler drew
+"""The `generator` kind: logp_rollout is the log-prob of the distribution the sampler drew
 from, one contract suite every built-in generator passes, `noisy` wraps its inner generator, and the
 run resolves `sampling.backend` once, records it in the fingerprint and syncs after optimizer steps."""
 

@@ -1,5 +1,5 @@
 """Checks before the first rollout (zoo.checks.context, zoo.checks.memory_estimate) and model load errors
-(issue 11, items 10 and 11), on the tiny model: each must fail before anything large is allocated."""
+on the tiny model: each must fail before anything large is allocated."""
 
 import pytest
 from conftest import tiny_run_config

@@ -63,7 +63,7 @@ def test_show_and_diff():
 
 
 def test_show_ppo_says_verl_applies_dual_clip_and_we_do_not():
-    # issue 11 item 17: verl's vanilla policy loss always bounds A < 0 losses at c = 3; ours only in dual_clip
+    # verl's vanilla policy loss always bounds A < 0 losses at c = 3; ours only in dual_clip
     r = runner.invoke(app, ["show", "ppo"], env={"COLUMNS": "250"})
     assert r.exit_code == 0, r.output
     assert "verl" in r.output and "dual-clip with c = 3" in r.output
@@ -248,7 +248,7 @@ def test_dry_run_commands_are_shell_quoted():
     assert run_command(Path("runs/a b/x$(y)/config.yaml")) == "zoo run 'runs/a b/x$(y)/config.yaml'"
 
 
-# --------------------------------------------------------------------------- issue 11: one line, no traceback
+# --------------------------------------------------------------------------- one line, no traceback
 
 
 def run_main(monkeypatch, capsys, *args):

@@ -1,4 +1,4 @@
-"""The loss as terms (issue 9, Part 3): the kl: slot desugared into the `kl` loss term / the
+"""The loss as terms: the kl: slot desugared into the `kl` loss term / the
 kl_reward stage / the `adaptive_kl` controller, the entropy bonus as a loss term, own aggregation,
 corrections, and the errors for what users may not write."""
 

@@ -1,5 +1,5 @@
-"""The schema-wide rules of zoo.config.schema.Strict and the error lines of zoo.config.schema (issue 11,
-items 5, 6, 11, 12), with the issue's inputs."""
+"""The schema-wide rules of zoo.config.schema.Strict and the error lines of zoo.config.schema, each with
+an input that once slipped through or gave an unclear error."""
 
 import pytest
 

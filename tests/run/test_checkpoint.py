@@ -1,6 +1,6 @@
 """zoo.backends.train.checkpoint and zoo.core.faults without a model: weights-only loading (a malicious pickle is refused
 and does not run), the previous checkpoint kept, damaged files named with the options, a full disk
-leaving no temporary file (issue 11 items 7, 8, 14)."""
+leaving no temporary file."""
 
 import errno
 import logging

@@ -1,4 +1,4 @@
-"""The conventions engine v2 fixed (issue 9, Part 2), each with its value before and after the change:
+"""The conventions engine v2 fixed, each with its value before and after the change:
 one accuracy definition (NaN left out, counted), one masked-std convention (unbiased), and
 transformers' LR schedules instead of a hand-written lambda."""
 

@@ -1,4 +1,4 @@
-"""zoo.run.fingerprint and `zoo run`'s reuse rule (issue 11, items 1 and 3) on the tiny model."""
+"""zoo.run.fingerprint and `zoo run`'s reuse rule on the tiny model."""
 
 from __future__ import annotations
 

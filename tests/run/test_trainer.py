@@ -18,7 +18,7 @@ from zoo.run.tracking import read_jsonl
 from zoo.run.trainer import train
 from zoo.step.types import Slots
 
-pytestmark = pytest.mark.e2e  # whole training runs through zoo.trainer (about 1 s each, 50 s in all)
+pytestmark = pytest.mark.e2e  # whole training runs through zoo.run.trainer (about 1 s each, 50 s in all)
 
 LOSS_KEYS = ("loss/policy", "loss/kl", "loss/value")
 # keys whose values depend on the wall clock or the process, not on the computation
@@ -460,7 +460,7 @@ def test_ctrl_c_leaves_an_interrupted_not_failed_run_that_resumes(tiny_model_dir
     assert ran == [2]
 
 
-# ---------------------------------------------------------------- faults: full disk, damaged checkpoints (issue 11: 7, 8, 14)
+# ---------------------------------------------------------------- faults: full disk, damaged checkpoints
 
 
 def _fault_config(model_dir, out, steps=3):

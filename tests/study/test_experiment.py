@@ -332,7 +332,7 @@ def test_run_study_train_returning_without_summary_counts_as_finished(tmp_path):
     assert json.loads((tmp_path / "runs/demo/grpo-s0/summary.json").read_text())["reward/total"] == 1.0
 
 
-# --------------------------------------------------------------------------- stale or mixed results (issue 11, 1-2)
+# --------------------------------------------------------------------------- stale or mixed results
 
 
 ONE = {"variants": ["grpo"], "ablations": {}, "seeds": [0]}
@@ -512,7 +512,7 @@ def test_ctrl_c_records_the_arm_interrupted_in_study_json_and_a_rerun_resumes_it
     assert {a["status"] for a in json.loads((root / "study.json").read_text())["arms"]} == {"finished"}
 
 
-# --------------------------------------------------------------------------- issue 11: silent acceptance, unclear errors
+# --------------------------------------------------------------------------- silent acceptance, unclear errors
 
 
 def test_sweep_points_equal_once_read_as_numbers_are_rejected(tmp_path):

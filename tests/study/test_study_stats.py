@@ -1,4 +1,4 @@
-"""Acceptance (issue 14): a 3-seed tiny-model study whose report holds IQM and 95% CI columns, recomputed
+"""Acceptance: a 3-seed tiny-model study whose report holds IQM and 95% CI columns, recomputed
 here by a second route from the arms' own files: numpy by hand for the IQM, the same fixed-seed scipy
 bootstrap for the interval, the paired differences by seed for the comparison against the baseline."""
 

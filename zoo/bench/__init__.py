@@ -30,7 +30,7 @@ training forward/backward as run (padding inside a trimmed micro-batch included:
 
 `tokens` of forward/train/critic = positions the models actually ran (forward pre-hooks on policy,
 reference and critic count `input_ids`); with prompt sharing
-(`zoo.backends.generate.hf.token_logprobs(share_prompts=True)`) a group's prompt counts once, not G times;
+(`zoo.step.logprobs.token_logprobs(share_prompts=True)`) a group's prompt counts once, not G times;
 `real_tokens` = the non-padding prompt + completion tokens of the rows (what a forward without
 sharing or padding would run). Each step also records CPU seconds (all threads) and the 1-minute
 load average, so runs disturbed by other jobs show.

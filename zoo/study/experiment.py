@@ -195,7 +195,7 @@ def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None) -> 
 
 def _apply_study_overrides(data: dict[str, Any], overrides: Mapping[str, Any], where: str) -> dict[str, Any]:
     """The study's own keys (`variants`, `ablations.x.set.clip=ppo`, `sweep.optim.lr=[..]`) here; every
-    other key as a run-file override (`zoo.config.set_dotted`)."""
+    other key as a run-file override (`zoo.config.run.set_dotted`)."""
     study_keys = {k: v for k, v in overrides.items() if k.split(".")[0] in (*STUDY_KEYS, "name")}
     rest = {k: v for k, v in overrides.items() if k not in study_keys}
     out = set_dotted(data, rest, f"{where} (--set)")
