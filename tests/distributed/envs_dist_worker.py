@@ -189,6 +189,9 @@ def main(out: Path, model_dir: Path) -> None:
             torch.save(params, out / f"equal_{strategy}_rank{rank}.pt")
         res[f"equal_calls_{strategy}"] = calls
     (out / f"rank{rank}.json").write_text(json.dumps(res))
+    # both ranks leave together: a rank that tore gloo down while the other was still gathering fsdp's
+    # full state dict aborted now and then ("terminate called without an active exception")
+    td.barrier()
     td.destroy_process_group()
 
 
