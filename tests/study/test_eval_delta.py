@@ -112,3 +112,35 @@ def test_a_study_evaluates_before_training_once_and_reports_the_paired_change(tm
         assert rec["before"] == shared["scores"] and set(rec["after"]) == set(rec["before"]) and len(rec["before"]) == 2
     md = (root / "report.md").read_text()
     assert "after − before, per prompt" in md and "grpo-s0" in md.split("after − before, per prompt")[1]
+
+
+@pytest.mark.e2e
+def test_arms_judged_by_different_rewards_do_not_share_the_eval_before(tmp_path, tiny_model_dir, monkeypatch):
+    """The before-training eval is keyed by the reward that judges it: an arm whose correctness reward
+    has another `fallback` evaluates before training itself (4 evaluations, 2 cached files), and a
+    reward that raises in its own eval is that arm's error, whatever order the arms run in."""
+    import json
+    import os
+
+    import yaml
+    from rich.console import Console
+    from test_study_e2e import _study
+
+    import zoo.run.progress as rp
+    from zoo.study import experiment, runner
+
+    calls = []
+    real = rp.evaluate
+    monkeypatch.setattr(rp, "evaluate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    path = _study(tmp_path, tiny_model_dir, ["grpo"], wandb=False)
+    data = yaml.safe_load(path.read_text())
+    data["ablations"] = {
+        "strict": {"variant": "grpo", "set": {"rewards": [{"name": "correctness", "fallback": "none"}]}}
+    }
+    path.write_text(yaml.safe_dump(data))
+    assert runner.run_study(experiment.load_study(path), console=Console(file=open(os.devnull, "w"))) == 0
+    root = tmp_path / "runs" / "tiny-study"
+    cached = [json.loads(p.read_text()) for p in (root / "eval_before").glob("*.json")]
+    assert len(calls) == 4 and len(cached) == 2
+    judges = sorted(json.dumps(c["key_parts"]["judge"], sort_keys=True) for c in cached)
+    assert any('"none"' in j for j in judges) and not all('"none"' in j for j in judges)

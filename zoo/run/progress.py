@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from typing import Any, Callable, Iterator
 
@@ -115,8 +116,11 @@ def nonfinite_sampling_named(st: RunState, where: str) -> Iterator[None]:
 def before_key(st: RunState, rows: list[dict], gen: Any) -> tuple[str, dict[str, Any]]:
     """The cache key of the run's evaluation before training and its parts: the model and its options,
     the eval rows (ids), the eval settings, max_new_tokens, the generator, the task's environment, the
-    resolved precision and the torch thread count (zoo.run.eval_record)."""
+    reward that judges the answers (as configured: two arms scoring with different rewards or reward
+    parameters do not share it), the resolved precision and the torch thread count (zoo.run.eval_record)."""
     cfg = st.cfg
+    judge = next((i for i, (c, _) in enumerate(st.rewards) if declared(c).accuracy), None)
+    judge_spec = json.loads(json.dumps(list(cfg.rewards)[judge], default=str)) if judge is not None else None
     parts = {
         "model": cfg.model,
         "model_opts": cfg.model_opts.model_dump(mode="json"),
@@ -126,6 +130,7 @@ def before_key(st: RunState, rows: list[dict], gen: Any) -> tuple[str, dict[str,
         "generator": type(gen).__name__,
         "backend": cfg.eval.backend if cfg.eval.backend is not None else cfg.sampling.backend,
         "env": cfg.task.get("env"),
+        "judge": judge_spec,
         "precision": str(st.settings.autocast),
         "threads": torch.get_num_threads(),
     }
