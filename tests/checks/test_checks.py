@@ -143,6 +143,7 @@ def test_validate_and_run_refuse_the_same_configs_with_the_same_message(tiny_mod
         assert r.exit_code == 1, (name, r.output)
         run_lines = _error_lines(r)
         assert any(part in line for line in run_lines), (name, run_lines)
+        assert str(f) in (r.stderr or r.output), name  # run names the file its keys are in, as validate does
         assert loads or not (tmp_path / "out" / name.replace(" ", "_")).exists(), name  # refused before its folder
         assert res["errors"] == [f"arm {data['name']}: {line}" for line in run_lines], name
 

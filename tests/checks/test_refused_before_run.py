@@ -75,3 +75,16 @@ def test_prompts_per_step_must_split_evenly_over_ranks(tiny_model_dir, tmp_path,
     validate_run(
         tiny_run_config(tiny_model_dir, tmp_path, budget={"prompts_per_step": 4}, training={"strategy": "ddp"})
     )
+
+
+def test_an_eval_size_above_the_held_out_prompts_warns_with_both_numbers(tiny_model_dir, tmp_path):
+    """The tiny task holds out 4 prompts (conftest: eval_size 4): eval.size 9 evaluates 4, and the
+    checks say so (a warning: the run starts); eval.size 4 says nothing."""
+    from conftest import tiny_run_config
+
+    from zoo.checks import before_load
+
+    warned = before_load(tiny_run_config(tiny_model_dir, tmp_path / "a", eval={"size": 9, "samples": 0}))[0].warnings
+    assert any("eval.size 9 is more than the task's 4 held-out prompts" in w and "uses 4" in w for w in warned), warned
+    fits = before_load(tiny_run_config(tiny_model_dir, tmp_path / "b", eval={"size": 4, "samples": 0}))[0].warnings
+    assert not any("eval.size" in w for w in fits), fits

@@ -913,3 +913,22 @@ def test_diverged_logits_fail_the_run_in_one_line_and_keep_the_checkpoint(tiny_m
         train(cfg, progress=False)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "failed" and (tmp_path / "checkpoint" / "state.pt").exists()
+
+
+def test_a_run_resumed_after_its_last_step_keeps_that_steps_metrics_in_the_summary(
+    tiny_model_dir, tmp_path, monkeypatch
+):
+    """Killed after the last step's checkpoint but before the final evaluation, a resumed run runs no
+    step: its summary still gives the last step's metrics (read back from metrics.jsonl), not NaN."""
+    cfg = tiny_run_config(tiny_model_dir, tmp_path, checkpoint={"every": 1})
+    monkeypatch.setenv("ZOO_FAIL_AT_STEP", str(cfg.budget.steps))
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train(cfg, progress=False)
+    monkeypatch.delenv("ZOO_FAIL_AT_STEP")
+    s = train(cfg, progress=False)
+    (rec,) = [
+        r for r in read_jsonl(tmp_path / "metrics.jsonl") if r.get("step") == cfg.budget.steps and "reward/total" in r
+    ]
+    assert s["status"] == "finished" and s["steps"] == cfg.budget.steps
+    assert s["reward/total"] == rec["reward/total"] and math.isfinite(s["reward/total"])
+    assert json.loads((tmp_path / "summary.json").read_text())["reward/total"] == rec["reward/total"]

@@ -12,6 +12,7 @@ from zoo.checks.report import Report
 from zoo.checks.subject import BeforeLoad
 
 _ROWS: dict[str, list[dict[str, Any]]] = {}  # task spec (JSON) -> its train + eval rows: loaded once per process
+_EVAL_ROWS: dict[str, int] = {}  # task spec (JSON) -> how many of those rows are held out
 
 
 def task_rows(spec: Any) -> list[dict[str, Any]]:
@@ -23,7 +24,14 @@ def task_rows(spec: Any) -> list[dict[str, Any]]:
     if key not in _ROWS:
         task = load_task(spec)
         _ROWS[key] = list(task.train) + list(task.eval)
+        _EVAL_ROWS[key] = len(task.eval)
     return _ROWS[key]
+
+
+def eval_rows(spec: Any) -> int:
+    """How many held-out rows task `spec` has (loads it like `task_rows`)."""
+    task_rows(spec)
+    return _EVAL_ROWS[json.dumps(spec, sort_keys=True, default=str)]
 
 
 @check("task", "before_load")
@@ -41,6 +49,13 @@ def task(s: BeforeLoad, rep: Report) -> None:
             )
             return
         rep.errors.append(f"task: {msg}")
+        return
+    ev = s.cfg.eval
+    if ev.enabled and ev.size > (held_out := eval_rows(s.cfg.task)):
+        rep.warnings.append(
+            f"eval.size {ev.size} is more than the task's {held_out} held-out prompts (task.eval_size): "
+            f"the evaluation uses {held_out}"
+        )
 
 
 def hub_dataset(spec: Any) -> str | None:

@@ -115,6 +115,13 @@ def run(
     try:
         summary = train(cfg, resume=not fresh)
     except (VariantError, CheckpointError) as e:
+        src = config if config is not None else resume / "config.yaml" if resume is not None else None
+        if src is not None and str(src) not in str(e):  # the checks name keys; say which file they are in
+            from rich.markup import escape
+
+            from zoo.cli.common import err
+
+            err.print(f"{escape(str(src))}: refused", highlight=False, soft_wrap=True)
         fail(str(e))
     except OSError as e:  # disk full, read-only folder: one line naming the file (zoo.core.faults)
         fail(os_error_message(e))

@@ -28,6 +28,7 @@ from zoo.core import dist, guards
 from zoo.core.faults import WriteError, say_unrecorded, with_last_checkpoint, write_guard
 from zoo.rewards.session import close_rewards
 from zoo.run.checkpoint import restore_checkpoint, save_checkpoint
+from zoo.run.jsonl import read_jsonl
 from zoo.run.progress import evaluator, progress_bar
 from zoo.run.provenance import batch_size_warnings
 from zoo.run.setup import setup, validate_run
@@ -228,6 +229,8 @@ def _train(
                 if fail_at and st.step == fail_at:
                     raise RuntimeError(f"ZOO_FAIL_AT_STEP={fail_at}: simulated crash")
         guards.at_end(st.guard, st.step)
+        if not last and st.step:  # resumed after its last step: that step's metrics are in metrics.jsonl
+            last = _last_step_metrics(out, st.step)
         summary["eval/after"] = evaluate_run()
         if summary["eval/after"]:
             tracker.log({**summary["eval/after"], "eval/phase": 1.0}, step=st.step)
@@ -304,3 +307,9 @@ def _write_summary(out: Path, summary: dict[str, Any]) -> None:
     with write_guard(out / "summary.json", tmp=tmp):
         tmp.write_text(json.dumps(summary, indent=2, default=str))
         os.replace(tmp, out / "summary.json")
+
+
+def _last_step_metrics(out: Path, step: int) -> dict[str, Any]:
+    """The training metrics logged for `step` in `out/metrics.jsonl` (without "step"), {} if none."""
+    recs = [r for r in read_jsonl(out / "metrics.jsonl") if r.get("step") == step and "reward/total" in r]
+    return {k: v for k, v in recs[-1].items() if k != "step"} if recs else {}
