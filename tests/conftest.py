@@ -46,6 +46,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # waiting, so a busy machine (other jobs, two test runs at once) does not make OpenMP spin; the
 # process holds a zoo.run.threads lease, so zoo runs started beside the suite count its thread.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # not by load: the suite often runs beside other jobs
 from zoo.run import threads as _zoo_threads  # noqa: E402  (stdlib only: does not import torch)
 
 _zoo_threads.apply(argv=[])

@@ -163,11 +163,15 @@ def test_zoo_cli_import_sets_passive_and_the_threads_before_torch(tmp_path):
 
 @pytest.mark.e2e
 def test_zoo_run_subprocess_logs_the_choice_and_records_it(tmp_path, tiny_model_dir):
-    """`python -m zoo.cli run` with --threads 2: one stderr line, PASSIVE, torch on 2 threads, and the
-    same in the run's provenance."""
+    """`python -m zoo.cli run` with --threads 2 beside another zoo process (a lease of this test's): one
+    stderr line, PASSIVE by load, torch on 2 threads, and the same in the run's provenance."""
     import yaml
     from conftest import tiny_run_config
 
+    d = tmp_path / "leases"
+    d.mkdir()
+    me = os.getpid()
+    (d / f"{me}.lease").write_text(f"{me} 1 {T.start_time(me) or '-'}\n")
     cfg = tiny_run_config(tiny_model_dir, tmp_path / "run", budget={"steps": 1})
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
@@ -180,7 +184,8 @@ def test_zoo_run_subprocess_logs_the_choice_and_records_it(tmp_path, tiny_model_
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("threads: ")]
-    assert lines == ["threads: 2 (--threads: --threads 2); OMP_WAIT_POLICY=PASSIVE (zoo default)"]
+    busy = "zoo default, busy: 1 threads held by other zoo processes"
+    assert lines == [f"threads: 2 (--threads: --threads 2); OMP_WAIT_POLICY=PASSIVE ({busy})"]
     prov = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["provenance"]
     assert prov["torch_threads"] == 2
     assert prov["threads"] == {
@@ -188,5 +193,38 @@ def test_zoo_run_subprocess_logs_the_choice_and_records_it(tmp_path, tiny_model_
         "wait_policy": "PASSIVE",
         "source": "--threads",
         "why": "--threads 2",
-        "policy_source": "zoo default",
+        "policy_source": busy,
     }
+
+
+@pytest.mark.parametrize(
+    ("load", "held", "local", "policy", "why"),
+    [
+        (0.1, 0, 1, "default", "idle: load average 0.10"),
+        (0.5, 0, 1, "PASSIVE", "busy: load average 0.50"),  # BUSY_LOAD itself counts as busy
+        (0.1, 1, 1, "PASSIVE", "busy: 1 threads held"),
+        (0.1, 0, 2, "PASSIVE", "busy: 2 torchrun ranks"),
+        (None, 0, 1, "PASSIVE", "load unknown"),
+    ],
+)
+def test_the_wait_policy_goes_by_load(load, held, local, policy, why):
+    """Idle machine and no other zoo process: OpenMP's default (measured 1.6x faster than PASSIVE at the
+    main job's size); any sign of another job: PASSIVE (docs/performance.md)."""
+    env = {"LOCAL_WORLD_SIZE": str(local)}
+    c = T.choose(affinity=2, quota=None, held={99: held} if held else {}, env=env, load=load)
+    assert c.wait_policy == policy and why in c.policy_source, c
+    assert c.policy_source.startswith("zoo default")
+    user = T.choose(affinity=2, quota=None, held={}, env={"OMP_WAIT_POLICY": "active"}, load=load)
+    assert (user.wait_policy, user.policy_source) == ("ACTIVE", "user")  # the user's setting always wins
+
+
+def test_apply_leaves_the_variable_unset_on_an_idle_machine(tmp_path, monkeypatch):
+    """The idle choice removes a wait policy a zoo parent set (not the user's) and sets none."""
+    monkeypatch.setattr(T, "_load", lambda: 0.0)
+    monkeypatch.setattr(T, "_CHOICE", None)
+    monkeypatch.setattr(T, "_LEASE", None)
+    env = {T.ENV_DIR: str(tmp_path / "leases"), "OMP_WAIT_POLICY": "PASSIVE", T.ENV_POLICY_CHOSEN: "PASSIVE"}
+    c = T.apply(argv=["--threads", "1"], env=env)  # 1: torch is imported here, and apply sets its threads
+    T.release()
+    assert c.wait_policy == "default" and "OMP_WAIT_POLICY" not in env and T.ENV_POLICY_CHOSEN not in env
+    assert "OMP_WAIT_POLICY unset" in c.line()

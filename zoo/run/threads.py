@@ -17,8 +17,8 @@ The choice, first rule that applies:
   3. auto: the CPUs this process may use (`os.sched_getaffinity`, capped by the cgroup v2 `cpu.max`
      or v1 `cpu.cfs_quota_us` quota) minus the threads other live zoo processes of this user hold;
      under torchrun at most usable // LOCAL_WORLD_SIZE; never fewer than 1.
-`OMP_WAIT_POLICY` is set to PASSIVE unless the user set it (a value a zoo parent set, ENV_POLICY_CHOSEN,
-is not the user's).
+`OMP_WAIT_POLICY`: the user's if set (a value a zoo parent set, ENV_POLICY_CHOSEN, is not the
+user's); else PASSIVE on a busy machine and OpenMP's default on an idle one (zoo.run.wait_policy).
 
 Leases: each process that applies a choice writes `<pid>.lease` ("pid threads start_time") into a
 per-user folder under the temp dir (`$ZOO_THREADS_DIR` overrides), removed at exit; a lease whose
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import atexit
 import fcntl
-import math
 import os
 import sys
 import tempfile
@@ -39,10 +38,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from zoo.run.cpus import _read, affinity_cpus, cgroup_cpus, parse_cfs, parse_cpu_max, usable_cpus
+from zoo.run.wait_policy import DEFAULT, PASSIVE, choose_policy
+
+__all__ = ["affinity_cpus", "cgroup_cpus", "parse_cfs", "parse_cpu_max", "usable_cpus", "PASSIVE", "DEFAULT"]
+
 ENV_CHOSEN = "ZOO_THREADS_CHOSEN"  # the OMP_NUM_THREADS value zoo itself set: a child re-chooses
 ENV_POLICY_CHOSEN = "ZOO_WAIT_POLICY_CHOSEN"  # the OMP_WAIT_POLICY zoo itself set: not the user's
 ENV_DIR = "ZOO_THREADS_DIR"
-PASSIVE = "PASSIVE"
+_UNSET = object()  # choose() called without a load: PASSIVE, as before the policy went by load
 
 
 @dataclass(frozen=True)
@@ -60,89 +64,12 @@ class Choice:
         """The one console line a run prints about it."""
         return (
             f"threads: {self.threads} ({self.source}: {self.why}); "
-            f"OMP_WAIT_POLICY={self.wait_policy} ({self.policy_source})"
+            + (f"OMP_WAIT_POLICY={self.wait_policy}" if self.wait_policy != DEFAULT else "OMP_WAIT_POLICY unset")
+            + f" ({self.policy_source})"
         )
 
     def record(self) -> dict[str, object]:
         return asdict(self)
-
-
-# --------------------------------------------------------------------------- CPUs this process may use
-
-
-def parse_cpu_max(text: str) -> float | None:
-    """cgroup v2 `cpu.max` ("200000 100000" -> 2.0 CPUs; "max 100000" -> None, no quota)."""
-    parts = text.split()
-    if len(parts) != 2 or parts[0] == "max":
-        return None
-    try:
-        quota, period = int(parts[0]), int(parts[1])
-    except ValueError:
-        return None
-    return quota / period if quota > 0 and period > 0 else None
-
-
-def parse_cfs(quota: str, period: str) -> float | None:
-    """cgroup v1 `cpu.cfs_quota_us` / `cpu.cfs_period_us` ("-1" quota -> None, no quota)."""
-    try:
-        q, p = int(quota.strip()), int(period.strip())
-    except ValueError:
-        return None
-    return q / p if q > 0 and p > 0 else None
-
-
-def _read(path: str) -> str | None:
-    try:
-        return Path(path).read_text()
-    except OSError:
-        return None
-
-
-def cgroup_cpus(
-    proc_cgroup: str, read: Callable[[str], str | None] = _read, root: str = "/sys/fs/cgroup"
-) -> float | None:
-    """The tightest CPU quota (in CPUs) on this process's cgroup and its ancestors, v2 or v1, or None.
-
-    proc_cgroup: the text of /proc/self/cgroup ("0::/a/b" for v2, "4:cpu,cpuacct:/a" for v1).
-    read: path -> text or None (tests pass a dict's get)."""
-    limits: list[float] = []
-    for line in proc_cgroup.splitlines():
-        hier, _, rest = line.partition(":")
-        controllers, _, path = rest.partition(":")
-        if not path:
-            continue
-        parts = [p for p in path.split("/") if p]
-        paths = ["/".join(parts[:i]) for i in range(len(parts), -1, -1)]  # the cgroup, then each ancestor
-        if hier == "0" and controllers == "":
-            for mount in (root, f"{root}/unified"):
-                for p in paths:
-                    text = read(f"{mount}/{p}/cpu.max".replace("//", "/"))
-                    q = parse_cpu_max(text) if text else None
-                    if q:
-                        limits.append(q)
-        elif "cpu" in controllers.split(","):
-            for mount in (f"{root}/cpu", f"{root}/cpu,cpuacct", f"{root}/cpuacct,cpu"):
-                for p in paths:
-                    base = f"{mount}/{p}".rstrip("/")
-                    quota, period = read(f"{base}/cpu.cfs_quota_us"), read(f"{base}/cpu.cfs_period_us")
-                    q = parse_cfs(quota, period) if quota and period else None
-                    if q:
-                        limits.append(q)
-    return min(limits) if limits else None
-
-
-def affinity_cpus() -> int:
-    """How many CPUs the scheduler lets this process run on (os.cpu_count where affinity is unknown)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def usable_cpus(affinity: int, quota: float | None) -> int:
-    """min(affinity, floor(quota)), at least 1: a 1.5-CPU quota runs one thread without throttling."""
-    n = affinity if quota is None else min(affinity, math.floor(quota))
-    return max(1, n)
 
 
 # --------------------------------------------------------------------------- the choice (pure)
@@ -184,15 +111,24 @@ def choose(
     held: Mapping[int, int],
     env: Mapping[str, str],
     argv_threads: int | None = None,
+    load: float | None | object = _UNSET,
 ) -> Choice:
     """The threads and wait policy for a process (module docstring's rules).
 
     affinity: CPUs in the affinity mask; quota: cgroup quota in CPUs or None; held: {pid: threads}
-    of the other live zoo processes; env: the environment; argv_threads: `--threads`."""
+    of the other live zoo processes; env: the environment; argv_threads: `--threads`; load: the
+    1-minute load average for the wait policy by load (None: unknown, so PASSIVE), or not given (PASSIVE)."""
     user_policy = env.get("OMP_WAIT_POLICY", "").strip()
     if user_policy and user_policy == env.get(ENV_POLICY_CHOSEN):
         user_policy = ""  # set by a zoo parent process, not by the user
+    try:
+        local = int(env.get("LOCAL_WORLD_SIZE", "1"))
+    except ValueError:
+        local = 1
     policy, policy_source = (user_policy.upper(), "user") if user_policy else (PASSIVE, "zoo default")
+    if not user_policy and load is not _UNSET:  # by load (zoo.run.wait_policy); callers without it: PASSIVE
+        policy, why_policy = choose_policy(load, sum(held.values()), local)
+        policy_source = f"zoo default, {why_policy}"
     if argv_threads is not None:
         return Choice(argv_threads, policy, "--threads", f"--threads {argv_threads}", policy_source)
     env_n = _env_threads(env)
@@ -205,10 +141,6 @@ def choose(
         f"{'none' if quota is None else f'{quota:g}'}) - {taken} held by other zoo processes"
     )
     n = usable - taken
-    try:
-        local = int(env.get("LOCAL_WORLD_SIZE", "1"))
-    except ValueError:
-        local = 1
     if local > 1:
         n = min(n, usable // local)
         why += f", at most {usable} // {local} torchrun ranks"
@@ -319,7 +251,14 @@ def apply(argv: Sequence[str] | None = None, env: dict[str, str] | None = None) 
     quota = cgroup_cpus(_read("/proc/self/cgroup") or "")
     with _Locked(d) as lock:
         held = live_leases(d, pid) if lock.fd is not None else {}
-        choice = choose(affinity=affinity_cpus(), quota=quota, held=held, env=env, argv_threads=threads_from_argv(argv))
+        choice = choose(
+            affinity=affinity_cpus(),
+            quota=quota,
+            held=held,
+            env=env,
+            argv_threads=threads_from_argv(argv),
+            load=_load(),
+        )
         if lock.fd is not None:
             lease = d / f"{pid}.lease"
             try:
@@ -328,8 +267,12 @@ def apply(argv: Sequence[str] | None = None, env: dict[str, str] | None = None) 
                 atexit.register(release)
             except OSError:
                 pass
-    env["OMP_WAIT_POLICY"] = choice.wait_policy
-    if choice.policy_source != "user":
+    if choice.wait_policy == DEFAULT:  # OpenMP's own spin-then-sleep: leave the variable unset
+        env.pop("OMP_WAIT_POLICY", None)
+        env.pop(ENV_POLICY_CHOSEN, None)
+    else:
+        env["OMP_WAIT_POLICY"] = choice.wait_policy
+    if choice.policy_source != "user" and choice.wait_policy != DEFAULT:
         env[ENV_POLICY_CHOSEN] = choice.wait_policy
     if choice.source != "OMP_NUM_THREADS":
         env["OMP_NUM_THREADS"] = str(choice.threads)
@@ -345,6 +288,14 @@ def apply(argv: Sequence[str] | None = None, env: dict[str, str] | None = None) 
         )
     _CHOICE = choice
     return choice
+
+
+def _load() -> float | None:
+    """The machine's 1-minute load average, None where the OS does not give one."""
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
 
 
 def release() -> None:
