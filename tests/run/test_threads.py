@@ -200,10 +200,10 @@ def test_zoo_run_subprocess_logs_the_choice_and_records_it(tmp_path, tiny_model_
 @pytest.mark.parametrize(
     ("load", "held", "local", "policy", "why"),
     [
-        (0.1, 0, 1, "default", "idle: load average 0.10"),
-        (0.5, 0, 1, "PASSIVE", "busy: load average 0.50"),  # BUSY_LOAD itself counts as busy
-        (0.1, 1, 1, "PASSIVE", "busy: 1 threads held"),
-        (0.1, 0, 2, "PASSIVE", "busy: 2 torchrun ranks"),
+        (0.0, 0, 1, "default", "idle: 0 other runnable threads"),
+        (1.0, 0, 1, "PASSIVE", "busy: 1 other runnable threads"),  # one CPU-bound process beside it
+        (0.0, 1, 1, "PASSIVE", "busy: 1 threads held"),
+        (0.0, 0, 2, "PASSIVE", "busy: 2 torchrun ranks"),
         (None, 0, 1, "PASSIVE", "load unknown"),
     ],
 )
@@ -228,3 +228,13 @@ def test_apply_leaves_the_variable_unset_on_an_idle_machine(tmp_path, monkeypatc
     T.release()
     assert c.wait_policy == "default" and "OMP_WAIT_POLICY" not in env and T.ENV_POLICY_CHOSEN not in env
     assert "OMP_WAIT_POLICY unset" in c.line()
+
+
+def test_the_load_is_the_runnable_count_of_proc_loadavg_minus_this_thread(monkeypatch):
+    """/proc/loadavg's 4th field "running/total" counts this thread too; the median of the reads wins."""
+    reads = iter(["0.90 1.00 1.20 3/99 1", "0.90 1.00 1.20 1/99 1", "0.90 1.00 1.20 3/99 1"])
+    monkeypatch.setattr(T, "_read", lambda path: next(reads) if path == "/proc/loadavg" else None)
+    assert T._load(samples=3) == 2.0  # median of 2, 0, 2 other runnable threads
+    monkeypatch.setattr(T, "_read", lambda path: None)  # no /proc: the 1-minute load average
+    monkeypatch.setattr(T.os, "getloadavg", lambda: (0.25, 0.5, 0.75))
+    assert T._load(samples=2) == 0.25

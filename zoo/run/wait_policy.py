@@ -7,8 +7,9 @@ job's size 1.6x slower (12.0 s against 7.4 s) and a 32 x 64 tiny step 2x slower.
 by load, read once before torch loads:
 
 - PASSIVE when another zoo process holds threads (its lease), when this is one of several torchrun
-  ranks on the machine, when the 1-minute load average is at least BUSY_LOAD, or when the load is
-  unknown;
+  ranks on the machine, when other threads are runnable right now (`others`: the runnable count of
+  /proc/loadavg minus this one, the median of 5 samples over 40 ms; where there is no /proc, the
+  1-minute load average), at least BUSY; or when that is unknown;
 - otherwise OpenMP's default (threads spin a while at a barrier, then sleep: `OMP_WAIT_POLICY` left
   unset), the fast setting for a machine this process has to itself.
 
@@ -21,13 +22,13 @@ from __future__ import annotations
 
 PASSIVE = "PASSIVE"
 DEFAULT = "default"  # OMP_WAIT_POLICY unset: the OpenMP runtime's own spin-then-sleep
-BUSY_LOAD = 0.5  # 1-minute load average at or above which another job is taken to be running
+BUSY = 0.5  # other runnable threads (or load average) at or above which another job is taken to run
 
 
 def choose_policy(load: float | None, held: int, local_ranks: int) -> tuple[str, str]:
     """(policy, why) for a process whose user set no wait policy.
 
-    load: the machine's 1-minute load average before this process started working (None: unknown);
+    load: other threads runnable on the machine before this process started working (None: unknown);
     held: threads other live zoo processes hold; local_ranks: torchrun ranks on this machine (1 alone)."""
     if held > 0:
         return PASSIVE, f"busy: {held} threads held by other zoo processes"
@@ -35,6 +36,6 @@ def choose_policy(load: float | None, held: int, local_ranks: int) -> tuple[str,
         return PASSIVE, f"busy: {local_ranks} torchrun ranks share the CPUs"
     if load is None:
         return PASSIVE, "load unknown"
-    if load >= BUSY_LOAD:
-        return PASSIVE, f"busy: load average {load:.2f}"
-    return DEFAULT, f"idle: load average {load:.2f}, no other zoo process; spinning is faster here"
+    if load >= BUSY:
+        return PASSIVE, f"busy: {load:g} other runnable threads"
+    return DEFAULT, f"idle: {load:g} other runnable threads, no other zoo process; spinning is faster here"
