@@ -11,27 +11,29 @@ from zoo.checks.registry import check
 from zoo.checks.report import Report
 from zoo.checks.subject import BeforeLoad
 
-_ROWS: dict[str, list[dict[str, Any]]] = {}  # task spec (JSON) -> its train + eval rows: loaded once per process
-_EVAL_ROWS: dict[str, int] = {}  # task spec (JSON) -> how many of those rows are held out
+_LOADED: dict[str, tuple[list[dict[str, Any]], int]] = {}  # task spec (JSON) -> (train + eval rows, eval count)
 
 
-def task_rows(spec: Any) -> list[dict[str, Any]]:
-    """The train and eval rows of task `spec` (`zoo.tasks.load_task`), loaded once per spec in this
-    process (copies of the rows' list; the run loads its own). Raises what load_task raises."""
+def _load(spec: Any) -> tuple[list[dict[str, Any]], int]:
+    """Task `spec`'s train + eval rows and how many of them are held out, loaded once per spec in this
+    process (`zoo.tasks.load_task`). Raises what load_task raises."""
     from zoo.tasks import load_task
 
     key = json.dumps(spec, sort_keys=True, default=str)
-    if key not in _ROWS:
+    if key not in _LOADED:
         task = load_task(spec)
-        _ROWS[key] = list(task.train) + list(task.eval)
-        _EVAL_ROWS[key] = len(task.eval)
-    return _ROWS[key]
+        _LOADED[key] = (list(task.train) + list(task.eval), len(task.eval))
+    return _LOADED[key]
+
+
+def task_rows(spec: Any) -> list[dict[str, Any]]:
+    """The train and eval rows of task `spec` (the run loads its own). Raises what load_task raises."""
+    return _load(spec)[0]
 
 
 def eval_rows(spec: Any) -> int:
     """How many held-out rows task `spec` has (loads it like `task_rows`)."""
-    task_rows(spec)
-    return _EVAL_ROWS[json.dumps(spec, sort_keys=True, default=str)]
+    return _load(spec)[1]
 
 
 @check("task", "before_load")

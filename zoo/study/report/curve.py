@@ -18,7 +18,7 @@ import statistics
 from pathlib import Path
 
 from zoo.study.report.intervals import Difference, difference
-from zoo.study.report.plots import _new_figure, ci_half_width
+from zoo.study.report.plots import _mean_curve, _new_figure, ci_half_width
 from zoo.study.report.runs import ArmGroup, RunData
 from zoo.study.report.stats import eval_acc
 from zoo.study.report.stats_table import fmt, fmt_ci, fmt_seeds_needed
@@ -126,27 +126,18 @@ def _diff_cells(d: Difference) -> list[str]:
 def plot_curve(groups: list[ArmGroup], path: Path) -> Path | None:
     """Two panels: held-out accuracy against step and against wall time, one line per arm (mean over
     finished seeds) with its 95% t band over seeds. Returns the PNG path, or None with no curve."""
-    curves = []
+    panels: tuple[list, list] = ([], [])  # (name, colour, x, mean, half width) per arm: vs step, vs wall time
     for i, g in enumerate(groups):
         runs = _finished(g)
-        per_step: dict[int, list[tuple[float, float]]] = {}
-        for r in runs:
-            wt = wall_time(r)
-            for s, v in accuracy_curve(r).items():
-                per_step.setdefault(s, []).append((v, wt.get(s, math.nan)))
-        steps = sorted(per_step)
-        if len(steps) < 2:
-            continue
-        ys = [statistics.fmean(v for v, _ in per_step[s]) for s in steps]
-        hs = [ci_half_width([v for v, _ in per_step[s]]) for s in steps]
-        ts = [statistics.fmean(t for _, t in per_step[s]) for s in steps]
-        curves.append((g.name, f"C{i % 10}", steps, ts, ys, hs))
-    if not curves:
+        for curves, x in zip(panels, (None, wall_time)):
+            xs, ys, hs = _mean_curve(runs, accuracy_curve, x)  # the report's per-step mean and 95% t band
+            if len(xs) >= 2:
+                curves.append((g.name, f"C{i % 10}", xs, ys, hs))
+    if not panels[0]:
         return None
     fig, axes = _new_figure(2, ncols=2)
-    for ax, xlabel, xi in ((axes[0], "step", 2), (axes[1], "wall time (s)", 3)):
-        for name, colour, *cols in curves:
-            xs, ys, hs = cols[xi - 2], cols[2], cols[3]
+    for ax, xlabel, curves in zip(axes, ("step", "wall time (s)"), panels):
+        for name, colour, xs, ys, hs in curves:
             ax.plot(xs, ys, marker="o", ms=3, label=name, color=colour)
             if any(hs):
                 ax.fill_between(
