@@ -4,6 +4,7 @@
     policy.py     load_policy, prepare_tokenizer, LoRA (lora_config, apply_lora), checkpointing
     reference.py  Reference: make_reference, reference_forward, reset_reference (the KL anchor)
     critic.py     ValueModel, make_critic (the policy's base backbone + a scalar head)
+    cast_cache.py cache_frozen_casts: autocast's bf16 weight cast kept across forwards for frozen weights
     export.py     save_hf_checkpoint (a plain HF checkpoint, LoRA merged into a copy)
     forward.py    how a causal LM is called: position ids from the mask (C10), logits_to_keep, KV caches
     load_errors.py  one-line errors for a model transformers could not load
@@ -14,6 +15,7 @@
 The public names of the first five are re-exported here (`from zoo.models import load_policy`).
 """
 
+from zoo.models.cast_cache import cache_frozen_casts
 from zoo.models.critic import ValueModel, make_critic
 from zoo.models.export import save_hf_checkpoint
 from zoo.models.policy import (
@@ -51,6 +53,7 @@ __all__ = [
     "Reference",
     "ValueModel",
     "apply_lora",
+    "cache_frozen_casts",
     "cache_root",
     "count_parameters",
     "enable_checkpointing",
