@@ -9,6 +9,9 @@ Paths (every one generates exactly `--new` tokens per row: EOS is suppressed unt
     static          HF `generate` with `cache_implementation="static"` (no prompt sharing; same processors)
     static_compile  as `static`, and the decode step compiled (`CompileConfig`, forced on CPU with
                     `_compile_all_devices`; inductor, mode "default": CUDA graphs do not exist on CPU)
+    bucketed        as `static_compile` with shapes bucketed so it compiles once per bucket: prompts
+                    left-padded to a multiple of `--bucket` tokens, rows to a power of two (copies of
+                    the last row, dropped after), and a StaticCache of length bucket(P) + bucket(new)
     paged           transformers continuous batching, `model.generate_batch` (paged attention, `paged|sdpa`)
 
 Each path runs once unmeasured (warm-up / compilation, its seconds printed), then `--repeats` times
@@ -51,7 +54,7 @@ def run_hf(model, tok, prompts, group, new, do_sample):
     b = generate_rollout(
         model, tok, prompts, group_size=group, max_new_tokens=new, min_new_tokens=new, do_sample=do_sample
     )
-    return b.completion_ids
+    return b.completion_ids, b.logp_rollout
 
 
 def run_static(model, tok, prompts, group, new, do_sample, compile_=False):
@@ -79,6 +82,41 @@ def run_static(model, tok, prompts, group, new, do_sample, compile_=False):
             logits_processor=processor_list((), 1.0, 0, 1.0, do_sample, rec),
         )
     return out[:, ids.shape[1] :]
+
+
+def _up(n: int, step: int) -> int:
+    return -(-n // step) * step
+
+
+def run_bucketed(model, tok, prompts, group, new, do_sample, bucket=32):
+    from transformers import CompileConfig, StaticCache
+
+    from zoo.backends.generate.hf import encode_prompts, neutral_generation_config, sampling_config, stop_token_ids
+    from zoo.backends.generate.warping import RolloutLogprobs, processor_list
+
+    ids, mask = encode_prompts(tok, prompts, device=model.device)
+    ids, mask = ids.repeat_interleave(group, 0), mask.repeat_interleave(group, 0)  # [N, P]
+    N, P = ids.shape
+    Pb, Nb = _up(P, bucket), max(1, 1 << (N - 1).bit_length())
+    ids = torch.nn.functional.pad(ids, (Pb - P, 0), value=tok.pad_token_id)  # [N, Pb] more left padding
+    mask = torch.nn.functional.pad(mask, (Pb - P, 0), value=0)
+    ids, mask = torch.cat([ids, ids[-1:].expand(Nb - N, -1)]), torch.cat([mask, mask[-1:].expand(Nb - N, -1)])
+    cfg = sampling_config(new, new, do_sample, tok.pad_token_id, stop_token_ids(model, tok), tok.bos_token_id)
+    cc = CompileConfig(mode="default", fullgraph=False, dynamic=False)
+    cc._compile_all_devices = True
+    cfg.compile_config = cc
+    cache = StaticCache(config=model.config, max_cache_len=Pb + _up(new, bucket))
+    rec = RolloutLogprobs()
+    with torch.no_grad(), neutral_generation_config(model):
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            generation_config=cfg,
+            past_key_values=cache,
+            logits_processor=processor_list((), 1.0, 0, 1.0, do_sample, rec),
+        )
+    rec.finish(out[:, -1])
+    return out[:N, Pb:], rec.values()[:N]
 
 
 def run_paged(model, tok, prompts, group, new, do_sample):
@@ -116,6 +154,7 @@ PATHS = {
     "static": run_static,
     "static_compile": lambda *a: run_static(*a, compile_=True),
     "paged": run_paged,
+    "bucketed": run_bucketed,
 }
 
 
@@ -135,25 +174,51 @@ def main() -> None:
         "(new shapes each time, as in training: a compiled static-cache decode recompiles)",
     )
     ap.add_argument("--sample", action="store_true", help="sample (default greedy, tokens compared to hf)")
+    ap.add_argument("--lora", action="store_true", help="LoRA r16 on q,k,v,o (the main job's), B random")
+    ap.add_argument("--autocast", default="none", choices=["none", "bf16"], help="bf16: as the main job")
+    ap.add_argument("--bucket", type=int, default=32, help="bucketed: prompt and new-token length step")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
     model, tok, prompts = load(a.model)
+    if a.lora:
+        from zoo.models import apply_lora
+
+        model = apply_lora(model, {"r": 16, "alpha": 32, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]})
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if "lora_B" in n:
+                    p.normal_(0, 0.01)
+        model.eval()
+    if a.autocast == "bf16":
+        from zoo.models import cache_frozen_casts
+
+        cache_frozen_casts(model)
+    PATHS["bucketed"] = lambda *x: run_bucketed(*x, bucket=a.bucket)
+    amp = lambda: torch.autocast(a.device.split(":")[0], dtype=torch.bfloat16, enabled=a.autocast == "bf16")  # noqa: E731
     model = model.to(a.device)
     group = max(1, a.rows // len(prompts))
     names = [p for p in a.paths.split(",") if p]
-    ref, times, warm, equal = None, {n: [] for n in names}, {}, {}
+    ref, ref_logp, times, warm, equal = None, None, {n: [] for n in names}, {}, {}
     for n in names:
         torch.manual_seed(0)
         t0 = time.perf_counter()
         try:
-            out = PATHS[n](model, tok, prompts, group, a.new, a.sample)
+            with amp():
+                out = PATHS[n](model, tok, prompts, group, a.new, a.sample)
         except Exception as e:  # noqa: BLE001  (a path that fails on this machine is reported, not fatal)
             print(f"{n}: failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
             times.pop(n)
             continue
         warm[n] = time.perf_counter() - t0
-        ref = out if n == "hf" else ref
+        out, logp = out if isinstance(out, tuple) else (out, None)
+        if n == "hf":
+            ref, ref_logp = out, logp
+        if logp is not None and ref_logp is not None and n != "hf" and out.shape == ref.shape:
+            same_rows = (out == ref).all(1)
+            if bool(same_rows.any()):
+                d = (logp[same_rows] - ref_logp[same_rows]).abs().max().item()
+                print(f"{n}: logp_rollout max |diff| vs hf on rows with equal tokens: {d:.3g}", flush=True)
         equal[n] = None if ref is None else bool(out.shape == ref.shape and torch.equal(out, ref))
         same = (
             ""
@@ -169,7 +234,8 @@ def main() -> None:
         for n in times:
             torch.manual_seed(0)
             t0 = time.perf_counter()
-            PATHS[n](model, tok, ps, group, a.new, a.sample)
+            with amp():
+                PATHS[n](model, tok, ps, group, a.new, a.sample)
             if model.device.type == "cuda":
                 torch.cuda.synchronize()
             times[n].append(time.perf_counter() - t0)
@@ -190,6 +256,9 @@ def main() -> None:
                     "warmup_s": round(warm[n], 2),
                     "greedy_equal_hf": equal[n],
                     "vary": a.vary,
+                    "lora": a.lora,
+                    "autocast": a.autocast,
+                    "bucket": a.bucket if n == "bucketed" else None,
                     "times": [round(t, 3) for t in ts],
                 }
             ),

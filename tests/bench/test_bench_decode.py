@@ -62,6 +62,8 @@ def test_model_dims_of_the_tiny_llama():
     d = model_dims(m)
     n = sum(p.numel() for p in m.parameters())
     assert d == {"params": n, "weight_bytes": 4.0 * n, "layers": 2.0, "q_dim": 64.0, "kv_dim": 32.0}
+    assert model_dims(m, torch.bfloat16)["weight_bytes"] == 2.0 * n  # bf16 autocast reads bf16 copies
+    assert model_dims(m, torch.float64)["weight_bytes"] == 4.0 * n  # never more than the weights' own
 
 
 def test_the_rate_probes_are_positive_and_finite():

@@ -27,10 +27,12 @@ import torch
 from torch import nn
 
 
-def model_dims(model: nn.Module) -> dict[str, float]:
+def model_dims(model: nn.Module, read_dtype: torch.dtype | None = None) -> dict[str, float]:
     """{params, weight_bytes, layers, q_dim, kv_dim} of a transformers causal LM (under a peft wrapper:
     of the whole module, adapters included). Parameters shared by several modules (a tied LM head)
-    count once. Raises ValueError when the config lacks the layer or head counts."""
+    count once. read_dtype: the dtype the decode's matmuls read the weights in, when narrower than
+    theirs (bf16 under bf16 autocast: the least a step must read is a bf16 copy, zoo.models.cast_cache);
+    default their own. Raises ValueError when the config lacks the layer or head counts."""
     from zoo.models.forward import inner_lm
 
     cfg = inner_lm(model).config
@@ -43,11 +45,15 @@ def model_dims(model: nn.Module) -> dict[str, float]:
     ps = list(model.parameters())  # unique parameters (tied weights once)
     return {
         "params": float(sum(p.numel() for p in ps)),
-        "weight_bytes": float(sum(p.numel() * p.element_size() for p in ps)),
+        "weight_bytes": float(sum(p.numel() * min(p.element_size(), _size(read_dtype, p)) for p in ps)),
         "layers": float(layers),
         "q_dim": float(heads * head_dim),
         "kv_dim": float(kv_heads * head_dim),
     }
+
+
+def _size(dtype: torch.dtype | None, p: torch.Tensor) -> int:
+    return p.element_size() if dtype is None else torch.empty((), dtype=dtype).element_size()
 
 
 def decode_work(

@@ -79,8 +79,8 @@ def measure_decode(
 ) -> dict[str, Any]:
     """`decode_summary` for `model` run under `autocast` on `device`, with the matmul rate (in the
     decode's dtype) and the copy bandwidth measured now (about 0.6 s)."""
-    dims = model_dims(model)
     dtype = AUTOCAST_DTYPES.get(autocast, next(model.parameters()).dtype)
+    dims = model_dims(model, dtype)  # under autocast the weights are read as bf16/fp16 copies
     return decode_summary(
         steps, gen_seconds, gen_tokens, dims, dtype, matmul_rate(dtype, device), copy_bandwidth(device)
     )

@@ -39,6 +39,8 @@ class FrozenCastLinear(nn.Linear):
         kind = x.device.type
         if w.requires_grad or w.dtype != torch.float32 or type(w) not in (nn.Parameter, Tensor):
             return super().forward(x)
+        if torch.compiler.is_compiling():  # data_ptr/_version would break the graph; inductor fuses the cast
+            return super().forward(x)
         if not torch.is_autocast_enabled(kind):
             return super().forward(x)
         dtype = torch.get_autocast_dtype(kind)
