@@ -9,7 +9,8 @@ Per decode step s (one forward of `rows_s` rows, each one new token attending to
               (every weight one multiply-add per row, the embedding counted as the tied LM head;
                attention: Q K^T and A V, 2 * q_dim * ctx each, per layer and row)
     bytes_s = weight_bytes + 2 * layers * kv_dim * ctx_s * rows_s * kv_elem_bytes
-              (every weight read once, and the K and V cache of every row)
+              (every weight read once, at the decode dtype's size under autocast, and the K and V
+               cache of every row)
 
     bound seconds = max(sum_s FLOPs_s / matmul rate, sum_s bytes_s / copy bandwidth)
 
