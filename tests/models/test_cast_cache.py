@@ -63,6 +63,9 @@ def test_copy_is_made_once_and_rebuilt_when_the_weight_changes():
     assert layer._cast is not first
     assert torch.equal(layer._cast, layer.weight.to(torch.bfloat16))
     assert torch.equal(logits_p, logits_c)
+    copied = copy.deepcopy(layer)  # e.g. the export's merged copy: no second bf16 copy carried along
+    assert copied._cast is None and layer._cast is not None
+    assert torch.equal(copied.weight, layer.weight)
 
 
 def test_no_copy_outside_autocast_or_for_trainable_weights():
