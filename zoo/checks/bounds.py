@@ -64,10 +64,9 @@ def work_warnings(cfg: Any, group_size: int, task_rows: int) -> list[str]:
 _META: dict[str, Any] = {}  # config.json text -> its meta-device model (a study's arms build it once)
 
 
-@check("lora_rank", "after_load")
-def lora_rank(s: AfterLoad, rep: Report) -> None:
-    """`lora_rank_warnings` on the loaded policy, else (zoo validate) on a meta-device model built from
-    config.json (only when the run uses LoRA)."""
+def _lora_model(s: AfterLoad) -> Any:
+    """The loaded policy, else (zoo validate) a meta-device model built from config.json when the run
+    uses LoRA (cached per config); None otherwise."""
     model = s.model
     if model is None and getattr(s.cfg.model_opts, "lora", None) is not None and s.model_config is not None:
         from zoo.checks.params import meta_model
@@ -76,7 +75,25 @@ def lora_rank(s: AfterLoad, rep: Report) -> None:
         if key not in _META:
             _META[key] = meta_model(s.model_config)
         model = _META[key]
-    rep.warnings += lora_rank_warnings(s.cfg, model)
+    return model
+
+
+@check("lora_rank", "after_load")
+def lora_rank(s: AfterLoad, rep: Report) -> None:
+    """`lora_rank_warnings` on the loaded policy or the meta-device model (`_lora_model`)."""
+    rep.warnings += lora_rank_warnings(s.cfg, _lora_model(s))
+
+
+@check("lora_targets", "after_load")
+def lora_targets(s: AfterLoad, rep: Report) -> None:
+    """`zoo.models.lora_targets.unmatched_targets` on the loaded policy or the meta-device model
+    (`_lora_model`): `model_opts.lora.target_modules` entries that name no module."""
+    from zoo.models.lora_targets import unmatched_targets
+
+    lora = getattr(s.cfg.model_opts, "lora", None)
+    model = _lora_model(s)
+    if lora is not None and model is not None:
+        rep.errors += unmatched_targets(model, list(lora.target_modules))
 
 
 @check("prompts_per_step_vs_task", "after_load")

@@ -124,10 +124,18 @@ def is_checkpointing(model: nn.Module) -> bool:
 
 
 def apply_lora(model: nn.Module, lora: dict, *, task_type: str | None = "CAUSAL_LM"):
-    """Wrap `model` with fresh LoRA adapters (peft `get_peft_model`); base weights frozen."""
+    """Wrap `model` with fresh LoRA adapters (peft `get_peft_model`); base weights frozen.
+    Raises ValueError (`zoo.models.lora_targets.unmatched_targets`) when a `target_modules` entry names
+    no module of `model`."""
     import warnings
 
     from peft import get_peft_model
+
+    from zoo.models.lora_targets import unmatched_targets
+
+    errors = unmatched_targets(model, list(lora.get("target_modules", ["q_proj", "v_proj"])))
+    if errors:
+        raise ValueError("\n".join(errors))
 
     with warnings.catch_warnings():  # peft reads transformers' deprecated `is_gradient_checkpointing`
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
