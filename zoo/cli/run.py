@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from zoo.cli.common import app, console, fail, parse_sets, print_threads, quiet_logs
+from zoo.cli.common import app, console, fail, parse_sets, print_threads, quiet_logs, run_dir_problem
 
 
 def _sigterm_as_interrupt() -> None:
@@ -96,11 +96,10 @@ def run(
                 "the configuration it started with"
             )
         if resume is not None:
-            cfg_file = resume / "config.yaml"
-            if not cfg_file.exists():
-                fail(f"{resume}: no config.yaml here; is this a run directory?")
-
-            cfg = load_run_config(cfg_file, {**parse_sets(set_), "output_dir": str(resume)})
+            problem = run_dir_problem(resume, "--resume")
+            if problem:
+                fail(problem)
+            cfg = load_run_config(resume / "config.yaml", {**parse_sets(set_), "output_dir": str(resume)})
         elif config is None:
             fail("give a run YAML (zoo run run.yaml) or --resume RUN_DIR")
         else:
