@@ -152,7 +152,15 @@ def greedy_acc(summary: dict, key: str) -> str:
 def ablate(
     study: Path = typer.Argument(..., help="study YAML (experiments/*.yaml)"),
     dry_run: bool = typer.Option(
-        False, "--dry-run", help="print the arms and the `zoo run` command for each; run nothing"
+        False,
+        "--dry-run",
+        help="check every arm and print the plan; run nothing, write nothing (see --write-configs)",
+    ),
+    write_configs: bool = typer.Option(
+        False,
+        "--write-configs",
+        help="with --dry-run: also write each arm's resolved config to <output_dir>/<arm>/config.yaml "
+        "and print the `zoo run` command that runs it (e.g. one cluster job per arm)",
     ),
     shard: Optional[str] = typer.Option(None, "--shard", help="i/n: run only arms i, i+n, ... (0-based), for clusters"),
     set_: List[str] = typer.Option([], "--set", help="dotted override applied to every arm, e.g. budget.steps=2"),
@@ -196,6 +204,8 @@ def ablate(
     _sigterm_as_interrupt()
     if threads:
         torch.set_num_threads(threads)
+    if write_configs and not dry_run:
+        fail("--write-configs goes with --dry-run (a study that runs writes each arm's config.yaml anyway)")
     sh = None
     if shard:
         try:
@@ -214,7 +224,15 @@ def ablate(
 
             ray_runner.import_ray()  # before any arm is planned: without Ray, say how to install it
             run_arms = partial(ray_runner.run_arms_on_ray, address=ray_address, resources=st.resources, threads=threads)
-        code = runner.run_study(st, dry_run=dry_run, shard=sh, console=console, fresh=tuple(fresh), run_arms=run_arms)
+        code = runner.run_study(
+            st,
+            dry_run=dry_run,
+            write_configs=write_configs,
+            shard=sh,
+            console=console,
+            fresh=tuple(fresh),
+            run_arms=run_arms,
+        )
     except VariantError as e:
         fail(str(e))
     except OSError as e:  # disk full, read-only folder: one line naming the file (zoo.core.faults)
