@@ -323,9 +323,15 @@ def _record_failure(run_dir: Path, e: BaseException, status: str = "failed") -> 
 
 
 def _final_report(st: Study, console: Any) -> None:
-    """report.md for the study; a report problem is printed, never fatal for the study."""
+    """report.md for the study and a one-row-per-arm table on the console (the full tables are in
+    report.md, whose path is printed); a report problem is printed, never fatal for the study."""
     try:
-        path = report.write_report(st.study_dir(), console=console)
-        console.print(f"report: {path}", highlight=False)
+        path = report.write_report(st.study_dir(), console=console, summary_only=True)
+        console.print(
+            f"report: {path} (every metric, statistics over seeds, comparisons with the baseline, plots; "
+            f"`zoo report {st.study_dir()}` prints its tables)",
+            highlight=False,
+            soft_wrap=True,
+        )
     except Exception as e:  # noqa: BLE001
         console.print(f"[yellow]warning:[/] report failed: {type(e).__name__}: {e}", highlight=False)
