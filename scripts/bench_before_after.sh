@@ -9,8 +9,13 @@
 # Writes OUT_DIR/<size>_<before|after>_<round>.json (zoo bench --json; default out: runs/before_after)
 # and prints the load average before each bench. Results: docs/performance.md "The cheap step".
 set -euo pipefail
-BASE=${1:?usage: bench_before_after.sh COMMIT [OUT_DIR] [VLLM_PYTHON]}
+USAGE="usage: bash scripts/bench_before_after.sh COMMIT [OUT_DIR] [VLLM_PYTHON]  (COMMIT: the 'before' side, e.g. c4696c2)"
+case "${1:-}" in
+  "" | -h | --help) echo "$USAGE" >&2; exit 2 ;;
+esac
+BASE=$1
 HERE=$(cd "$(dirname "$0")/.." && pwd)
+git -C "$HERE" rev-parse -q --verify "$BASE^{commit}" >/dev/null || { echo "error: '$BASE' is not a commit of $HERE; $USAGE" >&2; exit 2; }
 OUT=$(realpath -m "${2:-$HERE/runs/before_after}")
 VLLM_PY=${3:-}
 mkdir -p "$OUT"

@@ -27,6 +27,16 @@ def test_validate_checks_gold_rewards(tmp_path):
     assert code == 1 and "gold: " in errs and "nosuch" in errs
 
 
+@pytest.mark.parametrize(
+    "data, key",
+    [({"rewards": []}, "rewards"), ({"rewards": ["correctness"], "gold": [{"name": "format", "weight": "x"}]}, "gold")],
+)
+def test_reward_errors_name_their_key_once(tmp_path, data, key):
+    # the check's `rewards: ` lead and resolve_rewards' own made `rewards: rewards: ...` (and `gold: rewards:`)
+    code, errs = _validate(tmp_path, data)
+    assert code == 1 and f"{key}: " in errs and "rewards: rewards:" not in errs and "gold: rewards:" not in errs
+
+
 def test_validate_applies_the_budgets_critic_warmup(tmp_path):
     # grpo has no critic: a warm-up of the value model has nothing to train (zoo run refused it only)
     code, errs = _validate(tmp_path, {"rewards": ["correctness"], "budget": {"critic_warmup": 10}})

@@ -62,6 +62,17 @@ def test_variant_list_slot_and_unknown_key_errors():
     assert "allowed: advantage, aggregate, base, clip, controllers, correction, critic" in msg
 
 
+def test_a_whole_slot_mapping_without_a_name_points_to_the_dotted_key():
+    # `set: {clip: {eps: 0.3}}` replaces grpo's clip; it used to fail as "component spec {'eps': 0.3} has no
+    # 'name' key", with no word on the dotted key that changes one parameter
+    with pytest.raises(VariantError) as e:
+        load_variant("grpo", {"clip": {"eps": 0.3}})
+    assert "key 'clip': a mapping replaces the variant's whole clip and needs a 'name'" in str(e.value)
+    assert "set a dotted key: clip.eps: 0.3" in str(e.value)
+    v = load_variant("grpo", {"clip": {"name": "clip_higher", "eps_high": 0.3}, "kl": {"placement": "none"}})
+    assert v.resolved()["clip"] == {"name": "clip_higher", "eps_low": 0.2, "eps_high": 0.3}
+
+
 # --------------------------------------------------------------------------- run files
 
 

@@ -318,3 +318,12 @@ def test_resolve_rewards_rejects_duplicates_empty_and_bad_weights():
     with pytest.raises(ValueError, match="must be a number"):
         resolve_rewards([{"name": "format", "weight": "heavy"}])
     assert [w for _, w in resolve_rewards(["correctness", {"name": "format", "weight": 0.5}])] == [1.0, 0.5]
+
+
+def test_a_weight_that_is_no_number_is_shown_as_written():
+    # the message showed the spec after the weight was taken out ({'name': 'format'}), not the value
+    from zoo.rewards.compute import resolve_rewards
+
+    with pytest.raises(ValueError) as e:
+        resolve_rewards(["correctness", {"name": "format", "weight": "high"}])
+    assert "weight of 'format' must be a number, got 'high'" in str(e.value)

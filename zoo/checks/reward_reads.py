@@ -84,12 +84,18 @@ def rewards(s: BeforeLoad, rep: Report) -> None:
     try:
         s.rewards = [c for c, _ in resolve_rewards(s.cfg.rewards, s.cfg.plugins)]
     except ValueError as e:
-        rep.errors.append(f"rewards: {e}")
+        rep.errors.append(f"rewards: {_unprefixed(e)}")
     if s.cfg.gold:
         try:
             resolve_rewards(s.cfg.gold, s.cfg.plugins)
         except ValueError as e:
-            rep.errors.append(f"gold: {e}")
+            rep.errors.append(f"gold: {_unprefixed(e)}")
+
+
+def _unprefixed(e: ValueError) -> str:
+    """`resolve_rewards`' message without its own `rewards: ` lead: the check names the key (`rewards`
+    or `gold`) once."""
+    return str(e).removeprefix("rewards: ")
 
 
 @check("reward_reads", "before_load")

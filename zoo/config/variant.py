@@ -313,10 +313,27 @@ def apply_overrides(data: dict[str, Any], sets: Mapping[str, Any], where: str = 
             f"{overrides.did_you_mean(parts[0], allowed)}; allowed: {', '.join(allowed)}"
         )
 
+    for key, value in sets.items():
+        _check_whole_slot(str(key), value, where)
     try:
         return overrides.apply_dotted(data, sets, where, route, spec_of=_spec_of, list_name="list slot", by_name=True)
     except overrides.OverrideError as e:
         raise VariantError(str(e)) from None
+
+
+def _check_whole_slot(key: str, value: Any, where: str) -> None:
+    """A mapping set as a whole component slot (`clip: {eps: 0.3}`) replaces the variant's component,
+    so it must name one. Raises VariantError pointing to the dotted key that changes one parameter
+    (`clip.eps: 0.3`) when it does not."""
+    slot = key.removeprefix("slots.")
+    if slot not in SLOT_KINDS or slot in LIST_SLOTS or not isinstance(value, Mapping) or "name" in value:
+        return
+    dotted = ", ".join(f"{slot}.{k}: {v}" for k, v in value.items()) or f"{slot}.<param>: <value>"
+    params = "".join(f", {k}: {v}" for k, v in value.items())
+    raise VariantError(
+        f"{where}: key {key!r}: a mapping replaces the variant's whole {slot} and needs a 'name' "
+        f"({{name: <{slot}>{params}}}); to change a parameter of the variant's {slot}, set a dotted key: {dotted}"
+    )
 
 
 def _spec_of(slot: str, name: str) -> dict[str, Any]:

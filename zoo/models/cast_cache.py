@@ -34,6 +34,12 @@ class FrozenCastLinear(nn.Linear):
     _cast: Tensor | None = None
     _cast_key: tuple | None = None
 
+    def __getstate__(self) -> dict:  # copies and pickles leave the cached copy behind (rebuilt on use)
+        state = dict(super().__getstate__())
+        state.pop("_cast", None)
+        state.pop("_cast_key", None)
+        return state
+
     def forward(self, x: Tensor) -> Tensor:
         w = self.weight
         kind = x.device.type

@@ -305,10 +305,13 @@ def resolve_rewards(
                 raise ValueError(
                     f"rewards: weight must be a number, got the boolean {str(spec['weight']).lower()} in {spec!r}"
                 )
+            raw = spec.pop("weight")
             try:
-                weight = float(spec.pop("weight"))
+                weight = float(raw)
             except (TypeError, ValueError):
-                raise ValueError(f"rewards: weight must be a number, got {spec!r}") from None
+                raise ValueError(
+                    f"rewards: weight of {spec.get('name', spec)!r} must be a number, got {raw!r}"
+                ) from None
             if not math.isfinite(weight):
                 raise ValueError(f"rewards: weight must be finite, got {weight}")
             if abs(weight) > REWARD_LIMIT:
