@@ -96,7 +96,7 @@ def test_validate_names_file_and_key_of_a_typo(tmp_path):
 def test_every_shipped_study_dry_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for study in sorted((ROOT / "experiments").glob("*.yaml")):
-        r = runner.invoke(app, ["ablate", str(study), "--dry-run"])
+        r = runner.invoke(app, ["ablate", str(study), "--dry-run", "--write-configs"])
         assert r.exit_code == 0, (study, r.output)
         assert "zoo run runs/" in r.stdout
 
@@ -109,6 +109,7 @@ def test_ablate_set_reaches_every_arm(tmp_path, monkeypatch):
             "ablate",
             str(ROOT / "experiments/quickstart.yaml"),
             "--dry-run",
+            "--write-configs",
             "--set",
             "budget.steps=2",
             "--set",

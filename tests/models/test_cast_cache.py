@@ -83,3 +83,22 @@ def test_no_copy_outside_autocast_or_for_trainable_weights():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert torch.equal(model(input_ids=ids).logits, ref(input_ids=ids).logits)
     assert all(m._cast is not None for m in model.modules() if isinstance(m, FrozenCastLinear))
+
+
+def test_setup_caches_casts_under_bf16_lora_unless_turned_off(tiny_model_dir, tmp_path):
+    from tests.conftest import tiny_run_config
+    from zoo.run.fingerprint import fingerprint
+    from zoo.run.setup import setup
+
+    lora = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
+    kinds = {}
+    for on in (True, False):
+        cfg = tiny_run_config(
+            tiny_model_dir, tmp_path / str(on), model_opts={"autocast": "bf16", "lora": lora, "cache_casts": on}
+        )
+        st = setup(cfg)
+        linears = [m for m in st.models.policy.modules() if isinstance(m, torch.nn.Linear)]
+        kinds[on] = {type(m) for m in linears}
+        kinds[(on, "digest")] = fingerprint(cfg)[0]
+    assert kinds[True] == {FrozenCastLinear} and kinds[False] == {torch.nn.Linear}
+    assert kinds[(True, "digest")] == kinds[(False, "digest")]  # the same values: the same run

@@ -268,7 +268,7 @@ def test_shards_partition_sorted_labels(tmp_path):
 def test_dry_run_prints_runnable_commands_and_trains_nothing(tmp_path):
     st = E.load_study(_write(tmp_path, STUDY))
     con, train = _console(), FakeTrain()
-    assert R.run_study(st, dry_run=True, shard=(1, 2), train_fn=train, console=con) == 0
+    assert R.run_study(st, dry_run=True, write_configs=True, shard=(1, 2), train_fn=train, console=con) == 0
     out = con.file.getvalue()
     assert train.calls == []
     cmds = [line for line in out.splitlines() if line.startswith("zoo run ")]
@@ -277,6 +277,17 @@ def test_dry_run_prints_runnable_commands_and_trains_nothing(tmp_path):
         cfg = load_run_config(line.split(" ", 2)[2])
         assert cfg == arm.config
     assert "grpo-s0" not in out.split("arm(s)")[1]  # shard 1 plans only its arms
+
+
+def test_a_plain_dry_run_writes_nothing_and_says_how_to_write_the_configs(tmp_path):
+    st = E.load_study(_write(tmp_path, STUDY))
+    before = sorted(tmp_path.rglob("*"))
+    con = _console()
+    assert R.run_study(st, dry_run=True, train_fn=FakeTrain(), console=con) == 0
+    assert sorted(tmp_path.rglob("*")) == before  # no arm folder, no config.yaml, no study.json
+    out = " ".join(con.file.getvalue().split())
+    assert "dry run: nothing written; add --write-configs" in out and "zoo run " not in out
+    assert "dapo-no-clip-higher-s1" in out  # the plan still lists every arm
 
 
 # --------------------------------------------------------------------------- run

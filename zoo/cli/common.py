@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -60,6 +61,26 @@ def fail(msg: str, code: int = 1) -> None:
     """Print `error: msg` on stderr (one line, markup escaped) and exit with `code` (typer.Exit)."""
     err.print(f"[bold red]error:[/] {escape(str(msg))}", highlight=False, soft_wrap=True)  # a path stays copyable
     raise typer.Exit(code)
+
+
+RUN_DIR_HOLDS = "config.yaml, metrics.jsonl, summary.json and checkpoint/"  # docs/configuration.md
+
+
+def run_dir_problem(path: Path, what: str) -> str | None:
+    """Why `path` is not a run folder that `what` (e.g. "--resume") can use, one line naming it, or
+    None when it holds a config.yaml: the folder does not exist, is a file, or has no config.yaml
+    (then what a run folder holds)."""
+    if not path.exists():
+        return f"{what} {path}: no such folder; give a run's output folder (e.g. runs/my-run)"
+    if not path.is_dir():
+        hint = f" (its folder: {path.parent})" if path.name == "config.yaml" else ""
+        return f"{what} {path}: is a file, not a run folder{hint}"
+    if not (path / "config.yaml").is_file():
+        return (
+            f"{what} {path}: the folder exists but has no config.yaml, so it is not a run folder; "
+            f"a run folder (a run's output_dir) holds {RUN_DIR_HOLDS}"
+        )
+    return None
 
 
 def print_json(obj: Any) -> None:

@@ -10,10 +10,11 @@ from zoo.backends.train import checkpoint as ckpt
 def export_run(run_dir: Path, out_dir: Path) -> Path:
     """Rebuild the run's policy from its model source, load the last checkpoint, merge LoRA, save.
 
-    Raises FileNotFoundError when run_dir has no config.yaml or no checkpoint, ValueError when out_dir
+    Raises FileNotFoundError when run_dir does not exist, has no config.yaml or no checkpoint, ValueError when out_dir
     is an existing file, a non-empty directory, or inside the run directory (checked before any model
     loads: nothing is overwritten)."""
     from zoo import models as zm
+    from zoo.cli.common import run_dir_problem
     from zoo.study.run_file import load_run_config
 
     if Path(out_dir).exists() and not Path(out_dir).is_dir():
@@ -26,9 +27,10 @@ def export_run(run_dir: Path, out_dir: Path) -> Path:
             f"{out_dir}: exists and is not empty; export into a new or empty folder (nothing is overwritten)"
         )
 
+    problem = run_dir_problem(Path(run_dir), "zoo export")
+    if problem:
+        raise FileNotFoundError(problem)
     cfg_file = Path(run_dir) / "config.yaml"
-    if not cfg_file.exists():
-        raise FileNotFoundError(f"{run_dir}: no config.yaml; not a run directory")
     state = ckpt.load(Path(run_dir) / "checkpoint")
     if state is None:
         raise FileNotFoundError(f"{run_dir}: no checkpoint/{ckpt.FILE} yet")

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from zoo.cli.common import app, console, fail, parse_sets, print_threads, quiet_logs
+from zoo.cli.common import app, console, fail, parse_sets, print_threads, quiet_logs, run_dir_problem
 
 
 def _sigterm_as_interrupt() -> None:
@@ -96,11 +96,10 @@ def run(
                 "the configuration it started with"
             )
         if resume is not None:
-            cfg_file = resume / "config.yaml"
-            if not cfg_file.exists():
-                fail(f"{resume}: no config.yaml here; is this a run directory?")
-
-            cfg = load_run_config(cfg_file, {**parse_sets(set_), "output_dir": str(resume)})
+            problem = run_dir_problem(resume, "--resume")
+            if problem:
+                fail(problem)
+            cfg = load_run_config(resume / "config.yaml", {**parse_sets(set_), "output_dir": str(resume)})
         elif config is None:
             fail("give a run YAML (zoo run run.yaml) or --resume RUN_DIR")
         else:
@@ -153,7 +152,15 @@ def greedy_acc(summary: dict, key: str) -> str:
 def ablate(
     study: Path = typer.Argument(..., help="study YAML (experiments/*.yaml)"),
     dry_run: bool = typer.Option(
-        False, "--dry-run", help="print the arms and the `zoo run` command for each; run nothing"
+        False,
+        "--dry-run",
+        help="check every arm and print the plan; run nothing, write nothing (see --write-configs)",
+    ),
+    write_configs: bool = typer.Option(
+        False,
+        "--write-configs",
+        help="with --dry-run: also write each arm's resolved config to <output_dir>/<arm>/config.yaml "
+        "and print the `zoo run` command that runs it (e.g. one cluster job per arm)",
     ),
     shard: Optional[str] = typer.Option(None, "--shard", help="i/n: run only arms i, i+n, ... (0-based), for clusters"),
     set_: List[str] = typer.Option([], "--set", help="dotted override applied to every arm, e.g. budget.steps=2"),
@@ -197,6 +204,8 @@ def ablate(
     _sigterm_as_interrupt()
     if threads:
         torch.set_num_threads(threads)
+    if write_configs and not dry_run:
+        fail("--write-configs goes with --dry-run (a study that runs writes each arm's config.yaml anyway)")
     sh = None
     if shard:
         try:
@@ -215,7 +224,15 @@ def ablate(
 
             ray_runner.import_ray()  # before any arm is planned: without Ray, say how to install it
             run_arms = partial(ray_runner.run_arms_on_ray, address=ray_address, resources=st.resources, threads=threads)
-        code = runner.run_study(st, dry_run=dry_run, shard=sh, console=console, fresh=tuple(fresh), run_arms=run_arms)
+        code = runner.run_study(
+            st,
+            dry_run=dry_run,
+            write_configs=write_configs,
+            shard=sh,
+            console=console,
+            fresh=tuple(fresh),
+            run_arms=run_arms,
+        )
     except VariantError as e:
         fail(str(e))
     except OSError as e:  # disk full, read-only folder: one line naming the file (zoo.core.faults)

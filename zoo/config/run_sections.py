@@ -84,6 +84,11 @@ class ModelOpts(Strict):
     )
     lora: Lora | None = None
     gradient_checkpointing: bool = False
+    cache_casts: bool = Field(
+        True,
+        description="under bf16/fp16 autocast keep each frozen weight's low-precision cast across forwards "
+        "(bit-identical; 2 bytes per frozen weight element); false: autocast casts in every forward",
+    )
 
 
 class Training(Strict):

@@ -6,7 +6,8 @@ model, model_opts, task, rewards, budget, optim, sampling, seed, ref_reset_every
 resolved precision and the generator (`sampling.backend` resolved: its name and every parameter,
 defaults filled in; plain `hf` is recorded as "hf"). Not in it: name, output_dir, eval, checkpoint,
 tracking, plugins (where a component comes from, not what it does: its resolved spec is in),
-`sampling.batch_size` (how generation is split: in the provenance, and a resume that changes it warns).
+`sampling.batch_size` (how generation is split: in the provenance, and a resume that changes it warns),
+`model_opts.cache_casts` (the same values either way).
 
 `check_reuse(run_dir, cfg)` decides what a re-run may do with a folder that already holds results:
 
@@ -103,6 +104,7 @@ def fingerprint_fields(cfg: RunConfig) -> dict[str, Any]:
     if not fields["optim"].get("fused"):  # the default: the digests of runs from before the key stay
         fields["optim"].pop("fused", None)
     fields["sampling"].pop("batch_size", None)  # not what is trained: in provenance, a resume that changes it warns
+    fields["model_opts"].pop("cache_casts", None)  # bit-identical values either way (zoo.models.cast_cache)
     return json.loads(json.dumps(fields, default=str))  # tuples -> lists, as they read back from JSON
 
 

@@ -119,7 +119,7 @@ def setup(
     critic = None
     if slots.reads("values"):  # some component reads the critic's values (gae, a loss term, ...)
         critic = _make_critic(cfg, v, policy, tok, lora, device)
-    if precision in ("bf16", "fp16") and cfg.training.strategy != "fsdp":
+    if cfg.model_opts.cache_casts and precision in ("bf16", "fp16") and cfg.training.strategy != "fsdp":
         # frozen weights (LoRA base, reference copy, critic backbone) cast to bf16 once, not every forward
         for m in (policy, critic, reference.model if reference is not None else None):
             if m is not None:

@@ -144,6 +144,7 @@ def run_study(
     st: Study,
     *,
     dry_run: bool = False,
+    write_configs: bool = False,
     shard: tuple[int, int] | None = None,
     train_fn: Callable[..., Any] | None = None,
     console: Any = None,
@@ -153,7 +154,9 @@ def run_study(
     """Run (or with dry_run only plan) a study's arms; see zoo.study.experiment's module doc.
 
     Every arm's variant is checked before anything runs (VariantError lists all problems). Each
-    arm's config.yaml is written first. An arm folder holding results of another config (see
+    arm's config.yaml is written before it trains. A dry run checks and prints the plan and writes
+    nothing; with `write_configs` it writes each arm's config.yaml and prints the `zoo run` command
+    for each. An arm folder holding results of another config (see
     zoo.run.fingerprint) is an error naming the changed keys, raised before anything runs, unless the
     arm's label or group is in `fresh` (its results are then deleted and it is retrained). Finished
     arms with the same fingerprint are skipped, arms whose lease another process holds
@@ -188,7 +191,14 @@ def run_study(
     for c in conflicts:
         console.print(f"[yellow]would refuse:[/] {c}", highlight=False, soft_wrap=True)
     if dry_run:
-        for a in arms:
+        if not write_configs:
+            console.print(
+                f"dry run: nothing written; add --write-configs to write each arm's config.yaml under "
+                f"{st.study_dir()}/<arm>/ and print the `zoo run` command for each",
+                highlight=False,
+                soft_wrap=True,
+            )
+        for a in arms if write_configs else ():
             console.print(run_command(write_arm_config(a)), highlight=False, soft_wrap=True)
         return 0
     write_index(st, all_arms)
@@ -313,9 +323,15 @@ def _record_failure(run_dir: Path, e: BaseException, status: str = "failed") -> 
 
 
 def _final_report(st: Study, console: Any) -> None:
-    """report.md for the study; a report problem is printed, never fatal for the study."""
+    """report.md for the study and a one-row-per-arm table on the console (the full tables are in
+    report.md, whose path is printed); a report problem is printed, never fatal for the study."""
     try:
-        path = report.write_report(st.study_dir(), console=console)
-        console.print(f"report: {path}", highlight=False)
+        path = report.write_report(st.study_dir(), console=console, summary_only=True)
+        console.print(
+            f"report: {path} (every metric, statistics over seeds, comparisons with the baseline, plots; "
+            f"`zoo report {st.study_dir()}` prints its tables)",
+            highlight=False,
+            soft_wrap=True,
+        )
     except Exception as e:  # noqa: BLE001
         console.print(f"[yellow]warning:[/] report failed: {type(e).__name__}: {e}", highlight=False)

@@ -38,8 +38,9 @@ def check_arms(
     model's config.json and tokenizer; no weights). world_size / launched: the processes the arms
     will run with (default: this process's launcher); local_memory: the arms run on this machine, so
     their rollout is checked against its memory (False for arms sent elsewhere, e.g. Ray tasks).
-    Every message starts with `arm NAME: `."""
-    rep = Report()
+    Every message starts with `arm NAME: `, or, said once for a study of several distinct arms, with
+    `all N arms: ` where every arm has the same message (`fold_shared`)."""
+    subs: list[tuple[str, Report]] = []
     seen: dict[str, list[str]] = {}
     for arm in arms:
         seen.setdefault(arm.group, []).append(arm.label)
@@ -62,6 +63,22 @@ def check_arms(
             sub.warnings += after.warnings
             sub.notes += [n for n in after.notes if n not in said]  # e.g. the model's size: once per study
             said.update(after.notes)
+        subs.append((who, sub))
+    return fold_shared(subs, len(arms))
+
+
+def fold_shared(subs: list[tuple[str, Report]], n_arms: int) -> Report:
+    """One Report from each distinct arm's (who, Report): a message that every one of several arms
+    has (e.g. a bad key all arms share) once as `all {n_arms} arms: message`, first; the others
+    under `who: ` as they are."""
+    rep = Report()
+    for kind in ("errors", "warnings", "notes") if len(subs) > 1 else ():
+        first = getattr(subs[0][1], kind)
+        shared = [m for m in dict.fromkeys(first) if all(m in getattr(s, kind) for _, s in subs[1:])]
+        getattr(rep, kind).extend(f"all {n_arms} arms: {m}" for m in shared)
+        for _, sub in subs:
+            setattr(sub, kind, [m for m in getattr(sub, kind) if m not in shared])
+    for who, sub in subs:
         rep.extend(sub, f"{who}: ")
     return rep
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from zoo.run.eval_record import read_record as read_eval_record
 from zoo.run.fingerprint import mixed_keys, read_record
-from zoo.study.report.console_fit import print_fitted, wide_if_piped
+from zoo.study.report.console_fit import column_groups, fit_widths, longest_word, print_fitted, wide_if_piped
 from zoo.study.report.curve import curve_section
 from zoo.study.report.eval_delta import EVAL_DELTA_TEXT, delta_rows
 from zoo.study.report.left_out import left_out
@@ -156,12 +156,8 @@ SHORT = {
 }
 
 
-def print_table(name: str, header: list[str], rows: list[list[str]], console: Any = None) -> None:
-    """The side-by-side table in the terminal (rich, short headers; errors listed below the table).
-    Never cuts a cell with "…": a console that is not a terminal gets PIPE_WIDTH columns; a terminal
-    narrower than the table gets it in column groups that fit (zoo.study.report.console_fit.column_groups),
-    the arm column whole in each, other cells folded between words if they must."""
-    console = wide_if_piped(console)
+def _split_errors(header: list[str], rows: list[list[str]]) -> tuple[list[list[str]], list[str]]:
+    """(rows with the status cell cut to the status, ["arm: error"] of the failed arms)."""
     status_col = header.index("status")
     errors, cells = [], []
     for row in rows:
@@ -170,8 +166,57 @@ def print_table(name: str, header: list[str], rows: list[list[str]], console: An
             row[status_col], err = row[status_col].split(": ", 1)
             errors.append(f"{row[0]}: {err}")
         cells.append(row)
+    return cells, errors
+
+
+def print_table(name: str, header: list[str], rows: list[list[str]], console: Any = None) -> None:
+    """The side-by-side table in the terminal (rich, short headers; errors listed below the table).
+    Never cuts a cell with "…": a console that is not a terminal gets PIPE_WIDTH columns; a terminal
+    narrower than the table gets it in column groups that fit (zoo.study.report.console_fit.column_groups),
+    the arm column whole in each, other cells folded between words if they must."""
+    console = wide_if_piped(console)
+    cells, errors = _split_errors(header, rows)
     titles = [SHORT.get(h, h.replace("final reward/", "final ")) for h in header]
     print_fitted(console, f"study {name}", titles, cells)
+    for e in errors:
+        console.print(f"[red]failed[/] {e}", highlight=False)
+
+
+SUMMARY_COLUMNS = (
+    "arm",
+    "seeds",
+    "status",
+    "final reward",
+    "mean reward 1st → 2nd half",
+    "eval greedy before → after",
+    "time/step (s)",
+)
+
+
+def print_summary(name: str, header: list[str], rows: list[list[str]], console: Any = None) -> None:
+    """`zoo ablate`'s closing table: one table, one row per arm, the SUMMARY_COLUMNS of the side-by-side
+    table (errors listed below it); every other column and the statistics over seeds are in report.md.
+    Never cuts a cell: a narrow terminal folds cells between words (zoo.study.report.console_fit.fit_widths),
+    the arm column whole, and only one too narrow for that gets column groups (the arm in each)."""
+    from rich import box
+    from rich.table import Table
+
+    console = wide_if_piped(console)
+    cells, errors = _split_errors(header, rows)
+    keep = [header.index(h) for h in SUMMARY_COLUMNS if h in header]
+    titles = [SHORT.get(header[i], header[i]) for i in keep]
+    cells = [[r[i] for i in keep] for r in cells]
+    full = [max(len(c[j]) for c in [titles, *cells]) for j in range(len(titles))]
+    least = [full[0]] + [longest_word([t] + [c[j] for c in cells]) for j, t in enumerate(titles) if j]
+    for n, group in enumerate(column_groups(least, console.width)):
+        cols = [0, *group]
+        widths = fit_widths([full[j] for j in cols], [least[j] for j in cols], console.width) or [None] * len(cols)
+        t = Table(title=f"study {name}" if n == 0 else None, box=box.SIMPLE_HEAD, pad_edge=False)
+        for j, w in zip(cols, widths):
+            t.add_column(titles[j], style="bold cyan" if j == 0 else None, overflow="fold", width=w, no_wrap=j == 0)
+        for c in cells:
+            t.add_row(*(c[j] for j in cols))
+        console.print(t)
     for e in errors:
         console.print(f"[red]failed[/] {e}", highlight=False)
 
@@ -207,8 +252,10 @@ def check_same_config(groups: list[ArmGroup]) -> None:
             )
 
 
-def write_report(study_dir: Path | str, console: Any = None) -> Path:
-    """Write `<study_dir>/report.md` and `<study_dir>/plots/*.png`, print the table; returns report.md.
+def write_report(study_dir: Path | str, console: Any = None, summary_only: bool = False) -> Path:
+    """Write `<study_dir>/report.md` and `<study_dir>/plots/*.png`, print the tables (the side-by-side
+    table and the statistics over seeds; with `summary_only` the one-row-per-arm `print_summary`
+    instead, as `zoo ablate` ends); returns report.md. The files are the same either way.
 
     Raises ReportError when study_dir does not exist or holds no arm folder, or when the seeds of
     one arm were trained with different configs (`check_same_config`)."""
@@ -246,8 +293,11 @@ def write_report(study_dir: Path | str, console: Any = None) -> Path:
         ),
         encoding="utf-8",
     )
-    print_table(name, header, rows, console)
-    print_stats(tables, console)
+    if summary_only:
+        print_summary(name, header, rows, console)
+    else:
+        print_table(name, header, rows, console)
+        print_stats(tables, console)
     if any(r.warnings for r in runs) or dropped or damaged:
         from rich.console import Console
         from rich.markup import escape

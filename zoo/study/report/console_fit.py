@@ -68,3 +68,24 @@ def print_fitted(
         for r in rows:
             t.add_row(*r[:keep], *(r[i] for i in group))
         console.print(t)
+
+
+def fit_widths(full: list[int], least: list[int], room: int) -> list[int] | None:
+    """Column widths for one table in `room` characters: `full` (each column's widest cell) where they
+    fit, else each column at least `least` (its longest word), the spare room given first to the
+    columns that lack least (so short cells stay on one line and long ones fold); None where even
+    `least` does not fit.
+
+    e.g. full [4, 10, 6], least [4, 5, 3], room 25: 25 - 9 = 16 for the cells; 12 at least, the 6 gets
+    its 3, the 10 the last 1 -> [4, 6, 6]."""
+    cells = room - COLUMN_GAP * len(full)
+    if sum(full) <= cells:
+        return list(full)
+    if sum(least) > cells:
+        return None
+    widths, spare = list(least), cells - sum(least)
+    for i in sorted(range(len(full)), key=lambda j: full[j] - least[j]):
+        give = min(spare, full[i] - widths[i])
+        widths[i] += give
+        spare -= give
+    return widths
