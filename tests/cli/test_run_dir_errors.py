@@ -45,3 +45,22 @@ def test_export_a_missing_folder_says_it_does_not_exist(tmp_path, monkeypatch, c
         main()
     text = " ".join(capsys.readouterr().err.split())
     assert e.value.code == 1 and f"zoo export {d}: no such folder" in text
+
+
+def test_export_of_an_unfinished_run_says_which_step_it_exports(tiny_model_dir, tmp_path, monkeypatch, caplog):
+    # a run stopped after step 1 of 3 exported silently, as if it were the trained policy
+    import logging
+
+    from conftest import tiny_run_config
+
+    from zoo.cli.export import export_run
+    from zoo.run import trainer
+
+    cfg = tiny_run_config(tiny_model_dir, tmp_path / "run", budget={"steps": 3}, eval={"enabled": False})
+    monkeypatch.setenv("ZOO_FAIL_AT_STEP", "1")
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        trainer.train(cfg, progress=False)
+    with caplog.at_level(logging.WARNING, logger="zoo.cli.export"):
+        export_run(tmp_path / "run", tmp_path / "hf")
+    assert "is unfinished: exporting its checkpoint at step 1 of 3" in caplog.text
+    assert (tmp_path / "hf" / "config.json").is_file()

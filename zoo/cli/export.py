@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from zoo.backends.train import checkpoint as ckpt
@@ -12,7 +13,7 @@ def export_run(run_dir: Path, out_dir: Path) -> Path:
 
     Raises FileNotFoundError when run_dir does not exist, has no config.yaml or no checkpoint, ValueError when out_dir
     is an existing file, a non-empty directory, or inside the run directory (checked before any model
-    loads: nothing is overwritten)."""
+    loads: nothing is overwritten). Logs a warning when the checkpoint is before the run's last step."""
     from zoo import models as zm
     from zoo.cli.common import run_dir_problem
     from zoo.study.run_file import load_run_config
@@ -35,6 +36,14 @@ def export_run(run_dir: Path, out_dir: Path) -> Path:
     if state is None:
         raise FileNotFoundError(f"{run_dir}: no checkpoint/{ckpt.FILE} yet")
     cfg = load_run_config(cfg_file)
+    if state["step"] < cfg.budget.steps:
+        logging.getLogger("zoo.cli.export").warning(
+            "%s is unfinished: exporting its checkpoint at step %d of %d (finish it first with zoo run --resume %s)",
+            run_dir,
+            state["step"],
+            cfg.budget.steps,
+            run_dir,
+        )
     lora = cfg.model_opts.lora.model_dump() if cfg.model_opts.lora else None
     policy, tok = zm.load_policy(cfg.model, dtype=cfg.model_opts.dtype, lora=lora)
     if "shards" in state:  # a data-parallel run's: the weights are in its shards folder
