@@ -400,3 +400,11 @@ def test_ctrl_c_before_the_run_saved_anything_does_not_offer_a_resume(tmp_path, 
     text = " ".join(r.output.split())
     assert r.exit_code == 130 and "--resume" not in text, text
     assert "interrupted before the run saved anything; run the same command again" in text
+
+
+def test_version_prints_the_package_version():
+    import zoo
+
+    r = runner.invoke(app, ["--version"])
+    assert r.exit_code == 0 and r.output.strip() == f"zoo {zoo.__version__}"
+    assert runner.invoke(app, ["list"]).exit_code == 0  # the root callback leaves the commands as they were

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+import typer
 from rich.markup import escape
 
 # each registers its commands on the app; this order is the order `zoo --help` lists them in
@@ -14,9 +15,26 @@ from zoo.cli import (
     rm,  # noqa: F401,I001
     run,  # noqa: F401,I001
 )
-from zoo.cli.common import app, err
+from zoo.cli.common import app, console, err
 
 __all__ = ["app", "main"]
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        import zoo
+
+        console.print(f"zoo {zoo.__version__}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="print the version and exit"
+    ),
+) -> None:
+    pass
 
 
 def main() -> None:
