@@ -408,3 +408,25 @@ def test_version_prints_the_package_version():
     r = runner.invoke(app, ["--version"])
     assert r.exit_code == 0 and r.output.strip() == f"zoo {zoo.__version__}"
     assert runner.invoke(app, ["list"]).exit_code == 0  # the root callback leaves the commands as they were
+
+
+def test_validate_checks_the_shipped_reward_model_files_by_their_own_keys(tmp_path):
+    # rm.yaml / pairs.yaml were read as run files: "key 'judge' is not allowed (did you mean 'budget'?)"
+    files = [str(ROOT / "experiments/reward_hacking" / n) for n in ("rm.yaml", "pairs.yaml")]
+    r = runner.invoke(app, ["validate", *files, "--json"])
+    out = json.loads(r.stdout)
+    assert r.exit_code == 0 and [x["ok"] for x in out] == [True, True], out
+    assert "a `zoo rm train` file" in out[0]["notes"][0] and "a `zoo rm pairs` file" in out[1]["notes"][0]
+    typo = tmp_path / "rm.yaml"
+    typo.write_text((ROOT / "experiments/reward_hacking/rm.yaml").read_text().replace("epochs:", "epoch:"))
+    r = runner.invoke(app, ["validate", str(typo), "--json"])
+    assert (
+        r.exit_code == 1
+        and "key 'epoch' is not allowed (did you mean 'epochs'?)" in json.loads(r.stdout)[0]["errors"][0]
+    )
+
+
+def test_an_empty_reward_model_file_says_it_is_empty(tmp_path):
+    (tmp_path / "rm.yaml").write_text("# nothing yet\n")
+    r = runner.invoke(app, ["rm", "train", str(tmp_path / "rm.yaml")])
+    assert r.exit_code == 1 and "the file is empty (or holds only comments)" in str(r.exception)  # main() prints it

@@ -147,6 +147,18 @@ def diff(
 # --------------------------------------------------------------------------- validate
 
 
+#: keys that only a `zoo rm` file has, by command (zoo.rm.config: RMTrainConfig, PairsConfig)
+_RM_KEYS = {"zoo rm train": ("data",), "zoo rm pairs": ("judge", "samples", "length_bias", "label_noise")}
+
+
+def _rm_command(data: Any) -> str | None:
+    """`zoo rm train` / `zoo rm pairs` when `data` is a mapping with one of that command's own keys and
+    none of a variant's (`slots`, `base`) or a run's (`variant`, `variants`); else None."""
+    if not isinstance(data, dict) or any(k in data for k in ("slots", "base", "variant", "variants")):
+        return None
+    return next((cmd for cmd, keys in _RM_KEYS.items() if any(k in data for k in keys)), None)
+
+
 def _is_study(data: dict[str, Any]) -> bool:
     """A run or study file (else a variant file): one of their keys, or, in a file without `slots` or
     `base`, a key that is not a variant field but close to a run/study key (`varient: grpo`)."""
@@ -194,7 +206,13 @@ def validate(
             why = says_nothing(data)
             if why:
                 raise variant.VariantError(f"{f}: {why}; {NEEDS}; a variant file needs `name` and `slots`")
-            if isinstance(data, dict) and _is_study(data):
+            rm = _rm_command(data)
+            if rm:
+                from zoo.rm.config import PairsConfig, RMTrainConfig, load_config
+
+                load_config(f, RMTrainConfig if rm == "zoo rm train" else PairsConfig)
+                rep.notes.append(f"{f}: a `{rm}` file: its keys checked (the model and data are read when it runs)")
+            elif isinstance(data, dict) and _is_study(data):
                 from zoo.study.validate import check_study_file
 
                 rep = check_study_file(f, world_size=nproc, launched=True if nproc else None)

@@ -102,6 +102,8 @@ def read_yaml_mapping(path: Path) -> dict[str, Any]:
     """The parsed YAML of a file that must hold a mapping (read_yaml_file's errors, and one naming the
     file when the top level is not a mapping)."""
     data = read_yaml_file(path)
+    if data is None:
+        raise VariantError(f"{path}: the file is empty (or holds only comments); expected a mapping of keys")
     if not isinstance(data, dict):
         raise VariantError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return data
