@@ -1,6 +1,7 @@
 """Task loading (reasoning_gym, local files), few-shot prompts, spec errors and the prompt stream."""
 
 import json
+import logging
 
 import pytest
 
@@ -257,3 +258,17 @@ def test_a_list_valued_answer_column_is_an_error_not_its_str(tmp_path):
     path = write_jsonl(tmp_path / "d.jsonl", [{"question": f"q{i}", "answer": [str(i), "x"]} for i in range(4)])
     with pytest.raises(TaskError, match=r"column 'answer' \(answer_column\) holds a list in row 0 \(\['0', 'x'\]\)"):
         load_task({"name": "jsonl", "path": path, "eval_size": 1})
+
+
+def test_an_answer_pattern_that_does_not_match_is_not_silent(tmp_path, caplog):
+    # an unmatched answer was kept whole ("no marker here 3") as the gold answer, without a word
+    rows = [{"question": f"q{i}", "answer": f"work #### {i}"} for i in range(9)] + [
+        {"question": "q9", "answer": "no marker here 9"}
+    ]
+    path = write_jsonl(tmp_path / "d.jsonl", rows)
+    with caplog.at_level(logging.WARNING, logger="zoo.tasks.hf"):
+        task = load_task({"name": "jsonl", "path": path, "eval_size": 2, "answer_pattern": r"####\s*(.+)$"})
+    assert "does not match 1 of 10 answers" in caplog.text and "row 9: 'no marker here 9'" in caplog.text
+    assert len(task.train) + len(task.eval) == 10
+    with pytest.raises(TaskError, match=r"matches none of the 10 answers .* \(e.g. row 0: 'work #### 0'\)"):
+        load_task({"name": "jsonl", "path": path, "eval_size": 2, "answer_pattern": r"ANSWER:\s*(.+)$"})

@@ -8,7 +8,8 @@
 Loading goes through `datasets.load_dataset` (local files by extension: .json/.jsonl -> "json",
 .parquet, .csv). A Hub id needs the network or the local HF cache (HF_HUB_OFFLINE=1 uses the cache).
 `answer_pattern` (optional regex) keeps its first group (or the whole match) of each answer, e.g.
-the number after GSM8K's "####". Without `eval_split`, the eval rows are held out of `split`; for a
+the number after GSM8K's "####" (an answer it does not match stays whole, with a warning; matching
+no answer is a TaskError). Without `eval_split`, the eval rows are held out of `split`; for a
 local file, `eval_split` is the path of a second file and `split` is not used. Rows whose question or
 answer is null are skipped.
 `size: null` takes every remaining row for training.
@@ -79,7 +80,7 @@ def _rows(ds: Any, s: Mapping[str, Any], source: str) -> list[dict[str, Any]]:
         if s[key] not in cols:
             raise TaskError(f"dataset {s['path']!r} has no column {s[key]!r} ({key}); columns: {', '.join(cols)}")
     pattern = re.compile(s["answer_pattern"], re.MULTILINE) if s["answer_pattern"] else None
-    out = []
+    out, missed = [], []
     for i, (q, a) in enumerate(zip(ds[s["prompt_column"]], ds[s["answer_column"]])):
         if q is None or a is None:
             continue
@@ -93,9 +94,33 @@ def _rows(ds: Any, s: Mapping[str, Any], source: str) -> list[dict[str, Any]]:
         a = str(a)
         if pattern is not None:
             m = pattern.search(a)
+            if m is None:
+                missed.append((i, a))
             a = (m.group(1) if m.groups() else m.group(0)).strip() if m else a
         out.append({"question": str(q), "answer": a, "source": source})
+    if missed:
+        _pattern_misses(s, missed, len(out))
     return out
+
+
+def _pattern_misses(s: Mapping[str, Any], missed: list[tuple[int, str]], rows: int) -> None:
+    """`answer_pattern` found nothing in `missed` [(row, answer)] of `rows` answers, which then stay whole
+    (the gold answer would be a worked solution no completion equals). Raises TaskError when it matched
+    no answer at all (a wrong pattern); logs a warning naming the count and the first such row else."""
+    i, a = missed[0]
+    example = f"in {s['path']!r} (e.g. row {i}: {a[:60]!r})"
+    if len(missed) == rows:
+        raise TaskError(
+            f"answer_pattern {s['answer_pattern']!r} matches none of the {rows} answers {example}; fix the "
+            "pattern (its first group is kept) or leave it out to use the answers whole"
+        )
+    log.warning(
+        "answer_pattern %r does not match %d of %d answers %s: those answers are kept whole",
+        s["answer_pattern"],
+        len(missed),
+        rows,
+        example,
+    )
 
 
 def no_training_rows(
