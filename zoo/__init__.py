@@ -6,4 +6,4 @@ from zoo.core.registry import available, build, register  # noqa: F401
 # the modules whose import registers the built-in components; the core's registry imports them on first use
 _registry.add_builtin_modules("zoo.components", "zoo.rewards", "zoo.backends.generate.registered", "zoo.envs")
 
-__version__ = "0.1.0"
+from zoo.core.version import VERSION as __version__  # noqa: E402,F401

@@ -22,9 +22,9 @@ __all__ = ["app", "main"]
 
 def _print_version(value: bool) -> None:
     if value:
-        import zoo
+        from zoo.core.version import VERSION
 
-        console.print(f"zoo {zoo.__version__}", highlight=False)
+        console.print(f"zoo {VERSION}", highlight=False)
         raise typer.Exit()
 
 
