@@ -43,3 +43,15 @@ def test_help_says_what_the_dry_run_writes():
     text = " ".join(r.output.replace("│", " ").split())
     assert "run nothing, write nothing" in text
     assert "write each arm's resolved config to <output_dir>/<arm>/config.yaml" in text
+
+
+def test_a_study_refused_by_its_arms_checks_names_its_file(tmp_path):
+    study = tmp_path / "bad_study.yaml"
+    study.write_text(
+        "name: bad\nbudget: {steps: 1, prompts_per_step: 2, max_new_tokens: 8, group_size: 4}\n"
+        "tracking: {wandb: false}\nvariants: [grpoo]\n"
+        f"output_dir: {tmp_path / 'runs'}\n"
+    )
+    r = runner.invoke(app, ["ablate", str(study), "--dry-run"])
+    text = " ".join(r.output.split())
+    assert r.exit_code != 0 and f"{study}: refused" in text and "variant 'grpoo' not found" in text

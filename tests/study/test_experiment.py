@@ -622,3 +622,20 @@ def test_ctrl_c_keeps_the_fresh_arms_not_reached_in_the_resume(tmp_path):
     with pytest.raises(KeyboardInterrupt) as e:
         R.run_study(st, train_fn=train, console=_console(), fresh=("grpo",))
     assert e.value.pending_fresh == ["grpo-s2"]
+
+
+def test_the_dry_run_plan_says_what_a_run_would_do_with_finished_arms(tmp_path):
+    path = _write(tmp_path, STUDY, ONE)
+    R.run_study(E.load_study(path), train_fn=FakeTrain(), console=_console())
+
+    def status(overrides=None, fresh=()):
+        con = _console()
+        st = E.load_study(path, overrides=overrides or {})
+        assert R.run_study(st, dry_run=True, train_fn=FakeTrain(), console=con, fresh=fresh) == 0
+        row = next(line for line in con.file.getvalue().splitlines() if "grpo-s0" in line and "│" in line)
+        return row.split("│")[-2].strip()
+
+    assert status() == "finished"  # the same config: skipped
+    assert status({"budget.steps": 5}) == "finished: continues to step 5"  # was shown as plain "finished"
+    assert status({"optim.lr": 0.5}) == "finished: config changed, would refuse"
+    assert status({"optim.lr": 0.5}, fresh=("grpo-s0",)) == "finished: retrained (--fresh)"

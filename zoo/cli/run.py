@@ -234,6 +234,12 @@ def ablate(
             run_arms=run_arms,
         )
     except VariantError as e:
+        if str(study) not in str(e):  # the arms' checks name keys; say which file they are in (as zoo run)
+            from rich.markup import escape
+
+            from zoo.cli.common import err
+
+            err.print(f"{escape(str(study))}: refused", highlight=False, soft_wrap=True)
         fail(str(e))
     except OSError as e:  # disk full, read-only folder: one line naming the file (zoo.core.faults)
         from zoo.core.faults import os_error_message

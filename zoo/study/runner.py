@@ -121,15 +121,34 @@ def _key_overrides(arm: Arm) -> str:
     return ", ".join(parts) or "-"
 
 
-def print_plan(st: Study, arms: list[Arm], console: Any, total: int) -> None:
-    """A rich table of the arms to run: arm, variant, seed, key overrides, status."""
+def plan_status(a: Arm, fresh: tuple[str, ...] = ()) -> str:
+    """The plan's status of an arm: its folder's (`arm_status`), and for results already there what a
+    run would do with them: retrain (--fresh), continue to a grown `budget.steps`, or refuse."""
+    from zoo.run import fingerprint
+
+    status = arm_status(a.config.out_dir())[0]
+    if status == "pending":
+        return status
+    if a.label in fresh or a.group in fresh:
+        return f"{status}: retrained (--fresh)"
+    try:
+        reuse = fingerprint.check_reuse(a.config.out_dir(), a.config, "")
+    except VariantError:  # StaleRunError included: listed below the table as "would refuse"
+        return f"{status}: config changed, would refuse"
+    if reuse == "grown":
+        return f"{status}: continues to step {a.config.budget.steps}"
+    return status
+
+
+def print_plan(st: Study, arms: list[Arm], console: Any, total: int, fresh: tuple[str, ...] = ()) -> None:
+    """A rich table of the arms to run: arm, variant, seed, key overrides, status (`plan_status`)."""
     from rich.table import Table
 
     t = Table(title=f"study {st.name}: {len(arms)} of {total} arm(s) -> {st.study_dir()}")
     for col in ("arm", "variant", "seed", "overrides", "status"):
         t.add_column(col)
     for a in arms:
-        t.add_row(a.label, a.config.variant, str(a.seed), _key_overrides(a), arm_status(a.config.out_dir())[0])
+        t.add_row(a.label, a.config.variant, str(a.seed), _key_overrides(a), plan_status(a, fresh))
     console.print(t)
 
 
@@ -185,7 +204,7 @@ def run_study(
             )
         )
     conflicts = plan_conflicts(all_arms, arms, st.path or str(st.name), fresh)
-    print_plan(st, arms, console, len(all_arms))
+    print_plan(st, arms, console, len(all_arms), fresh)
     if conflicts and not dry_run:
         raise VariantError("\n".join(conflicts))
     for c in conflicts:
