@@ -197,6 +197,18 @@ def test_ablate_interrupted_says_how_to_resume(tmp_path, monkeypatch):
     assert "interrupted" in text and f"zoo ablate {study} --set budget.steps=2" in text
 
 
+def test_ablate_stopped_by_sigterm_exits_143_like_a_shell(tmp_path, monkeypatch):
+    from zoo.study import runner as study_runner
+
+    def terminated(*a, **kw):
+        raise KeyboardInterrupt("signal 15")  # what _sigterm_as_interrupt raises
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(study_runner, "run_study", terminated)
+    r = runner.invoke(app, ["ablate", str(ROOT / "experiments/quickstart.yaml")])
+    assert r.exit_code == 143 and "interrupted" in r.output  # 128 + 15; Ctrl-C stays 130 (above)
+
+
 def test_sigterm_stops_like_ctrl_c():
     import os
     import signal

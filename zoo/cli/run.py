@@ -23,6 +23,15 @@ def _sigterm_as_interrupt() -> None:
         signal.signal(signal.SIGTERM, handler)
 
 
+def interrupt_code(e: BaseException) -> int:
+    """The exit status of an interrupted command, the shell's 128 + signal: 143 for SIGTERM (raised as
+    KeyboardInterrupt("signal 15") by `_sigterm_as_interrupt`), 130 for Ctrl-C."""
+    text = str(e)
+    if text.startswith("signal ") and text[7:].isdigit():
+        return 128 + int(text[7:])
+    return 130
+
+
 @app.command()
 def run(
     config: Optional[Path] = typer.Argument(None, help="run YAML (or a study file with a single arm)"),
@@ -126,10 +135,10 @@ def run(
         fail(os_error_message(e))
     except RunFailed as e:  # a run that cannot learn (zoo/core/guards.py): summary.json says failed
         fail(f"run failed: {e} ({cfg.out_dir()}/summary.json: status failed)")
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         if (cfg.out_dir() / "config.yaml").exists():
-            fail(f"interrupted; resume with: zoo run --resume {cfg.out_dir()}", 130)
-        fail("interrupted before the run saved anything; run the same command again to start it", 130)
+            fail(f"interrupted; resume with: zoo run --resume {cfg.out_dir()}", interrupt_code(e))
+        fail("interrupted before the run saved anything; run the same command again to start it", interrupt_code(e))
     from zoo.core import dist
 
     if dist.rank() != 0:  # one line per run, not per process
@@ -263,7 +272,7 @@ def ablate(
         )
         fail(
             f"interrupted; finished arms are kept and the interrupted one resumes from its last checkpoint: {again}",
-            130,
+            interrupt_code(e),
         )
     raise typer.Exit(code)
 
