@@ -58,21 +58,35 @@ def run_hf(model, tok, prompts, group, new, do_sample):
 
 
 def run_static(model, tok, prompts, group, new, do_sample, compile_=False):
-    from transformers import CompileConfig
 
-    from zoo.backends.generate.hf import encode_prompts, neutral_generation_config, sampling_config, stop_token_ids
-    from zoo.backends.generate.warping import RolloutLogprobs, processor_list
+    from zoo.backends.generate.hf import encode_prompts, sampling_config, stop_token_ids
 
     ids, mask = encode_prompts(tok, prompts, device=model.device)
     ids, mask = ids.repeat_interleave(group, 0), mask.repeat_interleave(group, 0)
     cfg = sampling_config(new, new, do_sample, tok.pad_token_id, stop_token_ids(model, tok), tok.bos_token_id)
     cfg.cache_implementation = "static"
     if compile_:
-        cc = CompileConfig(mode="default", fullgraph=False, dynamic=False)
-        cc._compile_all_devices = True
-        cfg.compile_config = cc
+        cfg.compile_config = _cpu_compile_config()
     else:
         cfg.disable_compile = True
+    out, _ = _generate(model, ids, mask, cfg, do_sample)
+    return out[:, ids.shape[1] :]
+
+
+def _cpu_compile_config():
+    """The decode step compiled for fixed shapes, also on CPU (transformers compiles on CUDA only unless told)."""
+    from transformers import CompileConfig
+
+    cc = CompileConfig(mode="default", fullgraph=False, dynamic=False)
+    cc._compile_all_devices = True
+    return cc
+
+
+def _generate(model, ids, mask, cfg, do_sample, **cache):
+    """`model.generate` with zoo's processors and the logp_rollout recorder -> (sequences, recorder)."""
+    from zoo.backends.generate.hf import neutral_generation_config
+    from zoo.backends.generate.warping import RolloutLogprobs, processor_list
+
     rec = RolloutLogprobs()
     with torch.no_grad(), neutral_generation_config(model):
         out = model.generate(
@@ -80,8 +94,9 @@ def run_static(model, tok, prompts, group, new, do_sample, compile_=False):
             attention_mask=mask,
             generation_config=cfg,
             logits_processor=processor_list((), 1.0, 0, 1.0, do_sample, rec),
+            **cache,
         )
-    return out[:, ids.shape[1] :]
+    return out, rec
 
 
 def _up(n: int, step: int) -> int:
@@ -89,10 +104,9 @@ def _up(n: int, step: int) -> int:
 
 
 def run_bucketed(model, tok, prompts, group, new, do_sample, bucket=32):
-    from transformers import CompileConfig, StaticCache
+    from transformers import StaticCache
 
-    from zoo.backends.generate.hf import encode_prompts, neutral_generation_config, sampling_config, stop_token_ids
-    from zoo.backends.generate.warping import RolloutLogprobs, processor_list
+    from zoo.backends.generate.hf import encode_prompts, sampling_config, stop_token_ids
 
     ids, mask = encode_prompts(tok, prompts, device=model.device)
     ids, mask = ids.repeat_interleave(group, 0), mask.repeat_interleave(group, 0)  # [N, P]
@@ -102,19 +116,9 @@ def run_bucketed(model, tok, prompts, group, new, do_sample, bucket=32):
     mask = torch.nn.functional.pad(mask, (Pb - P, 0), value=0)
     ids, mask = torch.cat([ids, ids[-1:].expand(Nb - N, -1)]), torch.cat([mask, mask[-1:].expand(Nb - N, -1)])
     cfg = sampling_config(new, new, do_sample, tok.pad_token_id, stop_token_ids(model, tok), tok.bos_token_id)
-    cc = CompileConfig(mode="default", fullgraph=False, dynamic=False)
-    cc._compile_all_devices = True
-    cfg.compile_config = cc
+    cfg.compile_config = _cpu_compile_config()
     cache = StaticCache(config=model.config, max_cache_len=Pb + _up(new, bucket))
-    rec = RolloutLogprobs()
-    with torch.no_grad(), neutral_generation_config(model):
-        out = model.generate(
-            input_ids=ids,
-            attention_mask=mask,
-            generation_config=cfg,
-            past_key_values=cache,
-            logits_processor=processor_list((), 1.0, 0, 1.0, do_sample, rec),
-        )
+    out, rec = _generate(model, ids, mask, cfg, do_sample, past_key_values=cache)
     rec.finish(out[:, -1])
     return out[:N, Pb:], rec.values()[:N]
 

@@ -46,15 +46,11 @@ def model_dims(model: nn.Module, read_dtype: torch.dtype | None = None) -> dict[
     ps = list(model.parameters())  # unique parameters (tied weights once)
     return {
         "params": float(sum(p.numel() for p in ps)),
-        "weight_bytes": float(sum(p.numel() * min(p.element_size(), _size(read_dtype, p)) for p in ps)),
+        "weight_bytes": float(sum(p.numel() * min(p.element_size(), (read_dtype or p.dtype).itemsize) for p in ps)),
         "layers": float(layers),
         "q_dim": float(heads * head_dim),
         "kv_dim": float(kv_heads * head_dim),
     }
-
-
-def _size(dtype: torch.dtype | None, p: torch.Tensor) -> int:
-    return p.element_size() if dtype is None else torch.empty((), dtype=dtype).element_size()
 
 
 def decode_work(

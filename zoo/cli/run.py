@@ -32,6 +32,16 @@ def interrupt_code(e: BaseException) -> int:
     return 130
 
 
+def name_refused_file(src: Path | None, e: BaseException) -> None:
+    """Print `SRC: refused` before a config error that does not name its file (the checks name keys)."""
+    if src is not None and str(src) not in str(e):
+        from rich.markup import escape
+
+        from zoo.cli.common import err
+
+        err.print(f"{escape(str(src))}: refused", highlight=False, soft_wrap=True)
+
+
 @app.command()
 def run(
     config: Optional[Path] = typer.Argument(None, help="run YAML (or a study file with a single arm)"),
@@ -123,13 +133,7 @@ def run(
     try:
         summary = train(cfg, resume=not fresh)
     except (VariantError, CheckpointError) as e:
-        src = config if config is not None else resume / "config.yaml" if resume is not None else None
-        if src is not None and str(src) not in str(e):  # the checks name keys; say which file they are in
-            from rich.markup import escape
-
-            from zoo.cli.common import err
-
-            err.print(f"{escape(str(src))}: refused", highlight=False, soft_wrap=True)
+        name_refused_file(config if config is not None else resume / "config.yaml" if resume is not None else None, e)
         fail(str(e))
     except OSError as e:  # disk full, read-only folder: one line naming the file (zoo.core.faults)
         fail(os_error_message(e))
@@ -243,12 +247,7 @@ def ablate(
             run_arms=run_arms,
         )
     except VariantError as e:
-        if str(study) not in str(e):  # the arms' checks name keys; say which file they are in (as zoo run)
-            from rich.markup import escape
-
-            from zoo.cli.common import err
-
-            err.print(f"{escape(str(study))}: refused", highlight=False, soft_wrap=True)
+        name_refused_file(study, e)
         fail(str(e))
     except OSError as e:  # disk full, read-only folder: one line naming the file (zoo.core.faults)
         from zoo.core.faults import os_error_message

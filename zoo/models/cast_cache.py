@@ -4,7 +4,7 @@ Under `torch.autocast(dtype=bf16)` every `nn.Linear` call casts its fp32 weight 
 caches that cast only for leaf tensors that *require grad*, and only until the outermost autocast
 context exits, so a frozen weight (a LoRA base, a full fine-tuning reference copy, a frozen critic
 backbone) is cast again in every forward: in a decode step of SmolLM2-135M with LoRA that is 0.54 GB
-read and 0.27 GB written per generated token (docs/performance.md, "Frozen weights cast once").
+read and 0.27 GB written per generated token (docs/performance.md, "The cheap step: before and after").
 
 `cache_frozen_casts(model)` turns each `nn.Linear` of `model` into `FrozenCastLinear`, which under
 autocast multiplies by a cached low-precision copy of its weight when that weight is frozen
@@ -43,13 +43,14 @@ class FrozenCastLinear(nn.Linear):
     def forward(self, x: Tensor) -> Tensor:
         w = self.weight
         kind = x.device.type
-        if w.requires_grad or w.dtype != torch.float32 or type(w) not in (nn.Parameter, Tensor):
-            return super().forward(x)
-        if torch.compiler.is_compiling():  # data_ptr/_version would break the graph; inductor fuses the cast
-            return super().forward(x)
-        if not torch.is_autocast_enabled(kind):
-            return super().forward(x)
-        dtype = torch.get_autocast_dtype(kind)
+        plain = (
+            w.requires_grad  # autocast caches these itself
+            or w.dtype != torch.float32
+            or type(w) not in (nn.Parameter, Tensor)  # DTensor shards (FSDP2)
+            or torch.compiler.is_compiling()  # data_ptr/_version would break the graph; inductor fuses the cast
+            or not torch.is_autocast_enabled(kind)
+        )
+        dtype = None if plain else torch.get_autocast_dtype(kind)
         if dtype not in LOW:
             return super().forward(x)
         key = (dtype, w.device, w.data_ptr(), w._version)
@@ -71,11 +72,3 @@ def cache_frozen_casts(model: nn.Module) -> int:
             mod.__class__ = FrozenCastLinear
             n += 1
     return n
-
-
-def drop_cached_casts(model: nn.Module) -> None:
-    """Free every cached copy in `model` (they are rebuilt on the next autocast forward)."""
-    for mod in model.modules():
-        if isinstance(mod, FrozenCastLinear):
-            mod._cast = None
-            mod._cast_key = None
