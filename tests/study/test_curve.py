@@ -63,6 +63,9 @@ def test_rows_are_means_over_finished_seeds_with_paired_differences(study):
     g4 = by[("grpo", "4")]
     assert g4["seeds"] == "3" and g4["accuracy"] == "0.600" and g4["wall s"] == "40"
     assert g4["95% CI (seeds)"] == "[0.352, 0.848]"
+    # gain over step 0 (0.4) per seed: 0.1, 0.2, 0.3 -> +0.2 +- t(0.975, 2) * 0.1 / sqrt(3) = +0.2 +- 0.2484
+    assert g4["gain"] == "+0.200" and g4["95% CI gain (seeds)"] == "[-0.048, +0.448]"
+    assert by[("grpo", "0")]["gain"] == "-" and by[("grpo", "0")]["95% CI gain (seeds)"] == "-"
     # dapo: the failed seed 3 is left out; step 2: 0.55, 0.6, 0.65 -> 0.6, minus grpo 0.1 at every seed
     d2 = by[("dapo", "2")]
     assert d2["seeds"] == "3" and d2["accuracy"] == "0.600" and d2["− grpo"] == "+0.100"

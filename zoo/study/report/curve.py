@@ -27,6 +27,8 @@ CURVE_TEXT = (
     "Greedy exact-answer accuracy on the held-out prompts at step 0 (before training: the same model in "
     "every arm), at every `eval.every` steps and after the last step. *accuracy*: the mean over the "
     "finished seeds with its 95% t interval over seeds (training noise and evaluation noise together); "
+    "*gain*: accuracy at that step minus step 0, per seed, with its 95% t interval over seeds (signed; an "
+    "interval above 0 is a gain that training seeds reproduce). "
     "*wall s*: the mean elapsed training time at that step (evaluations included). *− {base}*: this arm "
     "minus the baseline, paired by seed, with its 95% bootstrap interval and the seeds a difference of "
     "this size needs for 80% power (rule as in *Against the baseline*)."
@@ -82,7 +84,7 @@ def curve_rows(groups: list[ArmGroup], baseline: str | None) -> tuple[list[str],
     taken against (None or absent: no difference columns)."""
     base = next((g for g in groups if g.name == baseline), None)
     base_curves = {r.seed: accuracy_curve(r) for r in _finished(base)} if base else {}
-    header = ["arm", "step", "seeds", "accuracy", "95% CI (seeds)", "wall s"]
+    header = ["arm", "step", "seeds", "accuracy", "95% CI (seeds)", "gain", "95% CI gain (seeds)", "wall s"]
     if base:
         header += [f"− {base.name}", "95% CI (paired)", "verdict", "seeds needed"]
     rows = []
@@ -100,6 +102,7 @@ def curve_rows(groups: list[ArmGroup], baseline: str | None) -> tuple[list[str],
                 str(len(vals)),
                 fmt(m),
                 f"[{m - h:.3f}, {m + h:.3f}]" if len(vals) > 1 else "-",
+                *_gain_cells([c[step] - c[0] for c in curves.values() if step in c and 0 in c], step),
                 f"{statistics.fmean(times):.0f}" if times else "-",
             ]
             if base:
@@ -114,6 +117,15 @@ def curve_rows(groups: list[ArmGroup], baseline: str | None) -> tuple[list[str],
                     row += _diff_cells(d)
             rows.append(row)
     return header, rows
+
+
+def _gain_cells(gains: list[float], step: int) -> list[str]:
+    """(mean gain, its signed 95% t interval over seeds) for the per-seed gains over step 0; "-" at
+    step 0 or without gains, no interval for one seed."""
+    if step == 0 or not gains:
+        return ["-", "-"]
+    m, h = statistics.fmean(gains), ci_half_width(gains)
+    return [f"{m:+.3f}", f"[{m - h:+.3f}, {m + h:+.3f}]" if len(gains) > 1 else "-"]
 
 
 def _diff_cells(d: Difference) -> list[str]:
