@@ -24,7 +24,7 @@ git -C "$HERE" worktree add -q --detach "$WT" "$BASE"
 trap 'git -C "$HERE" worktree remove --force "$WT"' EXIT
 export HF_HUB_OFFLINE=1 WANDB_MODE=offline TOKENIZERS_PARALLELISM=false
 TINY="$OUT/tiny-model"
-[ -d "$TINY" ] || PYTHONPATH="$HERE" python -c "import sys; from zoo.testing import tiny_model_and_tokenizer as t; m, k = t(seed=0); m.save_pretrained(sys.argv[1]); k.save_pretrained(sys.argv[1])" "$TINY"
+[ -d "$TINY" ] || PYTHONPATH="$HERE" python -c "import sys; from zoo.models.tiny import tiny_model_and_tokenizer as t; m, k = t(seed=0); m.save_pretrained(sys.argv[1]); k.save_pretrained(sys.argv[1])" "$TINY"
 echo "machine: $(lscpu | grep 'Model name' | sed 's/ \+/ /g'); $(nproc) CPUs; $(grep -o 'avx512_bf16\|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 MAIN="grpo --lora --prompts 2 --group-size 4 --max-new-tokens 24 --micro-batch 16 --updates 1x2 --steps 2 --threads 2"
 BIG="grpo --lora --prompts 4 --group-size 8 --max-new-tokens 64 --ignore-eos --micro-batch 16 --updates 1x2 --steps 2 --threads 2"

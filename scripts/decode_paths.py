@@ -31,9 +31,9 @@ import torch
 
 
 def load(name: str):
-    """(model in eval mode, tokenizer, prompts) for 'tiny' (zoo.testing's random Llama) or a zoo model name."""
+    """(model in eval mode, tokenizer, prompts) for 'tiny' (zoo.models.tiny's random Llama) or a zoo model name."""
     if name == "tiny":
-        from zoo.testing import tiny_model_and_tokenizer
+        from zoo.models.tiny import tiny_model_and_tokenizer
 
         model, tok = tiny_model_and_tokenizer(seed=0)
         prompts = ["12+7=", "abc", "9-4=?", "hello there"]

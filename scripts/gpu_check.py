@@ -63,7 +63,7 @@ def models(root: Path) -> None:
     import yaml
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from zoo.testing import tiny_tokenizer, tiny_vllm_model_and_tokenizer
+    from zoo.models.tiny import tiny_tokenizer, tiny_vllm_model_and_tokenizer
 
     root.mkdir(parents=True, exist_ok=True)
     m, tok = tiny_vllm_model_and_tokenizer(seed=0)
@@ -92,7 +92,7 @@ def sync(level: int, device: str = "cuda") -> None:
 
     from zoo.core import registry
     from zoo.core.generator_types import SamplingParams
-    from zoo.testing import counting_model_and_tokenizer, set_counting
+    from zoo.models.tiny import counting_model_and_tokenizer, set_counting
 
     model, tok = counting_model_and_tokenizer()  # 'a' -> 'bcde' EOS; shift 2: 'a' -> 'ce' EOS
     model.to(device)

@@ -10,7 +10,7 @@ docs/configuration.md "vLLM on CPU"; results in docs/performance.md, "LoRA sync:
 Each version draws new random lora_B (lora_A stays), so the adapter changes the outputs. The check: the
 adapter path's greedy log-probs differ from the base model's and match the merged path's for the same
 version (same weights, two ways). Model: the embedded SmolLM2-135M (`--model`, default) or
-`tiny` (zoo.testing.tiny_vllm_model_and_tokenizer). LoRA r16, alpha 32 on q, k, v, o.
+`tiny` (zoo.models.tiny.tiny_vllm_model_and_tokenizer). LoRA r16, alpha 32 on q, k, v, o.
 
     VLLM_ENABLE_V1_MULTIPROCESSING=0 OMP_NUM_THREADS=1 PYTHONPATH=$PWD nice -n 10 \
         /work/vllm-venv/bin/python scripts/vllm_lora_sync.py
@@ -40,7 +40,7 @@ def load(name: str):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if name == "tiny":
-        from zoo.testing import tiny_vllm_model_and_tokenizer
+        from zoo.models.tiny import tiny_vllm_model_and_tokenizer
 
         return tiny_vllm_model_and_tokenizer(seed=0)
     from zoo.models.sources import resolve_model

@@ -71,7 +71,7 @@ def _one_thread():
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """A tiny random Llama + character tokenizer saved as a local HF checkpoint (loads like any model)."""
-    from zoo.testing import tiny_model_and_tokenizer
+    from zoo.models.tiny import tiny_model_and_tokenizer
 
     model, tok = tiny_model_and_tokenizer(seed=0)
     path = tmp_path_factory.mktemp("tiny-llama")

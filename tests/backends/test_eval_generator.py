@@ -15,8 +15,8 @@ from zoo.backends.generate.hf_generator import HFGenerator
 from zoo.config.run import RunConfig
 from zoo.config.variant import VariantError
 from zoo.core.declarations import Declaration
+from zoo.models.tiny import tiny_model_and_tokenizer
 from zoo.run.evaluate import evaluate
-from zoo.testing import tiny_model_and_tokenizer
 
 ROWS = [{"prompt": p, "answer": "x"} for p in ("ab", "abc", "b", "ca", "cab")]
 MAX_NEW, K, TEMP, SEED, BATCH = 5, 3, 1.0, 7, 4

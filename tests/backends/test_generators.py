@@ -15,8 +15,8 @@ from zoo.config.run import RunConfig
 from zoo.config.variant import VariantError
 from zoo.core import registry
 from zoo.core.generator_types import SamplingParams
+from zoo.models.tiny import tiny_model_and_tokenizer
 from zoo.step.logprobs import token_logprobs
-from zoo.testing import tiny_model_and_tokenizer
 
 ALL_BUILTIN = [
     n for n in registry.available("generator") if registry.get("generator", n).fn.__module__.startswith("zoo.")

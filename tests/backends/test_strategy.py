@@ -46,7 +46,7 @@ def test_fp16_run_is_rejected_before_any_model_loads(tmp_path):
 
 def test_decoder_layers_are_the_blocks_of_the_model():
     from zoo.models import apply_lora, make_critic
-    from zoo.testing import tiny_model_and_tokenizer
+    from zoo.models.tiny import tiny_model_and_tokenizer
 
     model, _ = tiny_model_and_tokenizer(layers=3)
     assert [type(m).__name__ for m in strategy.decoder_layers(model)] == ["LlamaDecoderLayer"] * 3

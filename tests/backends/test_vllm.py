@@ -14,8 +14,8 @@ pytest.importorskip("vllm", reason="vLLM is not installed (docs/configuration.md
 
 from zoo.core import registry  # noqa: E402
 from zoo.core.generator_types import SamplingParams  # noqa: E402
+from zoo.models.tiny import counting_model_and_tokenizer, set_counting, tiny_vllm_model_and_tokenizer  # noqa: E402
 from zoo.step.logprobs import token_logprobs  # noqa: E402
-from zoo.testing import counting_model_and_tokenizer, set_counting, tiny_vllm_model_and_tokenizer  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 

@@ -15,7 +15,7 @@ from zoo.backends.generate.weights import base_name, named_weights, policy_versi
 from zoo.config.run import RunConfig
 from zoo.config.variant import VariantError
 from zoo.core import registry
-from zoo.testing import tiny_model_and_tokenizer
+from zoo.models.tiny import tiny_model_and_tokenizer
 
 
 @pytest.fixture

@@ -205,7 +205,7 @@ def _group_rollout(share: bool, **kw):
     import torch
 
     from zoo.backends.generate.hf import generate_rollout
-    from zoo.testing import tiny_model_and_tokenizer
+    from zoo.models.tiny import tiny_model_and_tokenizer
 
     model, tok = tiny_model_and_tokenizer(seed=0)
     prompts = [[{"role": "user", "content": "Calculate 2+3."}], [{"role": "user", "content": "What is 10 - 7, then?"}]]

@@ -56,7 +56,7 @@ def test_decode_summary_rates_and_distance():
 
 
 def test_model_dims_of_the_tiny_llama():
-    from zoo.testing import tiny_model_and_tokenizer
+    from zoo.models.tiny import tiny_model_and_tokenizer
 
     m, _ = tiny_model_and_tokenizer(seed=0)  # hidden 64, 4 heads, 2 KV heads -> head_dim 16, 2 layers
     d = model_dims(m)

@@ -27,7 +27,7 @@ TINY_TASK = {
 
 def test_bench_hf_and_vllm_side_by_side(tmp_path):
     from zoo.cli import app
-    from zoo.testing import tiny_vllm_model_and_tokenizer
+    from zoo.models.tiny import tiny_vllm_model_and_tokenizer
 
     model, tok = tiny_vllm_model_and_tokenizer(seed=0)
     model.save_pretrained(tmp_path / "m")

@@ -97,7 +97,7 @@ def test_long_prompts_beyond_the_context_are_an_error(tiny_model_dir):
     from types import SimpleNamespace
 
     from zoo.checks.context import check_context, longest_prompt_tokens
-    from zoo.testing import tiny_tokenizer
+    from zoo.models.tiny import tiny_tokenizer
 
     tok = tiny_tokenizer()
     rows = [{"prompt": "ab"}, {"prompt": "abcdefgh"}, {"prompt": "abc"}]

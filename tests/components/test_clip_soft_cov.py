@@ -14,9 +14,9 @@ from zoo.components.clip_cov import clip_cov, kl_cov, selection_count, token_pri
 from zoo.components.clip_soft import gmpo, gmpo_ppo_eps, sapo
 from zoo.config.variant import load_variant
 from zoo.core.registry import ComponentError, build
+from zoo.models.tiny import tiny_model_and_tokenizer
 from zoo.step.types import Models, Slots
 from zoo.step.update import update
-from zoo.testing import tiny_model_and_tokenizer
 
 NAN, INF = float("nan"), float("inf")
 ATOL = 1e-6

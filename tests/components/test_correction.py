@@ -12,12 +12,12 @@ from zoo.components import StepCounts, TermInputs
 from zoo.core import registry
 from zoo.core.batch import replace
 from zoo.core.registry import ComponentError
+from zoo.models.tiny import tiny_model_and_tokenizer
 from zoo.step.forwards import rollout_forwards
 from zoo.step.logprobs import token_logprobs
 from zoo.step.mismatch import RolloutTally, mismatch_k3
 from zoo.step.types import Models
 from zoo.step.update import update
-from zoo.testing import tiny_model_and_tokenizer
 
 L2, L15 = math.log(2.0), math.log(1.5)
 NAN, INF = float("nan"), float("inf")

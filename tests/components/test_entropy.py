@@ -16,10 +16,10 @@ from zoo.components import StepCounts, StepView, TermInputs
 from zoo.components.entropy import AdaptiveEntropy, linear_quantile, top_entropy_mask
 from zoo.config.variant import load_variant
 from zoo.core import registry
+from zoo.models.tiny import tiny_model_and_tokenizer
 from zoo.step.logprobs import token_logprobs
 from zoo.step.types import Models, Slots
 from zoo.step.update import update
-from zoo.testing import tiny_model_and_tokenizer
 
 NAN, INF = float("nan"), float("inf")
 # two rows, 3 and 2 real tokens; the padded slot of row 1 holds garbage

@@ -11,9 +11,9 @@ from test_engine import make_batch, settings
 from zoo.components import StepCounts, TermInputs, TermResult
 from zoo.config.variant import VariantError, load_variant
 from zoo.core import registry
+from zoo.models.tiny import tiny_model_and_tokenizer
 from zoo.step.types import Models, Slots
 from zoo.step.update import update
-from zoo.testing import tiny_model_and_tokenizer
 
 
 def test_kl_slot_becomes_the_kl_term_or_the_reward_stage_and_a_controller():

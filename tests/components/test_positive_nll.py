@@ -12,10 +12,10 @@ from test_engine import make_batch, settings
 from zoo.components import StepCounts, StepView, TermInputs
 from zoo.config.variant import load_variant
 from zoo.core import registry
+from zoo.models.tiny import tiny_model_and_tokenizer
 from zoo.step.logprobs import token_logprobs
 from zoo.step.types import Models, Slots
 from zoo.step.update import update
-from zoo.testing import tiny_model_and_tokenizer
 
 NAN = float("nan")
 # 3 completions of 2, 1 and 3 real tokens; reward column 0 = correctness: rows 0 and 2 correct

@@ -4,8 +4,8 @@
 import torch
 
 from zoo.core.batch import Batch, concat
+from zoo.models.tiny import tiny_model_and_tokenizer
 from zoo.step.logprobs import token_logprobs
-from zoo.testing import tiny_model_and_tokenizer
 
 
 def batch(lengths=(2, 4), T=4, P=2, pad=0) -> Batch:

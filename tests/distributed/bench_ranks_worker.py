@@ -2,7 +2,7 @@
 
     torchrun --standalone --nproc_per_node 2 tests/distributed/bench_ranks_worker.py OUT_DIR
 
-For STRATEGY in (ddp, fsdp) each rank builds the same tiny Llama (zoo.testing, vocab 105: the
+For STRATEGY in (ddp, fsdp) each rank builds the same tiny Llama (zoo.models.tiny, vocab 105: the
 embedding's 105 rows split 53/52 under FSDP2), wraps it (zoo.backends.train.strategy.wrap), takes one AdamW step
 and counts what it holds with the bench's `zoo.bench.memory.memory_breakdown` (weights, gradients,
 optimizer state in MB). Rank 0 writes OUT_DIR/STRATEGY.json: every rank's counts and, from an
@@ -27,7 +27,7 @@ for p in (str(TESTS.parent), str(TESTS)):
 from zoo.backends.train import strategy  # noqa: E402
 from zoo.bench.memory import memory_breakdown  # noqa: E402
 from zoo.core import dist  # noqa: E402
-from zoo.testing import tiny_model_and_tokenizer  # noqa: E402
+from zoo.models.tiny import tiny_model_and_tokenizer  # noqa: E402
 
 
 def counts(name: str) -> dict:

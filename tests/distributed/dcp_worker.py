@@ -72,9 +72,9 @@ def fsdp_state(seed: int, rank: int):
     """A RunState around the tiny model (init `seed`) wrapped by fully_shard, AdamW and a linear LR."""
     from torch.distributed.fsdp import fully_shard
 
+    from zoo.models.tiny import tiny_model_and_tokenizer
     from zoo.step.types import Models, RunState
     from zoo.tasks import PromptStream
-    from zoo.testing import tiny_model_and_tokenizer
 
     model, tok = tiny_model_and_tokenizer(seed=seed)
     for layer in model.model.layers:

@@ -34,8 +34,8 @@ def build_case(aggregate: str):
     from zoo.backends.generate.hf import encode_prompts
     from zoo.config.variant import load_variant
     from zoo.core.batch import Batch
+    from zoo.models.tiny import tiny_model_and_tokenizer
     from zoo.step.types import Slots, StepSettings
-    from zoo.testing import tiny_model_and_tokenizer
 
     model, tok = tiny_model_and_tokenizer(seed=7)
     g = torch.Generator().manual_seed(11)

@@ -4,7 +4,7 @@
 
 Trains 2 GRPO steps with an environment under `training.strategy` ddp, then fsdp, where the ranks
 make different numbers of `continue_` calls: the `rank_turns` env ends rank 0's trajectories after
-one turn and keeps rank 1's going to max_turns (3). The `scripted` generator (zoo.testing) emits
+one turn and keeps rank 1's going to max_turns (3). The `scripted` generator (zoo.models.tiny) emits
 short texts (two per group), so no turn is truncated. Each rank writes its summary per strategy.
 Then one step with `question_turns` (turns by the question, not the rank) under ddp, then fsdp, whose
 weights the test compares with one process's over the same two prompts (`equal_config`): each ddp
@@ -26,7 +26,7 @@ for p in (str(TESTS.parent), str(TESTS)):
         sys.path.insert(0, p)
 
 from zoo.core.registry import register  # noqa: E402
-from zoo.testing import ScriptedGenerator  # noqa: E402
+from zoo.models.tiny import ScriptedGenerator  # noqa: E402
 
 CALLS: list[int] = []  # continue_ calls of this rank
 

@@ -111,8 +111,8 @@ def run_train(out: Path, model_dir: Path, name: str, rank: int) -> dict:
     import torch.distributed as td
     from conftest import tiny_run_config
 
+    from zoo.models.tiny import tiny_reward_model_and_tokenizer
     from zoo.run import trainer
-    from zoo.testing import tiny_reward_model_and_tokenizer
 
     rm_dir = out / "reward_model"  # the LoRA run also scores with a reward model: each rank its own rows
     if rank == 0:

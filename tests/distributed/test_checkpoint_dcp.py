@@ -62,7 +62,7 @@ def test_ddp_shards_hold_the_trainable_parameters_only(dcp_runs):
     """LoRA: the policy's shards are its adapters (the frozen base is rebuilt from the model), the
     critic's its adapters and value head; full fine-tuning: every weight of the model (and of the moved
     reference)."""
-    from zoo.testing import tiny_model_and_tokenizer
+    from zoo.models.tiny import tiny_model_and_tokenizer
 
     lora = [k for k in _shard_tensors(dcp_runs / "ppo-lora-cut" / "checkpoint" / "shards.step3") if "/" not in k]
     policy = [k for k in lora if k.startswith("policy.")]

@@ -35,10 +35,21 @@ CASES = [(doc, line, stmt) for doc in DOCS for line, stmt in doc_imports(doc.rea
 
 
 def test_the_docs_show_imports():
-    """The scan finds the plugin API the docs teach (so an empty scan cannot pass silently)."""
+    """The scan finds the plugin API the docs teach, from the public surface `zoo` (so an empty scan
+    cannot pass silently)."""
     shown = {stmt for _, _, stmt in CASES}
-    assert "from zoo.registry import register" in shown
-    assert any(s.startswith("from zoo.components import") for s in shown)
+    assert any(re.fullmatch(r"from zoo import .*\bregister\b.*", s) for s in shown)
+    assert any(re.fullmatch(r"from zoo import .*\bTermInputs\b.*", s) for s in shown)
+
+
+def test_register_has_one_public_path():
+    """`register` is shown imported from `zoo` only (`zoo.core.registry` is the package's own path)."""
+    other = [
+        f"{d.name}:{n}: {s}"
+        for d, n, s in CASES
+        if re.search(r"\bregister\b", s) and not re.fullmatch(r"from zoo import .*", s)
+    ]
+    assert not other, "import register with `from zoo import register`:\n" + "\n".join(other)
 
 
 def test_the_scan_joins_a_multiline_import_and_skips_prose():

@@ -10,7 +10,7 @@ from zoo.core import registry
 from zoo.core.generator_types import SamplingParams
 from zoo.envs.base import env_spec
 from zoo.envs.rollout import rollout
-from zoo.testing import ScriptedGenerator, tiny_model_and_tokenizer
+from zoo.models.tiny import ScriptedGenerator, tiny_model_and_tokenizer
 
 
 @pytest.fixture

@@ -16,10 +16,10 @@ from test_engine import make_batch, settings
 
 from zoo.config.variant import load_variant
 from zoo.core import registry
+from zoo.models.tiny import tiny_model_and_tokenizer
 from zoo.run.trainer import train
 from zoo.step.types import Models, Slots
 from zoo.step.update import update
-from zoo.testing import tiny_model_and_tokenizer
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "extending.md"
 BLOCK = re.compile(r"<!-- test: (\w+) -->\s*\n```python\n(.*?)\n```", re.S)

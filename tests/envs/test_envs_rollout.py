@@ -14,7 +14,7 @@ from zoo.envs.base import env_spec
 from zoo.envs.rollout import rollout
 from zoo.envs.run import env_metrics, unscore_failed
 from zoo.envs.tokens import render
-from zoo.testing import ScriptedGenerator, tiny_model_and_tokenizer
+from zoo.models.tiny import ScriptedGenerator, tiny_model_and_tokenizer
 
 CALL, ANSWER = "<calc>12*7</calc>", "\\boxed{84}"
 

@@ -6,7 +6,7 @@ import torch
 
 from zoo.models import apply_lora, cache_frozen_casts
 from zoo.models.cast_cache import FrozenCastLinear
-from zoo.testing import tiny_model_and_tokenizer
+from zoo.models.tiny import tiny_model_and_tokenizer
 
 LORA = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
 

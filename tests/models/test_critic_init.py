@@ -8,7 +8,7 @@ from tests.conftest import tiny_run_config
 from zoo.checks.critic import critic_init_errors
 from zoo.config.run import effective_variant
 from zoo.config.variant import VariantError
-from zoo.testing import tiny_reward_model_and_tokenizer
+from zoo.models.tiny import tiny_reward_model_and_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from conftest import tiny_run_config
 
 from zoo.models.lora_targets import adaptable_names, unmatched_targets
 from zoo.models.policy import apply_lora
-from zoo.testing import tiny_model_and_tokenizer
+from zoo.models.tiny import tiny_model_and_tokenizer
 
 
 def test_a_misspelt_target_is_named_with_its_close_match():

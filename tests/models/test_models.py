@@ -1,4 +1,4 @@
-"""zoo.models (the package) and zoo.testing: tiny factory, model sources, policy/LoRA, reference, critic, checkpoints."""
+"""zoo.models (the package) and zoo.models.tiny: tiny factory, model sources, policy/LoRA, reference, critic, checkpoints."""
 
 import importlib.metadata
 import importlib.util
@@ -23,8 +23,8 @@ from zoo.models import (
     save_hf_checkpoint,
     sources,
 )
+from zoo.models.tiny import tiny_model_and_tokenizer
 from zoo.step.logprobs import token_logprobs
-from zoo.testing import tiny_model_and_tokenizer
 
 LORA = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
 
@@ -57,7 +57,7 @@ def tiny_dir(tmp_path):
     return out
 
 
-# ---------------------------------------------------------------- zoo.testing
+# ---------------------------------------------------------------- zoo.models.tiny
 def test_tiny_factory_fast_deterministic_and_chat_ready():
     state = torch.random.get_rng_state()
     t0 = time.perf_counter()

@@ -1,14 +1,14 @@
 """The `reward_model` reward (zoo.rewards.reward_model) and the stateful-reward contract
-(zoo.rewards.session), on a tiny random Llama reward model built in code (zoo.testing)."""
+(zoo.rewards.session), on a tiny random Llama reward model built in code (zoo.models.tiny)."""
 
 import pytest
 import torch
 
 from zoo.core.registry import ComponentError
+from zoo.models.tiny import tiny_reward_model_and_tokenizer
 from zoo.rewards import compute_rewards, resolve_rewards
 from zoo.rewards.reward_model import RewardModelSession, load_reward_model, rm_texts, score_batch
 from zoo.rewards.session import LiveReward, close_rewards, open_rewards
-from zoo.testing import tiny_reward_model_and_tokenizer
 
 ROWS = [
     {"prompt": [{"role": "user", "content": "What is 2+3?"}]},
@@ -165,7 +165,7 @@ def test_the_memory_breakdown_has_a_reward_model_line(rm_dir):
     from types import SimpleNamespace
 
     from zoo.bench.memory import memory_breakdown
-    from zoo.testing import tiny_model_and_tokenizer
+    from zoo.models.tiny import tiny_model_and_tokenizer
 
     policy, _ = tiny_model_and_tokenizer()
     live = open_rewards(

@@ -123,7 +123,7 @@ def test_rm_pairs_samples_the_policy_with_the_stated_length_bias():
     ("correct": contains a letter a-m). 96 prompts x 8 samples. The fraction of longer-chosen pairs is
     round(0.8 x n) / n when every prompt has both kinds of pair; prompts with only one kind can move it,
     so the test allows +-0.1 (2 sd of a Bernoulli(0.8) mean over n ~ 64: sqrt(0.16/64) = 0.05)."""
-    from zoo.testing import tiny_model_and_tokenizer
+    from zoo.models.tiny import tiny_model_and_tokenizer
 
     policy, tok = tiny_model_and_tokenizer(seed=0)
     eos = tok.eos_token_id

@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from zoo.config.run import RunConfig
+from zoo.models.tiny import tiny_model_and_tokenizer
 from zoo.rewards.compute import accuracy_metrics
 from zoo.run.evaluate import evaluate
 from zoo.run.setup import _scheduler
 from zoo.step.advantages import advantage, kl_reward, normalize
 from zoo.step.types import Slots
-from zoo.testing import tiny_model_and_tokenizer
 
 
 def lrs(schedule: str, warmup: int, total: int) -> list[float]:

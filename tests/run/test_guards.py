@@ -13,9 +13,9 @@ from test_engine import make_batch, params, reference_loss, settings, slots_for
 from zoo.config.run import Guards, RunConfig
 from zoo.config.variant import load_variant
 from zoo.core import guards
+from zoo.models.tiny import tiny_model_and_tokenizer
 from zoo.step.types import Models, Slots
 from zoo.step.update import update
-from zoo.testing import tiny_model_and_tokenizer
 
 NAN, INF = float("nan"), float("inf")
 

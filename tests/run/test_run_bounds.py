@@ -149,8 +149,8 @@ def test_prompts_per_step_far_beyond_the_task_warns_and_steps_show_progress(
     from zoo.backends.generate import progress as step_progress
     from zoo.backends.generate.hf import generate_rollout
     from zoo.checks.bounds import work_warnings
+    from zoo.models.tiny import tiny_model_and_tokenizer
     from zoo.run import trainer
-    from zoo.testing import tiny_model_and_tokenizer
 
     monkeypatch.setattr("zoo.run.setup.available_memory", lambda device: 10**15)  # not this test's check
     cfg = tiny_run_config(tiny_model_dir, tmp_path, budget={"prompts_per_step": 1_000_000})

@@ -19,7 +19,7 @@ from zoo.run.tracking import read_json, read_jsonl
 from zoo.run.trainer import train
 
 G = Guards()
-LN_V = math.log(105)  # the tiny model's vocabulary (zoo.testing): the entropy of a uniform policy
+LN_V = math.log(105)  # the tiny model's vocabulary (zoo.models.tiny): the entropy of a uniform policy
 
 
 @pytest.fixture(autouse=True)

@@ -9,11 +9,11 @@ import torch
 from zoo.backends.generate.hf import encode_prompts
 from zoo.config.variant import load_variant
 from zoo.core.batch import Batch
+from zoo.models.tiny import tiny_model_and_tokenizer
 from zoo.step.forwards import rollout_forwards
 from zoo.step.logprobs import token_logprobs
 from zoo.step.types import Models, Slots, StepSettings
 from zoo.step.update import step_counts, update
-from zoo.testing import tiny_model_and_tokenizer
 
 PROMPTS = ["1+1", "What is 12 + 30?", "hi", "a much longer prompt than the others", "7 * 6 ="]
 LENGTHS = [1, 6, 3, 2, 5]  # completion tokens per row (T = 6): rows of very different lengths

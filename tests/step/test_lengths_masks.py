@@ -13,11 +13,11 @@ from zoo.components.aggregate import seq_mean_token_sum_norm, token_mean
 from zoo.core.batch import Batch, concat
 from zoo.core.registry import build
 from zoo.core.types import LengthRows, StepCounts
+from zoo.models.tiny import tiny_model_and_tokenizer
 from zoo.step.diagnostics import LEN, row_table
 from zoo.step.hooks import Phase
 from zoo.step.sample import _completion_metrics
 from zoo.step.scoring import length_shaping
-from zoo.testing import tiny_model_and_tokenizer
 
 T, P, MAX_NEW = 9, 2, 8
 # P = policy token, E = environment token (attended, never trained), . = after the row's end

@@ -7,8 +7,8 @@ from torch import nn
 from zoo.backends.generate.hf import completion_mask, encode_prompts, generate_rollout
 from zoo.core.batch import Batch
 from zoo.models.forward import position_ids_from_mask
+from zoo.models.tiny import tiny_model_and_tokenizer
 from zoo.step.logprobs import token_logprobs
-from zoo.testing import tiny_model_and_tokenizer
 
 CHAT = [[{"role": "user", "content": "hi"}], [{"role": "user", "content": "What is 12 + 30?"}]]
 

@@ -8,7 +8,9 @@
     export.py     save_hf_checkpoint (a plain HF checkpoint, LoRA merged into a copy)
     forward.py    how a causal LM is called: position ids from the mask (C10), logits_to_keep, KV caches
     load_errors.py  one-line errors for a model transformers could not load
-    chatml.py     the ChatML special tokens and template of the small models zoo builds itself
+    chatml.py     the ChatML special tokens, template and character tokenizer of the small models zoo builds
+    arms.py       the `arms:` bandit model, built in code
+    tiny.py       tiny random models for the tests (no module of zoo imports it; not re-exported here)
 
 `critic: {init: reward_model}` (the reward model's backbone and head) is zoo.rewards.critic_init.
 

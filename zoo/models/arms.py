@@ -33,6 +33,8 @@ from pathlib import Path
 
 import torch
 
+from zoo.models.chatml import char_tokenizer
+
 ARMS_PREFIX = "arms:"
 EOS_SUFFIX = "+eos"
 SPECIAL_LOGIT = -1.0e4
@@ -58,37 +60,13 @@ def parse_arms(name: str) -> list[str]:
     return arms
 
 
-def _tokenizer(arms: list[str]):
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    from zoo.models.chatml import BOS, CHAT_TEMPLATE, EOS, IM_START, PAD, SPECIAL_TOKENS, UNK
-
-    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + arms)}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
-    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    core.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=core,
-        bos_token=BOS,
-        eos_token=EOS,
-        unk_token=UNK,
-        pad_token=PAD,
-        additional_special_tokens=[IM_START],
-        padding_side="left",
-        clean_up_tokenization_spaces=False,
-    )
-    tok.chat_template = CHAT_TEMPLATE
-    return tok
-
-
 def build_arms_model(arms: list[str], seed: int = 0, *, eos: bool = False):
     """(model, tokenizer) of the construction in the module docstring; deterministic given `seed`
     (the body's random init; the head starts at zero). eos: the `+eos` form (EOS sampleable, arms do
     not stop). The global torch RNG is left untouched."""
     from transformers import GenerationConfig, PhiConfig, PhiForCausalLM
 
-    tok = _tokenizer(arms)
+    tok = char_tokenizer(arms)
     arm_ids = tok.convert_tokens_to_ids(arms)
     stops = [tok.eos_token_id] if eos else [tok.eos_token_id, *arm_ids]
     config = PhiConfig(

@@ -1,10 +1,10 @@
-"""Tiny, fully offline model + tokenizer for tests across the project.
+"""Tiny, fully offline models + tokenizer for the tests, scripts/gpu_check.py and bench/ (no zoo module imports it).
 
 `tiny_model_and_tokenizer()` (and `tiny_reward_model_and_tokenizer()`, the same Llama as a one-label
 sequence classifier) builds, in well under a second and without any file or network access:
 
-- a character-level tokenizer (`tokenizers` WordLevel model over single characters, wrapped in
-  `PreTrainedTokenizerFast`) with ChatML-style special tokens and a ChatML `chat_template`, so
+- a character-level tokenizer (`zoo.models.chatml.char_tokenizer`, the one the `arms:` model uses too)
+  with ChatML-style special tokens and a ChatML `chat_template`, so
   `apply_chat_template(..., add_generation_prompt=True)` works exactly as for SmolLM2 / Qwen;
 - a randomly initialised `LlamaForCausalLM` (hidden 64, 2 layers by default) whose vocabulary matches
   the tokenizer.
@@ -19,7 +19,6 @@ from __future__ import annotations
 import string
 
 import torch
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import (
     GenerationConfig,
     LlamaConfig,
@@ -28,33 +27,18 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from zoo.models.chatml import BOS, CHAT_TEMPLATE, EOS, IM_START, PAD, SPECIAL_TOKENS, UNK  # noqa: F401
+from zoo.models.chatml import char_tokenizer
 
 CHARACTERS = list(string.printable)  # 100 characters incl. space, \t, \n
 
 
 def tiny_tokenizer(*, pad_equals_eos: bool = False) -> PreTrainedTokenizerFast:
-    """Character-level ChatML tokenizer (105 tokens), left padding, no BOS added automatically.
+    """Character-level ChatML tokenizer (105 tokens: `zoo.models.chatml.char_tokenizer` over the printable
+    ASCII characters), left padding, no BOS added automatically.
 
     pad_equals_eos: use `<|im_end|>` as the pad token (the `<|pad|>` id then stays unused).
     """
-    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARACTERS)}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
-    # every character is its own pre-token; special tokens are matched before pre-tokenisation
-    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    core.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=core,
-        bos_token=BOS,
-        eos_token=EOS,
-        unk_token=UNK,
-        pad_token=EOS if pad_equals_eos else PAD,
-        additional_special_tokens=[IM_START] + ([PAD] if pad_equals_eos else []),
-        padding_side="left",
-        clean_up_tokenization_spaces=False,
-    )
-    tok.chat_template = CHAT_TEMPLATE
-    return tok
+    return char_tokenizer(CHARACTERS, pad_equals_eos=pad_equals_eos)
 
 
 def tiny_model_and_tokenizer(
