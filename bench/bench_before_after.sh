@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
+# Feeds docs/performance.md, "The cheap step: before and after".
 # Before/after `zoo bench` in one run on one machine: a commit (before) against this checkout (after),
 # alternating, two rounds each, at the main job's size, at SmolLM2 32 x 64 and at the tiny Llama's
 # 32 x 64; then, when a vLLM scratch venv is given, `--backend hf,vllm` on the same prompts.
 #
-#   bash scripts/bench_before_after.sh c4696c2 [OUT_DIR] [VLLM_PYTHON]
+#   bash bench/bench_before_after.sh c4696c2 [OUT_DIR] [VLLM_PYTHON]
 #
 # Needs the venv of README command 2 active. Run it on an idle machine: every figure is a wall time.
 # Writes OUT_DIR/<size>_<before|after>_<round>.json (zoo bench --json; default out: runs/before_after)
-# and prints the load average before each bench. Results: docs/performance.md "The cheap step".
+# and prints the load average before each bench.
 set -euo pipefail
-USAGE="usage: bash scripts/bench_before_after.sh COMMIT [OUT_DIR] [VLLM_PYTHON]  (COMMIT: the 'before' side, e.g. c4696c2)"
+USAGE="usage: bash bench/bench_before_after.sh COMMIT [OUT_DIR] [VLLM_PYTHON]  (COMMIT: the 'before' side, e.g. c4696c2)"
 case "${1:-}" in
   "" | -h | --help) echo "$USAGE" >&2; exit 2 ;;
 esac

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
+# Feeds docs/performance.md, "Threads on a busy machine".
 # One `zoo bench` step before and after a change, idle-ish and beside one CPU-bound process pinned to
-# CPU 1 (docs/performance.md, "Threads on a busy machine"). Prints each run's thread line, phase rows
-# and the load average; asserts nothing.
+# CPU 1. Prints each run's thread line, phase rows and the load average; asserts nothing.
 #   git archive 4b8c1d0 | (mkdir -p /tmp/before && tar -x -C /tmp/before)
-#   scripts/busy_step.sh /tmp/before "$PWD" --model TINY_DIR --prompts 8 --group-size 4 --max-new-tokens 64
+#   bench/busy_step.sh /tmp/before "$PWD" --model TINY_DIR --prompts 8 --group-size 4 --max-new-tokens 64
 set -uo pipefail
 BEFORE=$1; AFTER=$2; shift 2
 ARGS=("$@")

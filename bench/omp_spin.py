@@ -1,8 +1,9 @@
+# Feeds docs/performance.md, "Threads on a busy machine".
 """OpenMP spin on a busy machine: the 64x576 @ 576x1536 forward+backward loop, timed in a fresh process
 per setting (the wait policy and thread count only take effect when set before torch is imported).
 
-    python scripts/omp_spin.py                 # idle-ish, then with one CPU-bound process pinned to CPU 1
-    python scripts/omp_spin.py --iters 150 --reps 3 --no-busy
+    python bench/omp_spin.py                 # idle-ish, then with one CPU-bound process pinned to CPU 1
+    python bench/omp_spin.py --iters 150 --reps 3 --no-busy
 
 Prints one row per setting: median seconds over --reps runs of --iters iterations (the settings take
 turns), and the median 1-minute load average (os.getloadavg) read before each run, so a figure taken on a shared machine says how busy it was.

@@ -1,7 +1,9 @@
+# Feeds docs/performance.md, "Faster HF paths, measured" (and "The cheap step: before and after", its
+# bucketed static-cache paragraph).
 """Measure candidate faster HF decode paths against zoo's `hf` generator, on this machine.
 
-    python scripts/decode_paths.py --model tiny --rows 32 --new 64 --repeats 3
-    python scripts/decode_paths.py --model smollm2-135m-instruct-q4 --rows 16 --new 32 --paths hf,static
+    python bench/decode_paths.py --model tiny --rows 32 --new 64 --repeats 3
+    python bench/decode_paths.py --model smollm2-135m-instruct-q4 --rows 16 --new 32 --paths hf,static
 
 Paths (every one generates exactly `--new` tokens per row: EOS is suppressed until then):
     hf              zoo's `hf` generator: `generate_rollout` (one prefill per distinct prompt, DynamicCache,

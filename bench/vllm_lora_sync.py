@@ -1,5 +1,6 @@
-"""Measure the two ways to sync a LoRA policy into the `vllm` generator (run in the vLLM scratch venv,
-docs/configuration.md "vLLM on CPU"; results in docs/performance.md, "LoRA sync: merged vs adapters"):
+# Feeds docs/performance.md, "LoRA sync: merged on the fly vs vLLM adapters".
+"""Measure the two ways to sync a LoRA policy into the `vllm` generator (run in the vLLM scratch venv of
+docs/configuration.md, "vLLM on CPU (a scratch venv)"):
 
 (a) merged on the fly, what zoo does (`VLLMGenerator.sync`: every adapted Linear sent as W + s * B @ A
     under the base names, one in-place reload of the full weights), timed over `--versions` versions;
@@ -13,7 +14,7 @@ version (same weights, two ways). Model: the embedded SmolLM2-135M (`--model`, d
 `tiny` (zoo.models.tiny.tiny_vllm_model_and_tokenizer). LoRA r16, alpha 32 on q, k, v, o.
 
     VLLM_ENABLE_V1_MULTIPROCESSING=0 OMP_NUM_THREADS=1 PYTHONPATH=$PWD nice -n 10 \
-        /work/vllm-venv/bin/python scripts/vllm_lora_sync.py
+        /path/to/vllm-venv/bin/python bench/vllm_lora_sync.py
 """
 
 from __future__ import annotations
