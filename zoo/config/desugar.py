@@ -1,6 +1,7 @@
-"""The `kl:` slot as users write it, turned into what the step runs (DESIGN.md "KL has one user
-syntax"): placement `loss` becomes the loss term `kl`, placement `reward` the kl_reward stage's
-estimator, and `adaptive: {target, horizon}` the controller `adaptive_kl` that moves beta.
+"""The `kl:` slot as users write it, turned into what the step runs (docs/engine.md, "The loss as
+terms"; the setting: docs/components.md, "kl_estimator and the `kl` slot"): placement `loss` becomes
+the loss term `kl`, placement `reward` the kl_reward stage's estimator, and `adaptive: {target,
+horizon}` the controller `adaptive_kl` that moves beta.
 
     kl: {placement: loss, estimator: k3, beta: 0.04}
       -> loss: [..., {name: kl, estimator: k3, beta: 0.04}]

@@ -16,7 +16,7 @@ from torch import Tensor
 @dataclass
 class Batch:
     """One rollout batch and everything computed from it: the one record between the stages of a step
-    (DESIGN.md "One record"). The generator fills the first block, the step the second.
+    (docs/engine.md, "One record: `Batch`"). The generator fills the first block, the step the second.
 
     Filled by the generator (`zoo.backends.generate.hf.generate_rollout`):
       prompt_ids:      [N, P] long, left-padded prompt tokens (pad id where prompt_mask is 0)

@@ -12,7 +12,7 @@ of the kind has (positional data arguments; hyperparameters are keyword-only and
 contract passes (each component also declares what it reads: zoo.core.declarations). The `kl` row is a
 setting slot, not a registry kind (`registered=False`): its schema is `zoo.config.variant.KLSpec`.
 
-Shapes: N completions, T completion tokens, K reward objectives (DESIGN.md, "The slot table").
+Shapes: N completions, T completion tokens, K reward objectives (docs/components.md, the notation under the slot table).
 """
 
 from __future__ import annotations
