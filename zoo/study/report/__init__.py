@@ -3,9 +3,9 @@
 Input: the study folder, with one folder per arm run holding `metrics.jsonl` (one JSON object per
 step: "step", "reward/total", "reward/<objective>", "accuracy", "kl/ref", "entropy",
 "completion/len_mean", "clip/low_frac", "clip/high_frac", "count/completions" (completions generated
-so far, cumulative), "time/step", "time/elapsed" (seconds since the start), "perf/peak_mem_mb"; eval
-records with "eval/greedy_acc"), `summary.json` ("status", "error", "eval/before", "eval/after",
-"config") and `config.yaml`; `study.json` (optional) gives the arm order.
+so far, cumulative), "time/step", "time/elapsed" (seconds since the start), "perf/peak_mem_mb",
+"groups/signal_frac", "groups/correct_signal_frac"; eval records with "eval/greedy_acc"), `summary.json`
+("status", "error", "eval/before", "eval/after", "guards/<warning>_step", "config") and `config.yaml`; `study.json` (optional) gives the arm order.
 
 Damaged files never stop a report: unreadable metrics lines (cut by a crash, not UTF-8) are skipped and
 counted, and each problem is a warning naming the file (terminal and report.md). A finished run's
@@ -18,8 +18,8 @@ finished seeds only (the others named under Warnings: zoo.study.report.left_out)
 seeds with a 95% bootstrap band of the mean.
 Output: `report.md`, `report.json` (the statistics, for scripts: `zoo report --json`), `plots/*.png`
 (linked from report.md) and the tables printed with rich.
-Reading the folder: zoo.study.report.runs; the numbers: zoo.study.report.stats and zoo.study.report.table; the plots:
-zoo.study.report.plots.
+Reading the folder: zoo.study.report.runs; the numbers: zoo.study.report.stats and zoo.study.report.table; the
+signal per group and the guard warnings: zoo.study.report.group_signal; the plots: zoo.study.report.plots.
 """
 
 from __future__ import annotations
