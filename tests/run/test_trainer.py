@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 
 from zoo.config.variant import available_variants, load_variant
 from zoo.core.guards import RewardError, RunFailed
+from zoo.run.progress import step_line
 from zoo.run.tracking import read_jsonl
 from zoo.run.trainer import train
 from zoo.step.types import Slots
@@ -165,6 +166,9 @@ def test_dapo_dynamic_sampling_drops_every_group_of_a_random_model(tiny_model_di
         assert r["train/skipped"] == 1.0
         assert "loss/policy" not in r  # no optimizer step
         assert r["optim/updates"] == 0.0
+        assert r["groups/correct_signal_frac"] == 0.0  # every answer wrong: what the filter drops
+        assert math.isnan(r["entropy"]) and math.isnan(r["clip/low_frac"])  # a mean over no token
+        assert "(nothing trained: every group was filtered out by the sampling filter; entropy, " in step_line(1, r)
     assert summary["status"] == "failed" and "no optimizer step trained the policy" in summary["error"]
     state = saved_state(tmp_path)
     assert max_change(initial_weights(tiny_model_dir), state["policy"]) == 0.0

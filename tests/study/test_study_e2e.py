@@ -63,6 +63,7 @@ def test_tiny_study_end_to_end(tmp_path, tiny_model_dir, monkeypatch):
     index = json.loads((root / "study.json").read_text())
     assert sorted(a["label"] for a in index["arms"]) == ["dr_grpo-s0", "grpo-s0"]
     md = (root / "report.md").read_text()
+    assert "## Signal per group" in md and "| correct signal (mean) |" in md  # the tiny model answers nothing right
     for arm in ("grpo-s0", "dr_grpo-s0"):
         d = root / arm
         s = json.loads((d / "summary.json").read_text())

@@ -1,7 +1,8 @@
 """Guards that stop a run which cannot learn, instead of letting it "finish" (docs/configuration.md,
 "Guards"): rewards that cannot score most rows (or a reward that never scored any), optimizer steps
 skipped for non-finite values (counted and warned), a policy that collapsed to the uniform
-distribution (warned), non-finite weights, and a run with no optimizer step at all.
+distribution (warned), non-finite weights, and a run with no optimizer step at all; zoo.core.watch
+warns (once each) when most groups carry no signal, or entropy or the KL to the reference jump.
 
     state = GuardState()
     after_step(state, cfg.guards, step, metrics, rewards=names, vocab=V)  # raises RunFailed; warns
@@ -23,7 +24,7 @@ from typing import Any, Iterable, Mapping
 
 import torch
 
-from zoo.core import dist
+from zoo.core import dist, watch
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,8 @@ class GuardState:
     guards.max_unscored_frac < 1). unscored_by: reward name -> steps in which it scored no row.
     skipped_total / optim_steps: optimizer steps skipped for non-finite values / attempted, since
     the start. collapsed_steps: steps whose policy entropy was at its maximum ln |V| after an update.
-    no_grad_steps: consecutive steps with a zero gradient norm although the advantages were not all 0."""
+    no_grad_steps: consecutive steps with a zero gradient norm although the advantages were not all 0.
+    watch: the warnings for little signal and divergence (zoo.core.watch)."""
 
     unscored_steps: int = 0
     skipped_steps: int = 0
@@ -63,6 +65,7 @@ class GuardState:
     optim_steps: int = 0
     collapsed_steps: int = 0
     no_grad_steps: int = 0
+    watch: watch.WatchState = field(default_factory=watch.WatchState)
 
     def state_dict(self) -> dict[str, Any]:
         """Plain ints, None and strings (loadable with torch.load(weights_only=True))."""
@@ -77,6 +80,7 @@ class GuardState:
             "optim_steps": self.optim_steps,
             "collapsed_steps": self.collapsed_steps,
             "no_grad_steps": self.no_grad_steps,
+            "watch": self.watch.state_dict(),
         }
 
     def load_state_dict(self, d: Mapping[str, Any] | None) -> None:
@@ -92,14 +96,17 @@ class GuardState:
         self.unscored_by = {str(k): int(v) for k, v in (d.get("unscored_by") or {}).items()}
         for k in ("unscored_all_steps", "skipped_total", "optim_steps", "collapsed_steps", "no_grad_steps"):
             setattr(self, k, int(d.get(k) or 0))
+        self.watch.load_state_dict(d.get("watch"))
 
     def totals(self) -> dict[str, float]:
         """The run's counts for summary.json: optimizer steps skipped (non-finite) and attempted, and
-        steps in which the policy was collapsed (entropy at ln |V|)."""
+        steps in which the policy was collapsed (entropy at ln |V|), the steps of the warnings given
+        (zoo.core.watch: guards/low_signal_step, guards/entropy_rise_step, guards/kl_jump_step)."""
         return {
             "optim/skipped_total": float(self.skipped_total),
             "optim/steps_total": float(self.optim_steps),
             "guards/collapsed_steps": float(self.collapsed_steps),
+            **self.watch.totals(),
         }
 
 
@@ -193,14 +200,16 @@ def after_step(
     no row). vocab: the policy's vocabulary size |V| (None: no collapse check). hint: the likely
     key, for the collapse warning (`divergence_hint`).
     Logs a warning for a step without an update, for optimizer steps skipped (non-finite), for a
-    policy whose entropy reached its maximum ln |V| after an update (collapsed to uniform), and for
-    NO_GRAD_STEPS steps in a row with a zero gradient norm although the advantages were not all 0.
+    policy whose entropy reached its maximum ln |V| after an update (collapsed to uniform), for
+    NO_GRAD_STEPS steps in a row with a zero gradient norm although the advantages were not all 0,
+    and once each for little signal per group, an entropy rise and a KL jump (zoo.core.watch).
     Raises RunFailed when more than `max_unscored_frac` of the rows could not be scored by some
     reward for `unscored_steps` consecutive steps, or when every optimizer step was skipped for
     `max_skipped_steps` consecutive steps (naming the first non-finite quantity)."""
     _count_scored(state, guards, m, rewards)
     _count_skipped(state, step, m)
     _check_collapse(state, step, m, vocab, hint)
+    watch.after_step(state.watch, step, m)  # little signal, entropy rise, KL jump: warned once each
     frac = float(m.get("reward/unscored_frac", 0.0))
     state.unscored_steps = state.unscored_steps + 1 if frac > guards.max_unscored_frac else 0
     if state.unscored_steps >= guards.unscored_steps:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import time
 from typing import Any, Callable, Iterator
 
@@ -15,7 +16,7 @@ from zoo.backends.generate.hf_generator import HFGenerator
 from zoo.backends.train import strategy
 from zoo.core import dist
 from zoo.core.declarations import of as declared
-from zoo.core.guards import NONFINITE_SAMPLING, nonfinite_sampling
+from zoo.core.guards import NONFINITE_SAMPLING, no_update_reason, nonfinite_sampling
 from zoo.envs.base import env_spec
 from zoo.run.eval_record import CACHE_DIR, cache_key, prompt_id, read_cached, write_cached, write_record
 from zoo.run.evaluate import evaluate
@@ -137,6 +138,37 @@ def before_key(st: RunState, rows: list[dict], gen: Any) -> tuple[str, dict[str,
     return cache_key(parts), parts
 
 
+#: the metrics of `zoo run`'s line per step, in order (those the step logged)
+STEP_LINE_KEYS = (
+    "reward/total",
+    "accuracy",
+    "groups/signal_frac",
+    "groups/correct_signal_frac",
+    "loss/policy",
+    "kl/ref",
+    "entropy",
+    "clip/low_frac",
+    "clip/high_frac",
+    "completion/len_mean",
+    "time/step",
+    "perf/peak_mem_mb",
+)
+
+
+def step_line(step: int, m: dict[str, Any]) -> str:
+    """`zoo run`'s line for step `step` with metrics `m`. A step that trained no token logs NaN token
+    statistics (entropy, clip/*: a mean over no token is undefined, zoo.step.update.TokenTally); the line
+    then says why, e.g. "(nothing trained: every group was filtered out by the sampling filter; entropy,
+    clip/low_frac, clip/high_frac NaN: a mean over no token)"."""
+    line = f"step {step:>3} " + "  ".join(f"{k} {m[k]:.4g}" for k in STEP_LINE_KEYS if k in m)
+    undefined = [k for k in ("entropy", "clip/low_frac", "clip/high_frac") if k in m and math.isnan(float(m[k]))]
+    if undefined or float(m.get("optim/updates", 1.0)) == 0:
+        reason = no_update_reason(m) or "no completion token was left in the loss"
+        nan = f"; {', '.join(undefined)} NaN: a mean over no token" if undefined else ""
+        line += f"  (nothing trained: {reason}{nan})"
+    return line
+
+
 class progress_bar:
     """A rich progress bar with step, reward and ETA, plus one metrics line per step. Inside a step it
     listens to the generator's chunk reports (zoo.backends.generate.progress): the bar shows "generating d/N", and a
@@ -183,20 +215,8 @@ class progress_bar:
             self.step = step
             info = f"reward {m.get('reward/total', float('nan')):.3f} acc {m.get('accuracy', float('nan')):.2f}"
             self.p.update(self.task, completed=step, info=info)
-            keys = [
-                "reward/total",
-                "accuracy",
-                "loss/policy",
-                "kl/ref",
-                "entropy",
-                "clip/low_frac",
-                "clip/high_frac",
-                "completion/len_mean",
-                "time/step",
-                "perf/peak_mem_mb",
-            ]
             self.p.console.print(
-                f"step {step:>3} " + "  ".join(f"{k} {m[k]:.4g}" for k in keys if k in m),
+                step_line(step, m),
                 highlight=False,
                 soft_wrap=True,
             )  # one line per step, also in a log file

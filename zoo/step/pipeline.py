@@ -79,7 +79,7 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> StepResult:
             b, obj, names, w, lm = length_shaping(
                 b, objectives, st.reward_names, weights, st.slots, st.settings.max_new_tokens, acc
             )  # length
-            b, sm = objective_scores(b, obj, names, w, st.slots)  # objectives
+            b, sm = objective_scores(b, obj, names, w, st.slots, acc)  # objectives
             b = run_stages(st.slots.stages, "reward", b)  # plugin stages after reward
             keep = keep_rows(
                 per_row_metrics(objectives, st.reward_names, b.scores, acc), b.group_ids, st.slots

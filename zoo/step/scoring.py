@@ -52,14 +52,21 @@ def length_shaping(
 
 
 def objective_scores(
-    batch: Batch, obj: Tensor, names: list[str], weights: list[float], slots: Slots
+    batch: Batch,
+    obj: Tensor,
+    names: list[str],
+    weights: list[float],
+    slots: Slots,
+    accuracy_col: int | None = None,
 ) -> tuple[Batch, dict[str, float]]:
     """Objective normaliser, then the weighted sum -> `batch.scores` [N] (and `batch.objectives`).
 
     obj: [N, K] columns (NaN where a reward could not be computed). Logs the reward that trains (C11):
-    reward/total = sum_k w_k mean(R_k), each column's mean, reward/failed (rows with a NaN column) and
-    groups/zero_var_frac (groups whose weighted raw reward is constant); column means in float64.
-    Raises RewardError when a weight x value exceeds zoo.rewards.compute.REWARD_LIMIT."""
+    reward/total = sum_k w_k mean(R_k), each column's mean, reward/failed (rows with a NaN column),
+    groups/zero_var_frac (groups whose weighted raw reward is constant) and the signal per group
+    (`signal_metrics`: groups/signal_frac, groups/correct_signal_frac from column `accuracy_col`);
+    column means in float64. Raises RewardError when a weight x value exceeds
+    zoo.rewards.compute.REWARD_LIMIT."""
     check_weighted(obj, names, weights)  # |w x value| within REWARD_LIMIT, or RewardError
     w = torch.tensor(weights, dtype=obj.dtype)
     normed = slots.objective_norm(obj, batch.group_ids)  # [N, K]
@@ -71,7 +78,26 @@ def objective_scores(
     metrics["reward/failed"] = float(torch.isnan(obj).any(1).sum())
     constant = group_constant(combine_objectives(obj, w), batch.group_ids)  # [N]
     metrics["groups/zero_var_frac"] = group_frac(constant, batch.group_ids)
+    metrics.update(signal_metrics(metrics["groups/zero_var_frac"], obj, batch.group_ids, accuracy_col))
     return replace(batch, objectives=obj, scores=scores), metrics
+
+
+def signal_metrics(zero_var_frac: float, obj: Tensor, group_ids: Tensor, accuracy_col: int | None) -> dict[str, float]:
+    """The fraction of groups that carried a learning signal. A group-relative advantage, (r_i - mean) / std
+    over the group (GRPO: Shao et al. 2024, arXiv:2402.03300, section 4.1.2), is 0 for every member of a
+    group whose rewards are all alike, so such a group adds no gradient; DAPO's dynamic sampling (Yu et al.
+    2025, arXiv:2503.14476, section 3.2) drops the groups whose accuracy is all 0 or all 1 for that reason.
+
+    groups/signal_frac = 1 - groups/zero_var_frac: groups whose weighted raw reward varies.
+    groups/correct_signal_frac (only with a correctness reward, column `accuracy_col` of obj [N, K]):
+    groups whose correctness varies (some member correct, some not; NaN rows left out, a group with
+    fewer than 2 scored members has none). A format or length reward can make a group vary while no
+    answer in it is right: signal_frac counts that group, correct_signal_frac does not."""
+    out = {"groups/signal_frac": 1.0 - zero_var_frac}
+    if accuracy_col is not None:
+        correct = objective_metrics(obj, [], accuracy_col)["accuracy"]  # [N] 1/0, NaN where unscored
+        out["groups/correct_signal_frac"] = 1.0 - group_frac(group_constant(correct, group_ids), group_ids)
+    return out
 
 
 def nanmean(x: Tensor) -> float:

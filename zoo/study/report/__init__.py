@@ -3,9 +3,9 @@
 Input: the study folder, with one folder per arm run holding `metrics.jsonl` (one JSON object per
 step: "step", "reward/total", "reward/<objective>", "accuracy", "kl/ref", "entropy",
 "completion/len_mean", "clip/low_frac", "clip/high_frac", "count/completions" (completions generated
-so far, cumulative), "time/step", "time/elapsed" (seconds since the start), "perf/peak_mem_mb"; eval
-records with "eval/greedy_acc"), `summary.json` ("status", "error", "eval/before", "eval/after",
-"config") and `config.yaml`; `study.json` (optional) gives the arm order.
+so far, cumulative), "time/step", "time/elapsed" (seconds since the start), "perf/peak_mem_mb",
+"groups/signal_frac", "groups/correct_signal_frac"; eval records with "eval/greedy_acc"), `summary.json`
+("status", "error", "eval/before", "eval/after", "guards/<warning>_step", "config") and `config.yaml`; `study.json` (optional) gives the arm order.
 
 Damaged files never stop a report: unreadable metrics lines (cut by a crash, not UTF-8) are skipped and
 counted, and each problem is a warning naming the file (terminal and report.md). A finished run's
@@ -18,8 +18,8 @@ finished seeds only (the others named under Warnings: zoo.study.report.left_out)
 seeds with a 95% bootstrap band of the mean.
 Output: `report.md`, `report.json` (the statistics, for scripts: `zoo report --json`), `plots/*.png`
 (linked from report.md) and the tables printed with rich.
-Reading the folder: zoo.study.report.runs; the numbers: zoo.study.report.stats and zoo.study.report.table; the plots:
-zoo.study.report.plots.
+Reading the folder: zoo.study.report.runs; the numbers: zoo.study.report.stats and zoo.study.report.table; the
+signal per group and the guard warnings: zoo.study.report.group_signal; the plots: zoo.study.report.plots.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from zoo.run.fingerprint import mixed_keys, read_record
 from zoo.study.report.console_fit import column_groups, fit_widths, longest_word, print_fitted, wide_if_piped
 from zoo.study.report.curve import curve_section
 from zoo.study.report.eval_delta import EVAL_DELTA_TEXT, delta_rows
+from zoo.study.report.group_signal import mean_over_steps, run_marks, signal_key, signal_section
 from zoo.study.report.left_out import left_out
 from zoo.study.report.left_out import to_json as left_out_json
 from zoo.study.report.plots import make_plots
@@ -87,9 +88,11 @@ def markdown(
     notes: list[str] | None = None,
     eval_delta: tuple[list[str], list[list[str]]] | None = None,
     curve: tuple[str, list[str], list[list[str]], Path | None] | None = None,
+    signal: tuple[str, str, list[str], list[list[str]]] | None = None,
 ) -> str:
     """report.md text: the table, the statistics over seeds (`stats`: (stats table, comparison table,
-    baseline name, warning)), the learning curve (`curve`: zoo.study.report.curve.curve_section), the plots
+    baseline name, warning)), the signal per group (`signal`: zoo.study.report.group_signal.signal_section),
+    the learning curve (`curve`: zoo.study.report.curve.curve_section), the plots
     (relative links), the warnings (the runs' own, then `notes`:
     the runs left out of the statistics and the baseline's) and the failed runs."""
     lines = [
@@ -100,12 +103,17 @@ def markdown(
         "Numbers are mean ± sample std (n−1) over the seeds that did not fail; *final* is the last "
         "training step, *best* the maximum over steps; *1st → 2nd half* the mean reward over the first and "
         "the last half of the steps (learning shows as a rise); time/step is the mean step time; "
-        "group_size, updates (epochs x minibatches), lr and max_new_tokens are the values used.",
+        "group_size, updates (epochs x minibatches), lr and max_new_tokens are the values used; *signal* is the "
+        "mean over steps of the fraction of groups that carried a correctness signal (else a reward signal) and "
+        "*warnings* the guard warnings the arm's runs got (both: Signal per group, below).",
         "",
         "| " + " | ".join(map(_md_cell, header)) + " |",
         "|" + "---|" * len(header),
     ]
     lines += ["| " + " | ".join(map(_md_cell, row)) + " |" for row in rows]
+    if signal is not None:
+        text, legend, sh, srows = signal
+        lines += ["", "## Signal per group", "", text, "", legend, ""] + _md_table(sh, srows)
     if eval_delta is not None and eval_delta[1]:
         lines += ["", "## Held-out accuracy after − before, per prompt", "", EVAL_DELTA_TEXT, ""] + _md_table(
             *eval_delta
@@ -153,6 +161,7 @@ SHORT = {
     "group_size": "G",
     "updates": "upd",
     "max_new_tokens": "tokens",
+    "warnings": "warned",
 }
 
 
@@ -190,12 +199,13 @@ SUMMARY_COLUMNS = (
     "mean reward 1st → 2nd half",
     "eval greedy before → after",
     "time/step (s)",
+    "warnings",
 )
 
 
 def print_summary(name: str, header: list[str], rows: list[list[str]], console: Any = None) -> None:
     """`zoo ablate`'s closing table: one table, one row per arm, the SUMMARY_COLUMNS of the side-by-side
-    table (errors listed below it); every other column and the statistics over seeds are in report.md.
+    table (`warnings` only when some arm got one; errors listed below it); every other column and the statistics over seeds are in report.md.
     Never cuts a cell: a narrow terminal folds cells between words (zoo.study.report.console_fit.fit_widths),
     the arm column whole, and only one too narrow for that gets column groups (the arm in each)."""
     from rich import box
@@ -204,6 +214,7 @@ def print_summary(name: str, header: list[str], rows: list[list[str]], console: 
     console = wide_if_piped(console)
     cells, errors = _split_errors(header, rows)
     keep = [header.index(h) for h in SUMMARY_COLUMNS if h in header]
+    keep = [i for i in keep if header[i] != "warnings" or any(c[i] != "-" for c in cells)]  # shown when some arm warned
     titles = [SHORT.get(header[i], header[i]) for i in keep]
     cells = [[r[i] for i in keep] for r in cells]
     full = [max(len(c[j]) for c in [titles, *cells]) for j in range(len(titles))]
@@ -276,9 +287,19 @@ def write_report(study_dir: Path | str, console: Any = None, summary_only: bool 
     eval_delta = delta_rows([(r.label, read_eval_record(r.dir)) for r in runs])
     curve = curve_section(groups, base_name, study_dir)  # only when runs evaluated during training (eval.every)
     out.write_text(
-        markdown(name, header, rows, plots, runs, study_dir, tables, notes, eval_delta, curve), encoding="utf-8"
+        markdown(name, header, rows, plots, runs, study_dir, tables, notes, eval_delta, curve, signal_section(groups)),
+        encoding="utf-8",
     )
-    arms = [{"arm": g.name, "seeds": [r.seed for r in g.runs], "status": [r.status for r in g.runs]} for g in groups]
+    arms = [
+        {
+            "arm": g.name,
+            "seeds": [r.seed for r in g.runs],
+            "status": [r.status for r in g.runs],
+            "signal_mean": [mean_over_steps(r, signal_key(r)) for r in g.runs],  # None: not logged
+            "warnings": [run_marks(r) for r in g.runs],  # marker -> step (zoo.study.report.group_signal)
+        }
+        for g in groups
+    ]
     (study_dir / "report.json").write_text(
         json.dumps(
             {

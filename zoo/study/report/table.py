@@ -1,6 +1,7 @@
 """The report's side-by-side table: one row per arm (final, best and half-by-half reward, objectives,
-accuracy, eval before -> after, step time, peak memory, and the group_size, updates, lr and
-max_new_tokens the arm used), each number mean +- std over the seeds that did not fail."""
+accuracy, the signal per group (mean over steps, zoo.study.report.group_signal), eval before -> after,
+step time, peak memory, the group_size, updates, lr and max_new_tokens the arm used, and the guard
+warnings its runs got), each number mean +- std over the seeds that did not fail."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import math
 import statistics
 from typing import Any
 
+from zoo.study.report.group_signal import arm_marks, mean_over_steps, signal_key
 from zoo.study.report.runs import ArmGroup, RunData
 from zoo.study.report.stats import eval_acc, fmt_ms
 
@@ -124,6 +126,7 @@ def table_rows(groups: list[ArmGroup], rkeys: list[str]) -> tuple[list[str], lis
         + [f"final {k}" for k in objectives]
         + [
             "accuracy",
+            "signal",
             "eval greedy before → after",
             "time/step (s)",
             "peak mem (MB)",
@@ -131,6 +134,7 @@ def table_rows(groups: list[ArmGroup], rkeys: list[str]) -> tuple[list[str], lis
             "updates",
             "lr",
             "max_new_tokens",
+            "warnings",
         ]
     )
     rows = []
@@ -150,10 +154,11 @@ def table_rows(groups: list[ArmGroup], rkeys: list[str]) -> tuple[list[str], lis
             + [fmt_ms(_last(r, k) for r in ok) for k in objectives]
             + [
                 fmt_ms(_last(r, "accuracy") for r in ok),
+                fmt_ms(mean_over_steps(r, signal_key(r)) for r in ok),
                 f"{before} → {after}",
                 fmt_ms((_mean_of(r, "time/step") for r in ok), 2),
                 fmt_ms((_peak(r) for r in ok), 0),
             ]
-            + [used["group_size"], used["updates"], used["lr"], used["max_new_tokens"]]
+            + [used["group_size"], used["updates"], used["lr"], used["max_new_tokens"], arm_marks(g)]
         )
     return header, rows
