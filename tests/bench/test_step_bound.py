@@ -98,3 +98,20 @@ def test_phase_bounds_by_hand():
     assert b["train"]["bound_s"] == 5.0 and b["train"]["distance"] == pytest.approx(2.4)
     assert "critic" not in b
     assert b["step"]["bound_s"] == 10.0 and b["step"]["distance"] == 3.0
+
+
+def test_the_bound_table_prints_phase_and_bound():
+    from zoo.cli.bench_tables import print_bound
+    from zoo.cli.common import console
+
+    row = {"seconds": 2.0, "flops": 3e9, "bytes": 0.0, "bound_s": 1.0, "distance": 2.0}
+    res = {"bound": {"matmul_flops_per_s": 5e10, "copy_bytes_per_s": 1e10, "dtype": "float32"}}
+    res["bound"] |= {p: dict(row) for p in ("generate", "forward", "train", "step")}
+    with console.capture() as cap:
+        print_bound(res)
+    out = cap.get()
+    assert "phase" in out and "bound s" in out and "2.0x" in out and "50.00 GFLOP/s" in out
+    assert "critic" not in out  # no critic row without a critic
+    with console.capture() as cap:
+        print_bound({})  # a result without a bound (e.g. an older JSON) prints nothing
+    assert cap.get() == ""
