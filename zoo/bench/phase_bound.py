@@ -12,6 +12,9 @@ variant ran could take on this machine, next to the measured time.
     critic     the critic's share of train: its forward and backward FLOPs / matmul rate
     step       the sum of generate, forward and train (score and advantage run no model: no bound)
 
+A generator that runs its own model copy (vLLM) makes no decode steps the probe sees: generate's and
+the step's bound are NaN (printed "-").
+
 FLOPs come from the forwards the probe saw (`zoo.bench.probe`, `work`), positions as run (padding
 included, a group's shared prompt once), each model's own dims (`bound.matmul_dims`). The rates are the
 bench's (`zoo.bench.decode.measure_decode`: a square matmul in the step's dtype, a 256 MiB copy), so
