@@ -88,6 +88,23 @@ def test_memory_breakdown_adds_up_to_the_peak(grpo_result, ppo_result):
     assert grpo_result["parameters"]["reference_copy"] and ppo_result["parameters"]["reference_copy"]
 
 
+def test_bench_reports_the_step_near_its_bound(grpo_result, ppo_result):
+    """Every model phase has FLOPs, a bound and a distance (zoo/bench/phase_bound.py); the step's bound
+    is the sum of its phases'; the critic's FLOPs count within train. No timing asserts beyond distance > 1
+    (the tiny model's bound is microseconds)."""
+    for res in (grpo_result, ppo_result):
+        b = res["bound"]
+        for p in ("generate", "forward", "train", "step"):
+            assert _finite(b[p]["flops"]) and b[p]["flops"] > 0 and _finite(b[p]["bound_s"]), p
+            assert b[p]["distance"] == pytest.approx(b[p]["seconds"] / b[p]["bound_s"])
+        parts = ("generate", "forward", "train")
+        assert b["step"]["bound_s"] == pytest.approx(sum(b[p]["bound_s"] for p in parts))
+        assert b["step"]["distance"] > 1
+    assert "critic" not in grpo_result["bound"]
+    crit = ppo_result["bound"]["critic"]
+    assert 0 < crit["flops"] < ppo_result["bound"]["train"]["flops"]
+
+
 def test_critic_is_reported_within_train(ppo_result):
     ph = ppo_result["phases"]
     assert "critic" in ph

@@ -111,8 +111,9 @@ def test_the_bench_probe_changes_no_number_and_no_weight(tiny_model_dir, tmp_pat
     with attach(probed) as probe:
         r_probed = pipeline.step(probed, hooks=probe)
     m_probed = r_probed.metrics
-    # the phases, and `decode` (not a phase: the decode steps generation ran, zoo/bench/probe.py)
-    assert set(probe.pop()) == {"generate", "score", "forward", "advantage", "train", "critic", "decode"}
+    # the phases, `decode` and `work` (not phases: the decode steps generation ran, every forward's work,
+    # zoo/bench/probe.py)
+    assert set(probe.pop()) == {"generate", "score", "forward", "advantage", "train", "critic", "decode", "work"}
     keys = [k for k in m_plain if not k.startswith(("time/", "perf/"))]
     assert set(keys) == {k for k in m_probed if not k.startswith(("time/", "perf/"))}
     assert "loss/value" in keys and m_plain["optim/updates"] == 2.0  # the critic trained, 2 optimizer steps applied

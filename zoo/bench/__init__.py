@@ -45,6 +45,12 @@ module: its decode steps and distance are NaN, its tokens/s stand. `generator.st
 generator's start-up (vLLM's engine, started in the warm-up step; 0 for `hf`); `step.sync_s`: the
 median `time/sync` (the policy's weights reaching the generator; part of `train`).
 
+The step near its bound (`bound`, phase_bound.py): per phase (generate, forward, train, critic, and the
+step) the FLOPs of every forward and backward the probe saw (positions, LM-head positions and attended
+positions per model and grad mode; a frozen weight's backward ~1x its forward, a trainable one's 2x),
+prefill and decode in generate (the decode bound above), AdamW's bytes in train, at the decode row's
+matmul rate and copy bandwidth: bound seconds and distance = measured / bound.
+
 Memory breakdown (`memory`): weights (every parameter and buffer of policy, reference copy and
 critic), gradients (trainable parameters), optimizer state (the AdamW tensors actually allocated),
 runtime (resident memory of the process before the models loaded: Python, torch, tokenizer, task)
@@ -61,7 +67,7 @@ own process; weights, gradients and optimizer state count the tensors the rank h
 DTensor its local shard, `to_local()`); rank 0 gathers every rank's row and prints the table.
 
 The package, a module a job: spec.py (BenchSpec, run_config), probe.py (the hooks), run.py (run_bench,
-the worker), decode.py and bound.py (the decode row and its bound), memory.py, machine.py, workers.py
+the worker), decode.py and bound.py (the decode row and its bound; the FLOP counts), phase_bound.py (the step's bound per phase), memory.py, machine.py, workers.py
 (subprocesses), precheck.py (variants, rewards and the reward-model path checked before any worker;
 a failed worker's exception as one line), compare.py (compare_memory, scan, vs_trl), plots.py (plot_scan), trl.py (TRL's side,
 imported only by vs_trl and its worker), ranks.py (bench_ranks: the per-rank bench under a launcher).

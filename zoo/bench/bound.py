@@ -106,3 +106,82 @@ def copy_bandwidth(device: str | torch.device = "cpu", mb: int = 256, seconds: f
     sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     k, dt = _timed(lambda: (dst.copy_(src), sync()), seconds)
     return 2.0 * src.numel() * k / dt
+
+
+# --------------------------------------------------------------------------- the whole step's FLOPs
+#
+# Per forward of a model over `positions` positions (padding included: it is computed), `head_positions`
+# of them reaching the LM head (`logits_to_keep`), and `attended` = sum over positions of the positions
+# each attends to (causal: a position attends to the cache and to itself and the positions before it):
+#
+#     forward  = 2 * body * positions + 2 * head * head_positions + 4 * layers * q_dim * attended
+#     backward = 2 * (body_frozen + 2 * body_trainable) * positions
+#                + 2 * (1 or 2) * head * head_positions + 8 * layers * q_dim * attended
+#
+# body = the weights of every nn.Linear but the LM head (LoRA's A and B included), head = the LM head's
+# (the tied embedding's; the input embedding is a lookup, no FLOPs). A backward computes the input's
+# gradient (one multiply-add per weight and position, as the forward) and, for a trainable weight, the
+# weight's gradient (one more): a frozen linear's backward is ~1x its forward, a trainable one's 2x
+# (Kaplan et al. 2020, arXiv:2001.08361, section 2.1: 2N forward, 4N backward per token, all trainable).
+# Attention has no weights: its backward is dQ, dK, dA, dV, 2x its forward. Layer 0 needs no input
+# gradient and norms, activations and softmax are left out (a few percent at SmolLM2's size), so the
+# count is a lower bound on the work.
+
+
+def _config(model: nn.Module) -> Any:
+    for m in model.modules():  # the causal LM's config, or the critic backbone's
+        cfg = getattr(m, "config", None)
+        if hasattr(cfg, "num_hidden_layers"):
+            return cfg
+    raise ValueError(f"{type(model).__name__} has no config with num_hidden_layers: cannot count its FLOPs")
+
+
+def matmul_dims(model: nn.Module) -> dict[str, float]:
+    """{body, body_trainable, head, head_trainable (1.0 or 0.0), layers, q_dim} of a transformers model
+    (a causal LM, under peft or not, or zoo's critic: a backbone without LM head and a value head),
+    counting each nn.Linear weight once (tied weights once). Raises ValueError without a config."""
+    from zoo.models.forward import inner_lm
+
+    cfg = _config(model)
+    get_head = getattr(inner_lm(model), "get_output_embeddings", None)
+    head = get_head() if callable(get_head) else None
+    hw = getattr(head, "weight", None)
+    seen, body, body_t = {id(hw)}, 0, 0
+    for m in model.modules():
+        w = getattr(m, "weight", None)
+        if isinstance(m, nn.Linear) and id(w) not in seen:
+            seen.add(id(w))
+            body += w.numel()
+            body_t += w.numel() if w.requires_grad else 0
+    heads = cfg.num_attention_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    return {
+        "body": float(body),
+        "body_trainable": float(body_t),
+        "head": float(hw.numel()) if hw is not None else 0.0,
+        "head_trainable": float(bool(hw is not None and hw.requires_grad)),
+        "layers": float(cfg.num_hidden_layers),
+        "q_dim": float(heads * head_dim),
+    }
+
+
+def forward_flops(d: dict[str, float], positions: float, head_positions: float, attended: float) -> float:
+    """FLOPs of forwards over `positions` positions (block comment above), `d` from `matmul_dims`."""
+    return 2.0 * d["body"] * positions + 2.0 * d["head"] * head_positions + 4.0 * d["layers"] * d["q_dim"] * attended
+
+
+def backward_flops(d: dict[str, float], positions: float, head_positions: float, attended: float) -> float:
+    """FLOPs of the backwards of those forwards: frozen weights input gradients only (1x their forward),
+    trainable ones also weight gradients (2x), attention 2x (block comment above)."""
+    frozen = d["body"] - d["body_trainable"]
+    return (
+        2.0 * (frozen + 2.0 * d["body_trainable"]) * positions
+        + 2.0 * (1.0 + d["head_trainable"]) * d["head"] * head_positions
+        + 8.0 * d["layers"] * d["q_dim"] * attended
+    )
+
+
+def adamw_bytes(trainable: float, elem_bytes: float = 4.0) -> float:
+    """Bytes one AdamW step moves at least: it reads parameter, gradient and both moments and writes
+    parameter and both moments, 7 tensors of `trainable` elements of `elem_bytes` each."""
+    return 7.0 * elem_bytes * trainable

@@ -14,6 +14,14 @@ Per phase (`pop()` returns {phase: {"seconds", "tokens", "peak_mb", "real_tokens
 policy's transformers model, prefills excluded), with rows = sum of rows per step and rows_ctx = sum
 of rows x attended positions (`attended`: the KV cache's length + 1), for the bound (`zoo.bench.bound`).
 
+`work` (not a phase): {phase: {"ROLE/fwd" or "ROLE/fwdbwd": {"positions", "head_positions",
+"attended"}}} of every model forward, for the step's FLOPs (`zoo.bench.bound.forward_flops`): ROLE is
+policy, reference (a copy) or critic, "fwdbwd" a forward run with gradients on (its backward follows),
+positions = `input_ids.numel()`, head_positions those reaching the LM head (`logits_to_keep`), attended
+the causal sum of attended positions (`forward_work`). Generation's prefills (forwards of more than one
+token per row on the policy's transformers model) count under generate as "policy/fwd"; its decode
+steps are `decode`'s.
+
 `real_tokens` = the non-padding prompt + completion tokens of the rows each forward ran (what a
 forward without sharing or padding would run). Peak memory is reset where a top-level phase starts
 (`zoo.backends.train.memory.reset_peak_memory`) and read where it ends; a phase inside another (critic inside
@@ -23,8 +31,11 @@ train) is a share of it and leaves the high-water mark alone (its peak is the ou
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from typing import Any, Iterator
+
+import torch
 
 from zoo.backends.train.memory import peak_memory_mb, reset_peak_memory
 from zoo.models.forward import inner_lm
@@ -41,6 +52,24 @@ def phase_tokens(ph: Phase) -> float:
     if b is None:
         return 0.0
     return float(b.policy_tokens.sum()) if ph.name == "generate" else float(b.loss_mask.sum())
+
+
+def cache_length(kwargs: dict) -> int:
+    """Positions already in the KV cache a forward is passed (`cache` or `past_key_values`); 0 without one."""
+    cache = kwargs.get("cache", kwargs.get("past_key_values"))
+    return int(cache.get_seq_length()) if cache is not None and hasattr(cache, "get_seq_length") else 0
+
+
+def forward_work(ids: Any, kwargs: dict) -> dict[str, float]:
+    """{"positions", "head_positions", "attended"} of one forward of `ids` [n, L] (kwargs as the model
+    gets them): positions n * L; head positions n * k for `logits_to_keep` k > 0, else n * L; attended
+    n * (c * L + L (L + 1) / 2) with c positions in the cache (each new position attends to the cache,
+    itself and the new ones before it)."""
+    n, L = ids.shape
+    c = cache_length(kwargs)
+    k = kwargs.get("logits_to_keep")
+    keep = min(int(k), L) if isinstance(k, int) and k > 0 else L
+    return {"positions": float(n * L), "head_positions": float(n * keep), "attended": n * (c * L + L * (L + 1) / 2)}
 
 
 def attended(kwargs: dict) -> int:
@@ -67,6 +96,13 @@ class Probe(Hooks):
         self.stack: list[str] = []  # the open phases, innermost last
         self.resettable = True
         self.rec: dict[str, dict[str, float]] = {}
+        self.work: dict[str, dict[str, dict[str, float]]] = {}
+
+    def add_work(self, phase: str, key: str, w: dict[str, float]) -> None:
+        """Sum a forward's `forward_work` into work[phase][key]."""
+        r = self.work.setdefault(phase, {}).setdefault(key, {})
+        for k, v in w.items():
+            r[k] = r.get(k, 0.0) + v
 
     def add(self, phase: str, **kv: float) -> None:
         """Add to the phase's record: peak_mb is a max, everything else a sum."""
@@ -97,13 +133,17 @@ class Probe(Hooks):
             self.add(self.stack[-1], real_tokens=float(mb.prompt_mask.sum() + mb.loss_mask.sum()))
         yield
 
-    def position_hook(self, module: Any, args: tuple, kwargs: dict) -> None:
-        """Forward pre-hook (with kwargs) on policy / reference copy / critic: the positions it runs."""
+    def position_hook(self, module: Any, args: tuple, kwargs: dict, role: str = "policy") -> None:
+        """Forward pre-hook (with kwargs) on policy / reference copy / critic: the positions it runs,
+        and its work under `role`."""
         if not self.stack or self.stack[-1] not in COUNTED:
             return
         ids = kwargs.get("input_ids", args[0] if args else None)
         if ids is not None:
             self.add(self.stack[-1], tokens=float(ids.numel()))
+            if ids.dim() == 2:
+                grad = "fwdbwd" if torch.is_grad_enabled() else "fwd"
+                self.add_work(self.stack[-1], f"{role}/{grad}", forward_work(ids, kwargs))
 
     def decode_hook(self, module: Any, args: tuple, kwargs: dict) -> None:
         """Forward pre-hook (with kwargs) on the policy's transformers model: one decode step per forward
@@ -111,13 +151,18 @@ class Probe(Hooks):
         if not self.stack or self.stack[-1] != "generate":
             return
         ids = kwargs.get("input_ids", args[0] if args else None)
-        if ids is None or ids.dim() != 2 or ids.shape[1] != 1:
-            return  # a prefill (or embeddings passed in): not a decode step
+        if ids is None or ids.dim() != 2:
+            return  # embeddings passed in
+        if ids.shape[1] != 1:  # a prefill: not a decode step, its work counts
+            self.add_work("generate", "policy/fwd", forward_work(ids, kwargs))
+            return
         self.add("decode", steps=1.0, rows=float(ids.shape[0]), rows_ctx=float(ids.shape[0] * attended(kwargs)))
 
     def pop(self) -> dict[str, dict[str, float]]:
-        """The records since the last `pop` (one step's), and start afresh."""
+        """The records since the last `pop` (one step's; `work` among them where a forward ran), and start afresh."""
         rec, self.rec = self.rec, {}
+        if self.work:
+            rec["work"], self.work = self.work, {}
         return rec
 
 
@@ -127,10 +172,14 @@ def attach(st: Any) -> Iterator[Probe]:
     policy, the reference copy (when it is one) and the critic; the pre-hooks are removed on exit.
     Pass it to `zoo.step.pipeline.step(st, hooks=probe)`."""
     probe = Probe(st.device)
-    modules = [st.models.policy, st.models.critic]
+    modules = [("policy", st.models.policy), ("critic", st.models.critic)]
     if st.reference is not None and not st.reference.shares_policy:
-        modules.append(st.reference.model)
-    handles = [m.register_forward_pre_hook(probe.position_hook, with_kwargs=True) for m in modules if m is not None]
+        modules.append(("reference", st.reference.model))
+    handles = [
+        m.register_forward_pre_hook(functools.partial(probe.position_hook, role=role), with_kwargs=True)
+        for role, m in modules
+        if m is not None
+    ]
     handles.append(inner_lm(st.models.policy).register_forward_pre_hook(probe.decode_hook, with_kwargs=True))
     try:
         yield probe

@@ -54,6 +54,7 @@ def run_bench(spec: BenchSpec, *, on_step: Callable[[int, dict[str, Any]], None]
                     if key in m:  # the trainer's own timers are the reference for seconds
                         row[p]["seconds"] = float(m[key])
                 row["decode"] = dict(rec.get("decode", {}))
+                row["work"] = rec.get("work", {})  # every forward's positions, for the step's bound
                 row["step"] = {
                     "seconds": float(m["time/step"]),
                     "cpu_s": cpu_seconds() - c0,
@@ -65,7 +66,14 @@ def run_bench(spec: BenchSpec, *, on_step: Callable[[int, dict[str, Any]], None]
                 }
                 row["metrics"] = {
                     k: float(m[k])
-                    for k in ("reward/total", "accuracy", "completion/len_mean", "loss/policy", "groups/rounds")
+                    for k in (
+                        "reward/total",
+                        "accuracy",
+                        "completion/len_mean",
+                        "loss/policy",
+                        "groups/rounds",
+                        "optim/updates",
+                    )
                     if k in m
                 }
                 steps.append(row)
@@ -100,9 +108,34 @@ def run_bench(spec: BenchSpec, *, on_step: Callable[[int, dict[str, Any]], None]
             res["phases"]["generate"]["seconds"],
             res["phases"]["generate"]["tokens"],
         )
+        res["bound"] = step_bound(st, spec, steps, res)
         res["device"] = str(device)
         del st
     return res
+
+
+def step_bound(st: Any, spec: BenchSpec, steps: list[dict[str, Any]], res: dict[str, Any]) -> dict[str, Any]:
+    """`zoo.bench.phase_bound.phase_bounds` of a bench: each model's dims, the measured seconds, the
+    steps' work, the decode row's rates and bound, the applied optimizer steps and trainable parameters."""
+    from zoo.bench.bound import matmul_dims
+    from zoo.bench.phase_bound import phase_bounds
+
+    dims = {"policy": matmul_dims(st.models.policy)}
+    if st.models.critic is not None:
+        dims["critic"] = matmul_dims(st.models.critic)
+    if st.reference is not None and not st.reference.shares_policy:
+        dims["reference"] = matmul_dims(st.reference.model)
+    seconds = {p: r["seconds"] for p, r in res["phases"].items()} | {"step": res["step"]["seconds"]}
+    crit = res["parameters"]["critic"]
+    return phase_bounds(
+        seconds,
+        [s.get("work", {}) for s in steps],
+        dims,
+        res["decode"],
+        median([s["metrics"].get("optim/updates", float("nan")) for s in steps]),
+        res["parameters"]["policy"]["trainable"] + (crit["trainable"] if crit else 0),
+        spec.checkpointing,
+    )
 
 
 def generator_info(generator: Any, backend: Any) -> dict[str, Any]:

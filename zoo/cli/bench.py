@@ -11,7 +11,7 @@ from typing import Any, List, Optional
 import typer
 
 from zoo.cli.bench_options import check_launch, parse_backends
-from zoo.cli.bench_tables import print_bench, print_decode, print_memory, print_ranks, print_scan, print_vs
+from zoo.cli.bench_tables import print_bench, print_bound, print_decode, print_memory, print_ranks, print_scan, print_vs
 from zoo.cli.common import app, err, fail, parse_sets, print_threads, quiet_logs
 from zoo.models import EMBEDDED_MODEL
 
@@ -244,6 +244,7 @@ def bench(
             def show(r: dict[str, Any]) -> None:
                 for one in r.get("backends", [r]):
                     print_bench(one)
+                    print_bound(one)
                 print_decode(r.get("backends", [r]))
     except (VariantError, ValueError) as e:
         fail(str(e))

@@ -116,6 +116,39 @@ def print_bench(res: dict[str, Any]) -> None:
     )
 
 
+def print_bound(res: dict[str, Any]) -> None:
+    """The step near its bound (zoo/bench/phase_bound.py): per phase the measured seconds, the FLOPs and
+    bytes of the work it ran, the least time they take at this machine's rates, and the distance."""
+    b = res.get("bound")
+    if not b:
+        return
+    t = Table(
+        title=f"The step near its bound: matmul {_si(b['matmul_flops_per_s'])}FLOP/s ({b.get('dtype')}), "
+        f"copy {_si(b['copy_bytes_per_s'])}B/s"
+    )
+    for c in ("phase", "measured s", "GFLOP", "GB moved", "bound s", "distance"):
+        t.add_column(c, justify="left" if c == "phase" else "right")
+    names = {
+        "generate": "generate (prefill + decode)",
+        "forward": "forward (old/ref log-probs, values)",
+        "train": "train (forward + backward, AdamW)",
+        "critic": "  critic (within train)",
+    }
+    for p in ("generate", "forward", "train", "critic", "step"):
+        if p not in b:
+            continue
+        r = b[p]
+        t.add_row(
+            f"[bold]{p}" if p == "step" else names[p],
+            _f(r["seconds"], ".3f"),
+            _f(r["flops"] / 1e9, ".1f"),
+            _f(r["bytes"] / 1e9, ".2f"),
+            _f(r["bound_s"], ".3f"),
+            _f(r["distance"], ".1f") + ("x" if r["distance"] == r["distance"] else ""),
+        )
+    console.print(t)
+
+
 def has_reward_model(spec: dict[str, Any]) -> bool:
     """Whether a bench spec (`BenchSpec` as a dict) scores with a `reward_model` reward (a model whose
     weights are a line of the memory breakdown)."""

@@ -73,18 +73,53 @@ def fill_rows(batch: Batch, parts: list[Tensor], rows: list[Tensor]) -> Tensor:
     return torch.where(mask, out, torch.zeros_like(out)).to(batch.loss_mask.device)  # padding 0, as documented
 
 
+def reuses_old(slots: Slots, s: StepSettings) -> bool:
+    """Whether the first optimizer step's old log-probs can be its training forward's, detached (then
+    the rollout forwards skip them): one epoch, so those rows are trained once, before any optimizer
+    step has changed the policy (pi_old = pi there, case C4), and nothing reads logp_old before the
+    update (the KL in the reward) or declares it (`Slots.reads`)."""
+    return s.epochs == 1 and not slots.reads("logp_old")
+
+
+def first_order(n: int, s: StepSettings, generator: torch.Generator | None = None) -> Tensor:
+    """An epoch's row order as `update` splits it into minibatches: randperm(n) (from `generator`, else
+    torch's global one) with several minibatches, else arange(n) (no random draw)."""
+    return torch.randperm(n, generator=generator) if s.minibatches > 1 else torch.arange(n)
+
+
+def old_rows(n: int, slots: Slots, s: StepSettings, order: Tensor | None) -> Tensor:
+    """The rows whose old log-probs the rollout forwards compute, sorted: all n when a component reads
+    them or a row is trained after an optimizer step (several epochs, or several minibatches without
+    `order`); with `reuses_old` and epoch 0's `order`, only the rows of minibatches 2.. (the first
+    minibatch's come from the training forward); none with one on-policy optimizer step."""
+    if slots.reads("logp_old") or s.epochs > 1 or (s.minibatches > 1 and order is None):
+        return torch.arange(n)
+    if s.minibatches == 1:
+        return torch.zeros(0, dtype=torch.long)
+    return torch.cat(order.tensor_split(s.minibatches)[1:]).sort().values
+
+
 @torch.no_grad()
-def rollout_forwards(batch: Batch, models: Models, slots: Slots, s: StepSettings, hooks: Hooks = NO_HOOKS) -> Batch:
-    """Old log-probs (only when a later optimizer step or a component reads them, e.g. the KL in
-    the reward: with one on-policy update they equal the training forward's, detached), reference
-    log-probs (only when a component reads them) and critic values (only with a critic). Each
-    [N, T], 0 off the loss mask. `hooks.forward` sees each model forward."""
-    need_old = s.epochs * s.minibatches > 1 or slots.reads("logp_old")
+def rollout_forwards(
+    batch: Batch, models: Models, slots: Slots, s: StepSettings, hooks: Hooks = NO_HOOKS, order: Tensor | None = None
+) -> Batch:
+    """Old log-probs (of the rows `old_rows` names: with one on-policy epoch and epoch 0's row `order`,
+    `first_order`, not the first minibatch's, which `update(order=order)` takes from its training
+    forward; none with a single on-policy update), reference log-probs (only when a component reads
+    them) and critic values (only with a critic). Each [N, T], 0 off the loss mask and on rows not
+    computed. `hooks.forward` sees each model forward."""
+    need = old_rows(batch.size, slots, s, order)
     rows = micro_rows(batch, s.micro_batch)
+    every = len(need) == batch.size  # then per micro-batch beside the others, as they always ran
+    old_mbs = rows if every else [r for r in need.split(s.micro_batch) if len(r)]
     old, ref, val = [], [], []
+    for r in () if every else old_mbs:  # a subset of the rows: micro-batches of their own
+        mb = batch.select(r).trimmed()
+        with hooks.forward("policy", mb):
+            old.append(forward_logp(models.policy, mb, s)[0])
     for r in rows:
         mb = batch.select(r).trimmed()
-        if need_old:
+        if every:
             with hooks.forward("policy", mb):
                 old.append(forward_logp(models.policy, mb, s)[0])
         if slots.reads("logp_ref") and models.reference is not None:
@@ -95,7 +130,7 @@ def rollout_forwards(batch: Batch, models: Models, slots: Slots, s: StepSettings
                 val.append(critic_values(models.critic, mb, s))
     return replace(
         batch,
-        logp_old=fill_rows(batch, old, rows) if old else None,
+        logp_old=fill_rows(batch, old, old_mbs) if old else None,
         logp_ref=fill_rows(batch, ref, rows) if ref else None,
         values=fill_rows(batch, val, rows) if val else None,
     )

@@ -42,7 +42,7 @@ from zoo.models.reference import reset_reference
 from zoo.rewards.compute import accuracy_index, compute_rewards
 from zoo.step.advantages import advantage, empty_rows, kl_reward, normalize, normalize_global
 from zoo.step.diagnostics import step_diagnostics
-from zoo.step.forwards import rollout_forwards
+from zoo.step.forwards import first_order, reuses_old, rollout_forwards
 from zoo.step.hooks import NO_HOOKS, Hooks
 from zoo.step.sample import Rounds, generate
 from zoo.step.scoring import keep_rows, length_shaping, objective_scores, per_row_metrics
@@ -92,9 +92,12 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> StepResult:
     if batch.size == 0:
         m["train/skipped"] = 1.0  # the guards (trainer.train) log the step without an update
     t1 = time.perf_counter()
+    # epoch 0's minibatch order, drawn here (as update would) so that the first minibatch's old log-probs
+    # come from its training forward, not a forward of their own (zoo.step.forwards.reuses_old)
+    order = first_order(batch.size, st.settings) if batch.size and reuses_old(st.slots, st.settings) else None
     if batch.size:
         with hooks.phase("forward"):
-            batch = rollout_forwards(batch, st.models, st.slots, st.settings, hooks)  # forwards
+            batch = rollout_forwards(batch, st.models, st.slots, st.settings, hooks, order)  # forwards
             batch = run_stages(st.slots.stages, "forwards", batch)  # plugin stages after forwards
     strategy.release_weights(st.models.parallel)
     t2 = time.perf_counter()
@@ -124,6 +127,7 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> StepResult:
                 critic_optimizer=st.critic_optimizer,
                 hooks=hooks,
                 train_policy=not warmup,
+                order=order,
             )
         )
     if st.variant.critic_warmup:

@@ -21,7 +21,7 @@ from zoo.core import dist, guards, registry
 from zoo.core.batch import Batch
 from zoo.core.declarations import of as declared
 from zoo.step import selection
-from zoo.step.forwards import critic_values, forward_logp, micro_rows
+from zoo.step.forwards import critic_values, first_order, forward_logp, micro_rows, reuses_old
 from zoo.step.hooks import NO_HOOKS, Hooks
 from zoo.step.mismatch import RolloutTally, rollout_weight
 from zoo.step.types import Models, Slots, StepSettings, params
@@ -114,6 +114,7 @@ def update(
     generator: torch.Generator | None = None,
     hooks: Hooks = NO_HOOKS,
     train_policy: bool = True,
+    order: Tensor | None = None,
 ) -> dict[str, float]:
     """`epochs` x `minibatches` optimizer steps over one rollout batch (rows shuffled by `generator`
     into minibatches when there are several).
@@ -133,18 +134,26 @@ def update(
 
     train_policy False (value pretraining, `critic_warmup`): the policy's gradients are dropped, its
     weights, optimizer state and LR schedule left as they are; only the critic steps. The policy's
-    losses are still computed and logged (they are the frozen policy's on-policy values)."""
+    losses are still computed and logged (they are the frozen policy's on-policy values).
+
+    order: epoch 0's row order, drawn before the rollout forwards (`forwards.first_order`; None: drawn
+    here from `generator`). With it and `forwards.reuses_old`, the first optimizer step's old
+    log-probs are its training forward's, detached (no optimizer step has changed the policy yet),
+    whatever the batch holds for those rows (`rollout_forwards(order=order)` computed none)."""
     per_step: dict[str, list[float]] = {}
     applied = skipped = 0  # optimizer steps applied / skipped for a non-finite loss or gradient norm
     tally = TokenTally.of(slots)
     n = batch.size
     with_critic = critic_optimizer is not None and models.critic is not None
-    for _ in range(s.epochs):
-        perm = torch.randperm(n, generator=generator) if s.minibatches > 1 else torch.arange(n)
-        for mb_rows in perm.tensor_split(s.minibatches):
+    reuse = order is not None and reuses_old(slots, s)
+    for epoch in range(s.epochs):
+        perm = order if epoch == 0 and order is not None else first_order(n, s, generator)
+        for i, mb_rows in enumerate(perm.tensor_split(s.minibatches)):
             # in row order: a group's completions sit side by side, so micro-batches share their prompt
             # forward (zoo.step.logprobs.token_logprobs); the order within an optimizer step changes no sum
             sub = batch.select(mb_rows.sort().values)
+            if reuse and epoch == 0 and i == 0:  # on-policy: pi_old is the training forward's pi, detached
+                sub = replace(sub, logp_old=None)
             counts = step_counts(sub.loss_mask, s.max_new_tokens)
             if counts.tokens == 0:  # nothing to learn from on any rank (e.g. every group filtered out)
                 continue
