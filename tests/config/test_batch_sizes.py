@@ -36,6 +36,8 @@ NEWER = {
     "gsm8k_qwen15b.yaml",
     "quickstart_learning.yaml",
     "learning_curve.yaml",
+    "quickstart.yaml",
+    "recipe_grid.yaml",
     "clip_higher_entropy.yaml",
 }
 
