@@ -25,13 +25,17 @@ The table of slots (which kind fills which slot, single or list) is `zoo/core/ki
 
 from zoo.components import (  # noqa: F401  (imports register the components)
     advantage,
+    advantage_peer,
     aggregate,
     clip,
+    clip_bypass,
     clip_cov,
     clip_divergence,
+    clip_peer,
     clip_soft,
     controllers,
     correction,
+    correction_m2po,
     correction_offpolicy,
     critic,
     entropy,
