@@ -45,7 +45,7 @@ def second_moment_keep(d2: Tensor, tau: float) -> Tensor:
     if not ok.any():
         return torch.zeros_like(d2, dtype=torch.bool)
     k = int(ok.nonzero()[0])
-    return d2 < x[k] if k > 0 else torch.ones_like(d2, dtype=torch.bool)
+    return d2 <= x[k]  # x[k] is the largest value kept (k = 0: every token)
 
 
 def _check_tau(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
