@@ -197,3 +197,48 @@ def test_sequence_is_the_product_and_geometric_the_mean_of_the_token_ratios():
         geo = tis(inp, C=1e6, level="geometric")[0, 0].item()
         assert seq == pytest.approx(product, rel=1e-5) and geo == pytest.approx(0.9887636, rel=1e-5)
         assert mis(inp, c_high=1e6, level="geometric")[0, 0].item() == pytest.approx(geo, rel=1e-6)
+
+
+# ---------------------------------------------------------------- gspo's advantage convention
+def test_gspo_token_advantage_is_the_peers_rule_and_differs_under_token_level_advantages():
+    """One row, s = 1.01 (above 1 + 4e-4), A = [1, -1, 3] (row mean 1). row_mean: every token clipped
+    at 1.0004, loss -1.0004, no gradient; token (verl, TRL): the A = -1 token keeps -s A = 1.01 and its
+    gradient, row loss (-1.0004 + 1.01 - 3.0012) / 3 = -0.9972, gradient s / 9 = 0.11222 per token."""
+    out = {}
+    for mode in ("row_mean", "token"):
+        logp = torch.full((1, 3), math.log(1.01), dtype=torch.float64, requires_grad=True)
+        res = gspo(
+            logp,
+            torch.zeros(1, 3, dtype=torch.float64),
+            _t([[1.0, -1.0, 3.0]]),
+            torch.ones(1, 3, dtype=torch.bool),
+            advantage=mode,
+        )
+        loss = res.loss.mean()
+        (g,) = torch.autograd.grad(loss, logp)
+        out[mode] = (loss.item(), g[0, 0].item())
+    assert out["row_mean"] == pytest.approx((-1.0004, 0.0), abs=1e-12)
+    assert out["token"] == pytest.approx((-0.9972, 1.01 / 9), rel=1e-9)
+    # a sequence-level advantage (constant along the row): the two rules agree
+    logp, old, adv, mask = _random(seed=8)
+    a = gspo(logp, old, adv, mask, advantage="token").loss
+    torch.testing.assert_close(a, gspo(logp, old, adv, mask).loss, atol=1e-12, rtol=0)
+
+
+def test_validate_warns_when_gspo_meets_a_token_level_estimator_with_the_default():
+    from zoo.checks.variant import check_variant
+    from zoo.config.variant import load_variant
+
+    def warnings(clip):
+        v = load_variant("gspo")
+        v = v.model_copy(
+            update={
+                "slots": v.slots.model_copy(
+                    update={"advantage": {"name": "reinforce"}, "clip": clip, "normalizer": "none"}
+                )
+            }
+        )
+        return [w for w in check_variant(v).warnings if "row_mean" in w]
+
+    assert len(warnings({"name": "gspo"})) == 1
+    assert warnings({"name": "gspo", "advantage": "token"}) == []
