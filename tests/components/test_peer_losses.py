@@ -242,3 +242,16 @@ def test_validate_warns_when_gspo_meets_a_token_level_estimator_with_the_default
 
     assert len(warnings({"name": "gspo"})) == 1
     assert warnings({"name": "gspo", "advantage": "token"}) == []
+
+
+def test_gdpo_sequence_against_token_whitening_measured_difference():
+    """docs/components.md "Against the peers": gdpo whitens over completions, verl over tokens. On case
+    C16 the per-row advantages differ by at most 0.2708 (the mixed group's best row: 1.825739 against
+    1.5549134; the all-alike group: 0 against -0.2221305)."""
+    from test_normalize import C16, gdpo_pipeline
+
+    seq, _ = gdpo_pipeline(**C16)
+    tok, _ = gdpo_pipeline(**C16, level="token")
+    diff = (seq[:, 0] - tok[:, 0]).abs()
+    assert diff.max().item() == pytest.approx(1.825739 - 1.5549134, abs=1e-5)
+    assert diff[:3].tolist() == pytest.approx([0.2221305] * 3, abs=1e-6)

@@ -9,7 +9,7 @@ Sources (what was checked where): MaxRL, arXiv 2602.02710 (Tajwar et al. 2026), 
 ("p-normalization": divide by the group mean instead of the std), paper text not read here; OPO,
 verl `compute_opo_outcome_advantage` (length-weighted group baseline, arXiv 2505.23585), from verl's
 code; ReMax, arXiv 2310.10505 §3 and verl `compute_remax_outcome_advantage` (A = r - r_greedy);
-OTB, verl `compute_optimal_token_baseline_advantage` and docs/algo/otb.md (arXiv 2602.07078), from
+OTB, verl `compute_optimal_token_baseline_advantage` and verl's OTB docs page (algo/otb.md) (arXiv 2602.07078), from
 verl's code; GPG, arXiv 2504.02546 §3 (alpha = B / (B - M)) and verl `compute_gpg_outcome_advantage`
 (alpha = B / count_nonzero(scores)), both read.
 """
@@ -136,7 +136,7 @@ def otb(inp: AdvantageInputs, *, eps: float = 1e-8) -> AdvantageResult:
     over i's group, W_{i,t} = sum_{j<=t} (1 - 2 pi_j + sum_v pi_v^2) (the "realized energy";
     `extras["otb_energy"]` [N, T] holds 1 - 2 pi_j + sum_v pi_v^2 per token, which needs the rollout
     forward's full softmax). Returns are G. Source: verl `compute_optimal_token_baseline_advantage`
-    (epsilon 1e-8; `handle_zero_tail` false; no rollout-IS scaling of W) and docs/algo/otb.md."""
+    (epsilon 1e-8; `handle_zero_tail` false; no rollout-IS scaling of W) and verl's OTB docs page (algo/otb.md)."""
     e = _extra(inp, OTB_ENERGY, "otb", tuple(inp.mask.shape))
     g = reward_to_go(token_rewards(inp), inp.mask)  # [N, T]
     base = otb_baseline(g, e, inp.mask, inp.group_ids, eps).to(g.dtype)
