@@ -255,3 +255,38 @@ def test_gdpo_sequence_against_token_whitening_measured_difference():
     diff = (seq[:, 0] - tok[:, 0]).abs()
     assert diff.max().item() == pytest.approx(1.825739 - 1.5549134, abs=1e-5)
     assert diff[:3].tolist() == pytest.approx([0.2221305] * 3, abs=1e-6)
+
+
+# ---------------------------------------------------------------- verl's rejection statistics and batch normalisation
+def test_rs_divergence_k3_and_seq_max_hand_case():
+    from zoo.components.correction_verl import rs_divergence
+
+    # log rho per token: row 0 [0, 1, -1], row 1 [0.5, 0.5, pad]
+    inp = _term([[0.0, 1.0, -1.0], [0.5, 0.5, NAN]], [[0.0, 0.0, 0.0], [0.0, 0.0, INF]], [[1, 1, 1], [1, 1, 0]])
+    # k3 = e^x - 1 - x: [0, 0.7182818, 0.3678794], [0.1487213, 0.1487213]
+    assert rs_divergence(inp, threshold=0.5, statistic="k3").tolist() == [[1, 0, 1], [1, 1, 0]]
+    # seq_max_k3 0.72 > 0.5 rejects row 0; seq_sum_k3 0.297 keeps row 1 at 0.3 but not at 0.2
+    assert rs_divergence(inp, threshold=0.5, statistic="k3", level="max").tolist() == [[0, 0, 0], [1, 1, 0]]
+    assert rs_divergence(inp, threshold=0.3, statistic="k3", level="sum").tolist() == [[0, 0, 0], [1, 1, 0]]
+    assert rs_divergence(inp, threshold=0.2, statistic="k3", level="sum").tolist() == [[0, 0, 0], [0, 0, 0]]
+    # seq_max_k2: max (x^2 / 2) = 0.5 for row 0, 0.125 for row 1
+    assert rs_divergence(inp, threshold=0.4, statistic="k2", level="max").tolist() == [[0, 0, 0], [1, 1, 0]]
+    # seq_mean_k3: row 0 mean 0.3620537
+    assert rs_divergence(inp, threshold=0.36, statistic="k3", level="mean").tolist() == [[0, 0, 0], [1, 1, 0]]
+    with pytest.raises(ComponentError, match="k1 is `rs`"):
+        build("correction", {"name": "rs_divergence", "threshold": 1.0, "statistic": "k1"})
+
+
+def test_tis_normalized_averages_one_over_the_step():
+    from zoo.components.correction_verl import tis_normalized
+
+    old = [[math.log(0.5), 0.0, math.log(4.0)], [math.log(2.0), math.log(1.5), 0.0]]
+    roll = [[0.0, 0.0, 0.0], [0.0, 0.0, NAN]]
+    mask = [[1, 1, 1], [1, 1, 0]]
+    whole = _term(old, roll, mask)
+    fields = {"mask": whole.mask, "logp_old": whole.logp_old, "logp_rollout": whole.logp_rollout}
+    inp = _term(old, roll, mask, step=StepView(fields, torch.tensor([0, 1])))
+    # tis C 2: [0.5, 1, 2], [2, 1.5]; token mean 7 / 5 = 1.4
+    torch.testing.assert_close(tis_normalized(inp).double(), _t([[0.5, 1, 2], [2, 1.5, 0]]) / 1.4, rtol=1e-6, atol=0)
+    # sequence: products 2 -> 2 and 3 -> 2 (C 2): both 2, mean 2 -> 1 on every real token
+    torch.testing.assert_close(tis_normalized(inp, level="sequence"), torch.tensor([[1.0, 1, 1], [1, 1, 0]]))

@@ -38,3 +38,30 @@ def test_each_new_variant_trains_two_steps(variant, tiny_model_dir, tmp_path):
     assert math.isfinite(summary["loss/policy"])
     state = torch.load(tmp_path / variant / "checkpoint" / "state.pt", map_location="cpu", weights_only=False)
     assert all(torch.isfinite(t).all() for t in state["policy"].values() if t.is_floating_point())
+
+
+@pytest.mark.parametrize(
+    "correction",
+    [
+        {"name": "m2po", "tau": 0.04},
+        {"name": "tis_normalized", "C": 2.0},
+        {"name": "rs_divergence", "threshold": 2.0, "statistic": "k3", "level": "max"},
+        {"name": "icepop"},
+    ],
+)
+def test_each_new_correction_trains_two_steps(correction, tiny_model_dir, tmp_path):
+    """The step-selecting corrections (m2po, tis_normalized) get the step view in a real update."""
+    from conftest import tiny_run_config
+
+    from zoo.run.trainer import train
+
+    cfg = tiny_run_config(
+        tiny_model_dir,
+        tmp_path / correction["name"],
+        variant="grpo",
+        budget={"updates": {"epochs": 1, "minibatches": 2}},
+        eval={"enabled": False},
+        set={"correction": [correction], "kl": "none"},
+    )
+    summary = train(cfg, progress=False)
+    assert summary["status"] == "finished" and summary["steps"] == 2 and math.isfinite(summary["loss/policy"])

@@ -37,6 +37,7 @@ from zoo.components import (  # noqa: F401  (imports register the components)
     correction,
     correction_m2po,
     correction_offpolicy,
+    correction_verl,
     critic,
     entropy,
     filter,
