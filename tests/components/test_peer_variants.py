@@ -102,9 +102,9 @@ def test_remax_reads_the_score_of_a_greedy_completion_of_each_prompt(tiny_model_
     assert g.shape == (b.size,)
     for gid in b.group_ids.unique():
         assert (g[b.group_ids == gid] == g[b.group_ids == gid][0]).all()
-    from zoo.step.advantages import advantage
-
     from dataclasses import replace
+
+    from zoo.step.advantages import advantage
 
     b = replace(b, kl_reward=torch.zeros(b.loss_mask.shape))  # the phase's batch is from before the kl_reward stage
     adv = advantage(b, st.slots).advantages
