@@ -73,6 +73,7 @@ TABLE: tuple[Field, ...] = (
         on_batch=True,
         made_at="kl_reward",
     ),
+    Field("greedy_score", "rollout", "[N]", made_at="objectives"),  # ReMax's baseline (zoo/step/greedy.py)
     Field("mask", "rollout", "[N, T]", made_at="generate"),
     Field("group_ids", "rollout", "[N]", made_at="generate"),
     Field("lengths", "rollout", "[N]", made_at="generate"),
