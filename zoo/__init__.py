@@ -18,7 +18,9 @@ from zoo.core import registry as _registry
 from zoo.core.registry import available, build, register
 
 # the modules whose import registers the built-in components; the core's registry imports them on first use
-_registry.add_builtin_modules("zoo.components", "zoo.rewards", "zoo.backends.generate.registered", "zoo.envs")
+_registry.add_builtin_modules(
+    "zoo.components", "zoo.rewards", "zoo.backends.generate.registered", "zoo.envs", "zoo.models.teacher"
+)
 
 from zoo.core.version import VERSION as __version__  # noqa: E402,F401
 

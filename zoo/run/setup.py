@@ -134,6 +134,7 @@ def setup(
     )
     if dist.rank():  # built identically everywhere; from here on each rank samples from its own stream
         _seed_everything(cfg.seed + dist.rank())
+    teacher = _open_teacher(cfg, v, policy, device)  # a distill: variant's teacher, once per run
     rewards = open_rewards(rewards, device)  # stateful rewards (a reward model) load once, here
     gold = open_rewards(resolve_rewards(cfg.gold, cfg.plugins), device) if cfg.gold else []
     models = Models(
@@ -188,6 +189,7 @@ def setup(
         provenance=prov,
         gold=[c for c, _ in gold],
         generator=build_generator(cfg.sampling.backend, policy, tok),  # once per run (sampling.backend)
+        teacher=teacher,
     )
 
 
@@ -208,6 +210,16 @@ def _make_critic(
         lora=lora,
         checkpointing=cfg.model_opts.gradient_checkpointing,
     )
+
+
+def _open_teacher(cfg: RunConfig, v: Variant, policy: torch.nn.Module, device: torch.device) -> Any:
+    """The teacher of a `distill:` variant (zoo.models.teacher), or None. The before_load checks made
+    sure the run has a `teacher:` block and that a separate teacher's tokenizer is the policy's."""
+    if v.distill is None:
+        return None
+    from zoo.models.teacher import open_teacher
+
+    return open_teacher(v.distill.teacher, policy, cfg.teacher, device)
 
 
 def _seed_everything(seed: int) -> None:
