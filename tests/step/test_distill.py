@@ -108,6 +108,8 @@ def test_the_teacher_reads_its_context_and_the_student_its_prompt():
         assert b.prompt_ids[i][b.prompt_mask[i].bool()].tolist() == ids[i]  # the student: its prompt alone
     same = teacher_prompts(b, tok, None)
     assert same[0] is b.prompt_ids
+    with pytest.raises(ValueError, match="teacher.context: cannot format"):
+        teacher_prompts(b, tok, "{nosuch}")
 
 
 def test_current_teacher_without_context_scores_as_the_policy():

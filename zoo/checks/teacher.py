@@ -17,7 +17,7 @@ def teacher_errors(cfg: Any, v: Any, *, check_tokenizers: bool = True) -> list[s
     """What is wrong with the teacher of run `cfg` (its effective variant `v`), one line each."""
     spec, t = v.distill, cfg.teacher
     if spec is None:
-        return ["teacher: the variant has no distill: block, so nothing reads the teacher"] if t is not None else []
+        return []  # a teacher: block with a variant that reads none: a warning (`teacher`), e.g. a study's grpo arm
     if t is None:
         return [f"distill: the variant {v.name!r} needs a teacher: block in the run file (teacher: {{model: DIR}})"]
     try:
@@ -60,3 +60,7 @@ def teacher(s: BeforeLoad, rep: Report) -> None:
     """A `distill:` variant has a fitting `teacher:` block, and a separate teacher the policy's tokenizer."""
     if s.variant is not None:
         rep.errors += teacher_errors(s.cfg, s.variant)
+        if s.variant.distill is None and s.cfg.teacher is not None:
+            rep.warnings.append(
+                f"teacher: the variant {s.variant.name!r} has no distill: block; the teacher is not loaded"
+            )

@@ -40,7 +40,14 @@ def teacher_prompts(batch: Batch, tokenizer: Any, context: str | None) -> tuple[
     rows = batch.rows or [{}] * batch.size
     seqs = []
     for i in range(batch.size):
-        ctx = tokenizer(context.format_map(dict(rows[i])), add_special_tokens=False)["input_ids"]
+        try:
+            text = context.format_map(dict(rows[i]))
+        except (KeyError, IndexError, ValueError) as e:
+            raise ValueError(
+                f"teacher.context: cannot format it with the task row's fields {sorted(rows[i])} ({e!r}); "
+                "write a literal { or } as {{ or }}"
+            ) from None
+        ctx = tokenizer(text, add_special_tokens=False)["input_ids"]
         real = batch.prompt_ids[i][batch.prompt_mask[i].bool()].tolist()
         seqs.append(list(ctx) + real)
     width, pad = max(map(len, seqs)), tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
