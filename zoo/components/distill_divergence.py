@@ -1,0 +1,66 @@
+"""Full-vocabulary divergences between a student and a teacher at each position, from their logits
+`[..., V]` (the last dim the vocabulary), summed over the vocabulary -> `[...]`.
+
+    forward_kl(s, t)            KL(teacher || student) = sum_v T_v (log T_v - log S_v)   (mode-covering)
+    reverse_kl(s, t)            KL(student || teacher) = sum_v S_v (log S_v - log T_v)   (mode-seeking)
+    generalized_jsd(s, t, b)    GKD's JSD(beta) (Agarwal et al. arXiv 2306.13649, eq. in §3):
+                                beta KL(T || M) + (1 - beta) KL(S || M),  M = beta T + (1 - beta) S
+
+At beta = 0 and 1 the JSD formula itself is 0; it behaves like beta * KL(T || S) near 0 and like
+(1 - beta) * KL(S || T) near 1 (GKD §3), and, as TRL's `GKDTrainer.generalized_jsd_loss` does, the
+endpoints return those KLs: beta = 0 the forward KL, beta = 1 the reverse KL.
+Temperature divides both logits first (GKD and TRL's convention).
+
+These are the per-position values of the full-vocabulary option of docs/configuration.md "Distillation";
+the step does not yet pass a loss term the student's full logits (the sampled-token signal is
+zoo/step/distill.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def _logps(student_logits: Tensor, teacher_logits: Tensor, temperature: float) -> tuple[Tensor, Tensor]:
+    if student_logits.shape != teacher_logits.shape:
+        raise ValueError(f"student {tuple(student_logits.shape)} and teacher {tuple(teacher_logits.shape)} differ")
+    s = F.log_softmax(student_logits.float() / temperature, dim=-1)
+    t = F.log_softmax(teacher_logits.float() / temperature, dim=-1)
+    return s, t
+
+
+def _kl(logp: Tensor, logq: Tensor) -> Tensor:
+    """KL(p || q) over the last dim from log-probs (0 log 0 = 0)."""
+    p = logp.exp()
+    return torch.where(p > 0, p * (logp - logq), torch.zeros_like(p)).sum(-1)
+
+
+def forward_kl(student_logits: Tensor, teacher_logits: Tensor, temperature: float = 1.0) -> Tensor:
+    """KL(teacher || student) per position [...] (GKD's beta = 0; supervised KD's objective)."""
+    s, t = _logps(student_logits, teacher_logits, temperature)
+    return _kl(t, s)
+
+
+def reverse_kl(student_logits: Tensor, teacher_logits: Tensor, temperature: float = 1.0) -> Tensor:
+    """KL(student || teacher) per position [...] (GKD's beta = 1; on-policy distillation's objective)."""
+    s, t = _logps(student_logits, teacher_logits, temperature)
+    return _kl(s, t)
+
+
+def generalized_jsd(
+    student_logits: Tensor, teacher_logits: Tensor, beta: float = 0.5, temperature: float = 1.0
+) -> Tensor:
+    """GKD's JSD(beta) per position [...] (module doc); beta in [0, 1]."""
+    if not 0.0 <= beta <= 1.0:
+        raise ValueError(f"beta must be in [0, 1], got {beta}")
+    if beta == 0.0:
+        return forward_kl(student_logits, teacher_logits, temperature)
+    if beta == 1.0:
+        return reverse_kl(student_logits, teacher_logits, temperature)
+    s, t = _logps(student_logits, teacher_logits, temperature)
+    m = torch.logsumexp(torch.stack([t + math.log(beta), s + math.log(1.0 - beta)]), dim=0)  # log M
+    return beta * _kl(t, m) + (1.0 - beta) * _kl(s, m)
