@@ -1,0 +1,57 @@
+"""Worker of tests/distributed/test_distill_dist.py: the teacher's centred signal (zoo/step/distill.py,
+its mean over every trained token of every rank) on an uneven split of the rows over two gloo ranks
+(`dist`), or on every row in one process (`single`); saves each rank's advantages."""
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import torch
+
+TESTS = Path(__file__).resolve().parents[1]  # tests/ (every tests/ folder on sys.path); its parent the repository
+for p in (str(TESTS.parent), str(TESTS)):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+from dist_worker import SHARES, build_case  # noqa: E402
+
+
+def case():
+    """dist_worker's batch with old and teacher log-probs on its loss mask, and a centred, discounted spec."""
+    from zoo.config.distill import DistillSignal, DistillSpec
+    from zoo.step.distill import FIELD
+
+    _, _, batch, _, _ = build_case("token_mean")
+    g = torch.Generator().manual_seed(3)
+    m = batch.loss_mask
+    old = torch.where(m, -2.0 + torch.randn(m.shape, generator=g), 0.0)
+    teacher = torch.where(m, -2.0 + torch.randn(m.shape, generator=g), 0.0)
+    batch = dataclasses.replace(batch, logp_old=old, extras={FIELD: teacher})
+
+    class _Slots:
+        distill = DistillSignal(DistillSpec(beta=0.7, gamma=0.5, center=True))
+
+    return batch, _Slots()
+
+
+def main(out: Path, mode: str) -> None:
+    from zoo.step.distill import distill
+
+    torch.set_num_threads(1)
+    rank = 0
+    if mode == "dist":
+        import torch.distributed as td
+
+        td.init_process_group("gloo")
+        rank = td.get_rank()
+    batch, slots = case()
+    rows = batch if mode == "single" else batch.select(SHARES[rank])
+    got, m = distill(rows, slots)
+    torch.save({"advantages": got.advantages, "kl": torch.tensor(m["distill/reverse_kl"])}, out / f"{mode}{rank}.pt")
+    if mode == "dist":
+        td.barrier()
+        td.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), sys.argv[2])

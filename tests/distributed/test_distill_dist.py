@@ -1,0 +1,31 @@
+"""The teacher's centred signal under data parallelism (zoo/step/distill.py): two gloo ranks holding 1 and
+4 of the 5 rows give each row the advantage one process gives it on all rows (the mean is over every rank)."""
+
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import run_two_ranks
+
+pytestmark = pytest.mark.dist  # starts two gloo ranks under torchrun
+
+HERE = Path(__file__).resolve().parent
+WORKER = HERE / "distill_dist_worker.py"
+
+
+def test_two_ranks_give_the_distill_advantage_of_one_process(tmp_path):
+    from dist_worker import SHARES
+    from distill_dist_worker import main
+
+    threads = torch.get_num_threads()
+    try:
+        main(tmp_path, "single")
+    finally:
+        torch.set_num_threads(threads)
+    run_two_ranks(WORKER, str(tmp_path), "dist", timeout=120)
+    one = torch.load(tmp_path / "single0.pt")
+    for rank in (0, 1):
+        two = torch.load(tmp_path / f"dist{rank}.pt")
+        want = one["advantages"][SHARES[rank]]
+        torch.testing.assert_close(two["advantages"], want[:, : two["advantages"].shape[1]], rtol=1e-5, atol=1e-6)
+        assert float(two["kl"]) == pytest.approx(float(one["kl"]), rel=1e-6)
