@@ -155,3 +155,12 @@ def test_frozen_teacher_with_lora_is_the_adapters_disabled_forward():
         t = forward_logp(m, b, _settings())[0]
     assert torch.allclose(t, base, rtol=1e-5, atol=1e-6)
     assert not torch.allclose(forward_logp(lora, b, _settings())[0].detach(), base, rtol=1e-3, atol=1e-4)
+
+
+def test_the_distill_block_resolves_for_show_and_diff():
+    from zoo.config.variant import load_variant
+
+    r = load_variant("self_distill").resolved()
+    assert r["distill"]["teacher"] == {"name": "ema", "alpha": 0.01} and r["distill"]["beta"] == 1.0
+    assert "distill" not in load_variant("grpo").resolved()  # plain variants resolve as before
+    assert load_variant("on_policy_distill", {"distill.beta": 0.0}).distill.beta == 0.0

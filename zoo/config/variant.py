@@ -150,6 +150,9 @@ class Variant(Strict):
             else:
                 out[slot] = comp.spec() if comp is not None else None
         out["kl"] = self.slots.kl_spec().model_dump()
+        if self.distill is not None:  # a teacher's signal (zoo/config/distill.py)
+            d = self.distill.model_dump()
+            out["distill"] = {**d, "teacher": registry.build("teacher", d["teacher"]).spec()}
         return out
 
 

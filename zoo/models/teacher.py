@@ -69,7 +69,8 @@ class Teacher:
         mine = dict(self.model.named_parameters())
         for name, p in policy.named_parameters():
             if p.requires_grad and name in mine:
-                mine[name].lerp_(p.detach().to(mine[name].dtype), self.alpha)
+                full = p.full_tensor() if hasattr(p, "full_tensor") else p  # an FSDP2 shard: the whole weight
+                mine[name].lerp_(full.detach().to(mine[name].device, mine[name].dtype), self.alpha)
 
     def close(self) -> None:
         """Drop the teacher's weights (a `current` teacher is the policy: nothing to free)."""

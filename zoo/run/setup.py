@@ -119,6 +119,9 @@ def setup(
     critic = None
     if slots.reads("values"):  # some component reads the critic's values (gae, a loss term, ...)
         critic = _make_critic(cfg, v, policy, tok, lora, device)
+    # a distill: variant's teacher, once per run; before the strategy wraps the policy, so a frozen or EMA
+    # copy is a plain module (zoo.models.teacher)
+    teacher = _open_teacher(cfg, v, policy, device)
     if cfg.model_opts.cache_casts and precision in ("bf16", "fp16") and cfg.training.strategy != "fsdp":
         # frozen weights (LoRA base, reference copy, critic backbone) cast to bf16 once, not every forward
         for m in (policy, critic, reference.model if reference is not None else None):
@@ -134,7 +137,6 @@ def setup(
     )
     if dist.rank():  # built identically everywhere; from here on each rank samples from its own stream
         _seed_everything(cfg.seed + dist.rank())
-    teacher = _open_teacher(cfg, v, policy, device)  # a distill: variant's teacher, once per run
     rewards = open_rewards(rewards, device)  # stateful rewards (a reward model) load once, here
     gold = open_rewards(resolve_rewards(cfg.gold, cfg.plugins), device) if cfg.gold else []
     models = Models(
