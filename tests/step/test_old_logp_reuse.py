@@ -12,11 +12,11 @@ from test_engine import LENGTHS, PROMPTS, make_batch, settings, slots_for
 
 from zoo.config.variant import load_variant
 from zoo.core.batch import Batch
+from zoo.models.tiny import tiny_model_and_tokenizer
 from zoo.step.forwards import first_order, old_rows, reuses_old, rollout_forwards
 from zoo.step.hooks import Hooks
 from zoo.step.types import Models, Slots
 from zoo.step.update import update
-from zoo.testing import tiny_model_and_tokenizer
 
 
 class Rows(Hooks):
