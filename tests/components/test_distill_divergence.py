@@ -8,7 +8,9 @@ import math
 import pytest
 import torch
 
-from zoo.components.distill_divergence import forward_kl, generalized_jsd, reverse_kl
+from zoo.components.distill_divergence import distill_vocab, forward_kl, generalized_jsd, reverse_kl
+from zoo.core import registry
+from zoo.core.types import StepCounts, TermInputs
 
 # student S = [0.5, 0.5], teacher T = [0.9, 0.1], as logits
 S = torch.log(torch.tensor([[0.5, 0.5]]))
@@ -53,3 +55,29 @@ def test_bad_input_is_refused():
         generalized_jsd(S, T, 1.5)
     with pytest.raises(ValueError, match="differ"):
         forward_kl(S, torch.zeros(1, 3))
+
+
+def test_the_loss_term_is_the_divergence_on_trained_tokens_only():
+    g = torch.Generator().manual_seed(1)
+    s = torch.log_softmax(torch.randn(2, 3, 6, generator=g), -1).requires_grad_(True)
+    t = torch.log_softmax(torch.randn(2, 5, 6, generator=g), -1)  # the teacher's [N, T_full, V], untrimmed
+    mask = torch.tensor([[True, True, False], [True, False, False]])
+    z = torch.zeros(2, 3)
+    inp = TermInputs(
+        logp=z,
+        logp_old=z,
+        advantages=z,
+        mask=mask,
+        counts=StepCounts(3.0, 2.0, 3),
+        extras={"logp_vocab": s, "logp_teacher_vocab": t},
+    )
+    res = distill_vocab(inp, divergence="jsd", beta=0.3, coef=2.0)
+    want = 2.0 * generalized_jsd(s, t[:, :3], 0.3)
+    assert torch.allclose(res.loss[mask], want[mask], rtol=1e-6) and torch.equal(res.loss[~mask], torch.zeros(3))
+    res.loss.sum().backward()
+    assert s.grad[~mask].abs().sum() == 0 and s.grad[mask].abs().sum() > 0  # no gradient off the mask
+    for d, fn in (("reverse_kl", reverse_kl), ("forward_kl", forward_kl)):
+        r = distill_vocab(inp, divergence=d).loss.detach()
+        assert torch.allclose(r[mask], fn(s, t[:, :3]).detach()[mask], rtol=1e-6)
+    with pytest.raises(Exception, match="divergence"):
+        registry.build("loss", {"name": "distill_vocab", "divergence": "tv"})

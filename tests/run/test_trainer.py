@@ -116,9 +116,10 @@ def test_every_variant_trains_two_steps(variant, tiny_model_dir, tmp_path, monke
         # rarely stops within 8 tokens, so overlong filtering masks nearly every row (both tested
         # below); without them the rest of DAPO (clip-higher, soft overlong punishment) must train
         over["set"] = {"filter": [], "length": [{"name": "overlong_soft", "cache_frac": 0.2}]}
-    if load_variant(variant).distill is not None:  # a teacher: the policy itself, with a context of its own
+    distill = load_variant(variant).distill
+    if distill is not None:  # a teacher: another model, or the policy itself with a context of its own
         over["teacher"] = (
-            {"context": "Answer: {answer}\n"} if variant != "on_policy_distill" else {"model": str(tiny_model_dir)}
+            {"model": str(tiny_model_dir)} if distill.teacher_name() == "model" else {"context": "Answer: {answer}\n"}
         )
     if load_variant(variant).critic_warmup:  # value pretraining (vapo): 1 step, so the policy moves in step 2
         over["budget"] = {**over["budget"], "critic_warmup": 1}

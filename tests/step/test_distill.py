@@ -164,3 +164,19 @@ def test_the_distill_block_resolves_for_show_and_diff():
     assert r["distill"]["teacher"] == {"name": "ema", "alpha": 0.01} and r["distill"]["beta"] == 1.0
     assert "distill" not in load_variant("grpo").resolved()  # plain variants resolve as before
     assert load_variant("on_policy_distill", {"distill.beta": 0.0}).distill.beta == 0.0
+
+
+def test_the_vocabulary_forward_gives_forward_logps_and_the_teachers_distribution():
+    from zoo.step.distill_vocab import teacher_vocab, vocab_forward
+
+    model, tok = tiny_model_and_tokenizer()
+    b, _ = _prompt_batch(tok)
+    logp, ent, vocab = vocab_forward(model, b, _settings())
+    want, went = forward_logp(model, b, _settings(), with_entropy=True)
+    m = b.loss_mask
+    assert torch.allclose(logp[m], want[m], rtol=1e-5, atol=1e-6) and torch.allclose(ent[m], went[m], rtol=1e-5)
+    assert torch.allclose(vocab.exp().sum(-1), torch.ones(m.shape), rtol=1e-5)
+    assert logp.requires_grad and vocab.requires_grad
+    t = teacher_vocab(model, b, 1.0, [torch.tensor([1]), torch.tensor([0])], _settings())  # rows out of order
+    assert torch.allclose(t[m], vocab.detach()[m], rtol=1e-5, atol=1e-6)
+    assert torch.equal(t[~m], torch.zeros_like(t[~m]))

@@ -17,6 +17,12 @@ def teacher_errors(cfg: Any, v: Any, *, check_tokenizers: bool = True) -> list[s
     """What is wrong with the teacher of run `cfg` (its effective variant `v`), one line each."""
     spec, t = v.distill, cfg.teacher
     if spec is None:
+        vocab = [c for c in (v.slots.loss or []) if _name(c) == "distill_vocab"]
+        if vocab:
+            return [
+                "loss distill_vocab reads the teacher's full log-probs: the variant needs a distill: block "
+                "(e.g. distill: {beta: 0.0, teacher: model}) and the run a teacher: block"
+            ]
         return []  # a teacher: block with a variant that reads none: a warning (`teacher`), e.g. a study's grpo arm
     if t is None:
         return [f"distill: the variant {v.name!r} needs a teacher: block in the run file (teacher: {{model: DIR}})"]
@@ -32,6 +38,10 @@ def teacher_errors(cfg: Any, v: Any, *, check_tokenizers: bool = True) -> list[s
     if not t.model:
         return ["teacher.model: distill.teacher is 'model', so the run file's teacher: needs model: DIR"]
     return tokenizer_errors(cfg.model, t.model) if check_tokenizers and t.model != cfg.model else []
+
+
+def _name(spec: Any) -> str:
+    return str(spec if isinstance(spec, str) else spec.get("name", "")) if spec else ""
 
 
 def tokenizer_errors(policy: str, teacher: str) -> list[str]:

@@ -11,9 +11,11 @@ At beta = 0 and 1 the JSD formula itself is 0; it behaves like beta * KL(T || S)
 endpoints return those KLs: beta = 0 the forward KL, beta = 1 the reverse KL.
 Temperature divides both logits first (GKD and TRL's convention).
 
-These are the per-position values of the full-vocabulary option of docs/configuration.md "Distillation";
-the step does not yet pass a loss term the student's full logits (the sampled-token signal is
-zoo/step/distill.py).
+The loss term `distill_vocab` (the full-vocabulary option of docs/configuration.md "Distillation")
+applies one of them per trained token to the policy's full log-softmax (`logp_vocab`, with gradient, from
+the update's forward) and the teacher's (`logp_teacher_vocab`, from a `distill:` variant's teacher), both
+computed only because the term reads them (zoo/step/distill_vocab.py). The sampled-token signal is
+zoo/step/distill.py.
 """
 
 from __future__ import annotations
@@ -23,6 +25,12 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from zoo.components.stats import sanitize
+from zoo.core.registry import register
+from zoo.core.types import TermInputs, TermResult
+
+DIVERGENCES = ("forward_kl", "reverse_kl", "jsd")
 
 
 def _logps(student_logits: Tensor, teacher_logits: Tensor, temperature: float) -> tuple[Tensor, Tensor]:
@@ -64,3 +72,36 @@ def generalized_jsd(
     s, t = _logps(student_logits, teacher_logits, temperature)
     m = torch.logsumexp(torch.stack([t + math.log(beta), s + math.log(1.0 - beta)]), dim=0)  # log M
     return beta * _kl(t, m) + (1.0 - beta) * _kl(s, m)
+
+
+def _check_vocab(params: dict, context: dict) -> None:
+    if params.get("divergence", "reverse_kl") not in DIVERGENCES:
+        raise ValueError(f"divergence must be one of {', '.join(DIVERGENCES)}, got {params.get('divergence')!r}")
+    if not 0.0 <= float(params.get("beta", 0.5)) <= 1.0:
+        raise ValueError(f"beta must be in [0, 1], got {params.get('beta')}")
+
+
+@register(
+    "loss",
+    "distill_vocab",
+    check=_check_vocab,
+    reads=("logp_vocab", "logp_teacher_vocab"),
+    stats=("distill/vocab",),
+)
+def distill_vocab(
+    inp: TermInputs, *, divergence: str = "reverse_kl", beta: float = 0.5, coef: float = 1.0
+) -> TermResult:
+    """coef * D(student, teacher) per trained token over the whole vocabulary: D = reverse_kl (SDFT),
+    forward_kl, or jsd with GKD's `beta` (arXiv 2306.13649). Reads inp.extras["logp_vocab"] [n, T, V]
+    (with gradient) and ["logp_teacher_vocab"] [n, >= T, V]. Logs distill/vocab (the token mean of D)."""
+    s, t = inp.extras.get("logp_vocab"), inp.extras.get("logp_teacher_vocab")
+    if s is None or t is None:
+        raise ValueError(
+            "loss term 'distill_vocab' needs the policy's and the teacher's full log-probs (a distill: teacher)"
+        )
+    t = t[:, : s.shape[1]].to(s.device)  # the teacher's [N, T, V] is not trimmed with the micro-batch
+    if divergence == "jsd":
+        d = generalized_jsd(s, t, beta)
+    else:
+        d = forward_kl(s, t) if divergence == "forward_kl" else reverse_kl(s, t)
+    return TermResult(coef * sanitize(d, inp.mask), {"distill/vocab": d.detach()})

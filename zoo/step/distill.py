@@ -26,6 +26,8 @@ from torch import Tensor
 
 from zoo.core import dist
 from zoo.core.batch import Batch
+from zoo.step.distill_vocab import FIELD as VOCAB_FIELD
+from zoo.step.distill_vocab import teacher_vocab
 from zoo.step.forwards import fill_rows, forward_logp, micro_rows
 from zoo.step.types import Slots, StepSettings
 
@@ -61,18 +63,21 @@ def teacher_prompts(batch: Batch, tokenizer: Any, context: str | None) -> tuple[
 
 
 @torch.no_grad()
-def score_teacher(batch: Batch, teacher: Any, cfg: Any, tokenizer: Any, s: StepSettings) -> Batch:
+def score_teacher(batch: Batch, teacher: Any, cfg: Any, tokenizer: Any, s: StepSettings, vocab: bool = False) -> Batch:
     """The teacher's log-probs of the student's sampled tokens, `extras["logp_teacher"]` [N, T] (0 off
     the loss mask), at `cfg.temperature` (cfg: zoo.config.distill.TeacherConfig), in forwards of
-    `cfg.batch_size` rows, each row with the teacher's own prompt (`teacher_prompts`)."""
+    `cfg.batch_size` rows, each row with the teacher's own prompt (`teacher_prompts`); with `vocab` also
+    its full log-softmax, `extras["logp_teacher_vocab"]` [N, T, V] (zoo/step/distill_vocab.py)."""
     ids, mask = teacher_prompts(batch, tokenizer, cfg.context)
     tb = replace(batch, prompt_ids=ids, prompt_mask=mask)
     ts = replace(s, temperature=cfg.temperature)
-    rows, parts = micro_rows(tb, cfg.batch_size), []
+    rows, parts, extra = micro_rows(tb, cfg.batch_size), [], {}
     with teacher.forward() as model:
         for r in rows:
             parts.append(forward_logp(model, tb.select(r).trimmed(), ts)[0])
-    return replace(batch, extras={**batch.extras, FIELD: fill_rows(batch, parts, rows)})
+        if vocab:  # a full-vocabulary loss term reads the teacher's whole distribution
+            extra[VOCAB_FIELD] = teacher_vocab(model, tb, cfg.temperature, rows, s)
+    return replace(batch, extras={**batch.extras, FIELD: fill_rows(batch, parts, rows), **extra})
 
 
 def discounted(x: Tensor, gamma: float) -> Tensor:

@@ -45,6 +45,7 @@ from zoo.rewards.compute import accuracy_index, compute_rewards
 from zoo.step.advantages import advantage, empty_rows, kl_reward, normalize, normalize_global
 from zoo.step.diagnostics import step_diagnostics
 from zoo.step.distill import distill, distill_empty, score_teacher
+from zoo.step.distill_vocab import FIELD as VOCAB_FIELD
 from zoo.step.forwards import first_order, reuses_old, rollout_forwards
 from zoo.step.hooks import NO_HOOKS, Hooks
 from zoo.step.sample import Rounds, generate
@@ -102,7 +103,9 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> StepResult:
         with hooks.phase("forward"):
             batch = rollout_forwards(batch, st.models, st.slots, st.settings, hooks, order)  # forwards
             if st.teacher is not None:  # a distill: variant's teacher scores the sampled tokens
-                batch = score_teacher(batch, st.teacher, st.cfg.teacher, st.models.tokenizer, st.settings)
+                batch = score_teacher(
+                    batch, st.teacher, st.cfg.teacher, st.models.tokenizer, st.settings, st.slots.reads(VOCAB_FIELD)
+                )
             batch = run_stages(st.slots.stages, "forwards", batch)  # plugin stages after forwards
     strategy.release_weights(st.models.parallel)
     t2 = time.perf_counter()
