@@ -228,6 +228,13 @@ RESUME_CASES = {
     # value pretraining spans the crash: steps 1-3 train the critic alone, the resumed run still
     # counts step 3 as warm-up (critic/warmup is compared) and moves the policy at step 4
     "ppo-critic-warmup": dict(variant="ppo", budget={"steps": 4, "group_size": 2, "critic_warmup": 3}),
+    # the EMA teacher's weights are checkpointed: distill/reverse_kl after resume == uninterrupted
+    "self-distill-ema": dict(
+        variant="self_distill",
+        budget={"steps": 4},
+        teacher={"context": "A: {answer}\n"},
+        set={"distill.teacher": {"name": "ema", "alpha": 0.5}},
+    ),
 }
 
 

@@ -72,6 +72,17 @@ class Teacher:
                 full = p.full_tensor() if hasattr(p, "full_tensor") else p  # an FSDP2 shard: the whole weight
                 mine[name].lerp_(full.detach().to(mine[name].device, mine[name].dtype), self.alpha)
 
+    def state_dict(self) -> dict[str, torch.Tensor] | None:
+        """What a checkpoint keeps: an `ema` teacher's weights (the others are rebuilt: the model from its
+        source, frozen from the initial policy, current is the policy)."""
+        if self.which != "ema" or self.model is None:
+            return None
+        return {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor] | None) -> None:
+        if state is not None and self.which == "ema" and self.model is not None:
+            self.model.load_state_dict(state)
+
     def close(self) -> None:
         """Drop the teacher's weights (a `current` teacher is the policy: nothing to free)."""
         self.model, self.ref = None, None
