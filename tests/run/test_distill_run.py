@@ -147,3 +147,14 @@ def test_validate_refuses_the_vocabulary_term_without_a_teacher(tiny_model_dir, 
     f.write_text(yaml.safe_dump({"variant": "grpo", "model": str(tiny_model_dir), "set": {"loss": ["distill_vocab"]}}))
     r = CliRunner().invoke(app, ["validate", str(f), "--json"])
     assert r.exit_code == 1 and "needs a distill: block" in " ".join(json.loads(r.stdout)[0]["errors"])
+
+
+def test_the_teacher_block_is_in_the_fingerprint():
+    from zoo.config.run import RunConfig
+    from zoo.run.fingerprint import fingerprint
+
+    def digest(**teacher):
+        return fingerprint(RunConfig.model_validate({"variant": "self_distill", "teacher": teacher}))[0]
+
+    assert digest(context="a") != digest(context="b") != digest(context="b", temperature=0.5)
+    assert fingerprint(RunConfig.model_validate({"variant": "grpo"}))[0] == fingerprint(RunConfig())[0]
