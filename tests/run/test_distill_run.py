@@ -44,7 +44,12 @@ def _metrics(out):
 @pytest.mark.e2e
 @pytest.mark.parametrize(
     "variant, teacher",
-    [("on_policy_distill", "dir"), ("self_distill", {"context": "The answer is {answer}.\n"}), ("gkd", "dir")],
+    [
+        ("on_policy_distill", "dir"),
+        ("self_distill", {"context": "The answer is {answer}.\n"}),
+        ("self_distill", {"context": [{"role": "user", "content": "1+1"}, {"role": "assistant", "content": "2"}]}),
+        ("gkd", "dir"),
+    ],
 )
 def test_each_distill_variant_trains_two_steps(variant, teacher, tiny_model_dir, teacher_dir, tmp_path):
     t = {"model": str(teacher_dir)} if teacher == "dir" else teacher
@@ -158,3 +163,10 @@ def test_the_teacher_block_is_in_the_fingerprint():
 
     assert digest(context="a") != digest(context="b") != digest(context="b", temperature=0.5)
     assert fingerprint(RunConfig.model_validate({"variant": "grpo"}))[0] == fingerprint(RunConfig())[0]
+
+
+def test_a_context_message_without_a_role_is_refused():
+    from zoo.config.run import RunConfig
+
+    with pytest.raises(Exception, match="a context message is"):
+        RunConfig.model_validate({"teacher": {"context": [{"content": "x"}]}})

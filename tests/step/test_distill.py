@@ -180,3 +180,30 @@ def test_the_vocabulary_forward_gives_forward_logps_and_the_teachers_distributio
     t = teacher_vocab(model, b, 1.0, [torch.tensor([1]), torch.tensor([0])], _settings())  # rows out of order
     assert torch.allclose(t[m], vocab.detach()[m], rtol=1e-5, atol=1e-6)
     assert torch.equal(t[~m], torch.zeros_like(t[~m]))
+
+
+def test_a_context_of_messages_goes_into_the_teachers_chat_before_the_prompt():
+    from zoo.backends.generate.hf import encode_prompts
+
+    _, tok = tiny_model_and_tokenizer()
+    prompts = [
+        [{"role": "system", "content": "S"}, {"role": "user", "content": "1+1"}],
+        [{"role": "user", "content": "hi"}],
+    ]
+    ids, pmask = encode_prompts(tok, prompts)
+    b = replace(
+        make_batch(tok, seed=2, lengths=[2, 3], prompts=["1+1", "hi"]),
+        prompt_ids=ids,
+        prompt_mask=pmask.bool(),
+        rows=[{"prompt": prompts[0], "answer": "2"}, {"prompt": prompts[1], "answer": "?"}],
+    )
+    turns = [{"role": "user", "content": "2+2"}, {"role": "assistant", "content": "4 ({answer})"}]
+    t_ids, t_mask = teacher_prompts(b, tok, turns)
+    want = [
+        [prompts[0][0], {"role": "user", "content": "2+2"}, {"role": "assistant", "content": "4 (2)"}, prompts[0][1]],
+        [{"role": "user", "content": "2+2"}, {"role": "assistant", "content": "4 (?)"}, prompts[1][0]],
+    ]
+    w_ids, w_mask = encode_prompts(tok, want)
+    for i in range(2):  # the teacher: the worked turns inside its chat (after the system message)
+        assert t_ids[i][t_mask[i].bool()].tolist() == w_ids[i][w_mask[i].bool()].tolist()
+    assert torch.equal(b.prompt_ids, ids)  # the student's prompt is untouched

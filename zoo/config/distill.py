@@ -22,9 +22,9 @@ zoo/step/distill.py (scoring, the signal). docs/configuration.md "Distillation".
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from zoo.config.schema import Spec, Strict
 from zoo.core.declarations import Declaration
@@ -59,13 +59,22 @@ class TeacherConfig(Strict):
         None, description="the teacher model (distill.teacher: model); null for self-distillation"
     )
     temperature: float = Field(1.0, gt=0, description="the teacher's logits / temperature")
-    context: str | None = Field(
+    context: str | list[dict[str, str]] | None = Field(
         None,
-        description="text put before the teacher's prompt (not the student's), formatted with the task row's "
-        "fields, e.g. 'Reference answer: {answer}\\n'",
+        description="what the teacher reads before its prompt (never the student): text put before the "
+        "prompt's tokens, or chat messages [{role, content}] put before the row's prompt messages; formatted "
+        "with the task row's fields, e.g. 'Reference answer: {answer}\\n' (zoo/step/teacher_context.py)",
     )
     batch_size: int = Field(8, ge=1, description="rows per teacher forward")
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+
+    @field_validator("context")
+    @classmethod
+    def _messages(cls, v: Any) -> Any:
+        for i, m in enumerate(v if isinstance(v, list) else []):
+            if set(m) != {"role", "content"}:
+                raise ValueError(f"message {i} {m!r}: a context message is {{role, content}}")
+        return v
 
 
 @dataclass(frozen=True)

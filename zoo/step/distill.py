@@ -29,37 +29,11 @@ from zoo.core.batch import Batch
 from zoo.step.distill_vocab import FIELD as VOCAB_FIELD
 from zoo.step.distill_vocab import teacher_vocab
 from zoo.step.forwards import fill_rows, forward_logp, micro_rows
+from zoo.step.teacher_context import teacher_prompts
 from zoo.step.types import Slots, StepSettings
 
 FIELD = "logp_teacher"
-
-
-def teacher_prompts(batch: Batch, tokenizer: Any, context: str | None) -> tuple[Tensor, Tensor]:
-    """(prompt_ids [N, P'], prompt_mask [N, P']) of the teacher: `context` (formatted with each row's
-    fields) before the student's real prompt tokens, left-padded; the student's prompt when None."""
-    if not context:
-        return batch.prompt_ids, batch.prompt_mask
-    rows = batch.rows or [{}] * batch.size
-    seqs = []
-    for i in range(batch.size):
-        try:
-            text = context.format_map(dict(rows[i]))
-        except (KeyError, IndexError, ValueError) as e:
-            raise ValueError(
-                f"teacher.context: cannot format it with the task row's fields {sorted(rows[i])} ({e!r}); "
-                "write a literal { or } as {{ or }}"
-            ) from None
-        ctx = tokenizer(text, add_special_tokens=False)["input_ids"]
-        real = batch.prompt_ids[i][batch.prompt_mask[i].bool()].tolist()
-        seqs.append(list(ctx) + real)
-    width, pad = max(map(len, seqs)), tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    ids = torch.full((batch.size, width), pad, dtype=batch.prompt_ids.dtype)
-    mask = torch.zeros((batch.size, width), dtype=batch.prompt_mask.dtype)
-    for i, s in enumerate(seqs):  # left padding, as the student's prompts
-        ids[i, width - len(s) :] = torch.tensor(s, dtype=ids.dtype)
-        mask[i, width - len(s) :] = 1
-    dev = batch.prompt_ids.device
-    return ids.to(dev), mask.to(dev)
+__all__ = ["FIELD", "discounted", "distill", "distill_empty", "score_teacher", "teacher_prompts", "teacher_signal"]
 
 
 @torch.no_grad()
