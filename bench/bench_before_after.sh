@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Feeds docs/performance.md, "The cheap step: before and after".
+# Feeds docs/results/performance-step.md, "The cheap step: before and after".
 # Before/after `zoo bench` in one run on one machine: a commit (before) against this checkout (after),
 # alternating, two rounds each, at the main job's size, at SmolLM2 32 x 64 and at the tiny Llama's
 # 32 x 64; then, when a vLLM scratch venv is given, `--backend hf,vllm` on the same prompts.

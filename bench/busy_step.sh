@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Feeds docs/performance.md, "Threads on a busy machine".
+# Feeds docs/results/performance-threads.md, "Threads on a busy machine".
 # One `zoo bench` step before and after a change, idle-ish and beside one CPU-bound process pinned to
 # CPU 1. Prints each run's thread line, phase rows and the load average; asserts nothing.
 #   git archive 4b8c1d0 | (mkdir -p /tmp/before && tar -x -C /tmp/before)

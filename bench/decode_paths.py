@@ -1,4 +1,4 @@
-# Feeds docs/performance.md, "Faster HF paths, measured" (and "The cheap step: before and after", its
+# Feeds docs/results/performance-decode.md, "Faster HF paths, measured" (and "The cheap step: before and after", its
 # bucketed static-cache paragraph).
 """Measure candidate faster HF decode paths against zoo's `hf` generator, on this machine.
 
@@ -19,7 +19,7 @@ Paths (every one generates exactly `--new` tokens per row: EOS is suppressed unt
 Each path runs once unmeasured (warm-up / compilation, its seconds printed), then `--repeats` times
 round-robin with the others (the machine is shared: interleaving spreads the load over all paths);
 reports the median seconds, generated tokens/s and decode steps/s, and whether its greedy tokens equal
-`hf`'s. Prints one JSON line per path at the end (for docs/performance.md).
+`hf`'s. Prints one JSON line per path at the end (for docs/results/performance.md).
 """
 
 from __future__ import annotations

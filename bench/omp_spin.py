@@ -1,4 +1,4 @@
-# Feeds docs/performance.md, "Threads on a busy machine".
+# Feeds docs/results/performance-threads.md, "Threads on a busy machine".
 """OpenMP spin on a busy machine: the 64x576 @ 576x1536 forward+backward loop, timed in a fresh process
 per setting (the wait policy and thread count only take effect when set before torch is imported).
 

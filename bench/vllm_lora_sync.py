@@ -1,6 +1,6 @@
-# Feeds docs/performance.md, "LoRA sync: merged on the fly vs vLLM adapters".
+# Feeds docs/results/performance-decode.md, "LoRA sync: merged on the fly vs vLLM adapters".
 """Measure the two ways to sync a LoRA policy into the `vllm` generator (run in the vLLM scratch venv of
-docs/configuration.md, "vLLM on CPU (a scratch venv)"):
+docs/guides/vllm.md, "vLLM on CPU (a scratch venv)"):
 
 (a) merged on the fly, what zoo does (`VLLMGenerator.sync`: every adapted Linear sent as W + s * B @ A
     under the base names, one in-place reload of the full weights), timed over `--versions` versions;

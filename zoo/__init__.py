@@ -2,7 +2,7 @@
 
 The public import surface is this module (`__all__`): the registry (`register`, `build`, `available`),
 the record between the stages of a step (`Batch`) and the records components take and return
-(`AdvantageInputs`, `ClipResult`, `TermInputs`, ...; docs/components.md, "Call contract per kind").
+(`AdvantageInputs`, `ClipResult`, `TermInputs`, ...; docs/reference/components.md, "Call contract per kind").
 
     from zoo import build, register, Batch, AdvantageInputs
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-pytest.importorskip("vllm", reason="vLLM is not installed (docs/configuration.md, 'vLLM on CPU')")
+pytest.importorskip("vllm", reason="vLLM is not installed (docs/guides/vllm.md, 'vLLM on CPU')")
 
 from zoo.core import registry  # noqa: E402
 from zoo.core.generator_types import SamplingParams  # noqa: E402

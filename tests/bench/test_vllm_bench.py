@@ -11,7 +11,7 @@ import math
 import pytest
 from typer.testing import CliRunner
 
-pytest.importorskip("vllm", reason="vLLM is not installed (docs/configuration.md, 'vLLM on CPU')")
+pytest.importorskip("vllm", reason="vLLM is not installed (docs/guides/vllm.md, 'vLLM on CPU')")
 
 pytestmark = pytest.mark.vllm
 

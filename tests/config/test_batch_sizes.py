@@ -1,4 +1,4 @@
-"""Batch sizes (docs/configuration.md "Batch sizes"): `budget.micro_batch` is the rows of a training
+"""Batch sizes (docs/reference/run-file.md "Batch sizes"): `budget.micro_batch` is the rows of a training
 forward; generation (`sampling.batch_size`) and evaluation (`eval.batch_size`) have their own keys,
 whose defaults keep every shipped study's batches; they are recorded in provenance, left out of the
 fingerprint, and a resume that changes them warns."""

@@ -1,4 +1,4 @@
-"""The source layout's rules (docs/engine.md, "Source layout"), read from the source with `ast`:
+"""The source layout's rules (docs/concepts/engine.md, "Source layout"), read from the source with `ast`:
 every `zoo` import (top-level, inside a function, under TYPE_CHECKING, or an `importlib.import_module`
 of a literal name) points down the layer order or stays in its layer; the module graph has no cycle; no
 module is over 400 lines; the `zoo/` top level holds only the package root."""
@@ -12,7 +12,7 @@ import pytest
 
 ZOO = Path(__file__).resolve().parents[2] / "zoo"
 
-# Lowest first; a module imports its own layer and layers below. docs/engine.md groups tasks .. step
+# Lowest first; a module imports its own layer and layers below. docs/concepts/engine.md groups tasks .. step
 # as one row ("engine") and bench, cli as another; inside a row the packages keep this order too.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("core", ("zoo.core",)),
@@ -156,7 +156,7 @@ def test_every_module_is_in_a_layer():
 
 def test_no_upward_import():
     bad = upward_imports()
-    assert not bad, "imports against the layer order (docs/engine.md, Source layout):\n" + "\n".join(bad)
+    assert not bad, "imports against the layer order (docs/concepts/engine.md, Source layout):\n" + "\n".join(bad)
 
 
 def test_no_import_cycle():

@@ -50,6 +50,9 @@ def test_every_section_the_code_cites_is_a_heading():
 
 
 def test_the_scan_reads_a_citation():
-    text = 'see docs/engine.md, "Source layout" and docs/engine.md "One record"'
-    assert SECTION.findall(text) == [("docs/engine.md", "Source layout"), ("docs/engine.md", "One record")]
-    assert "Source layout" in headings(ROOT / "docs" / "engine.md")
+    text = 'see docs/concepts/engine.md, "Source layout" and docs/concepts/engine.md "One record"'
+    assert SECTION.findall(text) == [
+        ("docs/concepts/engine.md", "Source layout"),
+        ("docs/concepts/engine.md", "One record"),
+    ]
+    assert "Source layout" in headings(ROOT / "docs" / "concepts" / "engine.md")

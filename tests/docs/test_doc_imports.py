@@ -1,4 +1,4 @@
-"""Every zoo import the README and docs/*.md show in a code block works: each is executed as written."""
+"""Every zoo import the README and docs/**/*.md show in a code block works: each is executed as written."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 IMPORT = re.compile(r"^\s*(from zoo(\.\w+)* import |import zoo(\.\w+)*(\s+as\s+\w+)?\s*(#.*)?$)")
 
 

@@ -1,4 +1,4 @@
-"""docs/extending.md runs as written: its marked code blocks become a plugin package, a user registry
+"""docs/guides/extending.md runs as written: its marked code blocks become a plugin package, a user registry
 directory and a run file in a temporary directory, and the documented results are checked.
 
 Blocks are fenced code blocks preceded by `<!-- test: NAME -->`: `plugin` (mylab/components.py),
@@ -24,13 +24,13 @@ from zoo.cli import app
 from zoo.config.variant import build_components, load_variant
 from zoo.core import registry
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "extending.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "guides" / "extending.md"
 BLOCK = re.compile(r"<!-- test: (\w+) -->\s*\n```(\w+)\n(.*?)\n```", re.S)
 CLIP, REWARD = "tanh_clip", "mylab.rewards:politeness"
 
 
 def doc_blocks() -> dict[str, tuple[str, str]]:
-    """name -> (language, code) of every marked block of docs/extending.md."""
+    """name -> (language, code) of every marked block of docs/guides/extending.md."""
     blocks = {}
     for name, lang, code in BLOCK.findall(DOC.read_text()):
         assert name not in blocks, f"two blocks marked {name!r}"
@@ -159,9 +159,9 @@ def test_reward_by_dotted_path(project):
     assert scores.n_failed == [1]
 
 
-# --------------------------------------------------------------------------- the slot table (docs/components.md)
+# --------------------------------------------------------------------------- the slot table (docs/reference/components.md)
 
-COMPONENTS_DOC = DOC.parent / "components.md"
+COMPONENTS_DOC = DOC.parents[1] / "reference" / "components.md"
 
 
 def _table(text: str, header: str) -> list[list[str]]:

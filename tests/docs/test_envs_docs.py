@@ -1,4 +1,4 @@
-"""docs/extending.md §7 runs as written: the `try_again` environment through the multi-turn rollout, its
+"""docs/guides/extending.md §7 runs as written: the `try_again` environment through the multi-turn rollout, its
 run file's `task.env` validated, and the Gymnasium wrapper on a stand-in environment."""
 
 import sys
@@ -59,7 +59,7 @@ def _yaml_blocks():
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[2] / "docs" / "extending.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "extending.md").read_text()
     return re.findall(r"```yaml\n(.*?)\n```", text, re.S)
 
 

@@ -1,4 +1,4 @@
-"""docs/extending.md section 5 runs as written: a loss term that reads the entropy, an advantage
+"""docs/guides/extending.md section 5 runs as written: a loss term that reads the entropy, an advantage
 estimator that reads token_rewards, and a token-selecting correction that reads logp_old and
 advantages each train 2 steps on the tiny model with no change under zoo/step/; the correction's
 selection over the whole optimizer step gives the same update with micro-batches of 2 as of 8."""
@@ -21,7 +21,7 @@ from zoo.run.trainer import train
 from zoo.step.types import Models, Slots
 from zoo.step.update import update
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "extending.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "guides" / "extending.md"
 BLOCK = re.compile(r"<!-- test: (\w+) -->\s*\n```python\n(.*?)\n```", re.S)
 MODULES = {
     "term": ("mylab.entropy_floor", "loss", "entropy_floor"),

@@ -3,7 +3,7 @@
 Random float64 inputs with right-padded masks whose padded slots hold finite garbage (the peers
 multiply by the mask, so NaN there would break *their* side, not ours), our clip rule + aggregation
 as one scalar, and `record`, which prints each mechanism's max |difference| so
-`pytest -s -k peers` lists the table of docs/components.md "Against the peers".
+`pytest -s -k peers` lists the table of docs/reference/components.md "Against the peers".
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ TRL's losses live inside `GRPOTrainer._compute_loss`, so we call that very metho
 `self` (`FakeTrainer`: the attributes it reads, a one-process accelerator, and a forward that
 returns our log-prob tensor as the policy's), with float64 inputs, right-padded masks and several
 seeds; values and gradients (w.r.t. logp) must agree to 1e-6. `pytest -s` prints
-`PEER-DIFF mechanism | TRL mode | max |diff|` (docs/components.md "Against the peers").
+`PEER-DIFF mechanism | TRL mode | max |diff|` (docs/reference/components.md "Against the peers").
 
 Conventions mapped here (ours -> TRL):
 - loss_type is TRL's aggregation: grpo / sapo = seq_mean_token_mean; bnpo = token_mean;

@@ -4,7 +4,7 @@ Runs only where verl is importable (e.g. `PYTHONPATH=/work/peers`, verl 0.9.1 in
 skipped otherwise (CI has no verl). Every test runs several seeds of random float64 inputs with
 right-padded masks (finite garbage in the padding), maps the conventions explicitly (aggregation,
 which eps means what, sign, detach) and asserts values and gradients to 1e-6. `pytest -s` prints
-`PEER-DIFF mechanism | verl function | max |diff|` (the table of docs/components.md "Against the peers").
+`PEER-DIFF mechanism | verl function | max |diff|` (the table of docs/reference/components.md "Against the peers").
 
 Conventions mapped here (ours -> verl):
 - loss sign: both return the loss to minimise (minus the surrogate); verl's `pg_loss` is our

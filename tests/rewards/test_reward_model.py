@@ -134,7 +134,7 @@ def test_a_classifier_with_two_labels_is_refused(tmp_path):
 
 
 def test_the_documented_stateful_reward_runs_as_written(tmp_path, monkeypatch):
-    """docs/extending.md's stateful_reward block: set up once by open_rewards, scores len / scale
+    """docs/guides/extending.md's stateful_reward block: set up once by open_rewards, scores len / scale
     ("abcd" -> 4 / 10 = 0.4, "" -> 0), torn down by close_rewards."""
     import sys
 

@@ -209,7 +209,7 @@ def test_zoo_run_subprocess_logs_the_choice_and_records_it(tmp_path, tiny_model_
 )
 def test_the_wait_policy_goes_by_load(load, held, local, policy, why):
     """Idle machine and no other zoo process: OpenMP's default (measured 1.6x faster than PASSIVE at the
-    main job's size); any sign of another job: PASSIVE (docs/performance.md)."""
+    main job's size); any sign of another job: PASSIVE (docs/results/performance-threads.md)."""
     env = {"LOCAL_WORLD_SIZE": str(local)}
     c = T.choose(affinity=2, quota=None, held={99: held} if held else {}, env=env, load=load)
     assert c.wait_policy == policy and why in c.policy_source, c

@@ -1,4 +1,4 @@
-"""Lengths and masks (docs/engine.md "Lengths and masks"): a row's attention extent (`Batch.lengths`)
+"""Lengths and masks (docs/concepts/engine.md "Lengths and masks"): a row's attention extent (`Batch.lengths`)
 is separate from the count of the policy's own tokens (`Batch.policy_tokens`). Single-turn the two
 are equal and nothing changes; in a hand-built multi-turn row with environment tokens, length
 shaping, the aggregators and the length metrics count only the policy's tokens."""

@@ -319,7 +319,7 @@ def print_decode(results: list[dict[str, Any]]) -> None:
         for r in results
     )
     t = Table(
-        title="Decode speed against this machine's bound (zoo.bench.bound; docs/performance.md)",
+        title="Decode speed against this machine's bound (zoo.bench.bound; docs/results/performance-decode.md)",
         caption="bound = max(FLOPs / matmul rate, bytes / copy bandwidth) per decode step; per row, measured "
         f"in its run: matmul rate, copy bandwidth (read + written), rows x mean attended positions per "
         f"step: {rates}; distance = measured / bound time, generate phase incl. prefill",

@@ -63,7 +63,7 @@ def fail(msg: str, code: int = 1) -> None:
     raise typer.Exit(code)
 
 
-RUN_DIR_HOLDS = "config.yaml, metrics.jsonl, summary.json and checkpoint/"  # docs/configuration.md
+RUN_DIR_HOLDS = "config.yaml, metrics.jsonl, summary.json and checkpoint/"  # docs/reference/cli.md
 
 
 def run_dir_problem(path: Path, what: str) -> str | None:

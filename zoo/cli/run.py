@@ -59,7 +59,7 @@ def run(
         "--threads",
         min=1,
         help="torch CPU threads (default: the CPUs this "
-        "process may use minus other zoo runs' threads; docs/performance.md)",
+        "process may use minus other zoo runs' threads; docs/results/performance-threads.md)",
     ),
     nproc: Optional[int] = typer.Option(
         None,
@@ -76,7 +76,7 @@ def run(
       zoo run --resume runs/my-run
       zoo run run.yaml --nproc 2 --set training.strategy=ddp   (or torchrun ... -m zoo.cli run ...)
 
-    Every YAML key, its default and what it does: docs/configuration.md (example: examples/run_grpo.yaml).
+    Every YAML key, its default and what it does: docs/reference/run-file.md (example: examples/run_grpo.yaml).
     """
     import sys
 
@@ -205,7 +205,7 @@ def ablate(
 
     Finished arms with the same config are skipped on a re-run and unfinished ones resume from their checkpoint; an arm whose config changed is an error naming the changed keys (retrain it with --fresh ARM); arms another process is running are skipped; a failed arm is recorded and the study goes on. Exit status 0 only if every arm finished.
 
-    Study keys (variants, ablations, seeds, sweep, budget, ...): docs/configuration.md; shipped studies: experiments/*.yaml.
+    Study keys (variants, ablations, seeds, sweep, budget, ...): docs/reference/study-file.md; shipped studies: experiments/*.yaml.
     """
     import torch
 

@@ -8,7 +8,7 @@ caller sums the shares (backward on each) and never divides by the accumulation 
 
 Padding is selected away before summing (stats.masked_sum), so NaN/inf there never reach the value.
 A step with no real token (counts of 0) gives 0, not NaN.
-Sources: docs/algorithms.md §0 "Aggregators"; GRPO arXiv 2402.03300 eq. 3; DAPO arXiv 2503.14476 §3.3;
+Sources: docs/concepts/algorithms.md §0 "Aggregators"; GRPO arXiv 2402.03300 eq. 3; DAPO arXiv 2503.14476 §3.3;
 Dr. GRPO arXiv 2503.20783 §3.1 (constant normaliser).
 """
 

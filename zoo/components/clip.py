@@ -54,7 +54,7 @@ def clip_fractions(result: ClipResult, mask: Tensor) -> dict[str, float]:
 
     result: a ClipResult with [N, T] flags; mask: [N, T]. Returns {"clip/low_frac", "clip/high_frac"}
     as floats (0.0 when there is no real token). Raises nothing; shapes must broadcast.
-    Source: docs/cases.md C9 (every logged mean ignores padding); DAPO arXiv 2503.14476 §3.1 (clip ratios)."""
+    Source: docs/concepts/cases.md C9 (every logged mean ignores padding); DAPO arXiv 2503.14476 §3.1 (clip ratios)."""
     m = as_bool(mask)
     return {
         "clip/low_frac": float(masked_mean(result.clip_low.float(), m)),

@@ -4,7 +4,7 @@ Mechanism of Reinforcement Learning for Reasoning Language Models", arXiv 2505.2
 Both pick tokens by their centred covariance cov_t = (logp_t - mean logp) * (A_t - mean A) (means
 over the real tokens the selection is made over, logp the current policy's, detached). They are
 registered with `selects=True`: the update passes `step=` a `StepView` of the whole optimizer step
-(docs/engine.md "Selections"), so the picked tokens, and the gradient, do not depend on the
+(docs/concepts/engine.md "Selections"), so the picked tokens, and the gradient, do not depend on the
 micro-batch split or the number of ranks; `scope: micro` selects within each micro-batch, as verl
 does. Called without `step` (plain tensors) a rule selects over its own inputs.
 

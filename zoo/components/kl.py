@@ -62,7 +62,7 @@ def masked_kl(estimator: Callable[[Tensor, Tensor], Tensor], logp: Tensor, ref_l
 
     estimator: a kl_estimator component or function; logp (with gradient when KL is in the loss),
     ref_logp, mask: [N, T]. Returns [N, T]. Raises ValueError when shapes differ.
-    Source: docs/algorithms.md "Our conventions" (sanitise before arithmetic)."""
+    Source: docs/concepts/algorithms.md "Our conventions" (sanitise before arithmetic)."""
     check_same_shape(logp=logp, ref_logp=ref_logp, mask=mask)
     m = as_bool(mask)  # [N, T]
     k = estimator(sanitize(logp, m), sanitize(ref_logp.detach(), m))  # [N, T], d = 0 on padding

@@ -1,6 +1,6 @@
 """Masked and per-group statistics shared by the components.
 
-Conventions (docs/algorithms.md, "Our conventions"):
+Conventions (docs/concepts/algorithms.md, "Our conventions"):
 - masks are 1/True on real tokens; padded slots are *selected away* with `torch.where` before any
   arithmetic, so NaN/inf there reach neither values nor gradients (case C7);
 - group statistics use the unbiased (Bessel) std over the members of one group, NaN members
@@ -84,7 +84,7 @@ def negligible(x: Tensor, scale: Tensor, floor: float = 1.0) -> Tensor:
     """Where `x` is rounding noise next to `scale`: |x| <= REL_TOL * max(floor, |scale|) (any shape,
     broadcast). `negligible(std, mean)` says a group's values are all alike (the float64 std of
     float32 values that differ only by rounding is ~1e-8 |mean|); `negligible(mean, std, floor=0)`
-    says a batch is centred. Returns bool. Source: our convention (docs/components.md, cases C16/C17)."""
+    says a batch is centred. Returns bool. Source: our convention (docs/reference/components.md, cases C16/C17)."""
     return x.abs() <= REL_TOL * torch.clamp(torch.as_tensor(scale).abs(), min=floor)
 
 

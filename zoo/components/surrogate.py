@@ -5,7 +5,7 @@ Padded slots of logp, logp_old and adv are *selected away* before any arithmetic
 reach neither the loss nor its gradient (case C7). The log-ratio logp - logp_old is clamped to
 [-20, 20] before exp, as verl does, so one extreme token cannot overflow.
 
-Source: PPO clip, Schulman et al. arXiv 1707.06347 eq. 7; docs/cases.md C4, C7.
+Source: PPO clip, Schulman et al. arXiv 1707.06347 eq. 7; docs/concepts/cases.md C4, C7.
 """
 
 from __future__ import annotations

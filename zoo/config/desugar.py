@@ -1,5 +1,5 @@
-"""The `kl:` slot as users write it, turned into what the step runs (docs/engine.md, "The loss as
-terms"; the setting: docs/components.md, "kl_estimator and the `kl` slot"): placement `loss` becomes
+"""The `kl:` slot as users write it, turned into what the step runs (docs/concepts/engine.md, "The loss as
+terms"; the setting: docs/reference/components.md, "kl_estimator and the `kl` slot"): placement `loss` becomes
 the loss term `kl`, placement `reward` the kl_reward stage's estimator, and `adaptive: {target,
 horizon}` the controller `adaptive_kl` that moves beta.
 

@@ -14,7 +14,7 @@ from zoo.config.variant import Updates
 
 #: completions per `generate` call in training when `sampling.batch_size` is unset (at least G, so a
 #: group is never split). Decoding reads every weight once per token whatever the batch, so up to the
-#: point where it becomes compute-bound a bigger batch is nearly free (docs/performance.md: 32 rows in
+#: point where it becomes compute-bound a bigger batch is nearly free (docs/results/performance-decode.md: 32 rows in
 #: one call vs 4 calls of 8); without gradients a row needs only its KV cache, far less than a training
 #: forward.
 GENERATE_BATCH = 32
@@ -92,7 +92,7 @@ class ModelOpts(Strict):
 
 
 class Training(Strict):
-    """How the run spreads over the processes a launcher starts (zoo/backends/train/strategy.py, docs/configuration.md)."""
+    """How the run spreads over the processes a launcher starts (zoo/backends/train/strategy.py, docs/guides/training-strategy.md)."""
 
     strategy: Literal["single", "ddp", "fsdp"] = Field(
         "single",
@@ -152,7 +152,7 @@ class Eval(Strict):
 
 
 class Guards(Strict):
-    """When a run that cannot learn stops as `failed` (zoo/core/guards.py, docs/configuration.md "Guards")."""
+    """When a run that cannot learn stops as `failed` (zoo/core/guards.py, docs/reference/run-file.md "Guards")."""
 
     max_unscored_frac: float = Field(
         0.5,

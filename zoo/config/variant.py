@@ -251,7 +251,7 @@ def repeated_items(slots: Any) -> list[str]:
             out.append(
                 f"key 'slots.{slot}': {name!r} is listed {names.count(name)} times; each item applies once "
                 f"and logs under its name, so a repeat would apply it again or mix two items' metrics: list it "
-                "once (to combine two of a kind, register a second name in a plugin; docs/extending.md)"
+                "once (to combine two of a kind, register a second name in a plugin; docs/guides/extending.md)"
             )
     return out
 

@@ -16,7 +16,7 @@ from torch import Tensor
 @dataclass
 class Batch:
     """One rollout batch and everything computed from it: the one record between the stages of a step
-    (docs/engine.md, "One record: `Batch`"). The generator fills the first block, the step the second.
+    (docs/concepts/engine.md, "One record: `Batch`"). The generator fills the first block, the step the second.
 
     Filled by the generator (`zoo.backends.generate.hf.generate_rollout`):
       prompt_ids:      [N, P] long, left-padded prompt tokens (pad id where prompt_mask is 0)
@@ -34,7 +34,7 @@ class Batch:
                        count at generation, before length shaping clears rows): what length shaping,
                        the completion-length metrics and the throughput count. Single-turn it equals
                        `lengths` (the default when not given); an environment's tokens are attended
-                       but never the policy's (docs/engine.md "Lengths and masks")
+                       but never the policy's (docs/concepts/engine.md "Lengths and masks")
       texts, rows:     the decoded completions (to the first EOS, excluded) and their dataset rows
       logp_rollout:    [N, T] float, the sampler's log-probs of the drawn tokens: of the distribution it
                        drew from, after its warping (zoo.backends.generate.warping); 0 off the mask

@@ -1,7 +1,7 @@
 """The slot table, written once: every component kind, its call contract, and the variant slot it fills.
 
 The registry's kinds (`zoo.core.registry.KINDS`), the variant schema (`zoo.config.variant.Slots`,
-`SLOT_KINDS`, `LIST_SLOTS`), `zoo list` and the slot table of docs/components.md are derived
+`SLOT_KINDS`, `LIST_SLOTS`), `zoo list` and the slot table of docs/reference/components.md are derived
 from `TABLE` (tests/core/test_kinds.py and tests/docs/test_docs.py check that they agree).
 
 Each row is one kind. `contract` is a `typing.Protocol` with the call signature every component
@@ -12,7 +12,7 @@ of the kind has (positional data arguments; hyperparameters are keyword-only and
 contract passes (each component also declares what it reads: zoo.core.declarations). The `kl` row is a
 setting slot, not a registry kind (`registered=False`): its schema is `zoo.config.variant.KLSpec`.
 
-Shapes: N completions, T completion tokens, K reward objectives (docs/components.md, the notation under the slot table).
+Shapes: N completions, T completion tokens, K reward objectives (docs/reference/components.md, the notation under the slot table).
 """
 
 from __future__ import annotations

@@ -150,7 +150,7 @@ class TermInputs:
 @dataclass(frozen=True)
 class StepView:
     """Detached fields of the rows a selection is made over, for components that pick tokens
-    (docs/engine.md, "Selections over the whole step"): with `scope: step` (the default) every row of the
+    (docs/concepts/engine.md, "Selections over the whole step"): with `scope: step` (the default) every row of the
     optimizer step on every rank, so the selection, and the gradient, do not depend on the
     micro-batch split or the number of ranks (C2); with `scope: micro` only the micro-batch's rows
     (what verl and TRL do).

@@ -1,6 +1,6 @@
 """A model source built in code: a tiny policy whose only sampleable tokens are a bandit's arms.
 
-    model: "arms:a,b"          # in a run or study file (docs/configuration.md, Run file `model`)
+    model: "arms:a,b"          # in a run or study file (docs/reference/run-file.md, Run file `model`)
     model: "arms:a,b+eos"      # the same, but a completion is a string of arms ended by a sampleable EOS
 
 `arms_model_dir(name)` builds it once into `<cache root>/models/arms-<tokens>` (no file, no network):

@@ -4,7 +4,7 @@ Under `torch.autocast(dtype=bf16)` every `nn.Linear` call casts its fp32 weight 
 caches that cast only for leaf tensors that *require grad*, and only until the outermost autocast
 context exits, so a frozen weight (a LoRA base, a full fine-tuning reference copy, a frozen critic
 backbone) is cast again in every forward: in a decode step of SmolLM2-135M with LoRA that is 0.54 GB
-read and 0.27 GB written per generated token (docs/performance.md, "The cheap step: before and after").
+read and 0.27 GB written per generated token (docs/results/performance-step.md, "The cheap step: before and after").
 
 `cache_frozen_casts(model)` turns each `nn.Linear` of `model` into `FrozenCastLinear`, which under
 autocast multiplies by a cached low-precision copy of its weight when that weight is frozen

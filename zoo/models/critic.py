@@ -74,7 +74,7 @@ class ValueModel(nn.Module):
 
 
 def make_critic(policy: nn.Module, lora: dict | None = None, *, head_std: float = 0.0) -> ValueModel:
-    """Critic initialised from the policy's BASE weights (docs/algorithms.md conventions).
+    """Critic initialised from the policy's BASE weights (docs/concepts/algorithms.md conventions).
 
     policy: the causal LM (plain or peft-wrapped; LoRA adapters are not copied).
     lora: None -> the whole backbone is trainable; a dict (as `lora_config`) -> fresh LoRA adapters

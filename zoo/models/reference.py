@@ -1,4 +1,4 @@
-"""The reference policy (the KL anchor; docs/algorithms.md "Our conventions": the initial policy).
+"""The reference policy (the KL anchor; docs/concepts/algorithms.md "Our conventions": the initial policy).
 
 `make_reference(policy, lora_enabled=...)` returns a `Reference`. Always run reference forwards as
 

@@ -5,10 +5,10 @@
     scores = compute_rewards(fns, completions, rows)   # scores.objectives [N, K], scores.n_failed [K]
     acc = accuracy(scores.objectives[:, 0])
 
-A reward that raises or returns None for a row leaves that row unscored (NaN, docs/algorithms.md,
+A reward that raises or returns None for a row leaves that row unscored (NaN, docs/concepts/algorithms.md,
 "Our conventions"); a return value that breaks the contract (not one finite float or None per
 completion) raises RewardError. A dotted-path reward must live in a module the run names in
-`plugins` (docs/configuration.md, "Rewards and plugins").
+`plugins` (docs/reference/cli.md, "Rewards and plugins").
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def _name(fn: Callable[..., Any]) -> str:
 CONTRACT = "a reward returns one finite float per completion, or None where it cannot score one"
 #: the largest |value| and |weight x value| a reward may give. The objectives and scores are float32
 #: and the group statistics square deviations: with |x| <= 1e15 a group of up to 1e6 rows sums
-#: (2e15)^2 x 1e6 = 4e36 < 3.4e38 (float32's max), so no statistic overflows (docs/extending.md §4).
+#: (2e15)^2 x 1e6 = 4e36 < 3.4e38 (float32's max), so no statistic overflows (docs/guides/extending.md §4).
 REWARD_LIMIT = 1e15
 
 
@@ -130,7 +130,7 @@ def compute_rewards(
     column). An error that stops the run (RewardError, naming the function, the row and the
     value's type): a return value that is not N values (None, a dict, a string, a 2-D tensor, a
     wrong length) or a value that is not a finite real number (NaN, inf, a bool, a string).
-    Raises ValueError when completions and rows differ in length. Rules: docs/extending.md §4.
+    Raises ValueError when completions and rows differ in length. Rules: docs/guides/extending.md §4.
     """
     completions, rows = list(completions), list(rows)
     if len(completions) != len(rows):
@@ -219,7 +219,7 @@ def _check_trusted(path: str, mod_name: str, plugins: Sequence[str]) -> None:
         f"({', '.join(plugins) or 'none'}); a reward must be registered (known: "
         f"{', '.join(n for n in available('reward') if n not in _BY_PATH)}) or defined in a module the run or "
         f"study file lists under `plugins:` (add `plugins: [{mod_name}]` if you trust its code; "
-        "docs/configuration.md, 'Rewards and plugins')"
+        "docs/reference/cli.md, 'Rewards and plugins')"
     )
 
 

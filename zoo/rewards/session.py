@@ -17,7 +17,7 @@ and keyword-only hyperparameters) and names, in its registration, the class that
 `open_rewards(rewards, device)` (the trainer, at setup) turns each such component into a `LiveReward`
 with its session set up; `close_rewards` (the trainer, when the run ends) tears them down. Plain
 rewards pass through unchanged. Under data parallelism every rank opens its own session and scores its
-own rows (zoo.step.sample scores the rank's slice). docs/extending.md §4.
+own rows (zoo.step.sample scores the rank's slice). docs/guides/extending.md §4.
 """
 
 from __future__ import annotations

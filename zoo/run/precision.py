@@ -4,7 +4,7 @@
 
 Why: on a CPU without native bf16 matmul, torch emulates bf16 and a linear layer of SmolLM2's shape
 runs at ~10 GFLOP/s against ~57 GFLOP/s in fp32 (environment.md), so bf16 autocast makes a run several
-times slower; with AVX-512 BF16 or AMX it is ~1.7x faster (docs/performance.md).
+times slower; with AVX-512 BF16 or AMX it is ~1.7x faster (docs/results/performance.md).
 `torch.backends.cpu.get_cpu_capability()` alone cannot tell: it says "AVX512" also on CPUs
 without the bf16 instructions. The rule:
 

@@ -53,7 +53,7 @@ def _scheduler(opt: torch.optim.Optimizer, cfg: RunConfig, total: int):
 
 def _adamw(params, lr: float, cfg: RunConfig) -> torch.optim.Optimizer:
     """torch's AdamW; `optim.fused` selects its fused kernel (one kernel over every tensor instead of a
-    per-tensor loop: measured 4-5x faster per optimizer step on CPU, docs/performance.md) where every
+    per-tensor loop: measured 4-5x faster per optimizer step on CPU, docs/results/performance-step.md) where every
     parameter is a plain CPU or CUDA float tensor; sharded (DTensor) parameters keep the default."""
     params = list(params)
     fused = (

@@ -3,7 +3,7 @@
 Torch's OpenMP threads spin at every barrier by default. With one other CPU-bound process on a
 2-core machine, two spinning threads made a 64x576 @ 576x1536 forward+backward loop 9x slower
 (9.4 s against 1.0 s on one thread); with `OMP_WAIT_POLICY=PASSIVE` (idle threads sleep) it took
-1.3 s (docs/performance.md). Both settings are read once, when torch loads its OpenMP runtime, so
+1.3 s (docs/results/performance-threads.md). Both settings are read once, when torch loads its OpenMP runtime, so
 `apply` must run before the first `import torch`: the `zoo` command does it first thing
 (zoo/cli/__init__.py), the bench workers and the Ray tasks get it through their environment.
 

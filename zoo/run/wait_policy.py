@@ -1,6 +1,6 @@
 """The OpenMP wait policy zoo chooses when the user did not set `OMP_WAIT_POLICY` (stdlib only).
 
-Measured on this project's 2-core Xeon (docs/performance.md, "Does PASSIVE cost anything on an idle
+Measured on this project's 2-core Xeon (docs/results/performance-threads.md, "Does PASSIVE cost anything on an idle
 machine?"): beside one other CPU-bound process, spinning threads made a step up to 9x slower, and
 PASSIVE (idle threads sleep) fixes it; on an idle machine PASSIVE made a `zoo bench` step at the main
 job's size 1.6x slower (12.0 s against 7.4 s) and a 32 x 64 tiny step 2x slower. So the choice goes

@@ -1,4 +1,4 @@
-"""One training step: `pipeline.step` lists the stages in order (the table opening docs/engine.md);
+"""One training step: `pipeline.step` lists the stages in order (the table opening docs/concepts/engine.md);
 each stage is a function in its own module here.
 
     sample.py      generate -> reward -> length -> objectives -> filter, in resampling rounds

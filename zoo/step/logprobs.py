@@ -3,7 +3,7 @@ reference log-probs), with a group's prompt run once and continued from its KV c
 
 Shapes: N rows, L = P + T tokens (prompt left-padded, completion right-padded), T completion
 tokens, V vocabulary size. Log-probs come from logits / temperature with log-softmax in fp32, even
-under bf16 autocast (docs/algorithms.md "Our conventions"); position ids follow the mask (C10).
+under bf16 autocast (docs/concepts/algorithms.md "Our conventions"); position ids follow the mask (C10).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One training step, top to bottom: the stages of docs/engine.md's opening table in order, one call each.
+"""One training step, top to bottom: the stages of docs/concepts/engine.md's opening table in order, one call each.
 
     per resampling round (zoo/step/sample.py `Rounds`: round 0, then refills while filters drop groups)
       generate                   the run's generator -> Batch with logp_rollout

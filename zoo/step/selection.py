@@ -1,4 +1,4 @@
-"""The machinery for components that select tokens over the whole optimizer step (docs/engine.md,
+"""The machinery for components that select tokens over the whole optimizer step (docs/concepts/engine.md,
 "Selections over the whole step"): before the micro-batch loop of an optimizer step, the update
 builds a `StepView` of the step's detached fields over every rank; each micro-batch's component
 call then gets the view and its rows in it. `scope: micro` (a hyperparameter of such a component)

@@ -4,7 +4,7 @@ truncation flags. The training-side per-token log-probs are in zoo.step.logprobs
 Shapes: N = completions in the rollout (prompts x group size G), P = prompt tokens (left-padded),
 T = completion tokens (right-padded), L = P + T.
 
-Conventions (docs/algorithms.md "Our conventions", docs/cases.md C6/C10):
+Conventions (docs/concepts/algorithms.md "Our conventions", docs/concepts/cases.md C6/C10):
 - the completion mask covers generated tokens up to and including the first EOS (C6);
 - a completion is truncated when it has no EOS, i.e. generation stopped at max_new_tokens;
 - position ids follow the attention mask under left padding (C10, `zoo.models.forward.position_ids_from_mask`).

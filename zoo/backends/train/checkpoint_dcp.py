@@ -8,7 +8,7 @@ DCP's safetensors layout (`HuggingFaceStorageWriter(save_distributed=True)`: one
 read back by `HuggingFaceStorageReader`, so no pickle is read on resume: DCP's default
 `FileSystemReader` unpickles its `.metadata` file and any non-tensor value. The few non-tensor values
 (the optimizers' param groups: lr, betas, ...) go into the run's weights-only `state.pt` instead
-(`split` / `merge`), so the whole checkpoint stays data (docs/configuration.md, Trust).
+(`split` / `merge`), so the whole checkpoint stays data (docs/reference/cli.md, Trust).
 
 Folders: `checkpoint/shards.stepN/`, written as `checkpoint/.shards.stepN.tmp/` and renamed when every
 rank has written; `state.pt` names the folder it belongs to, so a crash at any point leaves the previous

@@ -16,7 +16,7 @@ COLUMNS = (
     ("accuracy", "accuracy"),
 )
 TEXT = (
-    "Per trajectory of the first generation round of each step (docs/metrics.md `env/*`): the mean over the "
+    "Per trajectory of the first generation round of each step (docs/reference/metrics.md `env/*`): the mean over the "
     "first → the last half of the steps (one value with a single step), averaged over the arm's seeds that "
     "did not fail; *eval tool calls* is the greedy evaluation's mean at the last evaluation."
 )
