@@ -1,6 +1,7 @@
 """Worker of tests/distributed/test_distill_dist.py: the teacher's centred signal (zoo/step/distill.py,
 its mean over every trained token of every rank) on an uneven split of the rows over two gloo ranks
-(`dist`), or on every row in one process (`single`); saves each rank's advantages."""
+(`dist`), or on every row in one process (`single`); saves each rank's advantages. Under `dist` a second
+round gives rank 0 no rows (it calls `distill_empty`, as the step does) and rank 1 all of them."""
 
 import dataclasses
 import sys
@@ -35,7 +36,7 @@ def case():
 
 
 def main(out: Path, mode: str) -> None:
-    from zoo.step.distill import distill
+    from zoo.step.distill import distill, distill_empty
 
     torch.set_num_threads(1)
     rank = 0
@@ -48,6 +49,12 @@ def main(out: Path, mode: str) -> None:
     rows = batch if mode == "single" else batch.select(SHARES[rank])
     got, m = distill(rows, slots)
     torch.save({"advantages": got.advantages, "kl": torch.tensor(m["distill/reverse_kl"])}, out / f"{mode}{rank}.pt")
+    if mode == "dist":  # then rank 0 has no rows (the step skips distill there and joins the sum)
+        if rank == 0:
+            distill_empty(slots)
+        else:
+            got, m = distill(batch, slots)
+            torch.save({"advantages": got.advantages, "kl": torch.tensor(m["distill/reverse_kl"])}, out / "empty1.pt")
     if mode == "dist":
         td.barrier()
         td.destroy_process_group()

@@ -1,5 +1,6 @@
 """The teacher's centred signal under data parallelism (zoo/step/distill.py): two gloo ranks holding 1 and
-4 of the 5 rows give each row the advantage one process gives it on all rows (the mean is over every rank)."""
+4 of the 5 rows give each row the advantage one process gives it on all rows (the mean is over every rank),
+and a rank with no rows joins the mean's sum without changing it."""
 
 from pathlib import Path
 
@@ -29,3 +30,5 @@ def test_two_ranks_give_the_distill_advantage_of_one_process(tmp_path):
         want = one["advantages"][SHARES[rank]]
         torch.testing.assert_close(two["advantages"], want[:, : two["advantages"].shape[1]], rtol=1e-5, atol=1e-6)
         assert float(two["kl"]) == pytest.approx(float(one["kl"]), rel=1e-6)
+    alone = torch.load(tmp_path / "empty1.pt")  # a rank with no rows joined the sum and changed nothing
+    torch.testing.assert_close(alone["advantages"], one["advantages"], rtol=1e-5, atol=1e-6)
