@@ -42,6 +42,7 @@ class Teacher:
     ref: Reference | None = None
     alpha: float = 0.01
     tokenizer: Any = None
+    moving: tuple[str, ...] = ()  # ema: the parameters that move (the policy's trainable ones)
 
     @contextlib.contextmanager
     def forward(self) -> Iterator[nn.Module]:
@@ -63,7 +64,7 @@ class Teacher:
     @torch.no_grad()
     def after_update(self, policy: nn.Module) -> None:
         """After the step's optimizer updates: an `ema` teacher moves towards the policy (trainable
-        weights only: with LoRA the adapters, the shared base is the same tensor in both)."""
+        weights only: with LoRA the adapters; the frozen base weights are equal in both copies)."""
         if self.which != "ema" or self.model is None:
             return
         mine = dict(self.model.named_parameters())
@@ -73,15 +74,19 @@ class Teacher:
                 mine[name].lerp_(full.detach().to(mine[name].device, mine[name].dtype), self.alpha)
 
     def state_dict(self) -> dict[str, torch.Tensor] | None:
-        """What a checkpoint keeps: an `ema` teacher's weights (the others are rebuilt: the model from its
-        source, frozen from the initial policy, current is the policy)."""
+        """What a checkpoint keeps: an `ema` teacher's moving weights (with LoRA the adapters); the other
+        teachers are rebuilt (the model from its source, frozen from the initial policy, current is the policy)."""
         if self.which != "ema" or self.model is None:
             return None
-        return {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+        params = dict(self.model.named_parameters())
+        return {k: params[k].detach().cpu().clone() for k in self.moving}
 
     def load_state_dict(self, state: dict[str, torch.Tensor] | None) -> None:
         if state is not None and self.which == "ema" and self.model is not None:
-            self.model.load_state_dict(state)
+            params = dict(self.model.named_parameters())
+            with torch.no_grad():
+                for k, v in state.items():
+                    params[k].copy_(v)
 
     def close(self) -> None:
         """Drop the teacher's weights (a `current` teacher is the policy: nothing to free)."""
@@ -127,6 +132,7 @@ def _check_alpha(params: Any, context: Any) -> None:
 @register("teacher", "ema", check=_check_alpha)
 def ema_teacher(policy: nn.Module, cfg: Any, device: Any, /, *, alpha: float = 0.01) -> Teacher:
     """A frozen copy that moves towards the policy after each step, rate alpha (SDFT arXiv 2601.19897: 0.01)."""
+    moving = tuple(n for n, p in policy.named_parameters() if p.requires_grad)
     m = copy.deepcopy(policy).eval()
     m.requires_grad_(False)
-    return Teacher("ema", m, alpha=alpha)
+    return Teacher("ema", m, alpha=alpha, moving=moving)
