@@ -42,8 +42,15 @@ def test_list_json_names_every_component_and_variant():
         "clip_cov",
         "kl_cov",
         "dppo",
+        "gpg",
+        "dro",
+        "vespo",
+        "luspo",
+        "bypass",
     }
-    assert {"sapo", "gmpo", "cispo", "clip_cov", "kl_cov", "dppo"} <= set(out["variants"])
+    assert {"sapo", "gmpo", "cispo", "clip_cov", "kl_cov", "dppo", "lite_ppo", "gpg", "grpo_bypass"} <= set(
+        out["variants"]
+    )
     assert "off_policy_sequence_mask" in out["correction"]
 
 

@@ -225,6 +225,7 @@ def test_c17_all_alike_groups_are_zero_after_group_std_for_every_estimator(name)
         torch.tensor([5, 5, 5, 2, 2, 2]),
         torch.zeros(mask.shape),
         torch.zeros(mask.shape),
+        extras={"greedy_score": torch.zeros(6), "otb_energy": torch.ones(mask.shape)},  # remax, otb read these
     )
     hyper = build("advantage", name).entry.hyperparameters()
     adv = run(name, inp, **{k: 1.0 for k in ("gamma", "lam") if k in hyper}).advantages

@@ -130,7 +130,7 @@ def test_no_sampler_logprobs_is_a_clear_error():
     "spec,msg",
     [
         ({"name": "tis", "C": 0.5}, "C must be a finite number >= 1"),
-        ({"name": "tis", "level": "geometric"}, "level must be one of token, sequence"),
+        ({"name": "tis", "level": "row"}, "level must be one of token, sequence, geometric"),  # geometric: issue 34
         ({"name": "mis", "c_low": 1.5}, "0 <= c_low <= 1 <= c_high"),
         ({"name": "mis", "c_high": 0.9}, "0 <= c_low <= 1 <= c_high"),
         ({"name": "rs", "c_high": 0.5}, "c_high must be a number >= 1"),

@@ -18,7 +18,7 @@ from zoo.step.update import update
 
 def test_kl_slot_becomes_the_kl_term_or_the_reward_stage_and_a_controller():
     grpo = Slots.of(load_variant("grpo"))  # kl: {placement: loss, estimator: k3, beta: 0.04}
-    assert [t.spec() for t in grpo.loss] == [{"name": "kl", "estimator": "k3", "beta": 0.04}]
+    assert [t.spec() for t in grpo.loss] == [{"name": "kl", "estimator": "k3", "beta": 0.04, "bias_correction": False}]
     assert grpo.kl_reward is None and grpo.controllers == [] and grpo.reads("logp_ref")
     ppo = Slots.of(load_variant("ppo", {"kl.adaptive": {"target": 6.0, "horizon": 100}}))  # k1 in the reward
     assert ppo.loss == [] and ppo.kl_reward.estimator.name == "k1" and ppo.reads("logp_ref") and ppo.reads("logp_old")

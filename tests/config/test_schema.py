@@ -128,7 +128,7 @@ def test_unknown_key_through_optional_and_union_slots():
         )
     assert str(e.value) == (
         "v.yaml: key 'slots.kl.betta' is not allowed (did you mean 'beta'?); "
-        "allowed: placement, estimator, beta, adaptive"
+        "allowed: placement, estimator, beta, adaptive, bias_correction"
     )
 
 

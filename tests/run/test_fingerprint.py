@@ -188,3 +188,16 @@ def test_the_way_out_of_a_changed_config_names_output_dir_when_the_file_sets_it(
     changed = tiny_run_config(tiny_model_dir, tmp_path / "r", budget={"steps": 1}, optim={"lr": 2e-3})
     with pytest.raises(StaleRunError, match=r"write it elsewhere \(--set output_dir=NEW_DIR\)"):
         train(changed, progress=False)
+
+
+def test_issue34_parameters_at_their_defaults_leave_the_fingerprint():
+    # kl.bias_correction false, gspo's advantage row_mean and tis's C_low null were added later: at
+    # their defaults the resolved slots are what they were, so older runs' digests stay valid
+    plain = fp.fingerprint(_cfg(set={"correction": [{"name": "tis"}]}))[1]["variant"]["slots"]
+    assert "bias_correction" not in plain["kl"] and "C_low" not in plain["correction"][0]
+    gspo = fp.fingerprint(_cfg(variant="gspo"))[1]["variant"]["slots"]["clip"]
+    assert "advantage" not in gspo
+    on = _cfg(set={"kl": {"placement": "loss", "beta": 0.04, "bias_correction": True}})
+    assert fp.fingerprint(on)[1]["variant"]["slots"]["kl"]["bias_correction"] is True
+    token = fp.fingerprint(_cfg(variant="gspo", set={"clip": {"name": "gspo", "advantage": "token"}}))[1]
+    assert token["variant"]["slots"]["clip"]["advantage"] == "token"

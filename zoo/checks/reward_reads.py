@@ -45,6 +45,13 @@ def check_reward_reads(
                     f"{slot} {comp.name}: metric {metric!r} will not exist ({why}); the step's metrics "
                     f"are {', '.join(sorted(kinds))}"
                 )
+            elif slot == "filter" and metric == "reward" and _shaping(slots, context):
+                warnings.append(
+                    f"filter {comp.name}: metric 'reward' is the score after length shaping "
+                    f"({', '.join(_shaping(slots, context))} adds a column to it), so groups whose answers are all "
+                    "right or all wrong but differ in length are kept with a shaping-only advantage; DAPO "
+                    "filters on accuracy (metric: accuracy, with a correctness reward)"
+                )
             elif slot == "filter" and kinds[metric] is False:
                 warnings.append(
                     f"filter {comp.name}: metric {metric!r} is continuous, so its values rarely tie "
@@ -107,3 +114,13 @@ def reward_reads(s: BeforeLoad, rep: Report) -> None:
     errors, warnings = check_reward_reads(s.variant.slots, s.rewards, s.context())
     rep.errors += errors
     rep.warnings += warnings
+
+
+def _shaping(slots: Any, context: Mapping[str, Any] | None) -> list[str]:
+    """The variant's length components that add a column to the score (all but `overlong_filter`,
+    which only drops rows)."""
+    return [
+        build("length", sp, context).name
+        for sp in getattr(slots, "length", None) or []
+        if build("length", sp, context).name != "overlong_filter"
+    ]

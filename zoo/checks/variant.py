@@ -76,6 +76,12 @@ def check_variant(v: Variant, context: Mapping[str, Any] | None = None) -> Repor
             f"{where}: KL in the reward with sequence-level advantage {adv.name!r}: the per-token KL is summed "
             "over each completion and subtracted from its score before the baseline (as RLOO does)"
         )
+    clip = comps["clip"]
+    if clip.name == "gspo" and declared(adv).level == "token" and clip.resolved().get("advantage") == "row_mean":
+        rep.warnings.append(
+            f"{where}: clip 'gspo' averages each row's advantages (advantage: row_mean) but {adv.name!r} gives "
+            "one per token: verl and TRL keep each token's own (set clip advantage: token for their rule)"
+        )
     norm = comps["normalizer"].resolved()
     if declared(adv).needs_groups and norm.get("shift_mean") is True and norm.get("level") == "token":
         rep.warnings.append(

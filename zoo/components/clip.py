@@ -205,9 +205,24 @@ def two_sided_clip(
     return _ppo_family(logp, logp_old, adv, mask, eps_low, eps_high, dual_c=delta)
 
 
-@register("clip", "gspo", check=_check_low_high, level="sequence")
+def _check_gspo(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
+    _check_low_high(params, context)
+    if params["advantage"] not in ("row_mean", "token"):
+        raise ValueError(
+            f"advantage must be 'row_mean' or 'token' (verl's and TRL's rule), got {params['advantage']!r}"
+        )
+
+
+@register("clip", "gspo", check=_check_gspo, level="sequence")
 def gspo(
-    logp: Tensor, logp_old: Tensor, adv: Tensor, mask: Tensor, *, eps_low: float = 3e-4, eps_high: float = 4e-4
+    logp: Tensor,
+    logp_old: Tensor,
+    adv: Tensor,
+    mask: Tensor,
+    *,
+    eps_low: float = 3e-4,
+    eps_high: float = 4e-4,
+    advantage: str = "row_mean",
 ) -> ClipResult:
     """GSPO: one length-normalised ratio per sequence, clipped, broadcast over the row's real tokens.
 
@@ -215,14 +230,17 @@ def gspo(
     A_i = the row's sequence advantage (masked mean of adv); every real token of row i gets
     -min(s_i A_i, clip(s_i, 1-eps_low, 1+eps_high) A_i), so `seq_mean_token_mean` gives the GSPO
     objective (1/G) sum_i min(...). Flags are per row, broadcast; `ratio` holds s_i broadcast.
+    `advantage: token` is verl's and TRL's rule: each token keeps its own A_t,
+    -min(s_i A_t, clip(s_i) A_t), flags per token; the same for a sequence-level estimator, not for a
+    token-level one (`gae`, `reinforce`: `zoo validate` warns on the default there).
     logp, logp_old, adv, mask: [N, T]. Returns ClipResult with [N, T] fields.
     Raises ValueError when shapes differ or unless eps_high >= eps_low, 0 < eps_low < 1.
     Source: Zheng et al. arXiv 2507.18071 eq. 5-7 (eps 3e-4 / 4e-4, §5.1)."""
-    _check_low_high({"eps_low": eps_low, "eps_high": eps_high}, {})
+    _check_gspo({"eps_low": eps_low, "eps_high": eps_high, "advantage": advantage}, {})
     m, _, log_ratio, a = _prepare(logp, logp_old, adv, mask)
     s = masked_mean(log_ratio, m, dim=-1).exp().unsqueeze(-1)  # [N, 1]
-    a_seq = masked_mean(a, m, dim=-1).unsqueeze(-1)  # [N, 1]
-    loss, low, high = _clipped_surrogate(s, a_seq, eps_low, eps_high)  # [N, 1] each
+    a_used = a if advantage == "token" else masked_mean(a, m, dim=-1).unsqueeze(-1)  # [N, T] or [N, 1]
+    loss, low, high = _clipped_surrogate(s.expand_as(a_used), a_used, eps_low, eps_high)
     return _result(loss.expand_as(a), low.expand_as(m), high.expand_as(m), s.expand_as(a), m)
 
 

@@ -9,8 +9,13 @@ generator reports them on the Batch). When the sampler's numerics equal the trai
 every correction below gives exactly 1.
 
 Levels: `token` uses rho_t; `sequence` the product over the completion's real tokens,
-rho_seq = exp(sum_t log rho_t); `geometric` (rs only) the geometric mean exp(mean_t log rho_t). A
-sequence-level weight is broadcast over the row's real tokens. Every log-ratio is clamped to
+rho_seq = exp(sum_t log rho_t) (verl rollout_is "sequence", TRL `sequence_*`); `geometric` the
+geometric mean exp(mean_t log rho_t) (NeMo-RL's `sequence_mean`). A sequence-level weight is
+broadcast over the row's real tokens. Length dependence: the product compounds every token's
+mismatch, so its log grows with the length (L tokens each with log rho = 0.1: exp(0.1 L), 2.718 at
+L = 10, 148 at L = 50), while the geometric mean does not (exp(0.1) = 1.105 for any L) and so cannot
+flag one far-off token in a long row (log rho = 2 once among 49 zeros: product e^2 = 7.39, geometric
+e^0.04 = 1.041). Every log-ratio is clamped to
 [-20, 20] before `exp` (verl's safety bound), so the weights stay finite. Padded slots of both
 log-probs are selected away first (NaN/inf there reach neither the weight nor the loss); weights
 are 0 on padding (the clip term is 0 there too).
@@ -40,8 +45,8 @@ from zoo.core.registry import register
 from zoo.core.types import TermInputs
 
 LOG_RATIO_CLAMP = 20.0  # verl's safety bound: weights within [exp(-20), exp(20)]
-LEVELS = ("token", "sequence")
-RS_LEVELS = ("token", "sequence", "geometric")
+LEVELS = ("token", "sequence", "geometric")
+RS_LEVELS = LEVELS
 
 
 def log_ratio(inp: TermInputs, name: str) -> tuple[Tensor, Tensor]:
@@ -103,6 +108,11 @@ def _check_tis(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
         raise ValueError(
             f"C must be a finite number >= 1 (a cap below 1 would down-weight on-policy tokens), got {c!r}"
         )
+    lo = params["C_low"]
+    if lo is not None and (isinstance(lo, bool) or not isinstance(lo, (int, float)) or not 0 < lo <= 1):
+        raise ValueError(
+            f"C_low must be a number in (0, 1] or null (a floor above 1 would up-weight on-policy tokens), got {lo!r}"
+        )
 
 
 def _check_mis(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
@@ -124,17 +134,19 @@ def _check_rs(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
 
 
 @register("correction", "tis", check=_check_tis, reads=("logp_old", "logp_rollout"))
-def tis(inp: TermInputs, *, C: float = 2.0, level: str = "token") -> Tensor:
+def tis(inp: TermInputs, *, C: float = 2.0, C_low: float | None = None, level: str = "token") -> Tensor:
     """Truncated importance sampling: w = min(rho, C) (Yao et al. 2025, "Your Efficient RL Framework
     Secretly Brings You Off-Policy RL Training", C = 2; TRL `token_truncate` / `sequence_truncate`;
     verl `rollout_is`, threshold 2.0). `level: sequence` truncates the product of the row's token
-    ratios, in log space: exp(min(sum_t log rho_t, log C)).
+    ratios, in log space: exp(min(sum_t log rho_t, log C)); `geometric` their geometric mean.
+    `C_low` (None: no floor) also truncates from below, w = clamp(rho, C_low, C): TRL's
+    `vllm_importance_sampling_clip_min` (clamp(min=clip_min, max=clip_max) in `_generate_and_score_completions`).
 
     inp.logp_old, inp.logp_rollout, inp.mask: [n, T]. Returns the detached weight [n, T], 0 on
     padding. Raises ValueError without logp_rollout."""
     m, lr = log_ratio(inp, "tis")
     lv = level_log_ratio(lr, m, level).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    return _weight(torch.exp(torch.clamp(lv, max=math.log(C))), m)
+    return _weight(torch.exp(torch.clamp(lv, min=None if C_low is None else math.log(C_low), max=math.log(C))), m)
 
 
 @register("correction", "mis", check=_check_mis, reads=("logp_old", "logp_rollout"))

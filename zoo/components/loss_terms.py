@@ -16,22 +16,31 @@ from __future__ import annotations
 
 from zoo.components.kl import masked_kl
 from zoo.components.stats import sanitize
+from zoo.components.surrogate import LOG_RATIO_CLAMP
 from zoo.core import registry
 from zoo.core.registry import register
 from zoo.core.types import TermInputs, TermResult
 
 
 @register("loss", "kl", reads=("logp", "logp_ref"), stats=("kl/ref",))
-def kl(inp: TermInputs, *, estimator: str = "k3", beta: float = 0.0) -> TermResult:
+def kl(inp: TermInputs, *, estimator: str = "k3", beta: float = 0.0, bias_correction: bool = False) -> TermResult:
     """beta * k(logp, logp_ref) per token, the KL to the reference in the loss (GRPO arXiv:2402.03300
     eq. 3-4: k3, beta 0.04). inp.logp, inp.logp_ref, inp.mask: [n, T]. Logs kl/ref (the token mean
-    of k). Made from the `kl:` slot (placement loss); writing it by hand is a validation error.
-    Raises ValueError when logp_ref is missing or shapes differ; ComponentError for an unknown
-    estimator."""
+    of k, uncorrected). Made from the `kl:` slot (placement loss); writing it by hand is a validation
+    error. `bias_correction` (kl.bias_correction): beta * r_t * k_t with r_t = pi_theta / pi_old =
+    exp(logp - logp_old), not detached, so the gradient also flows through r (TRL
+    `use_bias_correction_kl`, off by default there; DeepSeek-V3.2 arXiv:2512.02556 §3.1, the KL
+    estimate under samples from pi_old). With one on-policy update r = 1 but its gradient is not 0:
+    the term's gradient is beta (k' + k), as in TRL. Raises ValueError when logp_ref is missing or
+    shapes differ; ComponentError for an unknown estimator."""
     if inp.logp_ref is None:
         raise ValueError("loss term 'kl' needs reference log-probs (logp_ref): the variant has no reference")
     k = masked_kl(registry.build("kl_estimator", estimator), inp.logp, inp.logp_ref, inp.mask)  # [n, T], padding 0
-    return TermResult(sanitize(beta * k, inp.mask), {"kl/ref": k.detach()})
+    value = k
+    if bias_correction:
+        lr = sanitize(inp.logp, inp.mask) - sanitize(inp.logp_old.detach(), inp.mask)
+        value = lr.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP).exp() * k  # [n, T], padding 0 (k is)
+    return TermResult(sanitize(beta * value, inp.mask), {"kl/ref": k.detach()})
 
 
 @register("loss", "entropy_bonus", reads=("entropy",), grad=("entropy",))

@@ -45,6 +45,8 @@ def kl_parts(kl: Any) -> KLParts:
         raise ValueError(f"kl.placement {kl.placement!r}: use one of {', '.join(where)}")
     in_loss, in_reward = where[kl.placement]
     term = {"name": KL_NAME, "estimator": kl.estimator, "beta": kl.beta} if in_loss else None
+    if term is not None and getattr(kl, "bias_correction", False):
+        term["bias_correction"] = True
     ctrl = None
     if kl.adaptive is not None and (in_loss or in_reward):
         ctrl = {"name": "adaptive_kl", "target": kl.adaptive.target, "horizon": kl.adaptive.horizon, "beta": kl.beta}

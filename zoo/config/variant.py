@@ -15,7 +15,7 @@ import difflib
 from pathlib import Path
 from typing import Any, Literal, Mapping, Optional, Union
 
-from pydantic import Field, ValidationError, create_model, field_validator
+from pydantic import Field, ValidationError, create_model, field_validator, model_validator
 
 from zoo.config import overrides
 from zoo.config.desugar import hand_written
@@ -77,6 +77,16 @@ class KLSpec(Strict):
     estimator: str = "k3"
     beta: float = Field(0.0, ge=0)
     adaptive: AdaptiveKLSpec | None = None
+    bias_correction: bool = False  # TRL use_bias_correction_kl: k x pi_theta / pi_old (placement loss only)
+
+    @model_validator(mode="after")
+    def _bias_correction_in_the_loss(self) -> "KLSpec":
+        if self.bias_correction and self.placement != "loss":
+            raise ValueError(
+                "kl.bias_correction multiplies the KL in the loss by pi_theta / pi_old (TRL use_bias_correction_kl): "
+                f"it needs placement: loss, got {self.placement!r}"
+            )
+        return self
 
     @field_validator("estimator")
     @classmethod

@@ -73,6 +73,7 @@ TABLE: tuple[Field, ...] = (
         on_batch=True,
         made_at="kl_reward",
     ),
+    Field("greedy_score", "rollout", "[N]", made_at="objectives"),  # ReMax's baseline (zoo/step/greedy.py)
     Field(
         "logp_teacher_vocab", "rollout", "[N, T, V]", made_at="forwards"
     ),  # a distill: teacher, zoo/step/distill_vocab.py

@@ -74,6 +74,7 @@ def fingerprint_fields(cfg: RunConfig) -> dict[str, Any]:
         raise VariantError(user_key_first(str(e), cfg)) from None
     if (slots.get("critic") or {}).get("init") == "policy":  # the default: older runs' digests stay
         slots["critic"].pop("init")
+    _drop_issue34_defaults(slots)
     fields = {
         "variant": {
             "name": cfg.variant,
@@ -107,6 +108,19 @@ def fingerprint_fields(cfg: RunConfig) -> dict[str, Any]:
     fields["sampling"].pop("batch_size", None)  # not what is trained: in provenance, a resume that changes it warns
     fields["model_opts"].pop("cache_casts", None)  # bit-identical values either way (zoo.models.cast_cache)
     return json.loads(json.dumps(fields, default=str))  # tuples -> lists, as they read back from JSON
+
+
+def _drop_issue34_defaults(slots: dict[str, Any]) -> None:
+    """Parameters added later at their default values (issue 34: kl.bias_correction false, gspo's
+    advantage row_mean, tis's C_low null) leave the resolved slots, so the digests of older runs stay."""
+    if isinstance(slots.get("kl"), dict) and slots["kl"].get("bias_correction") is False:
+        slots["kl"].pop("bias_correction")
+    clip = slots.get("clip")
+    if isinstance(clip, dict) and clip.get("name") == "gspo" and clip.get("advantage") == "row_mean":
+        clip.pop("advantage")
+    for c in slots.get("correction") or []:
+        if isinstance(c, dict) and c.get("name") == "tis" and c.get("C_low", 0) is None:
+            c.pop("C_low")
 
 
 def _generator(cfg: RunConfig) -> str | dict[str, Any]:

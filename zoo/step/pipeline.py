@@ -47,6 +47,7 @@ from zoo.step.diagnostics import step_diagnostics
 from zoo.step.distill import distill, distill_empty, score_teacher
 from zoo.step.distill_vocab import FIELD as VOCAB_FIELD
 from zoo.step.forwards import first_order, reuses_old, rollout_forwards
+from zoo.step.greedy import reads_greedy, with_greedy_score
 from zoo.step.hooks import NO_HOOKS, Hooks
 from zoo.step.sample import Rounds, generate
 from zoo.step.scoring import keep_rows, length_shaping, objective_scores, per_row_metrics
@@ -84,6 +85,8 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> StepResult:
                 b, objectives, st.reward_names, weights, st.slots, st.settings.max_new_tokens, acc
             )  # length
             b, sm = objective_scores(b, obj, names, w, st.slots, acc)  # objectives
+            if reads_greedy(st):  # ReMax's baseline: a greedy completion per prompt (zoo/step/greedy.py)
+                b = with_greedy_score(st, b, rows, rounds.n_groups)
             b = run_stages(st.slots.stages, "reward", b)  # plugin stages after reward
             keep = keep_rows(
                 per_row_metrics(objectives, st.reward_names, b.scores, acc), b.group_ids, st.slots
