@@ -18,7 +18,14 @@ from zoo.core import registry as _registry
 from zoo.core.registry import available, build, register
 
 # the modules whose import registers the built-in components; the core's registry imports them on first use
-_registry.add_builtin_modules("zoo.components", "zoo.rewards", "zoo.backends.generate.registered", "zoo.envs")
+_registry.add_builtin_modules(
+    "zoo.components",
+    "zoo.rewards",
+    "zoo.backends.generate.registered",
+    "zoo.envs",
+    "zoo.models.teacher",
+    "zoo.components.distill_divergence",
+)
 
 from zoo.core.version import VERSION as __version__  # noqa: E402,F401
 

@@ -39,6 +39,7 @@ NEWER = {
     "quickstart.yaml",
     "recipe_grid.yaml",
     "clip_higher_entropy.yaml",
+    "distill.yaml",
 }
 
 

@@ -47,7 +47,8 @@ def test_engine_slots_list_no_slot_the_table_lacks():
     fields = {f.name for f in dataclasses.fields(StepSlots)} - {
         "kl_reward",
         "stages",
-    }  # the kl: slot's reward part; plugin stages
+        "distill",
+    }  # the kl: slot's reward part; plugin stages; the variant's distill: block (zoo/config/distill.py)
     assert fields <= set(kinds.slots()) | set(registry.KINDS)
     assert set(SLOT_KINDS) <= fields
 

@@ -116,6 +116,11 @@ def test_every_variant_trains_two_steps(variant, tiny_model_dir, tmp_path, monke
         # rarely stops within 8 tokens, so overlong filtering masks nearly every row (both tested
         # below); without them the rest of DAPO (clip-higher, soft overlong punishment) must train
         over["set"] = {"filter": [], "length": [{"name": "overlong_soft", "cache_frac": 0.2}]}
+    distill = load_variant(variant).distill
+    if distill is not None:  # a teacher: another model, or the policy itself with a context of its own
+        over["teacher"] = (
+            {"model": str(tiny_model_dir)} if distill.teacher_name() == "model" else {"context": "Answer: {answer}\n"}
+        )
     if load_variant(variant).critic_warmup:  # value pretraining (vapo): 1 step, so the policy moves in step 2
         over["budget"] = {**over["budget"], "critic_warmup": 1}
     cfg = tiny_run_config(tiny_model_dir, tmp_path / variant, variant=variant, **over)
@@ -223,6 +228,13 @@ RESUME_CASES = {
     # value pretraining spans the crash: steps 1-3 train the critic alone, the resumed run still
     # counts step 3 as warm-up (critic/warmup is compared) and moves the policy at step 4
     "ppo-critic-warmup": dict(variant="ppo", budget={"steps": 4, "group_size": 2, "critic_warmup": 3}),
+    # the EMA teacher's weights are checkpointed: distill/reverse_kl after resume == uninterrupted
+    "self-distill-ema": dict(
+        variant="self_distill",
+        budget={"steps": 4},
+        teacher={"context": "A: {answer}\n"},
+        set={"distill.teacher": {"name": "ema", "alpha": 0.5}},
+    ),
 }
 
 

@@ -32,6 +32,7 @@ from zoo.checks import (  # noqa: F401
     reward_reads,
     strategy,
     task,
+    teacher,
     warnings,
 )
 from zoo.checks import memory as _memory  # noqa: F401
@@ -54,6 +55,7 @@ BEFORE_LOAD = (
     "strategy",
     "model_path",
     "critic_init",
+    "teacher",
     "run_warnings",
 )
 AFTER_LOAD = ("context_length", "memory_estimate", "critic_tokenizer", "parameter_count")

@@ -113,7 +113,9 @@ def _fmt_spec(val: Any) -> str:
             ad = val.get("adaptive")
             extra = f", adaptive target {ad['target']} horizon {ad['horizon']}" if ad else ""
             return f"{val['placement']}: {val['estimator']}, beta {val['beta']}{extra}"
-        params = ", ".join(f"{k}={v}" for k, v in val.items() if k != "name")
+        params = ", ".join(f"{k}={_fmt_spec(v) if isinstance(v, dict) else v}" for k, v in val.items() if k != "name")
+        if "name" not in val:  # a settings block (distill:)
+            return params
         return f"{val['name']}" + (f" ({params})" if params else "")
     return str(val)
 

@@ -11,6 +11,7 @@ from typing import Any, Mapping
 
 from pydantic import Field, PrivateAttr, ValidationError, field_validator
 
+from zoo.config.distill import TeacherConfig
 from zoo.config.overrides import OverrideError, apply_dotted, did_you_mean
 from zoo.config.run_sections import (
     EVAL_BATCH,
@@ -83,6 +84,7 @@ class RunConfig(Strict):
         description="rewards scored and logged as gold/<name> but "
         "never trained on (a gold measure next to the proxy; Gao et al. arXiv:2210.10760)",
     )
+    teacher: TeacherConfig | None = Field(None, description="the teacher of a `distill:` variant")
     budget: Budget = Field(default_factory=Budget)
     optim: Optim = Field(default_factory=Optim)
     sampling: Sampling = Field(default_factory=Sampling)

@@ -19,6 +19,7 @@ from pydantic import Field, ValidationError, create_model, field_validator, mode
 
 from zoo.config import overrides
 from zoo.config.desugar import hand_written
+from zoo.config.distill import DistillSpec
 from zoo.config.schema import Spec, Strict, format_validation
 from zoo.config.variant_files import (
     VariantError,
@@ -145,6 +146,7 @@ class Variant(Strict):
     )
     plugins: list[str] = Field(default_factory=list, description="modules to import for user components")
     slots: Slots  # type: ignore[valid-type]
+    distill: DistillSpec | None = Field(None, description="a teacher's per-token signal (zoo/config/distill.py)")
     sources: dict[str, str] = Field(default_factory=dict)
     path: str | None = Field(None, exclude=True)
 
@@ -158,6 +160,9 @@ class Variant(Strict):
             else:
                 out[slot] = comp.spec() if comp is not None else None
         out["kl"] = self.slots.kl_spec().model_dump()
+        if self.distill is not None:  # a teacher's signal (zoo/config/distill.py)
+            d = self.distill.model_dump()
+            out["distill"] = {**d, "teacher": registry.build("teacher", d["teacher"]).spec()}
         return out
 
 

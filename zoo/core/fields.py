@@ -74,12 +74,16 @@ TABLE: tuple[Field, ...] = (
         made_at="kl_reward",
     ),
     Field("greedy_score", "rollout", "[N]", made_at="objectives"),  # ReMax's baseline (zoo/step/greedy.py)
+    Field(
+        "logp_teacher_vocab", "rollout", "[N, T, V]", made_at="forwards"
+    ),  # a distill: teacher, zoo/step/distill_vocab.py
     Field("mask", "rollout", "[N, T]", made_at="generate"),
     Field("group_ids", "rollout", "[N]", made_at="generate"),
     Field("lengths", "rollout", "[N]", made_at="generate"),
     Field("truncated", "rollout", "[N]", made_at="generate"),
     Field("logp", "update", "[n, T]"),
     Field("entropy", "update", "[n, T]"),
+    Field("logp_vocab", "update", "[n, T, V]"),  # the policy's full log-softmax, for a full-vocabulary term
     Field("clip_low", "update", "[n, T]"),
     Field("clip_high", "update", "[n, T]"),
     Field("ratio", "update", "[n, T]"),

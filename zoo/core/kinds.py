@@ -143,6 +143,12 @@ class Generator(Protocol):
         where it samples with the policy module itself)."""
 
 
+class TeacherFn(Protocol):
+    def __call__(self, policy: nn.Module, teacher: object, device: object, /) -> object:
+        """The run's policy, the run file's `teacher:` block (zoo.config.distill.TeacherConfig) and the
+        device -> an open teacher (zoo.models.teacher.Teacher: `forward()`, `after_update`, `close`)."""
+
+
 class StageFn(Protocol):
     def __call__(self, batch: Batch, /) -> Mapping[str, Tensor]:
         """The step's Batch at the stage's place (`after=`) -> the fields it declares in `writes=`, each
@@ -229,6 +235,7 @@ TABLE: tuple[Kind, ...] = (
     ),
     Kind("env", EnvFn, None, ("row", "seed", "assistant_text"), note="not a slot: the run file's task.env"),
     Kind("stage", StageFn, None, ("batch",), note="not a slot: runs when a component reads a field it writes"),
+    Kind("teacher", TeacherFn, None, ("policy", "teacher", "device"), note="not a slot: the variant's distill.teacher"),
 )
 
 

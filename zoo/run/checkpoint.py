@@ -85,6 +85,7 @@ def _write_state(
         "tracker_id": tracker_id,
         "reference": reference,
         "guards": st.guard.state_dict(),
+        "teacher": st.teacher.state_dict() if st.teacher is not None else None,  # an ema teacher's weights
     }
     if shards is None:
         state.update(
@@ -177,4 +178,6 @@ def restore_checkpoint(st: RunState, state: dict[str, Any], directory: Path) -> 
             st.reference.model.load_state_dict(ref["full"])
         st.reference.resets = int(ref["resets"])
     st.guard.load_state_dict(state.get("guards"))
+    if st.teacher is not None:
+        st.teacher.load_state_dict(state.get("teacher"))
     ckpt.set_rng_state(ranks[dist.rank()] if mine else state["rng"])

@@ -2,7 +2,7 @@
 
 A run folder's results belong to the config that produced them. `fingerprint(cfg)` hashes everything
 that changes training: the variant as resolved (slots with overrides and defaults, group_size, updates),
-model, model_opts, task, rewards, budget, optim, sampling, seed, ref_reset_every, the
+model, model_opts, task, rewards, budget, optim, sampling, seed, ref_reset_every, teacher (when set), the
 resolved precision and the generator (`sampling.backend` resolved: its name and every parameter,
 defaults filled in; plain `hf` is recorded as "hf"). Not in it: name, output_dir, eval, checkpoint,
 tracking, plugins (where a component comes from, not what it does: its resolved spec is in),
@@ -98,6 +98,7 @@ def fingerprint_fields(cfg: RunConfig) -> dict[str, Any]:
             )
         },
         **({"gold": dump["gold"]} if cfg.gold else {}),  # only when set: older runs' digests stay valid
+        **({"teacher": dump["teacher"]} if cfg.teacher is not None else {}),  # a distill: run's teacher
         "precision": resolved_precision(cfg),
         "generator": _generator(cfg),
     }

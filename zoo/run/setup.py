@@ -119,6 +119,9 @@ def setup(
     critic = None
     if slots.reads("values"):  # some component reads the critic's values (gae, a loss term, ...)
         critic = _make_critic(cfg, v, policy, tok, lora, device)
+    # a distill: variant's teacher, once per run; before the strategy wraps the policy, so a frozen or EMA
+    # copy is a plain module (zoo.models.teacher)
+    teacher = _open_teacher(cfg, v, policy, device)
     if cfg.model_opts.cache_casts and precision in ("bf16", "fp16") and cfg.training.strategy != "fsdp":
         # frozen weights (LoRA base, reference copy, critic backbone) cast to bf16 once, not every forward
         for m in (policy, critic, reference.model if reference is not None else None):
@@ -188,6 +191,7 @@ def setup(
         provenance=prov,
         gold=[c for c, _ in gold],
         generator=build_generator(cfg.sampling.backend, policy, tok),  # once per run (sampling.backend)
+        teacher=teacher,
     )
 
 
@@ -208,6 +212,16 @@ def _make_critic(
         lora=lora,
         checkpointing=cfg.model_opts.gradient_checkpointing,
     )
+
+
+def _open_teacher(cfg: RunConfig, v: Variant, policy: torch.nn.Module, device: torch.device) -> Any:
+    """The teacher of a `distill:` variant (zoo.models.teacher), or None. The before_load checks made
+    sure the run has a `teacher:` block and that a separate teacher's tokenizer is the policy's."""
+    if v.distill is None:
+        return None
+    from zoo.models.teacher import open_teacher
+
+    return open_teacher(v.distill.teacher, policy, cfg.teacher, device)
 
 
 def _seed_everything(seed: int) -> None:

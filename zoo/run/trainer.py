@@ -275,6 +275,8 @@ def _train(
     finally:
         close_rewards(st.rewards + [(c, 1.0) for c in st.gold])  # the run owns its rewards' sessions
         close_generator(st.generator)  # an engine (vllm) per run: the next arm of a study starts its own
+        if st.teacher is not None:
+            st.teacher.close()  # a distill: variant's teacher, opened once in setup
 
 
 class _NullTracker:

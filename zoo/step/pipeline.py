@@ -8,10 +8,12 @@
       (stages after reward)      plugin stages (zoo/core/stages.py) write Batch.extras, here and below
       filter                     sampling filters keep whole groups
     rollout_forwards             old / reference log-probs, critic values (only what some component reads)
+    (teacher)                    a distill: variant's teacher log-probs of the sampled tokens (zoo/step/distill.py)
     (stages after forwards)
     kl_reward                    KL placement "reward": batch.kl_reward [N, T]
     advantage                    the estimator -> batch.advantages [N, T] (+ returns for a critic)
     normalize                    the normalizer, over the global batch under data parallelism
+    (distill)                    + the teacher's per-token signal, after the normalizer
     (stages after advantage)
     diagnostics                  adv/corr/<objective>, length by correctness (zoo/step/diagnostics.py)
     update                       epochs x minibatches optimizer steps (clip rule, KL in the loss,
@@ -42,6 +44,8 @@ from zoo.models.reference import reset_reference
 from zoo.rewards.compute import accuracy_index, compute_rewards
 from zoo.step.advantages import advantage, empty_rows, kl_reward, normalize, normalize_global
 from zoo.step.diagnostics import step_diagnostics
+from zoo.step.distill import distill, distill_empty, score_teacher
+from zoo.step.distill_vocab import FIELD as VOCAB_FIELD
 from zoo.step.forwards import first_order, reuses_old, rollout_forwards
 from zoo.step.greedy import reads_greedy, with_greedy_score
 from zoo.step.hooks import NO_HOOKS, Hooks
@@ -101,6 +105,10 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> StepResult:
     if batch.size:
         with hooks.phase("forward"):
             batch = rollout_forwards(batch, st.models, st.slots, st.settings, hooks, order)  # forwards
+            if st.teacher is not None:  # a distill: variant's teacher scores the sampled tokens
+                batch = score_teacher(
+                    batch, st.teacher, st.cfg.teacher, st.models.tokenizer, st.settings, st.slots.reads(VOCAB_FIELD)
+                )
             batch = run_stages(st.slots.stages, "forwards", batch)  # plugin stages after forwards
     strategy.release_weights(st.models.parallel)
     t2 = time.perf_counter()
@@ -110,10 +118,13 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> StepResult:
             batch, km = kl_reward(batch, st.slots, coefs)  # kl_reward
             batch = advantage(batch, st.slots)  # advantage
             batch, am = normalize(batch, st.slots)  # normalize
+            batch, dm = distill(batch, st.slots)  # the teacher's signal, after the normalizer
+            am.update(dm)
             batch = run_stages(st.slots.stages, "advantage", batch)  # plugin stages after advantage
         m.update({**km, **am})
     elif dist.is_distributed():
         normalize_global(st.slots.normalizer, *empty_rows(st.device))  # join the other ranks' gather
+        distill_empty(st.slots)  # join the other ranks' sum of the teacher's signal
     m.update(step_diagnostics(batch, *rounds.objective_columns, len(st.reward_names), acc))  # diagnostics
     t3 = time.perf_counter()
     warmup = st.step < st.variant.critic_warmup  # value pretraining: the critic alone trains (policy frozen)
@@ -139,6 +150,8 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> StepResult:
         ts = time.perf_counter()
         st.generator.sync(st.models.policy)
         m["time/sync"] = time.perf_counter() - ts  # part of time/train
+    if st.teacher is not None and not warmup and m.get("optim/updates", 0) > 0:
+        st.teacher.after_update(st.models.policy)  # an ema teacher follows the policy
     if st.critic_scheduler is not None:
         for _ in range(st.settings.epochs * st.settings.minibatches):
             st.critic_scheduler.step()

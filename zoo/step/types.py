@@ -10,6 +10,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 from zoo.config.desugar import KL_NAME, kl_parts
+from zoo.config.distill import DistillSignal
 from zoo.config.variant import KLSpec, Variant, build_components
 from zoo.core import guards, registry
 from zoo.core.declarations import Declaration
@@ -62,6 +63,7 @@ class Slots:
     stages: list[registry.Component] = field(
         default_factory=list
     )  # plugin stages some component reads (zoo/core/stages.py)
+    distill: DistillSignal | None = None  # the variant's `distill:` (a teacher's signal, zoo/step/distill.py)
 
     @staticmethod
     def of(v: Variant, context: Mapping[str, Any] | None = None) -> "Slots":
@@ -74,6 +76,7 @@ class Slots:
             c["controllers"] = c["controllers"] + [registry.build("controller", parts.controller)]
         est = registry.build("kl_estimator", parts.reward_estimator) if parts.reward_estimator else None
         s = Slots(kl=kl, kl_reward=KLReward(est, kl.beta) if est is not None else None, **c)
+        s.distill = DistillSignal(v.distill) if v.distill is not None else None
         s.stages = active_stages(s.step_components())
         return s
 
@@ -82,7 +85,15 @@ class Slots:
         controllers, the KL in the reward, and the plugin stages some of them read (`stages`)."""
         one = [
             c
-            for c in (self.advantage, self.normalizer, self.objective_norm, self.clip, self.critic, self.kl_reward)
+            for c in (
+                self.advantage,
+                self.normalizer,
+                self.objective_norm,
+                self.clip,
+                self.critic,
+                self.kl_reward,
+                self.distill,
+            )
             if c is not None
         ]
         return [*one, *self.loss, *self.correction, *self.length, *self.filter, *self.stages]
@@ -156,3 +167,4 @@ class RunState:
     guard: guards.GuardState = field(default_factory=guards.GuardState)  # streaks of the run guards
     provenance: dict[str, Any] = field(default_factory=dict)
     generator: Any = None  # zoo.core.kinds.Generator built from cfg.sampling.backend (None: the hf generator)
+    teacher: Any = None  # zoo.models.teacher.Teacher of a `distill:` variant (opened in setup, closed by the trainer)

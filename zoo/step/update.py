@@ -21,6 +21,8 @@ from zoo.core import dist, guards, registry
 from zoo.core.batch import Batch
 from zoo.core.declarations import of as declared
 from zoo.step import selection
+from zoo.step.distill_vocab import POLICY_FIELD as POLICY_VOCAB
+from zoo.step.distill_vocab import vocab_forward
 from zoo.step.forwards import critic_values, first_order, forward_logp, micro_rows, reuses_old
 from zoo.step.hooks import NO_HOOKS, Hooks
 from zoo.step.mismatch import RolloutTally, rollout_weight
@@ -220,13 +222,12 @@ def _accumulate(
         mb = sub.select(r).trimmed()
         m = mb.loss_mask  # [n, T]
         with hooks.forward("policy", mb):
-            logp, ent = forward_logp(
-                strategy.trained(models.parallel, "policy", models.policy),
-                mb,
-                s,
-                with_entropy=True,
-                entropy_grad=slots.needs_grad("entropy"),
-            )
+            model = strategy.trained(models.parallel, "policy", models.policy)
+            if slots.reads(POLICY_VOCAB):  # a full-vocabulary term (zoo/step/distill_vocab.py): one forward
+                logp, ent, vocab = vocab_forward(model, mb, s, entropy_grad=slots.needs_grad("entropy"))
+                mb = replace(mb, extras={**mb.extras, POLICY_VOCAB: vocab})
+            else:
+                logp, ent = forward_logp(model, mb, s, with_entropy=True, entropy_grad=slots.needs_grad("entropy"))
         old = mb.logp_old if mb.logp_old is not None else logp.detach()
         res = slots.clip(
             logp,
