@@ -1,13 +1,14 @@
 # Feeds docs/results/recipe.md "The grid": one markdown row per run folder of experiments/recipe_grid.yaml
 # or experiments/learning_curve.yaml.
-"""One row per run: variant, lr, seed, held-out accuracy at each evaluation, after - before paired over the
+"""One row per run: lr, machine (the MACHINE environment variable, default "-"), seed, held-out accuracy at each evaluation, after - before paired over the
 prompts (the report's bootstrap, zoo.study.report.eval_delta), entropy first -> last (max), KL to the
 reference mean (max), the fraction of groups whose reward varies, training wall time.
 
-Usage: python bench/recipe_cells.py runs/recipe_grid/grpo-* runs/learning_curve/grpo-s*
+Usage: MACHINE=A python bench/recipe_cells.py runs/recipe_grid/grpo-* runs/learning_curve/grpo-s*
 """
 
 import json
+import os
 import statistics as st
 import sys
 from pathlib import Path
@@ -26,10 +27,9 @@ def row(d: Path) -> str:
     e = paired_delta(ep["before"], ep["after"])
     ent, kl = [r["entropy"] for r in tr], [r["kl/ref"] for r in tr]
     sig = [1 - r["groups/zero_var_frac"] for r in tr]
-    variant = cfg["variant"] if isinstance(cfg["variant"], str) else cfg["variant"]["name"]
     accs = " → ".join(f"{ev[s]:.2f}" for s in sorted(ev))
     return (
-        f"| {variant} | {cfg['optim']['lr']:.0e} | {cfg['seed']} | {accs} | {e.delta:+.2f} [{e.low:+.2f}, {e.high:+.2f}] "
+        f"| {cfg['optim']['lr']:.0e} | {os.environ.get('MACHINE', '-')} | {cfg['seed']} | {accs} | {e.delta:+.2f} [{e.low:+.2f}, {e.high:+.2f}] "
         f"| {ent[0]:.2f} → {ent[-1]:.2f} ({max(ent):.2f}) | {st.mean(kl):.3f} ({max(kl):.3f}) | {st.mean(sig):.2f} "
         f"| {tr[-1]['time/elapsed']:.0f} |"
     )
