@@ -29,7 +29,7 @@ def row(d: Path) -> str:
     sig = [1 - r["groups/zero_var_frac"] for r in tr]
     accs = " → ".join(f"{ev[s]:.2f}" for s in sorted(ev))
     return (
-        f"| {cfg['optim']['lr']:.0e} | {os.environ.get('MACHINE', '-')} | {cfg['seed']} | {accs} | {e.delta:+.2f} [{e.low:+.2f}, {e.high:+.2f}] "
+        f"| {format(cfg['optim']['lr'], '.0e').replace('e-0', 'e-')} | {os.environ.get('MACHINE', '-')} | {cfg['seed']} | {accs} | {e.delta:+.2f} [{e.low:+.2f}, {e.high:+.2f}] "
         f"| {ent[0]:.2f} → {ent[-1]:.2f} ({max(ent):.2f}) | {st.mean(kl):.3f} ({max(kl):.3f}) | {st.mean(sig):.2f} "
         f"| {tr[-1]['time/elapsed']:.0f} |"
     )
