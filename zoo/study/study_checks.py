@@ -5,6 +5,7 @@ belong to another study, and what to say for a sweep over a key that each arm se
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -66,11 +67,13 @@ def duplicate_sweep_arms(arms: Sequence[Any], across: bool = False) -> list[tupl
 
 
 def foreign_arm_dir(study_dir: Path, arm_dir: Path, study_name: str | None) -> str | None:
-    """Why `arm_dir` is not this study's own arm folder (a symlink to a folder outside `study_dir`,
+    """Why `arm_dir` is not this study's own arm folder (a dangling symlink, a symlink to a folder outside `study_dir`,
     or a config.yaml written by a study other than `study_name`; None: not checked), else None."""
     from zoo.config.variant import VariantError, read_yaml_file
 
     arm_dir = Path(arm_dir)
+    if arm_dir.is_symlink() and not arm_dir.exists():
+        return f"{arm_dir} is a symlink to {os.readlink(arm_dir)}, which does not exist (a dangling link)"
     if not arm_dir.exists():
         return None
     real = arm_dir.resolve()
