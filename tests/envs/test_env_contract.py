@@ -234,3 +234,49 @@ def test_zoo_validate_reports_a_factory_error_without_a_traceback(tmp_path):
     text = " ".join((out.stdout + out.stderr).split())  # rich wraps lines
     assert out.returncode != 0 and "Traceback" not in text, text
     assert "env 'test_env_plugin_broken': stop = '</x>' is a str" in text, text
+
+
+@pytest.mark.e2e
+def test_a_contract_break_mid_run_fails_it_cleanly_keeping_the_checkpoint(user_env, tiny_model_dir, tmp_path):
+    import json
+
+    from conftest import tiny_run_config
+
+    from zoo.core.guards import RunFailed
+    from zoo.run.trainer import train
+
+    resets = []
+
+    class LateBreak:
+        """Keeps the contract in step 1 (2 prompts x 4 trajectories), breaks it in step 2."""
+
+        stop = ("</calc>",)
+
+        def reset(self, row, seed):
+            resets.append(seed)
+            return list(row["prompt"]), len(resets) > 8
+
+        def step(self, late, text):
+            return ([{"role": "user", "content": 7}], False, {}) if late else (None, True, {})
+
+    def factory():
+        return LateBreak()
+
+    user_env("test_late_break", factory)
+    task = {"name": "reasoning_gym", "dataset": "basic_arithmetic", "size": 16, "eval_size": 2, "fewshot": 0}
+    cfg = tiny_run_config(
+        tiny_model_dir,
+        tmp_path / "r",
+        task={**task, "env": "test_late_break"},
+        eval={"enabled": False},
+        budget={"steps": 3},
+        checkpoint={"every": 1},
+    )
+    with pytest.raises(RunFailed, match="env 'test_late_break': step returned message 0 .* content of type int"):
+        train(cfg)
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["status"] == "failed" and "test_late_break" in summary["error"]
+    assert (tmp_path / "r" / "checkpoint" / "state.pt").is_file() and summary["steps"] == 1, (
+        summary["steps"],
+        len(resets),
+    )
