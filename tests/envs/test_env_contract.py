@@ -107,6 +107,20 @@ def test_stop_must_be_a_sequence_of_non_empty_strings(stop, msg):
     assert msg in str(e.value)
 
 
+def test_numpy_bools_and_numbers_are_accepted():
+    import numpy as np
+
+    from zoo.envs.contract import check_step
+
+    assert check_step((None, np.True_, {"r": np.float32(0.5), "n": np.int64(2)}), "gym") == (
+        None,
+        True,
+        {"r": 0.5, "n": 2.0},
+    )
+    with pytest.raises(EnvContractError, match=r"info\['b'\] = True"):
+        check_step((None, True, {"b": True}), "gym")
+
+
 def test_an_env_without_stop_has_none():
     class NoStop:
         def reset(self, row, seed):

@@ -8,7 +8,8 @@ reaches the chat template or the tokenizer.
   (the task's few-shot turns may be the assistant's) and `str` content.
 - `step(state, text) -> (messages or None, done, info)`: messages a list of mappings with a `role` of
   ENV_ROLES (never "assistant": environment text is not the model's turn) and `str` content, empty
-  only with done; `done` a bool; `info` a mapping of names to finite numbers (or None).
+  only with done; `done` a bool (numpy's too); `info` a mapping of names to finite real numbers (numpy's
+  too; not bools) or None.
 
 A broken result raises `EnvContractError` (a `RunFailed`: the run ends with status failed, one line,
 its checkpoints kept) naming the env, the method, what came back and what is allowed. An env that
@@ -18,6 +19,7 @@ its checkpoints kept) naming the env, the method, what came back and what is all
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Mapping, Sequence
 
 from zoo.core.guards import RunFailed
@@ -98,6 +100,8 @@ def check_step(res: Any, name: str, method: str = "step") -> tuple[list[dict] | 
             f"env {name!r}: {method} returned {_shown(res)}; expected (messages or None, done, info)"
         )
     new, done, info = res
+    if getattr(done, "dtype", None) is not None and done.dtype.kind == "b" and getattr(done, "ndim", 1) == 0:
+        done = bool(done)  # numpy's bool (a Gymnasium env's `terminated or truncated`)
     if not isinstance(done, bool):
         raise EnvContractError(f"env {name!r}: {method} returned done = {_shown(done)}; expected a bool")
     msgs = None if new is None else check_messages(new, name, method, ENV_ROLES)
@@ -111,7 +115,7 @@ def check_step(res: Any, name: str, method: str = "step") -> tuple[list[dict] | 
     if not isinstance(info, Mapping):
         raise EnvContractError(f"env {name!r}: {method} returned info {_shown(info)}; expected a mapping of numbers")
     for k, v in info.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
             raise EnvContractError(
                 f"env {name!r}: {method} returned info[{k!r}] = {_shown(v)}; info values must be finite numbers"
             )
