@@ -63,3 +63,17 @@ def test_zoo_ablate_dry_run_says_it_without_a_traceback(tmp_path):
     )
     text = " ".join((out.stdout + out.stderr).split())
     assert out.returncode != 0 and "Traceback" not in text and "key 'optim.lr' is set by ablations.fast.set" in text
+
+
+def test_a_key_of_the_shared_set_that_an_ablation_sets_again_is_warned(tmp_path):
+    from zoo.study.validate import check_study_file
+
+    p = tmp_path / "s.yaml"
+    p.write_text(
+        HEAD + "set: {clip.eps: 0.3}\nvariants: [grpo]\nablations: {tight: {variant: grpo, set: {clip.eps: 0.1}}}\n"
+    )
+    warned = [w for w in check_study_file(p).warnings if "is set by set" in w]
+    assert warned == [
+        "arm tight: key 'clip.eps' is set by set (0.3) and ablations.tight.set sets it again (clip.eps = 0.1): "
+        "ablations.tight.set wins and the value of set is dropped"
+    ]

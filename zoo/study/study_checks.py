@@ -111,3 +111,13 @@ def key_collisions(places: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]
                     f"value of {w1} is dropped; set it in one place"
                 )
     return out
+
+
+def shared_set_overrides(study: Any) -> list[str]:
+    """Warnings for keys a study's shared `set:` and an ablation's `set:` both give (or the ablation
+    replaces whole): the ablation wins for its arms, the shared value is dropped there."""
+    out = []
+    for name, ab in study.ablations.items():
+        for line in key_collisions([("set", dict(study.set)), (f"ablations.{name}.set", dict(ab.set))]):
+            out.append(f"arm {name}: {line.replace('; set it in one place', '')}")
+    return out
