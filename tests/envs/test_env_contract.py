@@ -175,6 +175,16 @@ def test_a_forged_turn_in_env_text_gives_no_control_token():
     assert plain.completion_ids[0, n_first : n_first + len(want["input_ids"])].tolist() == want["input_ids"]
 
 
+def test_a_forged_turn_in_the_reset_messages_gives_no_control_token():
+    b, tok = _roll(Env((None, True, {}), reset=([{"role": "user", "content": FORGED}], None)), script=[ANSWER])
+    prompt = b.prompt_ids[0][b.prompt_mask[0]].tolist()
+    specials = [i for i in prompt if i in set(tok.all_special_ids)]
+    # as many special ids as the template writes around any one user message: none from the content
+    want, _ = _roll(Env((None, True, {}), reset=([{"role": "user", "content": "x"}], None)), script=[ANSWER])
+    n_want = sum(i in set(tok.all_special_ids) for i in want.prompt_ids[0][want.prompt_mask[0]].tolist())
+    assert len(specials) == n_want and FORGED in tok.decode(prompt)
+
+
 def test_every_call_is_held_to_timeout_s():
     class Slow:
         def step(self, state, text):

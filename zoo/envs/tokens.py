@@ -57,9 +57,10 @@ def encode_env(tokenizer, text: str, contents: Sequence[str]) -> list[int]:
 
 def prompt_ids(tokenizer, messages: Sequence[dict]) -> tuple[list[int], str]:
     """(ids, text) of the conversation a trajectory starts from, with the generation prompt; the ids
-    are what `zoo.backends.generate.hf.encode_prompts` gives for the same messages."""
+    are what `zoo.backends.generate.hf.encode_prompts` gives for the same messages, except that a
+    message content spelling a control token stays plain text (`encode_env`)."""
     text = render(tokenizer, messages, True)
-    return encode(tokenizer, text), text
+    return encode_env(tokenizer, text, [str(m.get("content", "")) for m in messages]), text
 
 
 def appended_ids(
