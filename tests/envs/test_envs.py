@@ -56,6 +56,14 @@ def test_calculator_refuses_with_a_message(expr, why, monkeypatch):
         evaluate(expr)
 
 
+def test_depth_is_nesting_not_length():
+    assert evaluate("+".join(["1"] * 40)) == 40  # a flat 40-term sum (issue 37 §6)
+    assert evaluate("*".join(["1"] * 60)) == 1
+    assert evaluate("+".join(["(1)"] * 40)) == 40  # 40 pairs of parentheses, none nested
+    with pytest.raises(CalcError, match=f"nested deeper than {MAX_DEPTH}"):
+        evaluate("1+(" * 40 + "1" + ")" * 40)
+
+
 def test_format_number_writes_integral_floats_as_integers():
     assert [format_number(v) for v in (84, 3.0, 3.5, 1 / 3)] == ["84", "3", "3.5", "0.3333333333"]
 

@@ -153,13 +153,14 @@ def test_prompts_per_step_far_beyond_the_task_warns_and_steps_show_progress(
     from zoo.run import trainer
 
     monkeypatch.setattr("zoo.run.setup.available_memory", lambda device: 10**15)  # not this test's check
-    cfg = tiny_run_config(tiny_model_dir, tmp_path, budget={"prompts_per_step": 1_000_000})
+    # below the completions ceiling (zoo.checks.budget.MAX_COMPLETIONS; 1,000,000 prompts is refused before load)
+    cfg = tiny_run_config(tiny_model_dir, tmp_path, budget={"prompts_per_step": 36_000})
     with caplog.at_level(logging.WARNING, logger="zoo.run.trainer"):
         trainer.setup(cfg)
     # the task: 32 training + 4 eval prompts
     assert (
-        "budget.prompts_per_step = 1000000 is 2.78e+04x the task's 36 prompts: each step repeats every "
-        "prompt about 27777 times (4000000 completions per step"
+        "budget.prompts_per_step = 36000 is 1e+03x the task's 36 prompts: each step repeats every "
+        "prompt about 1000 times (144000 completions per step"
     ) in caplog.text
     assert (
         work_warnings(cfg.model_copy(update={"budget": cfg.budget.model_copy(update={"prompts_per_step": 144})}), 4, 36)

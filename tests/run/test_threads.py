@@ -238,3 +238,12 @@ def test_the_load_is_the_runnable_count_of_proc_loadavg_minus_this_thread(monkey
     monkeypatch.setattr(T, "_read", lambda path: None)  # no /proc: the 1-minute load average
     monkeypatch.setattr(T.os, "getloadavg", lambda: (0.25, 0.5, 0.75))
     assert T._load(samples=2) == 0.25
+
+
+def test_threads_beyond_the_usable_cpus_are_warned():  # issue 37 §6
+    c = T.choose(affinity=2, quota=None, held={}, env={}, argv_threads=999)
+    assert c.threads == 999 and "warning: --threads 999 is more than the 2 usable CPUs" in c.line()
+    assert "use 2 or fewer" in c.line()
+    c = T.choose(affinity=4, quota=2.0, held={}, env={"OMP_NUM_THREADS": "8"})
+    assert "warning: OMP_NUM_THREADS 8 is more than the 2 usable CPUs" in c.line()
+    assert "warning" not in T.choose(affinity=2, quota=None, held={}, env={}, argv_threads=2).line()

@@ -49,3 +49,18 @@ def model_path(s: BeforeLoad, rep: Report) -> None:
     err = model_dir_error(s.cfg.model, "model")
     if err:
         rep.errors.append(err)
+
+
+@check("lora_targets", "before_load")
+def lora_targets(s: BeforeLoad, rep: Report) -> None:
+    """`model_opts.lora.target_modules` names at least one module, each a non-empty name (PEFT would
+    refuse an empty list only after the model loaded)."""
+    lora = getattr(s.cfg.model_opts, "lora", None)
+    if lora is None:
+        return
+    targets = list(lora.target_modules)
+    if not targets or not all(isinstance(t, str) and t.strip() for t in targets):
+        rep.errors.append(
+            f"model_opts.lora.target_modules: {targets!r} names no module; list the linear layers LoRA adapts, "
+            "e.g. [q_proj, v_proj] (the default), or remove model_opts.lora to train every weight"
+        )

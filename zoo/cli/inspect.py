@@ -63,11 +63,19 @@ def _load_variant(name: str, sets: list[str] | None = None):
 
 @app.command()
 def show(
-    name: str = typer.Argument(..., help="variant name (see `zoo list variants`) or a variant YAML file"),
+    name: str = typer.Argument(..., help="a variant name or YAML file, or any registered component (zoo list)"),
     set_: List[str] = typer.Option([], "--set", help="dotted override, e.g. clip.eps_high=0.32 (repeatable)"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Show a variant's resolved slots with every parameter and its source."""
+    """Show a variant's resolved slots with every parameter and its source, or a registered component's
+    kind, parameters with defaults, source and docstring."""
+    from zoo.cli.components import is_variant, kinds_of, show_component
+
+    if not is_variant(name) and (kinds := kinds_of(name)):
+        if set_:
+            fail(f"--set applies to variants; {name!r} is a registered {kinds[0]}")
+        show_component(name, kinds, console, as_json)
+        return
     v = _load_variant(name, set_)
     resolved = v.resolved()
     if as_json:
@@ -127,8 +135,12 @@ def diff(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Print every resolved setting in which two variants differ."""
+    from zoo.cli.components import not_a_variant
     from zoo.config import diff as checks
 
+    for x in (a, b):
+        if msg := not_a_variant(x, "zoo diff"):
+            fail(msg)
     va, vb = _load_variant(a), _load_variant(b)
     rows = checks.diff_variants(va, vb)
     if as_json:

@@ -12,7 +12,8 @@ from zoo.cli.common import app, console, fail, parse_sets, print_threads, quiet_
 
 def _sigterm_as_interrupt() -> None:
     """SIGTERM (a scheduler's `kill`, SLURM's time limit) stops a run like Ctrl-C: the run is marked
-    interrupted, its last checkpoint kept, and the resume command printed."""
+    interrupted, its last checkpoint kept, and the resume command printed; zoo.run.stop_watchdog ends a
+    process still alive GRACE_S seconds later (a native call that never yields, an interrupt swallowed)."""
     import signal
     import threading
 
@@ -21,6 +22,19 @@ def _sigterm_as_interrupt() -> None:
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, handler)
+
+
+def _stop_always() -> None:
+    """SIGTERM as Ctrl-C (`_sigterm_as_interrupt`), and zoo.run.stop_watchdog while the command runs."""
+    import click
+
+    from zoo.run import stop_watchdog
+
+    _sigterm_as_interrupt()
+    if stop_watchdog.install():  # a process that does not stop within its grace is ended anyway
+        ctx = click.get_current_context(silent=True)
+        if ctx is not None:
+            ctx.call_on_close(stop_watchdog.uninstall)
 
 
 def interrupt_code(e: BaseException) -> int:
@@ -105,7 +119,7 @@ def run(
         raise typer.Exit(launch.relaunch(nproc, sys.argv[1:]))
     quiet_logs()
     print_threads()
-    _sigterm_as_interrupt()
+    _stop_always()
     if threads:
         torch.set_num_threads(threads)
     try:
@@ -214,7 +228,7 @@ def ablate(
 
     quiet_logs()
     print_threads()
-    _sigterm_as_interrupt()
+    _stop_always()
     if threads:
         torch.set_num_threads(threads)
     if write_configs and not dry_run:

@@ -109,6 +109,11 @@ def apply_dotted(
     addressed with `parts = ["rest.of.key"]`. Raises OverrideError as `set_path` does."""
     out = copy.deepcopy(dict(data))
     for key, value in sets.items():
+        if "" in str(key).split("."):
+            raise OverrideError(
+                f"{where}: key {str(key)!r} has an empty name between its dots; write the full dotted key, "
+                "e.g. clip.eps_high or set.clip.eps_high"
+            )
         container, parts = route(str(key))
         node = out
         for c in container:

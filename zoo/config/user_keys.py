@@ -55,8 +55,15 @@ def user_entries(cfg: Any) -> list[tuple[str, str, Any]]:
 
 
 def _mentioned(line: str) -> list[str]:
-    """The variant paths a message names: `key '...'`, dotted paths, and the budget's fields by name."""
-    return [_slot_path(p) for p in _KEY.findall(line) + _DOTTED.findall(line) + _TOP.findall(line)]
+    """The variant paths a message names: `key '...'`, dotted paths, the budget's fields by name and a
+    slot's component (`advantage 'gae' reads ...`); a list of what is allowed (`allowed: a, b`) is no
+    mention."""
+    from zoo.config.variant import Slots
+
+    line = line.split("allowed: ")[0]
+    slots = re.findall(r"(?<![\w.])(" + "|".join(Slots.model_fields) + r") '", line)
+    found = _KEY.findall(line) + _DOTTED.findall(line) + _TOP.findall(line) + slots
+    return [_slot_path(p) for p in found]
 
 
 def _related(a: str, b: str) -> bool:

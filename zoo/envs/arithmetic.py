@@ -3,7 +3,8 @@
 The expression is parsed with `ast.parse(mode="eval")` and walked node by node; nothing is ever
 passed to `eval`, `exec` or `compile`. Anything that is not a number literal, a unary +/-, or a
 binary + - * / is refused (names, calls, attributes, `**`, comparisons, strings, subscripts ...).
-Bounds: at most `MAX_CHARS` characters, nesting depth at most `MAX_DEPTH`, every intermediate value
+Bounds: at most `MAX_CHARS` characters, nesting depth (parentheses, unary signs, right operands; not the
+length of a flat chain like `1+1+...+1`) at most `MAX_DEPTH`, every intermediate value
 of magnitude at most `MAX_MAGNITUDE`, so no expression can make the evaluator slow or huge.
 """
 
@@ -39,8 +40,8 @@ def evaluate(expr: str) -> int | float:
         raise CalcError("empty expression")
     if len(expr) > MAX_CHARS:
         raise CalcError(f"expression longer than {MAX_CHARS} characters")
-    if expr.count("(") > MAX_DEPTH:  # before parsing: deep nesting never reaches the parser's recursion
-        raise CalcError(f"more than {MAX_DEPTH} parentheses")
+    if _paren_depth(expr) > MAX_DEPTH:  # before parsing: deep nesting never reaches the parser's recursion
+        raise CalcError(f"parentheses nested deeper than {MAX_DEPTH}")
     try:
         tree = ast.parse(expr.strip(), mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -48,7 +49,18 @@ def evaluate(expr: str) -> int | float:
     return _eval(tree.body, 0)
 
 
+def _paren_depth(expr: str) -> int:
+    """The deepest nesting of parentheses in `expr` (not their count: `(1)+(2)` is 1)."""
+    depth = deepest = 0
+    for ch in expr:
+        depth += (ch == "(") - (ch == ")")
+        deepest = max(deepest, depth)
+    return deepest
+
+
 def _eval(node: ast.AST, depth: int) -> int | float:
+    """The value of `node`; depth counts nesting, not length: the left operand of a binary operator
+    stays at its depth, so a flat `1+1+...+1` (a left-leaning chain to the parser) is depth 1."""
     if depth > MAX_DEPTH:
         raise CalcError(f"nested deeper than {MAX_DEPTH}")
     if isinstance(node, ast.Constant):
@@ -59,7 +71,7 @@ def _eval(node: ast.AST, depth: int) -> int | float:
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
         return _bounded(_UNARY[type(node.op)](_eval(node.operand, depth + 1)))
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-        a, b = _eval(node.left, depth + 1), _eval(node.right, depth + 1)
+        a, b = _eval(node.left, depth), _eval(node.right, depth + 1)
         if isinstance(node.op, ast.Div) and b == 0:
             raise CalcError("division by zero")
         return _bounded(_BINOPS[type(node.op)](a, b))

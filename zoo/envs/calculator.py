@@ -69,7 +69,17 @@ class Calculator:
         return [{"role": self.role, "content": reply}], False, {"tool_calls": 1, "tool_errors": int(error)}
 
 
-@register("env", "calculator")
+def _check(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
+    from zoo.envs.contract import ENV_ROLES
+
+    if params["role"] not in ENV_ROLES:
+        raise ValueError(
+            f"role must be one of {', '.join(ENV_ROLES)} (the tool's replies are never the model's own turn), "
+            f"got {params['role']!r}"
+        )
+
+
+@register("env", "calculator", check=_check)
 def calculator(*, role: str = "user", demo: bool = True) -> Calculator:
     """Arithmetic tool calls `<calc>expr</calc>` answered as `<result>v</result>` by a safe evaluator
     (numbers, + - * / and parentheses). role: the role of the tool's messages (ChatML templates

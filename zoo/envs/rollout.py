@@ -11,7 +11,8 @@ own turns from index `transcript_start`) and `env_info` (the env's counters summ
 read them.
 
 Flags [N] in `Batch.extras` (float): env_turns, env_tool_calls, env_tool_errors, env_timeouts,
-env_failed (the env raised, broke its contract or timed out: the row is unscored, never scored 0),
+env_failed (the env raised or timed out: the row is unscored, never scored 0; a result outside the
+contract, zoo.envs.contract, fails the run),
 env_max_turns (stopped at max_turns; not truncation) and env_tokens (tokens with loss mask 0).
 `truncated` [N]: a turn reached `budget.max_new_tokens` without EOS or stop tag, or the trajectory
 reached `max_total_tokens`.
@@ -20,9 +21,8 @@ reached `max_total_tokens`.
 from __future__ import annotations
 
 import logging
-import math
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
+import threading
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
@@ -31,6 +31,7 @@ import torch
 from zoo.core.batch import Batch
 from zoo.core.generator_types import SamplingParams
 from zoo.envs.base import Env, EnvSpec
+from zoo.envs.contract import EnvContractError, check_reset, check_step, check_stop
 from zoo.envs.tokens import appended_ids, prompt_ids
 from zoo.tasks.base import derive_seed
 
@@ -85,37 +86,48 @@ def rollout(
     Shapes: prompt_ids [N, P], completion_ids / loss_mask / logp_rollout [N, T], flags [N].
     Raises ValueError for a chat template that rewrites earlier turns; an environment's own errors
     fail only its trajectories (logged, flagged `env_failed`)."""
+    name = str(spec.env.get("name"))
+    stop = check_stop(env, name)
+    errors: list[str] = []
     trajs = [
-        _start(tokenizer, env, row, derive_seed(seed, f"env:{row.get('id', p)}:{g}"))
+        _start(tokenizer, env, name, row, derive_seed(seed, f"env:{row.get('id', p)}:{g}"), errors)
         for p, row in enumerate(rows)
         for g in range(group_size)
     ]
+    if trajs and len(errors) == len(trajs):  # not one conversation started: nothing to sample
+        raise EnvContractError(f"env {name!r}: reset raised for every row of the step, e.g. {errors[0]}")
     for turn in range(spec.max_turns):
         active = [t for t in trajs if not t.done]
         if not active:
             break
-        _sample_turn(generator, tokenizer, env, spec, active, sampling)
+        _sample_turn(generator, tokenizer, stop, spec, active, sampling)
         stepping = [t for t in active if not t.done]
-        for t, res in zip(stepping, call_env(env, [(t.state, t.text) for t in stepping], spec.timeout_s)):
+        for t, res in zip(stepping, call_env(env, [(t.state, t.text) for t in stepping], spec.timeout_s, name)):
             _answer(tokenizer, spec, t, res, last_turn=turn + 1 >= spec.max_turns)
     return _batch(trajs, tokenizer, group_size)
 
 
-def _start(tokenizer: Any, env: Env, row: Mapping[str, Any], seed: int) -> _Trajectory:
+def _start(tokenizer: Any, env: Env, name: str, row: Mapping[str, Any], seed: int, errors: list[str]) -> _Trajectory:
     try:
-        messages, state = env.reset(row, seed)
-        messages = [dict(m) for m in messages]
+        res = env.reset(row, seed)
     except Exception as e:  # the trajectory fails; the others go on
-        log.warning("env reset raised %s: %s (the trajectory is failed)", type(e).__name__, e)
+        errors.append(f"{type(e).__name__}: {e}")
+        log.warning("env %r reset raised %s: %s (the trajectory is failed)", name, type(e).__name__, e)
         messages, state = [dict(m) for m in row["prompt"]], None
         ids, text = prompt_ids(tokenizer, messages)
         return _Trajectory(row, messages, state, text, ids, failed=True, done=True, start=len(messages))
+    messages, state = check_reset(res, name)
     ids, text = prompt_ids(tokenizer, messages)
     return _Trajectory(row, messages, state, text, ids, start=len(messages))
 
 
 def _sample_turn(
-    generator: Any, tokenizer: Any, env: Env, spec: EnvSpec, active: list[_Trajectory], sampling: SamplingParams
+    generator: Any,
+    tokenizer: Any,
+    stop: tuple[str, ...],
+    spec: EnvSpec,
+    active: list[_Trajectory],
+    sampling: SamplingParams,
 ) -> None:
     """One assistant turn for every active trajectory (rows past their total budget are cut there)."""
     budgets = [min(sampling.max_new_tokens, spec.max_total_tokens - len(t.ids)) for t in active]
@@ -123,7 +135,7 @@ def _sample_turn(
     mb = sampling.micro_batch or len(active)
     for s0 in range(0, len(active), mb):
         chunk = active[s0 : s0 + mb]
-        c = generator.continue_([t.prompt + t.ids for t in chunk], sp, list(env.stop))
+        c = generator.continue_([t.prompt + t.ids for t in chunk], sp, list(stop))
         for j, t in enumerate(chunk):
             n, budget = int(c.lengths[j]), budgets[s0 + j]
             ids, lp = c.ids[j, :n].tolist(), c.logp_rollout[j, :n].float().tolist()
@@ -149,17 +161,16 @@ def _answer(tokenizer: Any, spec: EnvSpec, t: _Trajectory, res: Any, last_turn: 
         t.timeouts += int(res.timeout)
         return
     new, done, info = res
-    for k, v in (info or {}).items():
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-            t.info[k] = t.info.get(k, 0.0) + float(v)
+    for k, v in info.items():
+        t.info[k] = t.info.get(k, 0.0) + v
     if done or not new:
         t.done = True
         return
     if last_turn:
         t.max_turns = t.done = True
         return
-    messages = t.messages + [dict(m) for m in new]
-    ids, full = appended_ids(tokenizer, t.rendered, t.text, t.last, messages)
+    messages = t.messages + new
+    ids, full = appended_ids(tokenizer, t.rendered, t.text, t.last, messages, [m["content"] for m in new])
     if len(t.ids) + len(ids) + 1 > spec.max_total_tokens:  # no room for one more sampled token
         t.truncated = t.done = True
         return
@@ -169,58 +180,62 @@ def _answer(tokenizer: Any, spec: EnvSpec, t: _Trajectory, res: Any, last_turn: 
     t.logp += [0.0] * len(ids)
 
 
-def call_env(env: Env, pairs: list[tuple[Any, str]], timeout_s: float) -> list[Any]:
-    """env.step (or env.step_batch once) for each (state, assistant text), each call with `timeout_s`
-    seconds -> per pair (messages, done, info) or a failure (raised, timed out, or broke the contract).
-    A call that times out keeps running in its thread; its answer is ignored."""
+def call_env(env: Env, pairs: list[tuple[Any, str]], timeout_s: float, name: str = "env") -> list[Any]:
+    """env.step (or env.step_batch once) for each (state, assistant text) -> per pair (messages, done,
+    info) checked by zoo.envs.contract, or a failure (raised or timed out). Every call has `timeout_s`
+    seconds from its own start (up to CALLS_AT_ONCE calls run at once); a call that times out keeps
+    running in a daemon thread, which never holds up the process's exit; its answer is ignored.
+    Raises EnvContractError for a result outside the contract."""
     if not pairs:
         return []
     batch = getattr(env, "step_batch", None)
-    pool = ThreadPoolExecutor(max_workers=1 if batch else min(len(pairs), 64))
-    try:
-        if batch is not None:
-            states, texts = [s for s, _ in pairs], [x for _, x in pairs]
-            res = _wait(pool.submit(batch, states, texts), timeout_s)
-            if isinstance(res, _Failure):
-                return [res] * len(pairs)
-            res = list(res) if isinstance(res, (list, tuple)) else res
-            if not isinstance(res, list) or len(res) != len(pairs):
-                return [
-                    _Failure(
-                        False,
-                        f"step_batch returned {type(res).__name__} for {len(pairs)} rows; "
-                        "expected a list of (messages, done, info), one per row",
-                    )
-                ] * len(pairs)
-            return [_checked(r) for r in res]
-        futures = [pool.submit(env.step, s, x) for s, x in pairs]
-        return [_checked(_wait(f, timeout_s)) for f in futures]
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+    if batch is not None:
+        res = _run_calls([(batch, ([s for s, _ in pairs], [x for _, x in pairs]))], timeout_s)[0]
+        if isinstance(res, _Failure):
+            return [res] * len(pairs)
+        if not isinstance(res, (list, tuple)) or len(res) != len(pairs):
+            raise EnvContractError(
+                f"env {name!r}: step_batch returned {type(res).__name__} of length {len(res) if hasattr(res, '__len__') else '-'} "
+                f"for {len(pairs)} rows; expected a list of (messages, done, info), one per row"
+            )
+        return [check_step(r, name, "step_batch") for r in res]
+    out = []
+    for s0 in range(0, len(pairs), CALLS_AT_ONCE):
+        calls = [(env.step, p) for p in pairs[s0 : s0 + CALLS_AT_ONCE]]
+        out += [r if isinstance(r, _Failure) else check_step(r, name) for r in _run_calls(calls, timeout_s)]
+    return out
 
 
-def _wait(future: Any, timeout_s: float) -> Any:
-    try:
-        return future.result(timeout=timeout_s)
-    except FutureTimeout:
-        return _Failure(True, f"took longer than timeout_s={timeout_s:g} s")
-    except Exception as e:
-        return _Failure(False, f"raised {type(e).__name__}: {e}")
+#: env calls that run at once (one daemon thread each)
+CALLS_AT_ONCE = 64
 
 
-def _checked(res: Any) -> Any:
-    """A step's answer as (list of messages or None, bool, dict), or a failure naming what is wrong."""
-    if isinstance(res, _Failure):
-        return res
-    ok = isinstance(res, tuple) and len(res) == 3
-    new, done, info = res if ok else (None, None, None)
-    ok = ok and (
-        new is None
-        or (isinstance(new, list) and all(isinstance(m, Mapping) and "role" in m and "content" in m for m in new))
-    )
-    if not ok or info is not None and not isinstance(info, Mapping):
-        return _Failure(False, f"returned {res!r:.80}; expected (messages or None, done, info dict)")
-    return new, bool(done), dict(info or {})
+def _run_calls(calls: list[tuple[Any, tuple]], timeout_s: float) -> list[Any]:
+    """Each fn(*args) in its own daemon thread, all started now, each given `timeout_s` seconds ->
+    its result or a _Failure (raised, or took longer)."""
+    boxes: list[dict[str, Any]] = [{} for _ in calls]
+
+    def target(box: dict[str, Any], fn: Any, args: tuple) -> None:
+        try:
+            box["res"] = fn(*args)
+        except Exception as e:  # noqa: BLE001 - the env's own error fails its trajectory
+            box["err"] = e
+
+    threads = [threading.Thread(target=target, args=(b, fn, a), daemon=True) for b, (fn, a) in zip(boxes, calls)]
+    deadline = time.monotonic() + timeout_s
+    for th in threads:
+        th.start()
+    out: list[Any] = []
+    for th, box in zip(threads, boxes):
+        th.join(max(0.0, deadline - time.monotonic()))
+        if th.is_alive():
+            out.append(_Failure(True, f"took longer than timeout_s={timeout_s:g} s"))
+        elif "err" in box:
+            e = box["err"]
+            out.append(_Failure(False, f"raised {type(e).__name__}: {e}"))
+        else:
+            out.append(box["res"])
+    return out
 
 
 def _batch(trajs: list[_Trajectory], tokenizer: Any, group_size: int) -> Batch:

@@ -95,3 +95,21 @@ def truncate_jsonl(path: Path, step: int) -> int:
         tmp.write_text("".join(json.dumps(r, default=str) + "\n" for r in keep), encoding="utf-8")
         tmp.replace(path)
     return len(recs) - len(keep)
+
+
+def missing_step_record(path: Path, step: int) -> str | None:
+    """Why the metrics file `path` cannot continue a run resumed from a checkpoint at `step`: it has no
+    intact training record of that step (its line was cut or damaged), so the summary and the report
+    would take an earlier step's numbers for the last. None when the record is there, `step` is 0 or
+    the file is missing."""
+    path = Path(path)
+    if step <= 0 or not path.is_file():
+        return None
+    recs, skipped = read_jsonl_counted(path)
+    if any(r.get("step") == step and "reward/total" in r for r in recs):
+        return None
+    return (
+        f"{path}: no intact record of step {step}, the step the run's checkpoint holds ({skipped} damaged "
+        f"line(s) skipped): resuming would report step {step} with another step's numbers; restore the "
+        "file, or retrain the run with --fresh"
+    )

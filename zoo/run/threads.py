@@ -104,6 +104,16 @@ def _env_threads(env: Mapping[str, str]) -> int | None:
     return n if n >= 1 else None
 
 
+def beyond_cpus(threads: int, usable: int, key: str) -> str:
+    """The warning a `why` carries when the threads asked for are more than the usable CPUs ("" if not)."""
+    if threads <= usable:
+        return ""
+    return (
+        f"; warning: {key} {threads} is more than the {usable} usable CPUs: the threads beyond them wait on "
+        f"each other and can make the run several times slower; use {usable} or fewer"
+    )
+
+
 def choose(
     *,
     affinity: int,
@@ -129,12 +139,14 @@ def choose(
     if not user_policy and load is not _UNSET:  # by load (zoo.run.wait_policy); callers without it: PASSIVE
         policy, why_policy = choose_policy(load, sum(held.values()), local)
         policy_source = f"zoo default, {why_policy}"
+    usable = usable_cpus(affinity, quota)
     if argv_threads is not None:
-        return Choice(argv_threads, policy, "--threads", f"--threads {argv_threads}", policy_source)
+        why = f"--threads {argv_threads}" + beyond_cpus(argv_threads, usable, "--threads")
+        return Choice(argv_threads, policy, "--threads", why, policy_source)
     env_n = _env_threads(env)
     if env_n is not None:
-        return Choice(env_n, policy, "OMP_NUM_THREADS", f"OMP_NUM_THREADS={env['OMP_NUM_THREADS']}", policy_source)
-    usable = usable_cpus(affinity, quota)
+        why = f"OMP_NUM_THREADS={env['OMP_NUM_THREADS']}" + beyond_cpus(env_n, usable, "OMP_NUM_THREADS")
+        return Choice(env_n, policy, "OMP_NUM_THREADS", why, policy_source)
     taken = sum(held.values())
     why = (
         f"{usable} usable CPUs (affinity {affinity}, cgroup quota "

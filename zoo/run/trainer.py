@@ -28,7 +28,7 @@ from zoo.core import dist, guards
 from zoo.core.faults import WriteError, say_unrecorded, with_last_checkpoint, write_guard
 from zoo.rewards.session import close_rewards
 from zoo.run.checkpoint import restore_checkpoint, save_checkpoint
-from zoo.run.jsonl import read_jsonl
+from zoo.run.jsonl import missing_step_record, read_jsonl
 from zoo.run.progress import evaluator, progress_bar
 from zoo.run.provenance import batch_size_warnings
 from zoo.run.setup import setup, validate_run
@@ -168,6 +168,8 @@ def _train(
     if state is not None:
         with ckpt.restoring(out / "checkpoint" / ckpt.FILE):
             restore_checkpoint(st, state, out / "checkpoint")
+        if gap := missing_step_record(out / "metrics.jsonl", st.step):  # every rank: the same file
+            raise ckpt.CheckpointError(gap)
         log.warning("resuming %s from its checkpoint at step %d of %d", out, st.step, cfg.budget.steps)
         for w in batch_size_warnings(_recorded_provenance(out), st.provenance) if main else ():
             log.warning(w)

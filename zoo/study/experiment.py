@@ -41,7 +41,7 @@ from zoo.config.run import RunConfig, parse_run_config, set_dotted
 from zoo.config.schema import Strict, format_validation
 from zoo.config.variant import VariantError, read_yaml_file
 from zoo.study.baseline_check import check_baseline
-from zoo.study.study_checks import PER_ARM_KEYS, duplicate_sweep_arms
+from zoo.study.study_checks import PER_ARM_KEYS, duplicate_sweep_arms, key_collisions
 
 STUDY_KEYS = ("variants", "ablations", "seeds", "sweep", "baseline", "resources")
 _SAFE = re.compile(r"[^A-Za-z0-9._=+,-]+")
@@ -283,6 +283,7 @@ def expand_arms(st: Study) -> list[Arm]:
     where = st.path or str(st.name)
     arms: list[Arm] = []
     for base, variant_name, sets in _bases(st):
+        _refuse_collisions(st, base, sets, where)
         for point in sweep_points(st):
             suffix = "".join(f"-{k}={fmt_value(v)}" for k, v in point.items())
             for seed in st.seeds or [0]:
@@ -300,6 +301,17 @@ def expand_arms(st: Study) -> list[Arm]:
             "read as numbers (1e-3 and 1.0e-3 are both 0.001); list each value once"
         )
     return arms
+
+
+def _refuse_collisions(st: Study, base: str, sets: dict[str, Any], where: str) -> None:
+    """VariantError naming the places when one arm's `set` and the sweep set a key twice (or one
+    replaces the other whole): zoo.study.study_checks.key_collisions."""
+    origin = f"ablations.{base}.set" if base in st.ablations else "set"
+    places = [(origin, {normalize_key(k): v for k, v in sets.items()})]
+    places += [(f"sweep.{k}", {normalize_key(k): vs}) for k, vs in st.sweep.items()]
+    found = key_collisions(places)
+    if found:
+        raise VariantError(f"{where}: arm {base!r}: " + "; ".join(found))
 
 
 def _make_arm(

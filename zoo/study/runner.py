@@ -20,7 +20,7 @@ from zoo.run.tracking import read_json
 from zoo.study import report
 from zoo.study.arm_claim import claim, plan_conflicts
 from zoo.study.experiment import Arm, Study, expand_arms, fmt_value
-from zoo.study.study_checks import foreign_arm_dir
+from zoo.study.study_checks import foreign_arm_dir, shared_set_overrides
 from zoo.study.validate import check_arms
 
 
@@ -193,7 +193,7 @@ def run_study(
     rep = check_arms(all_arms, st.plugins, local_memory=run_arms is None)  # Ray arms run elsewhere
     if not rep.ok:
         raise VariantError("\n".join(rep.errors))
-    for w in rep.warnings:
+    for w in rep.warnings + shared_set_overrides(st):
         console.print(f"[yellow]warning:[/] {w}", highlight=False)
     arms = select_shard(all_arms, shard)
     foreign = [why for a in arms if (why := foreign_arm_dir(st.study_dir(), a.config.out_dir(), str(st.name)))]

@@ -5,8 +5,9 @@ belong to another study, and what to say for a sweep over a key that each arm se
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from zoo.checks.run_checks import coerce_numeric
 
@@ -29,14 +30,35 @@ def comparable_config(cfg: Any) -> str:
     return json.dumps(d, sort_keys=True, default=str)
 
 
-def duplicate_sweep_arms(arms: Sequence[Any]) -> list[tuple[str, str]]:
-    """(first label, repeated label) for arms of the same variant/ablation and seed whose sweep
-    points give the same configuration (`optim.lr: [1e-3, 1.0e-3]`: PyYAML reads the first as a
-    string, the schema makes both 0.001)."""
+#: variant fields that name or describe it: two variants that differ only there train the same
+VARIANT_LABELS = {"name", "summary", "paper", "base", "sources"}
+
+
+def resolved_config(cfg: Any) -> str:
+    """`comparable_config` with the variant and its `set` replaced by the effective variant they
+    resolve to (zoo.config.run.effective_variant, without its names), so `clip.eps: 0.1` then
+    `clip: ppo` equals `clip: ppo` alone and `clip: ppo` equals `clip: {name: ppo, eps: 0.2}` (defaults filled);
+    `comparable_config` where the variant does not build."""
+    from zoo.config.run import effective_variant
+    from zoo.config.variant import VariantError
+
+    try:
+        ev = effective_variant(cfg)
+        v = {**ev.model_dump(mode="json", exclude=VARIANT_LABELS | {"slots"}), "slots": ev.resolved()}
+    except (VariantError, ValueError):
+        return comparable_config(cfg)
+    d = cfg.model_dump(mode="json", exclude=IDENTITY_KEYS | {"set", "variant"})
+    return json.dumps({**d, "resolved_variant": v}, sort_keys=True, default=str)
+
+
+def duplicate_sweep_arms(arms: Sequence[Any], across: bool = False) -> list[tuple[str, str]]:
+    """(first label, repeated label) for arms of the same variant/ablation (any, with `across`) and
+    seed whose configurations resolve to the same run (`optim.lr: [1e-3, 1.0e-3]`: PyYAML reads the
+    first as a string, the schema makes both 0.001; `clip: ppo` after `clip.eps` replaces the spec)."""
     seen: dict[tuple[str, int, str], str] = {}
     out = []
     for a in arms:
-        key = (a.base, a.seed, comparable_config(a.config))
+        key = ("" if across else a.base, a.seed, resolved_config(a.config))
         if key in seen:
             out.append((seen[key], a.label))
         else:
@@ -45,11 +67,13 @@ def duplicate_sweep_arms(arms: Sequence[Any]) -> list[tuple[str, str]]:
 
 
 def foreign_arm_dir(study_dir: Path, arm_dir: Path, study_name: str | None) -> str | None:
-    """Why `arm_dir` is not this study's own arm folder (a symlink to a folder outside `study_dir`,
+    """Why `arm_dir` is not this study's own arm folder (a dangling symlink, a symlink to a folder outside `study_dir`,
     or a config.yaml written by a study other than `study_name`; None: not checked), else None."""
     from zoo.config.variant import VariantError, read_yaml_file
 
     arm_dir = Path(arm_dir)
+    if arm_dir.is_symlink() and not arm_dir.exists():
+        return f"{arm_dir} is a symlink to {os.readlink(arm_dir)}, which does not exist (a dangling link)"
     if not arm_dir.exists():
         return None
     real = arm_dir.resolve()
@@ -65,3 +89,35 @@ def foreign_arm_dir(study_dir: Path, arm_dir: Path, study_name: str | None) -> s
         if other not in (None, study_name):
             return f"{arm_dir} was written by study {other!r}, not {study_name!r}"
     return None
+
+
+def _covers(a: str, b: str) -> bool:
+    """Whether setting key `a` sets (or replaces) what key `b` sets: equal, or `a` a parent of `b`."""
+    return a == b or b.startswith(a + ".")
+
+
+def key_collisions(places: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """For one arm's overrides, `places` in the order they are applied ((where, {key: value}), e.g.
+    ("ablations.x.set", ...), ("sweep", point)): one line per key that a later place sets again or
+    replaces whole (`optim.lr` twice; `clip.eps` then `clip`), naming both places and which wins."""
+    flat = [(where, k, v) for where, d in places for k, v in d.items()]
+    out = []
+    for i, (w1, k1, v1) in enumerate(flat):
+        for w2, k2, v2 in flat[i + 1 :]:
+            if _covers(k2, k1):
+                what = "sets it again" if k1 == k2 else "replaces it whole"
+                out.append(
+                    f"key {k1!r} is set by {w1} ({v1!r}) and {w2} {what} ({k2} = {v2!r}): {w2} wins and the "
+                    f"value of {w1} is dropped; set it in one place"
+                )
+    return out
+
+
+def shared_set_overrides(study: Any) -> list[str]:
+    """Warnings for keys a study's shared `set:` and an ablation's `set:` both give (or the ablation
+    replaces whole): the ablation wins for its arms, the shared value is dropped there."""
+    out = []
+    for name, ab in study.ablations.items():
+        for line in key_collisions([("set", dict(study.set)), (f"ablations.{name}.set", dict(ab.set))]):
+            out.append(f"arm {name}: {line.replace('; set it in one place', '')}")
+    return out

@@ -13,6 +13,7 @@ from zoo.config import variant as V
 from zoo.config.run import RunConfig, parse_run_config
 from zoo.config.variant import VariantError
 from zoo.study.experiment import STUDY_KEYS, Arm, expand_arms, load_study, read_study_file, seed_of
+from zoo.study.study_checks import duplicate_sweep_arms, shared_set_overrides
 
 
 def variant_context(cfg: RunConfig, v: V.Variant) -> dict[str, Any]:
@@ -64,7 +65,14 @@ def check_arms(
             sub.notes += [n for n in after.notes if n not in said]  # e.g. the model's size: once per study
             said.update(after.notes)
         subs.append((who, sub))
-    return fold_shared(subs, len(arms))
+    rep = fold_shared(subs, len(arms))
+    rep.warnings += [
+        f"arms {a} and {b} resolve to the same configuration (a value of one has no effect or equals the "
+        "other's): they measure the same thing; remove one or make them differ"
+        for a, b in duplicate_sweep_arms(arms, across=True)
+        if a.rsplit("-s", 1)[0] != b.rsplit("-s", 1)[0]
+    ]
+    return rep
 
 
 def fold_shared(subs: list[tuple[str, Report]], n_arms: int) -> Report:
@@ -106,6 +114,8 @@ def check_study_file(path: str | Path, *, world_size: int | None = None, launche
         rep.errors.append(str(e))
         return rep
     rep.extend(check_arms(arms, plugins, world_size=world_size, launched=launched))
+    if any(k in data for k in STUDY_KEYS):
+        rep.warnings += shared_set_overrides(st)
     if rep.ok:
         rep.notes.append(f"{path}: {len(arms)} arm(s): {', '.join(a.label for a in arms)}")
     return rep
