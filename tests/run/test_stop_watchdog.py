@@ -59,3 +59,19 @@ def test_the_watchdog_is_gone_after_the_command():
     import threading
 
     assert not [t for t in threading.enumerate() if t.name == "zoo-stop-watchdog"]
+
+
+def test_a_command_run_in_process_leaves_no_watchdog_armed(tmp_path, monkeypatch):
+    """`zoo ablate` through CliRunner (as tests and scripts run it): the watchdog it started ends with it,
+    so a later SIGTERM to this process (tests/cli's test_sigterm_stops_like_ctrl_c) cannot end it 15 s on.
+    Before the fix the wakeup fd stayed set and the CI's pytest process exited mid-suite."""
+    from typer.testing import CliRunner
+
+    from zoo.cli import app
+    from zoo.run import stop_watchdog
+
+    root = __import__("pathlib").Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(app, ["ablate", str(root / "experiments/quickstart.yaml"), "--dry-run"])
+    assert r.exit_code == 0, r.output
+    assert stop_watchdog._write_fd is None and signal.set_wakeup_fd(-1) == -1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import List, Optional
 
@@ -25,16 +26,29 @@ def _sigterm_as_interrupt() -> None:
 
 
 def _stop_always() -> None:
-    """SIGTERM as Ctrl-C (`_sigterm_as_interrupt`), and zoo.run.stop_watchdog while the command runs."""
-    import click
-
+    """SIGTERM as Ctrl-C (`_sigterm_as_interrupt`), and zoo.run.stop_watchdog while the command runs
+    (`_uninstalls_watchdog` ends it)."""
     from zoo.run import stop_watchdog
 
     _sigterm_as_interrupt()
-    if stop_watchdog.install():  # a process that does not stop within its grace is ended anyway
-        ctx = click.get_current_context(silent=True)
-        if ctx is not None:
-            ctx.call_on_close(stop_watchdog.uninstall)
+    stop_watchdog.install()  # a process that does not stop within its grace is ended anyway
+
+
+def _uninstalls_watchdog(command):
+    """Wrap a command so the watchdog `_stop_always` started ends with it, however it ends (typer gives
+    the callback no click context to close on, so a command run in-process, as the tests and CliRunner
+    do, would leave it armed: a later SIGTERM to that process then ended it 15 s on)."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        from zoo.run import stop_watchdog
+
+        try:
+            return command(*args, **kwargs)
+        finally:
+            stop_watchdog.uninstall()
+
+    return wrapper
 
 
 def interrupt_code(e: BaseException) -> int:
@@ -57,6 +71,7 @@ def name_refused_file(src: Path | None, e: BaseException) -> None:
 
 
 @app.command()
+@_uninstalls_watchdog
 def run(
     config: Optional[Path] = typer.Argument(None, help="run YAML (or a study file with a single arm)"),
     set_: List[str] = typer.Option(
@@ -176,6 +191,7 @@ def greedy_acc(summary: dict, key: str) -> str:
 
 
 @app.command()
+@_uninstalls_watchdog
 def ablate(
     study: Path = typer.Argument(..., help="study YAML (experiments/*.yaml)"),
     dry_run: bool = typer.Option(
