@@ -224,6 +224,29 @@ def test_check_study_file_uses_the_study_budget(tmp_path):
     assert any("can have no effect" in m for m in rep.warnings)
 
 
+def test_ablation_set_of_a_block_merges_into_the_study_block(tmp_path):
+    # `set: {budget: {group_size: 8}}` once replaced the whole budget, so steps fell back to the default
+    # 8 and max_new_tokens to 64 without a word; the study's other budget keys must stay.
+    extra = {
+        "variants": [],
+        "budget": {"steps": 12, "group_size": 4, "prompts_per_step": 4, "max_new_tokens": 24},
+        "sampling": {"top_p": 0.9},
+        "ablations": {"g8": {"variant": "grpo", "set": {"budget": {"group_size": 8, "prompts_per_step": 2},
+                                                        "sampling": {"temperature": 0.7}}}},
+        "seeds": [0],
+    }
+    (arm,) = E.expand_arms(E.load_study(_write(tmp_path, STUDY, extra)))
+    b, s = arm.config.budget, arm.config.sampling
+    assert (b.steps, b.group_size, b.prompts_per_step, b.max_new_tokens) == (12, 8, 2, 24)
+    assert (s.temperature, s.top_p) == (0.7, 0.9)
+
+
+def test_merge_keys_replaces_what_is_not_a_block():
+    data = {"sampling": {"backend": "hf", "temperature": 1.0}, "rewards": ["correctness"]}
+    got = E.merge_keys(data, {"sampling": {"backend": {"name": "noisy"}}, "rewards": [{"name": "format"}]})
+    assert got == {"sampling.backend": {"name": "noisy"}, "rewards": [{"name": "format"}]}
+
+
 def test_run_file_is_validated_as_one_arm(tmp_path):
     p = tmp_path / "run.yaml"
     p.write_text("variant: dapo\nbudget: {updates: {epochs: 1, minibatches: 2}}\n")

@@ -331,7 +331,7 @@ def _make_arm(
     var_keys = {k.removeprefix("set."): v for k, v in norm.items() if route_key(k, where) == "set"}
     set_run = {k: v for k, v in sets.items() if k.split(".")[0] in ABLATION_RUN_KEYS}
     arm_set = {**{k: v for k, v in sets.items() if k not in set_run}, **var_keys}
-    data = set_dotted(data, {**set_run, **run_keys}, f"{where} (arm {label})")
+    data = set_dotted(data, {**merge_keys(data, set_run), **run_keys}, f"{where} (arm {label})")
     group = _SEED_SUFFIX.sub("", label)
     data.update(
         name=label,
@@ -347,6 +347,22 @@ def _make_arm(
     if var_keys:
         origin += " / sweep"
     return Arm(label=label, base=base, seed=seed, sweep=dict(point), config=cfg, overrides=arm_set, origin=origin)
+
+
+def merge_keys(data: Mapping[str, Any], sets: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """`sets` as dotted keys: a mapping whose place in `data` is also a mapping merges key by key,
+    so `budget: {group_size: 8}` keeps the study's other budget keys (steps, max_new_tokens);
+    anything else (a list, a scalar, a mapping over a string such as `sampling.backend`) replaces."""
+    out: dict[str, Any] = {}
+    for key, value in sets.items():
+        node: Any = data
+        for part in (prefix + key).split("."):
+            node = node.get(part) if isinstance(node, Mapping) else None
+        if isinstance(value, Mapping) and value and isinstance(node, Mapping):
+            out.update(merge_keys(data, value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def single_arm_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> RunConfig:
