@@ -38,6 +38,7 @@ NEWER = {
     "learning_curve.yaml",
     "quickstart.yaml",
     "recipe_grid.yaml",
+    "recipe_transfer.yaml",
     "clip_higher_entropy.yaml",
     "distill.yaml",
 }

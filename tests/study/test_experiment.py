@@ -231,8 +231,12 @@ def test_ablation_set_of_a_block_merges_into_the_study_block(tmp_path):
         "variants": [],
         "budget": {"steps": 12, "group_size": 4, "prompts_per_step": 4, "max_new_tokens": 24},
         "sampling": {"top_p": 0.9},
-        "ablations": {"g8": {"variant": "grpo", "set": {"budget": {"group_size": 8, "prompts_per_step": 2},
-                                                        "sampling": {"temperature": 0.7}}}},
+        "ablations": {
+            "g8": {
+                "variant": "grpo",
+                "set": {"budget": {"group_size": 8, "prompts_per_step": 2}, "sampling": {"temperature": 0.7}},
+            }
+        },
         "seeds": [0],
     }
     (arm,) = E.expand_arms(E.load_study(_write(tmp_path, STUDY, extra)))
