@@ -7,6 +7,7 @@ import zoo.run.setup as run_setup
 import zoo.run.trainer as trainer
 from tests.conftest import tiny_run_config
 from zoo.backends.generate.hf_generator import HFGenerator
+from zoo.run.folder import RunFolder
 
 
 class _Closing(HFGenerator):
@@ -22,7 +23,7 @@ def test_the_run_closes_its_generator(tmp_path, tiny_model_dir, monkeypatch, fai
     monkeypatch.setattr(run_setup, "build_generator", lambda spec, policy, tok: _Closing(policy, tok))
     cfg = tiny_run_config(tiny_model_dir, tmp_path / "out", budget={"steps": 1}, eval={"enabled": False})
     if fail:
-        monkeypatch.setattr(trainer, "_write_summary", _boom_once(trainer._write_summary))
+        monkeypatch.setattr(RunFolder, "write_summary", _boom_once(RunFolder.write_summary))
         with pytest.raises(RuntimeError, match="boom"):
             trainer.train(cfg, progress=False)
     else:
@@ -33,11 +34,11 @@ def test_the_run_closes_its_generator(tmp_path, tiny_model_dir, monkeypatch, fai
 def _boom_once(real):
     calls = []
 
-    def write(out, summary):
+    def write(folder, summary):
         calls.append(1)
         if len(calls) == 1:
             raise RuntimeError("boom")
-        return real(out, summary)
+        return real(folder, summary)
 
     return write
 

@@ -707,16 +707,18 @@ def test_kill_9_then_resume_keeps_eval_before_labels_and_prints_it(tiny_model_di
 
     from zoo.cli import app
     from zoo.cli import run as cli_run  # noqa: F401  (registers `run` on the app)
-    from zoo.run import trainer as T
+    from zoo.run.folder import RunFolder
 
-    real_write = T._write_summary
-    monkeypatch.setattr(T, "_write_summary", lambda out, s: None if s.get("status") == "failed" else real_write(out, s))
+    real_write = RunFolder.write_summary
+    monkeypatch.setattr(
+        RunFolder, "write_summary", lambda self, s: None if s.get("status") == "failed" else real_write(self, s)
+    )
     cfg = tiny_run_config(tiny_model_dir, tmp_path, checkpoint={"every": 1})
     monkeypatch.setenv("ZOO_FAIL_AT_STEP", "1")
     with pytest.raises(RuntimeError, match="simulated crash"):
         train(cfg, progress=False)
     monkeypatch.delenv("ZOO_FAIL_AT_STEP")
-    monkeypatch.setattr(T, "_write_summary", real_write)
+    monkeypatch.setattr(RunFolder, "write_summary", real_write)
     left = json.loads((tmp_path / "summary.json").read_text())
     assert left["status"] == "running" and left["eval/before"]["eval/n"] == 2.0
 

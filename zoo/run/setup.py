@@ -77,8 +77,6 @@ def setup(
     """Load everything one run needs (models last, after every config check has passed). checked:
     what `validate_run(cfg)` returned when the caller ran it already (else it runs here)."""
     from zoo import models as zm
-    from zoo.tasks import PromptStream, load_task
-    from zoo.tasks.base import derive_seed
 
     v, warnings = checked or validate_run(cfg)
     for w in warnings:
@@ -86,17 +84,72 @@ def setup(
     dist.init_from_env()  # under torchrun / accelerate launch: join the process group
     slots = Slots.of(v, {"max_new_tokens": cfg.budget.max_new_tokens})
     _seed_everything(cfg.seed)  # the same on every rank until the models are built (LoRA, value head init)
-    task = load_task(cfg.task)
-    stream = PromptStream(task.train, seed=cfg.seed)
-    # extra rounds of dynamic sampling draw from their own stream, so step k's first-round prompts are
-    # the same in every arm of a study (paired comparison), whatever the filters dropped before
-    resample_stream = PromptStream(task.train, seed=derive_seed(cfg.seed, "resample"))
+    task, stream, resample_stream = _task_streams(cfg)
     rewards = resolve_rewards(cfg.rewards, cfg.plugins)
     names = [c.name for c, _ in rewards]
     if device is None:
         device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     precision, why = resolve_autocast(cfg.model_opts.autocast, device)  # once per run: settings, evaluator, provenance
     logging.getLogger("zoo.run.precision").info("autocast %s: %s", precision, why)
+    src, models, reference, teacher = _load_models(cfg, v, slots, task, device, precision)
+    if dist.rank():  # built identically everywhere; from here on each rank samples from its own stream
+        _seed_everything(cfg.seed + dist.rank())
+    rewards = open_rewards(rewards, device)  # stateful rewards (a reward model) load once, here
+    gold = open_rewards(resolve_rewards(cfg.gold, cfg.plugins), device) if cfg.gold else []
+    policy, critic = models.policy, models.critic
+    opt, sched, copt, csched = _optimizers(cfg, v, policy, critic)
+    prov = provenance(
+        cfg,
+        src,
+        {"policy": zm.count_parameters(policy), "critic": zm.count_parameters(critic) if critic else None},
+        precision=describe(precision, why),
+        batch_sizes=batch_sizes(cfg, v.group_size),
+    )
+    return RunState(
+        cfg=cfg,
+        variant=v,
+        slots=slots,
+        models=models,
+        settings=_settings(cfg, v, precision),
+        optimizer=opt,
+        scheduler=sched,
+        critic_optimizer=copt,
+        critic_scheduler=csched,
+        stream=stream,
+        resample_stream=resample_stream,
+        task=task,
+        rewards=rewards,
+        reward_names=names,
+        reference=reference,
+        device=device,
+        controllers=[c() for c in slots.controllers],
+        provenance=prov,
+        gold=[c for c, _ in gold],
+        generator=build_generator(cfg.sampling.backend, policy, models.tokenizer),  # once per run (sampling.backend)
+        teacher=teacher,
+    )
+
+
+def _task_streams(cfg: RunConfig) -> tuple[Any, Any, Any]:
+    """(task, its training prompt stream, the stream extra resampling rounds draw from)."""
+    from zoo.tasks import PromptStream, load_task
+    from zoo.tasks.base import derive_seed
+
+    task = load_task(cfg.task)
+    stream = PromptStream(task.train, seed=cfg.seed)
+    # extra rounds of dynamic sampling draw from their own stream, so step k's first-round prompts are
+    # the same in every arm of a study (paired comparison), whatever the filters dropped before
+    resample_stream = PromptStream(task.train, seed=derive_seed(cfg.seed, "resample"))
+    return task, stream, resample_stream
+
+
+def _load_models(
+    cfg: RunConfig, v: Variant, slots: Slots, task: Any, device: torch.device, precision: str
+) -> tuple[Any, Models, Any, Any]:
+    """The policy (checked once loaded), the reference, critic and teacher the variant reads, wrapped by
+    `training.strategy`: (the model's source, Models, the reference, the teacher)."""
+    from zoo import models as zm
+
     src = zm.resolve_model(cfg.model)
     lora = cfg.model_opts.lora.model_dump() if cfg.model_opts.lora else None
     policy, tok = zm.load_policy(
@@ -106,15 +159,7 @@ def setup(
         gradient_checkpointing=cfg.model_opts.gradient_checkpointing,
         device=device,
     )
-    rep = checks.after_load(
-        cfg, v, policy.config, tok, rows=task.train + task.eval, available=available_memory(device), model=policy
-    )
-    if rep.errors:
-        raise VariantError("\n".join(rep.errors))
-    for w in rep.warnings:  # e.g. a LoRA rank above the layer width (zoo.checks.bounds)
-        log.warning(w)
-    for n in rep.notes:
-        log.info(n)
+    _check_loaded(cfg, v, policy, tok, task, device)
     reference = zm.make_reference(policy) if slots.reads("logp_ref") else None
     critic = None
     if slots.reads("values"):  # some component reads the critic's values (gae, a loss term, ...)
@@ -135,10 +180,6 @@ def setup(
         device,
         precision,
     )
-    if dist.rank():  # built identically everywhere; from here on each rank samples from its own stream
-        _seed_everything(cfg.seed + dist.rank())
-    rewards = open_rewards(rewards, device)  # stateful rewards (a reward model) load once, here
-    gold = open_rewards(resolve_rewards(cfg.gold, cfg.plugins), device) if cfg.gold else []
     models = Models(
         policy=policy,
         tokenizer=tok,
@@ -146,7 +187,26 @@ def setup(
         parallel=par,
         reference=(lambda: zm.reference_forward(reference)) if reference is not None else None,
     )
-    s = StepSettings(
+    return src, models, reference, teacher
+
+
+def _check_loaded(
+    cfg: RunConfig, v: Variant, policy: torch.nn.Module, tok: Any, task: Any, device: torch.device
+) -> None:
+    """The `after_load` checks (zoo.checks) on the loaded policy: VariantError with every error; warnings logged."""
+    rep = checks.after_load(
+        cfg, v, policy.config, tok, rows=task.train + task.eval, available=available_memory(device), model=policy
+    )
+    if rep.errors:
+        raise VariantError("\n".join(rep.errors))
+    for w in rep.warnings:  # e.g. a LoRA rank above the layer width (zoo.checks.bounds)
+        log.warning(w)
+    for n in rep.notes:
+        log.info(n)
+
+
+def _settings(cfg: RunConfig, v: Variant, precision: str) -> StepSettings:
+    return StepSettings(
         temperature=cfg.sampling.temperature,
         micro_batch=cfg.budget.micro_batch,
         max_new_tokens=cfg.budget.max_new_tokens,
@@ -156,6 +216,10 @@ def setup(
         max_grad_norm=cfg.optim.max_grad_norm,
         generate_batch=generate_batch_size(cfg, v.group_size),
     )
+
+
+def _optimizers(cfg: RunConfig, v: Variant, policy: torch.nn.Module, critic: torch.nn.Module | None) -> tuple[Any, ...]:
+    """(policy optimizer, its scheduler, critic optimizer, its scheduler); the critic's are None without a critic."""
     total = cfg.budget.steps * v.updates.epochs * v.updates.minibatches
     opt = _adamw([p for p in policy.parameters() if p.requires_grad], cfg.optim.lr, cfg)
     copt = (
@@ -163,36 +227,7 @@ def setup(
         if critic
         else None
     )
-    prov = provenance(
-        cfg,
-        src,
-        {"policy": zm.count_parameters(policy), "critic": zm.count_parameters(critic) if critic else None},
-        precision=describe(precision, why),
-        batch_sizes=batch_sizes(cfg, v.group_size),
-    )
-    return RunState(
-        cfg=cfg,
-        variant=v,
-        slots=slots,
-        models=models,
-        settings=s,
-        optimizer=opt,
-        scheduler=_scheduler(opt, cfg, total),
-        critic_optimizer=copt,
-        critic_scheduler=_scheduler(copt, cfg, total) if copt else None,
-        stream=stream,
-        resample_stream=resample_stream,
-        task=task,
-        rewards=rewards,
-        reward_names=names,
-        reference=reference,
-        device=device,
-        controllers=[c() for c in slots.controllers],
-        provenance=prov,
-        gold=[c for c, _ in gold],
-        generator=build_generator(cfg.sampling.backend, policy, tok),  # once per run (sampling.backend)
-        teacher=teacher,
-    )
+    return opt, _scheduler(opt, cfg, total), copt, _scheduler(copt, cfg, total) if copt else None
 
 
 def _make_critic(
