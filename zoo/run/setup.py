@@ -18,7 +18,7 @@ import torch
 from zoo import checks
 from zoo.backends.generate.backend import build_generator
 from zoo.backends.train import strategy
-from zoo.checks.memory_estimate import available_memory
+from zoo.checks.fit import available_memory
 from zoo.config.run import RunConfig, batch_sizes, generate_batch_size
 from zoo.config.variant import Variant, VariantError
 from zoo.core import dist
