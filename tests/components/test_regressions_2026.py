@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from zoo.checks.variant import check_reward_reads
-from zoo.components.advantage import rloo
+from zoo.components.advantage.base import rloo
 from zoo.components.filter import dynamic_sampling
 from zoo.config.variant import load_variant
 from zoo.core.registry import build
