@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from zoo.backends.train import strategy
-from zoo.checks.strategy import check_strategy
+from zoo.checks.settings import check_strategy
 from zoo.cli.launch import torchrun_command, without_nproc
 from zoo.config.run import RunConfig
 

@@ -8,7 +8,7 @@ import yaml
 from conftest import tiny_run_config
 
 from zoo import checks
-from zoo.checks.budget import MAX_COMPLETIONS
+from zoo.checks.fit import MAX_COMPLETIONS
 
 
 def test_a_million_prompts_is_refused_by_the_before_load_check(tiny_model_dir, tmp_path):

@@ -3,8 +3,8 @@ the file (the GSM8K recipes validate offline), while a missing local data file i
 
 import pytest
 
-from zoo.checks.report import Report
-from zoo.checks.task import hub_dataset, task
+from zoo.checks.inputs import hub_dataset, task
+from zoo.checks.registry import Report
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,10 @@
-"""Checks before the first rollout (zoo.checks.context, zoo.checks.memory_estimate) and model load errors
+"""Checks before the first rollout (zoo.checks.fit: the context length, the memory estimate) and model load errors
 on the tiny model: each must fail before anything large is allocated."""
 
 import pytest
 from conftest import tiny_run_config
 
-from zoo.checks import memory_estimate as me
+from zoo.checks import fit as me
 from zoo.config.variant import VariantError
 
 
@@ -96,7 +96,7 @@ def test_max_new_tokens_beyond_the_context_is_an_error(tiny_model_dir, tmp_path)
 def test_long_prompts_beyond_the_context_are_an_error(tiny_model_dir):
     from types import SimpleNamespace
 
-    from zoo.checks.context import check_context, longest_prompt_tokens
+    from zoo.checks.fit import check_context, longest_prompt_tokens
     from zoo.models.tiny import tiny_tokenizer
 
     tok = tiny_tokenizer()

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zoo.components.advantage import reward_to_go, sequence_scores, token_rewards
+from zoo.components.advantage.base import reward_to_go, sequence_scores, token_rewards
 from zoo.core.declarations import Declaration
 from zoo.core.registry import ComponentError, available, build
 from zoo.core.types import AdvantageInputs
@@ -297,7 +297,7 @@ def test_gae_decoupled_lambda_hand_worked():
 
 
 def test_length_adaptive_lambda_values():
-    from zoo.components.advantage import length_adaptive_lambda
+    from zoo.components.advantage.base import length_adaptive_lambda
 
     # 1 - 1/(0.05 l): l = 40 -> 0.5, l = 100 -> 0.8, l = 10 -> -1 -> clamped 0, l = 20 -> 0, l = 0 -> 0
     got = length_adaptive_lambda(torch.tensor([40, 100, 10, 20, 0]), 0.05)

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zoo.components.aggregate import seq_mean_token_mean, seq_mean_token_sum, seq_mean_token_sum_norm, token_mean
-from zoo.components.clip import ppo
+from zoo.components.clip.ppo import ppo
 from zoo.components.stats import masked_mean, masked_sum
 from zoo.core.registry import ComponentError, available, build
 from zoo.core.types import StepCounts

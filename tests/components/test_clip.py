@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zoo.components.aggregate import token_mean
-from zoo.components.clip import cispo, clip_fractions, clip_higher, dual_clip, gspo, no_clip, ppo
+from zoo.components.clip.ppo import cispo, clip_fractions, clip_higher, dual_clip, gspo, no_clip, ppo
 from zoo.core.registry import ComponentError, available, build
 from zoo.core.types import ClipResult, StepCounts
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 from test_engine import make_batch, settings
 
-from zoo.components.clip import clip_higher, dual_clip, no_clip, ppo, two_sided_clip
-from zoo.components.clip_cov import clip_cov, kl_cov, selection_count, token_priorities
-from zoo.components.clip_soft import gmpo, gmpo_ppo_eps, sapo
+from zoo.components.clip.cov import clip_cov, kl_cov, selection_count, token_priorities
+from zoo.components.clip.ppo import clip_higher, dual_clip, no_clip, ppo, two_sided_clip
+from zoo.components.clip.soft import gmpo, gmpo_ppo_eps, sapo
 from zoo.config.variant import load_variant
 from zoo.core.registry import ComponentError, build
 from zoo.models.tiny import tiny_model_and_tokenizer

@@ -1,4 +1,4 @@
-"""Rollout corrections (zoo/components/correction.py) on hand-worked cases, and the mismatch metrics
+"""Rollout corrections (zoo/components/correction/base.py) on hand-worked cases, and the mismatch metrics
 (zoo/step/mismatch.py) on their own and through one update of the tiny model."""
 
 import copy

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zoo.checks.reward_reads import check_reward_reads
+from zoo.checks.variant import check_reward_reads
 from zoo.components.filter import dynamic_sampling, step_metric_kinds
 from zoo.core.registry import ComponentError, build
 from zoo.rewards import resolve_rewards

@@ -1,6 +1,6 @@
 """The two mechanisms that read the sampler's log-probs: the `dppo` clip rule
-(zoo/components/clip_divergence.py) and the `off_policy_sequence_mask` correction
-(zoo/components/correction_offpolicy.py), on hand-worked cases, against verl / TRL when those are
+(zoo/components/clip/divergence.py) and the `off_policy_sequence_mask` correction
+(zoo/components/correction/offpolicy.py), on hand-worked cases, against verl / TRL when those are
 importable (PYTHONPATH=/work/peers), and through the trainer with the `noisy` generator."""
 
 import math

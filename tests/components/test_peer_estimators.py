@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from zoo.components.advantage_peer import gpg, maxrl, opo, otb, otb_baseline, remax
+from zoo.components.advantage.peer import gpg, maxrl, opo, otb, otb_baseline, remax
 from zoo.core.registry import ComponentError, build
 from zoo.core.types import AdvantageInputs
 

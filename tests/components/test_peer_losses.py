@@ -7,11 +7,11 @@ import math
 import pytest
 import torch
 
-from zoo.components.clip import gspo, ppo
-from zoo.components.clip_bypass import bypass
-from zoo.components.clip_peer import dro, gpg, luspo, vespo
-from zoo.components.correction import mis, tis
-from zoo.components.correction_m2po import icepop, m2po, second_moment_keep
+from zoo.components.clip.bypass import bypass
+from zoo.components.clip.peer import dro, gpg, luspo, vespo
+from zoo.components.clip.ppo import gspo, ppo
+from zoo.components.correction.base import mis, tis
+from zoo.components.correction.m2po import icepop, m2po, second_moment_keep
 from zoo.core.registry import ComponentError, build
 from zoo.core.types import StepCounts, StepView, TermInputs
 
@@ -259,7 +259,7 @@ def test_gdpo_sequence_against_token_whitening_measured_difference():
 
 # ---------------------------------------------------------------- verl's rejection statistics and batch normalisation
 def test_rs_divergence_k3_and_seq_max_hand_case():
-    from zoo.components.correction_verl import rs_divergence
+    from zoo.components.correction.verl import rs_divergence
 
     # log rho per token: row 0 [0, 1, -1], row 1 [0.5, 0.5, pad]
     inp = _term([[0.0, 1.0, -1.0], [0.5, 0.5, NAN]], [[0.0, 0.0, 0.0], [0.0, 0.0, INF]], [[1, 1, 1], [1, 1, 0]])
@@ -278,7 +278,7 @@ def test_rs_divergence_k3_and_seq_max_hand_case():
 
 
 def test_tis_normalized_averages_one_over_the_step():
-    from zoo.components.correction_verl import tis_normalized
+    from zoo.components.correction.verl import tis_normalized
 
     old = [[math.log(0.5), 0.0, math.log(4.0)], [math.log(2.0), math.log(1.5), 0.0]]
     roll = [[0.0, 0.0, 0.0], [0.0, 0.0, NAN]]

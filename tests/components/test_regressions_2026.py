@@ -5,8 +5,8 @@ tests/components/test_peer_losses.py::test_sequence_is_the_product_and_geometric
 import pytest
 import torch
 
-from zoo.checks.reward_reads import check_reward_reads
-from zoo.components.advantage import rloo
+from zoo.checks.variant import check_reward_reads
+from zoo.components.advantage.base import rloo
 from zoo.components.filter import dynamic_sampling
 from zoo.config.variant import load_variant
 from zoo.core.registry import build

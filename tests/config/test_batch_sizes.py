@@ -100,7 +100,7 @@ def test_the_run_records_its_batch_sizes_and_a_resume_that_changes_one_warns(
 def test_the_memory_check_names_the_generate_batch_when_it_is_the_knob(tiny_model_dir, tmp_path):
     from transformers import AutoConfig
 
-    from zoo.checks import memory_estimate as me
+    from zoo.checks import fit as me
     from zoo.config.variant import VariantError
 
     config = AutoConfig.from_pretrained(tiny_model_dir)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from tests.conftest import tiny_run_config
-from zoo.checks.critic import critic_init_errors
+from zoo.checks.inputs import critic_init_errors
 from zoo.config.run import effective_variant
 from zoo.config.variant import VariantError
 from zoo.models.tiny import tiny_reward_model_and_tokenizer
@@ -92,7 +92,7 @@ def test_an_unknown_init_is_named(tiny_model_dir, tmp_path):
 def test_a_reward_model_not_built_yet_is_a_warning_not_an_error(tiny_model_dir, tmp_path):
     """A study builds its proxy first (zoo rm train): validate warns about the missing directory and
     leaves the tokenizer comparison for when it exists."""
-    from zoo.checks.run_checks import run_warnings
+    from zoo.checks.settings import run_warnings
 
     cfg = _cfg(tiny_model_dir, tmp_path, tmp_path / "not-built" / "model")
     v = effective_variant(cfg)

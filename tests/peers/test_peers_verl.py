@@ -202,7 +202,7 @@ def test_clip_cov_is_verl_clip_cov_when_every_candidate_is_picked(seed):
         clip_ratio_high=0.2,
         policy_loss={"loss_mode": "clip_cov", "clip_cov_ratio": 1.0, "clip_cov_lb": 0.05, "clip_cov_ub": 0.5},
     )
-    from zoo.components.clip_cov import token_covariance
+    from zoo.components.clip.cov import token_covariance
 
     cov = token_covariance(x.logp, x.adv, x.mask)[x.mask]
     inside = (cov > 0.05) & (cov < 0.5)

@@ -12,7 +12,7 @@ import yaml
 from conftest import tiny_run_config
 from rich.console import Console
 
-from zoo.checks import memory_estimate as me
+from zoo.checks import fit as me
 from zoo.study import experiment, report, runner
 from zoo.study.report.runs import ArmGroup, RunData
 from zoo.study.report.seed_stats import pairing_note
@@ -148,12 +148,12 @@ def test_prompts_per_step_far_beyond_the_task_warns_and_steps_show_progress(
     step; a step of several generate chunks reports each one to the progress listener."""
     from zoo.backends.generate import progress as step_progress
     from zoo.backends.generate.hf import generate_rollout
-    from zoo.checks.bounds import work_warnings
+    from zoo.checks.fit import work_warnings
     from zoo.models.tiny import tiny_model_and_tokenizer
     from zoo.run import trainer
 
     monkeypatch.setattr("zoo.run.setup.available_memory", lambda device: 10**15)  # not this test's check
-    # below the completions ceiling (zoo.checks.budget.MAX_COMPLETIONS; 1,000,000 prompts is refused before load)
+    # below the completions ceiling (zoo.checks.fit.MAX_COMPLETIONS; 1,000,000 prompts is refused before load)
     cfg = tiny_run_config(tiny_model_dir, tmp_path, budget={"prompts_per_step": 36_000})
     with caplog.at_level(logging.WARNING, logger="zoo.run.trainer"):
         trainer.setup(cfg)
@@ -191,7 +191,7 @@ def test_the_progress_bar_prints_progress_inside_a_long_step(capsys):
 
 def test_budget_steps_of_1e18_warns(tiny_model_dir, tmp_path):
     """10**30 is refused by the config (integers are 64-bit); 10**18, inside int64, warns."""
-    from zoo.checks.run_checks import unbounded_steps
+    from zoo.checks.settings import unbounded_steps
     from zoo.run.trainer import validate_run
 
     cfg = tiny_run_config(tiny_model_dir, tmp_path, budget={"steps": 10**18})

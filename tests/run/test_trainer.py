@@ -740,7 +740,7 @@ def bad_plugin(tmp_path, monkeypatch):
         textwrap.dedent("""
         from dataclasses import replace
 
-        from zoo.components.clip import ppo
+        from zoo.components.clip.ppo import ppo
         from zoo.core.registry import register
 
         def nan_reward(completions, rows):

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 from typer.testing import CliRunner
 
-from zoo.checks.report import Report
+from zoo.checks.registry import Report
 from zoo.cli import app
 from zoo.study import validate as VAL
 

@@ -9,8 +9,11 @@ and the critic init; `after_load` the context length, the rollout's memory, the 
 the parameter count and a LoRA rank or prompts_per_step beyond what the model or task holds
 (warnings), from the model's config.json and tokenizer and a meta-device model
 (`zoo validate` loads no weights: `model_files`, `check_loadable`). A study checks each arm with
-both (zoo.study.validate). The order of the checks: BEFORE_LOAD, AFTER_LOAD; the checks themselves:
-`zoo.checks.registry`.
+both (zoo.study.validate). The order of the checks: BEFORE_LOAD, AFTER_LOAD; the checks themselves
+(`zoo.checks.registry` registers them) are in `variant` (plugins, the variant and its slots, rewards
+and what the components read from them), `settings` (generator, strategy, model path, run warnings),
+`inputs` (task, env, teacher, critic init, parameter count) and `fit` (budget, context length, memory,
+bounds).
 """
 
 from __future__ import annotations
@@ -18,28 +21,12 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
-# the checks register on import: before_load's (budget .. warnings) and after_load's (bounds, context, memory,
-# params); `memory` and `variant` under other names, which leaves those names to after_load's parameters
-from zoo.checks import (  # noqa: F401
-    bounds,
-    budget,
-    context,
-    critic,
-    env,
-    generator,
-    model_path,
-    params,
-    reward_reads,
-    strategy,
-    task,
-    teacher,
-    warnings,
-)
-from zoo.checks import memory as _memory  # noqa: F401
+# the checks register on import, each module's in the order it defines them: fit before settings, so the checks
+# outside BEFORE_LOAD / AFTER_LOAD keep their order (completions_ceiling, then settings' lora_targets); `variant`
+# under another name, which leaves that name to after_load's parameter
+from zoo.checks import fit, inputs, settings
 from zoo.checks import variant as _variant  # noqa: F401
-from zoo.checks.registry import run_stage
-from zoo.checks.report import Report
-from zoo.checks.subject import AfterLoad, BeforeLoad
+from zoo.checks.registry import AfterLoad, BeforeLoad, Report, run_stage
 
 #: the order of the stages' checks (a later check reads what an earlier one built; others run last)
 BEFORE_LOAD = (
@@ -119,7 +106,7 @@ def model_files(cfg: Any) -> tuple[Any, Any] | None:
     if m in EMBEDDED_ALIASES:
         d: Path | None = cache_root() / "models" / EMBEDDED_MODEL
     else:
-        d = model_path.local_path(m)
+        d = settings.local_path(m)
     if d is None or not (d / "config.json").is_file():
         return None
     key = f"{d.resolve()}@{(d / 'config.json').stat().st_mtime_ns}"
@@ -138,8 +125,6 @@ def check_loadable(cfg: Any, variant: Any, device: Any = None, *, memory: bool =
     for a run on another machine)."""
     import torch
 
-    from zoo.checks.memory_estimate import available_memory
-
     files = model_files(cfg)
     if files is None:
         return Report(
@@ -149,9 +134,9 @@ def check_loadable(cfg: Any, variant: Any, device: Any = None, *, memory: bool =
             ]
         )
     try:
-        rows = task.task_rows(cfg.task)
+        rows = inputs.task_rows(cfg.task)
     except Exception:  # noqa: BLE001 - before_load's `task` check said why
         return Report()
     if device is None:
         device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-    return after_load(cfg, variant, *files, rows=rows, available=available_memory(device) if memory else None)
+    return after_load(cfg, variant, *files, rows=rows, available=fit.available_memory(device) if memory else None)

@@ -207,7 +207,7 @@ def validate(
 ) -> None:
     """Check variant, run and study files without loading any weights, with the checks `zoo run` makes
     (zoo.checks; the model's config.json and tokenizer are read when local). Exit 1 if any has an error."""
-    from zoo.checks.report import Report
+    from zoo.checks.registry import Report
     from zoo.checks.variant import check_variant
     from zoo.config import variant
     from zoo.config.run import NEEDS, says_nothing

@@ -1,4 +1,10 @@
-"""Built-in components, one module per kind. Importing this package registers them all.
+"""Built-in components, one place per kind: a module (`aggregate`, `normalize`, `objective`, `kl`,
+`length`, `filter`, `critic`) or, for the kinds with many built-ins, a package of modules (`advantage/`,
+`clip/`, `correction/`). Not yet one place: the `entropy` module holds two entropy mechanisms, the
+`high_entropy_tokens` correction and the `adaptive_entropy` controller (the other controller,
+`adaptive_kl`, is in `controllers`); the loss terms are in `loss_terms` (`kl`, `entropy_bonus`),
+`positive_nll` (`nll_positive`) and `distill_divergence` (`distill_vocab`, imported by zoo/__init__.py).
+`stats` holds the statistics they share. Importing this package registers them all.
 
 The data contract of each kind (positional arguments; hyperparameters are keyword-only):
 N completions, T completion tokens (right-padded), K reward objectives. Masks are bool/0-1 `[N, T]`,
@@ -25,29 +31,18 @@ The table of slots (which kind fills which slot, single or list) is `zoo/core/ki
 
 from zoo.components import (  # noqa: F401  (imports register the components)
     advantage,
-    advantage_peer,
     aggregate,
     clip,
-    clip_bypass,
-    clip_cov,
-    clip_divergence,
-    clip_peer,
-    clip_soft,
     controllers,
     correction,
-    correction_m2po,
-    correction_offpolicy,
-    correction_verl,
     critic,
     entropy,
     filter,
     kl,
     length,
-    length_group,
     loss_terms,
     normalize,
     objective,
-    passk,
     positive_nll,
 )
 from zoo.core.types import (  # noqa: F401

@@ -5,7 +5,7 @@ depend on row order. Source: DAPO arXiv 2503.14476 §3.2 (dynamic sampling).
 
 The per-row metrics a filter may name (`zoo.step.scoring.per_row_metrics`): `accuracy` (with a
 reward that judges correctness, e.g. `correctness`), `reward` (the combined score) and each reward's
-name. `zoo.checks.reward_reads.check_reward_reads` checks a variant's filters against the run's
+name. `zoo.checks.variant.check_reward_reads` checks a variant's filters against the run's
 rewards before anything runs (`zoo validate`, `zoo run`).
 """
 

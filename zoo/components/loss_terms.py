@@ -14,9 +14,9 @@ name: the update calls the term with the controller's value for that hyperparame
 
 from __future__ import annotations
 
+from zoo.components.clip.surrogate import LOG_RATIO_CLAMP
 from zoo.components.kl import masked_kl
 from zoo.components.stats import sanitize
-from zoo.components.surrogate import LOG_RATIO_CLAMP
 from zoo.core import registry
 from zoo.core.registry import register
 from zoo.core.types import TermInputs, TermResult

@@ -9,7 +9,7 @@ forwards, and closed when the run ends (the trainer's `finally`, like a reward m
 
 Which teacher (the variant's `distill.teacher`, zoo/config/distill.py; registry kind `teacher`):
 - `model`: a separate frozen model loaded from `teacher.model` (on-policy distillation; its tokenizer is
-  checked against the policy's before any model loads, zoo/checks/teacher.py);
+  checked against the policy's before any model loads, zoo/checks/inputs.py);
 - `frozen`: the initial policy, a frozen copy; with LoRA the policy itself with its adapters disabled
   (zoo.models.reference: no second copy of the weights);
 - `current`: the policy as it is now (no gradient);

@@ -4,7 +4,7 @@
 - `reward_model`: the reward model's backbone AND its scalar head (InstructGPT arXiv 2203.02155 §3.5:
   "we initialize the value function from the RM"), so V(s) starts as the RM's score of the prefix.
   The critic reads the policy's token ids, so the two must share a tokenizer (checked by
-  zoo.checks.critic, for `zoo validate` and `zoo run` alike). VAPO (arXiv 2504.05118 §4.1) reports that a critic initialised from a reward
+  zoo.checks.inputs, for `zoo validate` and `zoo run` alike). VAPO (arXiv 2504.05118 §4.1) reports that a critic initialised from a reward
   model starts biased (the RM scores a finished answer, the critic must value an unfinished prefix)
   and pretrains the value model instead: `budget.critic_warmup` (value pretraining) is that option,
   and the two combine.

@@ -18,7 +18,7 @@ import torch
 from zoo import checks
 from zoo.backends.generate.backend import build_generator
 from zoo.backends.train import strategy
-from zoo.checks.memory_estimate import available_memory
+from zoo.checks.fit import available_memory
 from zoo.config.run import RunConfig, batch_sizes, generate_batch_size
 from zoo.config.variant import Variant, VariantError
 from zoo.core import dist
@@ -199,7 +199,7 @@ def _check_loaded(
     )
     if rep.errors:
         raise VariantError("\n".join(rep.errors))
-    for w in rep.warnings:  # e.g. a LoRA rank above the layer width (zoo.checks.bounds)
+    for w in rep.warnings:  # e.g. a LoRA rank above the layer width (zoo.checks.fit)
         log.warning(w)
     for n in rep.notes:
         log.info(n)
@@ -239,7 +239,7 @@ def _make_critic(
 
     if critic_init(v) != "reward_model":
         return zm.make_critic(policy, lora).to(device)
-    spec = reward_model_spec(list(cfg.rewards)) or {}  # its tokenizer is the policy's (zoo.checks.critic)
+    spec = reward_model_spec(list(cfg.rewards)) or {}  # its tokenizer is the policy's (zoo.checks.inputs)
     return critic_from_reward_model(
         spec["model"],
         dtype=next(policy.parameters()).dtype,

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from zoo.checks.run_checks import coerce_numeric
+from zoo.checks.settings import coerce_numeric
 
 IDENTITY_KEYS = {"name", "output_dir", "arm"}  # differ between arms by construction
 PER_ARM_KEYS = {  # run keys a study sets per arm: a sweep or override over them says what to use instead

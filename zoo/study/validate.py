@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from zoo import checks
-from zoo.checks.report import Report
+from zoo.checks.registry import Report
 from zoo.config import variant as V
 from zoo.config.run import RunConfig, parse_run_config
 from zoo.config.variant import VariantError

@@ -37,8 +37,8 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor
 
+from zoo.components.clip.surrogate import LOG_RATIO_CLAMP, clip_result, prepare
 from zoo.components.stats import check_same_shape, sanitize
-from zoo.components.surrogate import LOG_RATIO_CLAMP, clip_result, prepare
 from zoo.core.registry import register
 from zoo.core.types import ClipResult
 

@@ -23,7 +23,7 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor
 
-from zoo.components.correction import _check_mis, mis
+from zoo.components.correction.base import _check_mis, mis
 from zoo.core.registry import register
 from zoo.core.types import TermInputs
 

@@ -1,6 +1,6 @@
 """Clip rules without a hard token clip (kind "clip"): SAPO's soft gate and GMPO's geometric mean.
 
-Same contract as zoo/components/clip.py: `fn(logp, logp_old, adv, mask) -> ClipResult`, all `[N, T]`,
+Same contract as zoo/components/clip/ppo.py: `fn(logp, logp_old, adv, mask) -> ClipResult`, all `[N, T]`,
 padding selected away before any arithmetic (case C7), the log-ratio clamped to [-20, 20].
 
 Sources: SAPO, Gao et al. arXiv 2511.20347 (the gate, eq. 5-6; the objective, eq. 10-12); GMPO,
@@ -15,8 +15,8 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor
 
+from zoo.components.clip.surrogate import clip_result, prepare
 from zoo.components.stats import masked_mean
-from zoo.components.surrogate import clip_result, prepare
 from zoo.core.registry import register
 from zoo.core.types import ClipResult
 

@@ -24,8 +24,8 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor
 
+from zoo.components.clip.surrogate import LOG_RATIO_CLAMP, clip_result, clipped_surrogate, prepare
 from zoo.components.stats import as_bool, masked_mean, sanitize
-from zoo.components.surrogate import LOG_RATIO_CLAMP, clip_result, clipped_surrogate, prepare
 from zoo.core.registry import register
 from zoo.core.types import ClipResult, StepView
 

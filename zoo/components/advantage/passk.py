@@ -15,7 +15,7 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor
 
-from zoo.components.advantage import sequence_scores
+from zoo.components.advantage.base import sequence_scores
 from zoo.components.stats import as_bool, group_stats, sanitize
 from zoo.core.registry import register
 from zoo.core.types import AdvantageInputs, AdvantageResult

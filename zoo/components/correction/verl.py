@@ -25,7 +25,7 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor
 
-from zoo.components.correction import LOG_RATIO_CLAMP, _check_tis, level_log_ratio, log_ratio
+from zoo.components.correction.base import LOG_RATIO_CLAMP, _check_tis, level_log_ratio, log_ratio
 from zoo.components.stats import sanitize
 from zoo.core.registry import register
 from zoo.core.types import TermInputs

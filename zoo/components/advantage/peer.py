@@ -1,7 +1,7 @@
 """Advantage estimators that verl, TRL, SkyRL and prime-rl ship (kind "advantage"): MaxRL, OPO, ReMax,
 the optimal-token baseline (OTB) and GPG's rescaled group baseline.
 
-Conventions as in zoo/components/advantage.py: advantages [N, T], 0 on padding, NaN on the real tokens
+Conventions as in zoo/components/advantage/base.py: advantages [N, T], 0 on padding, NaN on the real tokens
 of a row whose score is NaN (left out of every group statistic); group statistics in float64 over the
 valid members of a group, independent of row order and of the values of the group ids.
 
@@ -21,7 +21,7 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor
 
-from zoo.components.advantage import _finish, reward_to_go, sequence_scores, token_rewards
+from zoo.components.advantage.base import _finish, reward_to_go, sequence_scores, token_rewards
 from zoo.components.stats import as_bool, group_constant, group_stats, sanitize
 from zoo.core.registry import register
 from zoo.core.types import AdvantageInputs, AdvantageResult

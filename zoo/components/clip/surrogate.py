@@ -1,4 +1,4 @@
-"""The pieces every clip rule shares (zoo/components/clip.py, clip_soft.py, clip_cov.py), written once:
+"""The pieces the clip rules share (ppo.py, soft.py, cov.py, divergence.py, peer.py here), written once:
 sanitised inputs and log-ratio, PPO's pessimistic clipped loss with its flags, and packing a ClipResult.
 
 Padded slots of logp, logp_old and adv are *selected away* before any arithmetic, so NaN/inf there

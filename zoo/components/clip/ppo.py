@@ -7,7 +7,7 @@ reach neither the loss nor its gradient (case C7); the loss is 0 on padding, the
 
 The log-ratio logp - logp_old is clamped to [-20, 20] before exp, as verl does, so one extreme
 token cannot overflow (this only matters far outside any clip range). The shared pieces live in
-zoo/components/surrogate.py; SAPO and GMPO in clip_soft.py, Clip-Cov and KL-Cov in clip_cov.py.
+zoo/components/clip/surrogate.py; SAPO and GMPO in soft.py, Clip-Cov and KL-Cov in cov.py (this package).
 
 Sources: PPO clip, arXiv 1707.06347 eq. 7 (and Ziegler et al. arXiv 1909.08593); clip-higher,
 DAPO arXiv 2503.14476 §3.1; dual-clip, Ye et al. arXiv 1912.09729 ("dual-clip PPO"); GSPO
@@ -21,15 +21,15 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor
 
+from zoo.components.clip.surrogate import clip_result as _result
+from zoo.components.clip.surrogate import clipped_surrogate as _clipped_surrogate
+from zoo.components.clip.surrogate import prepare as _prepare
 from zoo.components.stats import as_bool, masked_mean
-from zoo.components.surrogate import clip_result as _result
-from zoo.components.surrogate import clipped_surrogate as _clipped_surrogate
-from zoo.components.surrogate import prepare as _prepare
 from zoo.core.registry import register
 from zoo.core.types import ClipResult
 
 
-# ---------------------------------------------------------------- shared pieces (zoo/components/surrogate.py)
+# ---------------------------------------------------------------- shared pieces (zoo/components/clip/surrogate.py)
 def _ppo_family(
     logp: Tensor,
     logp_old: Tensor,

@@ -2,7 +2,7 @@
 penalty, VESPO's gamma-weighted sequence ratio and LUSPO's length-scaled GSPO.
 
 Every rule is `fn(logp, logp_old, adv, mask) -> ClipResult` (all [N, T]); padding is selected away
-before any arithmetic (zoo/components/surrogate.py `prepare`), so NaN/inf there reach neither the
+before any arithmetic (zoo/components/clip/surrogate.py `prepare`), so NaN/inf there reach neither the
 loss nor its gradient; the loss is 0 and the ratio 1 on padding.
 
 Sources (what was checked where): GPG, arXiv 2504.02546 eq. 9 and verl `compute_policy_loss_gpg`
@@ -21,9 +21,9 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor
 
-from zoo.components.clip import _check_low_high, gspo
+from zoo.components.clip.ppo import _check_low_high, gspo
+from zoo.components.clip.surrogate import LOG_RATIO_CLAMP, clip_result, prepare
 from zoo.components.stats import sanitize
-from zoo.components.surrogate import LOG_RATIO_CLAMP, clip_result, prepare
 from zoo.core.registry import register
 from zoo.core.types import ClipResult
 
