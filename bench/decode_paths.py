@@ -164,7 +164,7 @@ PATHS = {
 }
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="tiny")
     ap.add_argument("--rows", type=int, default=32, help="completions (4 prompts x rows/4)")
@@ -183,9 +183,11 @@ def main() -> None:
     ap.add_argument("--lora", action="store_true", help="LoRA r16 on q,k,v,o (the main job's), B random")
     ap.add_argument("--autocast", default="none", choices=["none", "bf16"], help="bf16: as the main job")
     ap.add_argument("--bucket", type=int, default=32, help="bucketed: prompt and new-token length step")
-    a = ap.parse_args()
-    if a.threads:
-        torch.set_num_threads(a.threads)
+    return ap.parse_args()
+
+
+def prepare(a: argparse.Namespace):
+    """(model on `--device`, tokenizer, prompts): `--lora` adapters with random B, `--autocast bf16`'s cached casts."""
     model, tok, prompts = load(a.model)
     if a.lora:
         from zoo.models import apply_lora
@@ -200,11 +202,12 @@ def main() -> None:
         from zoo.models import cache_frozen_casts
 
         cache_frozen_casts(model)
-    PATHS["bucketed"] = lambda *x: run_bucketed(*x, bucket=a.bucket)
-    amp = lambda: torch.autocast(a.device.split(":")[0], dtype=torch.bfloat16, enabled=a.autocast == "bf16")  # noqa: E731
-    model = model.to(a.device)
-    group = max(1, a.rows // len(prompts))
-    names = [p for p in a.paths.split(",") if p]
+    return model.to(a.device), tok, prompts
+
+
+def warm_up(names, model, tok, prompts, group, a, amp) -> tuple[dict, dict, dict]:
+    """Each path once, unmeasured (compilation), its tokens compared with `hf`'s (the first path).
+    Returns (times {path: []} of the paths that ran, warm-up seconds, greedy equal to hf)."""
     ref, ref_logp, times, warm, equal = None, None, {n: [] for n in names}, {}, {}
     for n in names:
         torch.manual_seed(0)
@@ -217,11 +220,11 @@ def main() -> None:
             times.pop(n)
             continue
         warm[n] = time.perf_counter() - t0
-        out, logp = out if isinstance(out, tuple) else (out, None)
+        out, logp = out if isinstance(out, tuple) else (out, None)  # [N, T] tokens, [N, T] logp_rollout
         if n == "hf":
             ref, ref_logp = out, logp
         if logp is not None and ref_logp is not None and n != "hf" and out.shape == ref.shape:
-            same_rows = (out == ref).all(1)
+            same_rows = (out == ref).all(1)  # [N]
             if bool(same_rows.any()):
                 d = (logp[same_rows] - ref_logp[same_rows]).abs().max().item()
                 print(f"{n}: logp_rollout max |diff| vs hf on rows with equal tokens: {d:.3g}", flush=True)
@@ -235,6 +238,11 @@ def main() -> None:
         print(
             f"{n}: warm-up {warm[n]:.2f} s, shape {tuple(out.shape)}, greedy equal to hf: {equal[n]}{same}", flush=True
         )
+    return times, warm, equal
+
+
+def timed_repeats(times, model, tok, prompts, group, a, amp) -> None:
+    """`--repeats` rounds, each path once per round (interleaved), seconds appended to `times`."""
     for r in range(a.repeats):
         ps = [lengthen(p, r + 1) for p in prompts] if a.vary else prompts
         for n in times:
@@ -245,7 +253,10 @@ def main() -> None:
             if model.device.type == "cuda":
                 torch.cuda.synchronize()
             times[n].append(time.perf_counter() - t0)
-    rows = group * len(prompts)
+
+
+def print_results(times, warm, equal, rows: int, a: argparse.Namespace) -> None:
+    """One JSON line per path: median seconds, tokens/s, decode steps/s."""
     for n, ts in times.items():
         s = statistics.median(ts)
         print(
@@ -270,6 +281,20 @@ def main() -> None:
             ),
             flush=True,
         )
+
+
+def main() -> None:
+    a = parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    model, tok, prompts = prepare(a)
+    PATHS["bucketed"] = lambda *x: run_bucketed(*x, bucket=a.bucket)
+    amp = lambda: torch.autocast(a.device.split(":")[0], dtype=torch.bfloat16, enabled=a.autocast == "bf16")  # noqa: E731
+    group = max(1, a.rows // len(prompts))
+    names = [p for p in a.paths.split(",") if p]
+    times, warm, equal = warm_up(names, model, tok, prompts, group, a, amp)
+    timed_repeats(times, model, tok, prompts, group, a, amp)
+    print_results(times, warm, equal, group * len(prompts), a)
 
 
 if __name__ == "__main__":

@@ -100,7 +100,7 @@ def same_tokens(a, b) -> float:
     return sum(x == y for x, y in zip(a[1], b[1])) / len(a[1])
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="smollm2-135m-instruct-q4", help="embedded name, folder, or 'tiny'")
     ap.add_argument("--dtype", default="bfloat16")
@@ -108,24 +108,15 @@ def main() -> None:
     ap.add_argument("--versions", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=16)
     ap.add_argument("--std", type=float, default=0.02, help="std of the random lora_B")
-    args = ap.parse_args()
+    return ap.parse_args()
 
-    import vllm
-    from vllm.lora.request import LoRARequest
 
-    from zoo.backends.generate.vllm_engine import EngineOptions, engine_environment, engine_kwargs
+def time_merged(peft, tok, ids, args, rows: dict) -> tuple[tuple, dict]:
+    """(a) merged on the fly (zoo's sync): seconds into `rows`; returns (the base model's greedy output,
+    {version: greedy output})."""
     from zoo.core import registry
 
-    print("uptime:", os.popen("uptime").read().strip())
-    torch.manual_seed(0)
-    model, tok = load(args.model)
-    model.eval()
-    peft = lora(model, args.rank)
-    ids = [tok(p)["input_ids"] for p in PROMPTS]
-    rows = {}  # name -> seconds
     merged_out = {}
-
-    # ---------------------------------------------------------------- (a) merged on the fly (zoo's sync)
     gen = registry.build("generator", {"name": "vllm", "max_model_len": 256, "dtype": args.dtype})(peft, tok)
     t0 = time.perf_counter()
     gen.engine()
@@ -143,9 +134,11 @@ def main() -> None:
         rows[f"a: v{v} generate"] = merged_out[v][0]
     gen.close()
     del gen
+    return base_a, merged_out
 
-    # ---------------------------------------------------------------- (b) vLLM adapters, new id per version
-    # the base model's weights in a folder vLLM loads (adapters off: named_weights sends plain W)
+
+def save_base(peft, tok) -> str:
+    """The base model's weights in a folder vLLM loads (adapters off: named_weights sends plain W)."""
     from safetensors.torch import save_file
 
     from zoo.backends.generate.weights import named_weights
@@ -156,9 +149,18 @@ def main() -> None:
     save_file(state, os.path.join(base_folder, "model.safetensors"), metadata={"format": "pt"})
     peft.get_base_model().config.save_pretrained(base_folder)
     tok.save_pretrained(base_folder)
+    return base_folder
+
+
+def start_lora_engine(base_folder: str, args, rows: dict):
+    """A vLLM engine with `enable_lora=True` on the base folder -> (llm, None), or (None, error) when
+    vLLM refuses LoRA (the answer on its CPU backend, maybe)."""
+    import vllm
+
+    from zoo.backends.generate.vllm_engine import EngineOptions, engine_environment, engine_kwargs
+
     kw = engine_kwargs(EngineOptions(max_model_len=256), base_folder, args.dtype, seed=0)
     kw.update(load_format="auto", enable_lora=True, max_lora_rank=args.rank, max_loras=1)
-    error = None
     try:
         t0 = time.perf_counter()
         with engine_environment(torch.get_num_threads()):
@@ -167,41 +169,49 @@ def main() -> None:
     except Exception as e:  # the answer if vLLM's CPU backend refuses LoRA
         error = f"{type(e).__name__}: {e}"
         print("vLLM refused enable_lora:", error)
-        llm = None
-    if llm is not None:
-        greedy(llm, ids, args.tokens)
-        base_b = greedy(llm, ids, args.tokens)
-        rows["b: generate (base, warm)"] = base_b[0]
-        print(
-            f"check: base greedy tokens equal in (a) and (b): {same_tokens(base_a, base_b):.2f}, "
-            f"max |dlogp| {max_diff(base_a, base_b):.2e}"
-        )
-        tmp = tempfile.mkdtemp(prefix="zoo-lora-adapters-")
-        for v in range(1, args.versions + 1):
-            new_version(peft, v, args.std)
-            t0 = time.perf_counter()
-            path = os.path.join(tmp, f"v{v}")
-            peft.save_pretrained(path)
-            save = time.perf_counter() - t0
-            req = LoRARequest(f"policy-v{v}", v, path)  # a NEW adapter id per version
-            first = greedy(llm, ids, args.tokens, req)
-            again = greedy(llm, ids, args.tokens, req)
-            nolora = greedy(llm, ids, args.tokens)
-            rows[f"b: v{v} save adapter"] = save
-            rows[f"b: v{v} first generate (loads id {v})"] = first[0]
-            rows[f"b: v{v} generate again (cached)"] = again[0]
-            rows[f"b: v{v} generate without adapter"] = nolora[0]
-            rows[f"b: v{v} overhead = save + first - without"] = save + first[0] - nolora[0]
-            print(
-                f"check v{v}: adapter vs base: same tokens {same_tokens(first, base_b):.2f}, "
-                f"max |dlogp| {max_diff(first, base_b):.3f} | adapter vs merged (a): same tokens "
-                f"{same_tokens(first, merged_out[v]):.2f}, max |dlogp| {max_diff(first, merged_out[v]):.3f}"
-            )
-        shutil.rmtree(tmp, ignore_errors=True)
-    shutil.rmtree(base_folder, ignore_errors=True)
+        return None, error
+    return llm, None
 
+
+def time_adapters(llm, peft, ids, args, rows: dict, base_a, merged_out: dict) -> None:
+    """(b) vLLM adapters, a new id per version: seconds into `rows`, the checks against (a) printed."""
+    from vllm.lora.request import LoRARequest
+
+    greedy(llm, ids, args.tokens)
+    base_b = greedy(llm, ids, args.tokens)
+    rows["b: generate (base, warm)"] = base_b[0]
     print(
-        f"\nmodel {args.model}, {args.dtype}, LoRA r{args.rank} on q,k,v,o, {len(ids)} prompts x "
+        f"check: base greedy tokens equal in (a) and (b): {same_tokens(base_a, base_b):.2f}, "
+        f"max |dlogp| {max_diff(base_a, base_b):.2e}"
+    )
+    tmp = tempfile.mkdtemp(prefix="zoo-lora-adapters-")
+    for v in range(1, args.versions + 1):
+        new_version(peft, v, args.std)
+        t0 = time.perf_counter()
+        path = os.path.join(tmp, f"v{v}")
+        peft.save_pretrained(path)
+        save = time.perf_counter() - t0
+        req = LoRARequest(f"policy-v{v}", v, path)  # a NEW adapter id per version
+        first = greedy(llm, ids, args.tokens, req)
+        again = greedy(llm, ids, args.tokens, req)
+        nolora = greedy(llm, ids, args.tokens)
+        rows[f"b: v{v} save adapter"] = save
+        rows[f"b: v{v} first generate (loads id {v})"] = first[0]
+        rows[f"b: v{v} generate again (cached)"] = again[0]
+        rows[f"b: v{v} generate without adapter"] = nolora[0]
+        rows[f"b: v{v} overhead = save + first - without"] = save + first[0] - nolora[0]
+        print(
+            f"check v{v}: adapter vs base: same tokens {same_tokens(first, base_b):.2f}, "
+            f"max |dlogp| {max_diff(first, base_b):.3f} | adapter vs merged (a): same tokens "
+            f"{same_tokens(first, merged_out[v]):.2f}, max |dlogp| {max_diff(first, merged_out[v]):.3f}"
+        )
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def print_table(args, n_prompts: int, rows: dict, error: str | None) -> None:
+    """The measured seconds as a markdown table (the page's)."""
+    print(
+        f"\nmodel {args.model}, {args.dtype}, LoRA r{args.rank} on q,k,v,o, {n_prompts} prompts x "
         f"{args.tokens} greedy tokens, torch threads {torch.get_num_threads()}"
     )
     print("| step | seconds |\n|---|---|")
@@ -209,6 +219,26 @@ def main() -> None:
         print(f"| {k} | {s:.3f} |")
     if error:
         print(f"(b) refused: {error}")
+
+
+def main() -> None:
+    args = parse_args()
+    import vllm  # noqa: F401  (without vLLM: fail here, before the model loads)
+
+    print("uptime:", os.popen("uptime").read().strip())
+    torch.manual_seed(0)
+    model, tok = load(args.model)
+    model.eval()
+    peft = lora(model, args.rank)
+    ids = [tok(p)["input_ids"] for p in PROMPTS]
+    rows = {}  # name -> seconds
+    base_a, merged_out = time_merged(peft, tok, ids, args, rows)  # (a) merged on the fly (zoo's sync)
+    base_folder = save_base(peft, tok)  # (b) vLLM adapters, new id per version
+    llm, error = start_lora_engine(base_folder, args, rows)
+    if llm is not None:
+        time_adapters(llm, peft, ids, args, rows, base_a, merged_out)
+    shutil.rmtree(base_folder, ignore_errors=True)
+    print_table(args, len(ids), rows, error)
     print("uptime:", os.popen("uptime").read().strip())
 
 

@@ -34,6 +34,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from torch import Tensor
+
 from zoo.backends.train import strategy
 from zoo.backends.train.memory import peak_memory_mb
 from zoo.core import dist
@@ -72,33 +74,71 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> StepResult:
     "forward", "advantage", "train". A collective under data parallelism."""
     t0 = time.perf_counter()
     coefs = coefficients(st)  # {target: {hyperparameter: value}} for this step
-    reward_fns, weights = [c for c, _ in st.rewards], [w for _, w in st.rewards]
-    acc = accuracy_index(reward_fns)
+    acc = accuracy_index([c for c, _ in st.rewards])
     strategy.gather_weights(st.models.parallel)  # fsdp: whole weights while ranks run different numbers of forwards
+    rounds = _sample(st, hooks, acc)  # generate -> reward -> length -> objectives -> filter, per round
+    batch, m = rounds.finish()
+    if batch.size == 0:
+        m["train/skipped"] = 1.0  # the guards (trainer.train) log the step without an update
+    t1 = time.perf_counter()
+    batch, order = _forwards(st, batch, hooks)  # old / reference log-probs, values, the teacher's
+    strategy.release_weights(st.models.parallel)
+    t2 = time.perf_counter()
+    batch, am = _advantages(st, batch, coefs, hooks)  # kl_reward -> advantage -> normalize (-> distill)
+    m.update(am)
+    m.update(step_diagnostics(batch, *rounds.objective_columns, len(st.reward_names), acc))  # diagnostics
+    t3 = time.perf_counter()
+    m.update(_train(st, batch, coefs, order, hooks))  # update, then the generator's sync
+    t4 = time.perf_counter()
+    _controllers(st, m, batch)  # controllers, and the coefficients the next step uses
+    m.update({"time/forward": t2 - t1, "time/advantage": t3 - t2, "time/train": t4 - t3, "time/step": t4 - t0})
+    _count(st, m, batch, t4 - t0)
+    st.step += 1
+    _reference_reset(st, m)
+    out = dist.all_reduce_mean_dict({k: v for k, v in m.items() if isinstance(v, (int, float))})
+    return StepResult(batch=batch, metrics=out, samples=rounds.samples)
+
+
+def _sample(st: RunState, hooks: Hooks, acc: int | None) -> Rounds:
+    """The resampling rounds (zoo/step/sample.py `Rounds`): each generates, scores and filters; the
+    kept groups and round 0's record are in the returned `Rounds` (its `finish()` gives the batch)."""
     rounds = Rounds(st)
     for rows in rounds:  # resampling rounds
         with rounds.timed("generate"), hooks.phase("generate") as ph:
             b = ph.batch = generate(st, rows, rounds.n_groups)  # generate
         with rounds.timed("score"), hooks.phase("score") as ph:
-            objectives, n_failed = unscore_failed(b, *compute_rewards(reward_fns, b.texts, b.rows))  # reward
-            b, obj, names, w, lm = length_shaping(
-                b, objectives, st.reward_names, weights, st.slots, st.settings.max_new_tokens, acc
-            )  # length
-            b, sm = objective_scores(b, obj, names, w, st.slots, acc)  # objectives
-            if reads_greedy(st):  # ReMax's baseline: a greedy completion per prompt (zoo/step/greedy.py)
-                b = with_greedy_score(st, b, rows, rounds.n_groups)
-            b = run_stages(st.slots.stages, "reward", b)  # plugin stages after reward
-            keep = keep_rows(
-                per_row_metrics(objectives, st.reward_names, b.scores, acc), b.group_ids, st.slots
-            )  # filter
+            b, keep, scored = _score(st, b, rows, rounds.n_groups, acc)
             ph.batch = b
         if rounds.first:
-            rounds.record_first(b, objectives, n_failed, {**sm, **lm}, (names, w))
+            rounds.record_first(b, *scored)
         rounds.add(b, keep)
-    batch, m = rounds.finish()
-    if batch.size == 0:
-        m["train/skipped"] = 1.0  # the guards (trainer.train) log the step without an update
-    t1 = time.perf_counter()
+    return rounds
+
+
+def _score(
+    st: RunState, b: Batch, rows: list[dict[str, Any]], n_groups: int, acc: int | None
+) -> tuple[Batch, Tensor, tuple[Tensor, list[int], dict[str, float], tuple[list[str], list[float]]]]:
+    """reward -> length -> objectives (-> the greedy baseline) -> plugin stages -> filter, on one
+    round's batch of N rows. Returns (scored batch, keep [N] bool: the filters' kept rows, what
+    `Rounds.record_first` takes after the batch: objectives [N, K], failed rows, the scoring metrics,
+    the objective columns (names, weights))."""
+    reward_fns, weights = [c for c, _ in st.rewards], [w for _, w in st.rewards]
+    objectives, n_failed = unscore_failed(b, *compute_rewards(reward_fns, b.texts, b.rows))  # reward: [N, K]
+    b, obj, names, w, lm = length_shaping(
+        b, objectives, st.reward_names, weights, st.slots, st.settings.max_new_tokens, acc
+    )  # length
+    b, sm = objective_scores(b, obj, names, w, st.slots, acc)  # objectives: b.scores [N]
+    if reads_greedy(st):  # ReMax's baseline: a greedy completion per prompt (zoo/step/greedy.py)
+        b = with_greedy_score(st, b, rows, n_groups)
+    b = run_stages(st.slots.stages, "reward", b)  # plugin stages after reward
+    keep = keep_rows(per_row_metrics(objectives, st.reward_names, b.scores, acc), b.group_ids, st.slots)  # filter
+    return b, keep, (objectives, n_failed, {**sm, **lm}, (names, w))
+
+
+def _forwards(st: RunState, batch: Batch, hooks: Hooks) -> tuple[Batch, Tensor | None]:
+    """The rollout forwards of the kept rows: old / reference log-probs [N, T], critic values (what some
+    component reads), a distill: variant's teacher log-probs, then the plugin stages after forwards.
+    Returns (batch, epoch 0's minibatch order or None)."""
     # epoch 0's minibatch order, drawn here (as update would) so that the first minibatch's old log-probs
     # come from its training forward, not a forward of their own (zoo.step.forwards.reuses_old)
     order = first_order(batch.size, st.settings) if batch.size and reuses_old(st.slots, st.settings) else None
@@ -110,39 +150,50 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> StepResult:
                     batch, st.teacher, st.cfg.teacher, st.models.tokenizer, st.settings, st.slots.reads(VOCAB_FIELD)
                 )
             batch = run_stages(st.slots.stages, "forwards", batch)  # plugin stages after forwards
-    strategy.release_weights(st.models.parallel)
-    t2 = time.perf_counter()
+    return batch, order
+
+
+def _advantages(
+    st: RunState, batch: Batch, coefs: dict[str, dict[str, float]], hooks: Hooks
+) -> tuple[Batch, dict[str, float]]:
+    """kl_reward -> advantage -> normalize -> the teacher's signal -> plugin stages: batch.advantages
+    [N, T]. Returns (batch, their metrics). A rank without rows joins the other ranks' collectives."""
     if batch.size:
         with hooks.phase("advantage") as ph:
             ph.batch = batch
-            batch, km = kl_reward(batch, st.slots, coefs)  # kl_reward
+            batch, km = kl_reward(batch, st.slots, coefs)  # kl_reward: batch.kl_reward [N, T]
             batch = advantage(batch, st.slots)  # advantage
             batch, am = normalize(batch, st.slots)  # normalize
             batch, dm = distill(batch, st.slots)  # the teacher's signal, after the normalizer
             am.update(dm)
             batch = run_stages(st.slots.stages, "advantage", batch)  # plugin stages after advantage
-        m.update({**km, **am})
-    elif dist.is_distributed():
+        return batch, {**km, **am}
+    if dist.is_distributed():
         normalize_global(st.slots.normalizer, *empty_rows(st.device))  # join the other ranks' gather
         distill_empty(st.slots)  # join the other ranks' sum of the teacher's signal
-    m.update(step_diagnostics(batch, *rounds.objective_columns, len(st.reward_names), acc))  # diagnostics
-    t3 = time.perf_counter()
+    return batch, {}
+
+
+def _train(
+    st: RunState, batch: Batch, coefs: dict[str, dict[str, float]], order: Tensor | None, hooks: Hooks
+) -> dict[str, float]:
+    """The update (policy and critic; only the critic during `critic_warmup`), then what follows an
+    applied optimizer step: the generator's `sync(policy)`, an ema teacher's update; the critic's LR
+    schedule. Returns the update's metrics (+ critic/warmup, time/sync)."""
     warmup = st.step < st.variant.critic_warmup  # value pretraining: the critic alone trains (policy frozen)
     with hooks.phase("train"):
-        m.update(
-            update(
-                batch,
-                st.models,
-                st.slots,
-                st.settings,
-                st.optimizer,
-                st.scheduler,
-                coefs,  # update
-                critic_optimizer=st.critic_optimizer,
-                hooks=hooks,
-                train_policy=not warmup,
-                order=order,
-            )
+        m = update(
+            batch,
+            st.models,
+            st.slots,
+            st.settings,
+            st.optimizer,
+            st.scheduler,
+            coefs,  # update
+            critic_optimizer=st.critic_optimizer,
+            hooks=hooks,
+            train_policy=not warmup,
+            order=order,
         )
     if st.variant.critic_warmup:
         m["critic/warmup"] = float(warmup)  # 1 while only the critic trains
@@ -155,21 +206,25 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> StepResult:
     if st.critic_scheduler is not None:
         for _ in range(st.settings.epochs * st.settings.minibatches):
             st.critic_scheduler.step()
-    t4 = time.perf_counter()
+    return m
+
+
+def _controllers(st: RunState, m: dict[str, Any], batch: Batch) -> None:
+    """The controllers see the step's metrics and move their coefficients; what the next step uses
+    (e.g. kl/beta, entropy_bonus/coef) and the LR go into the metrics."""
     tokens = float(batch.loss_mask.sum()) if batch.size else 0.0
     for c in st.controllers:  # controllers
         c.update(m, tokens, float(batch.size))
     for target, params in coefficients(st).items():  # what the next step uses, e.g. kl/beta, entropy_bonus/coef
         m.update({f"{target}/{k}": v for k, v in params.items()})
     m["optim/lr"] = float(st.scheduler.get_last_lr()[0])
-    m.update({"time/forward": t2 - t1, "time/advantage": t3 - t2, "time/train": t4 - t3, "time/step": t4 - t0})
-    _count(st, m, batch, t4 - t0)
-    st.step += 1
+
+
+def _reference_reset(st: RunState, m: dict[str, Any]) -> None:
+    """Every `ref_reset_every` steps (counted after this one) the reference becomes the policy."""
     if st.cfg.ref_reset_every and st.reference is not None and st.step % st.cfg.ref_reset_every == 0:
         reset_reference(st.reference, st.models.policy)  # reference reset
         m["kl/ref_resets"] = float(st.reference.resets)
-    out = dist.all_reduce_mean_dict({k: v for k, v in m.items() if isinstance(v, (int, float))})
-    return StepResult(batch=batch, metrics=out, samples=rounds.samples)
 
 
 def coefficients(st: RunState) -> dict[str, dict[str, float]]:

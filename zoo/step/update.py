@@ -9,7 +9,7 @@ step on one process (cases C2, C3). Shapes: n rows of a micro-batch, T completio
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import torch
 from torch import Tensor
@@ -145,53 +145,85 @@ def update(
     per_step: dict[str, list[float]] = {}
     applied = skipped = 0  # optimizer steps applied / skipped for a non-finite loss or gradient norm
     tally = TokenTally.of(slots)
-    n = batch.size
     with_critic = critic_optimizer is not None and models.critic is not None
     reuse = order is not None and reuses_old(slots, s)
-    for epoch in range(s.epochs):
-        perm = order if epoch == 0 and order is not None else first_order(n, s, generator)
-        for i, mb_rows in enumerate(perm.tensor_split(s.minibatches)):
-            # in row order: a group's completions sit side by side, so micro-batches share their prompt
-            # forward (zoo.step.logprobs.token_logprobs); the order within an optimizer step changes no sum
-            sub = batch.select(mb_rows.sort().values)
-            if reuse and epoch == 0 and i == 0:  # on-policy: pi_old is the training forward's pi, detached
-                sub = replace(sub, logp_old=None)
-            counts = step_counts(sub.loss_mask, s.max_new_tokens)
-            if counts.tokens == 0:  # nothing to learn from on any rank (e.g. every group filtered out)
-                continue
-            losses = _accumulate(sub, models, slots, s, counts, coefs or {}, tally, optimizer, critic_optimizer, hooks)
-            if not with_critic:
-                losses.pop("loss/value")
-            # each rank summed its share of the step's losses: the step's value is the sum over ranks
-            names = sorted(losses)
-            summed = dist.all_reduce_sum(torch.tensor([losses[k] for k in names], dtype=torch.float64)).tolist()
-            step_m = dict(zip(names, summed))
-            step_m["optim/grad_norm"] = summed_grad_norm(models.policy)
-            if with_critic:
-                step_m["critic/grad_norm"] = summed_grad_norm(models.critic)
-            if guards.any_rank_nonfinite(step_m.values()):  # skip on every rank: weights, optimizer state kept
-                skipped += 1
-                models.policy.zero_grad(set_to_none=True)
-                if with_critic:
-                    models.critic.zero_grad(set_to_none=True)
-            else:
-                applied += 1
-                if train_policy:
-                    optimizer_step(models.policy, optimizer, s.max_grad_norm, step_m["optim/grad_norm"])
-                else:  # value pretraining: the policy stays as it is
-                    models.policy.zero_grad(set_to_none=True)
-                if with_critic:
-                    optimizer_step(models.critic, critic_optimizer, s.max_grad_norm, step_m["critic/grad_norm"])
-            if scheduler is not None and train_policy:  # a skipped step still uses its slot (as with AMP)
-                guards.quiet_scheduler_step(scheduler)
-            for k, v in step_m.items():
-                per_step.setdefault(k, []).append(v)
+    for sub in _optimizer_steps(batch, s, generator, order, reuse):
+        counts = step_counts(sub.loss_mask, s.max_new_tokens)
+        if counts.tokens == 0:  # nothing to learn from on any rank (e.g. every group filtered out)
+            continue
+        losses = _accumulate(sub, models, slots, s, counts, coefs or {}, tally, optimizer, critic_optimizer, hooks)
+        step_m = _step_metrics(losses, models, with_critic)
+        if _apply(step_m, models, optimizer, critic_optimizer if with_critic else None, s, train_policy):
+            applied += 1
+        else:
+            skipped += 1
+        if scheduler is not None and train_policy:  # a skipped step still uses its slot (as with AMP)
+            guards.quiet_scheduler_step(scheduler)
+        for k, v in step_m.items():
+            per_step.setdefault(k, []).append(v)
     out = {k: sum(v) / len(v) for k, v in per_step.items()}  # includes skipped steps: a non-finite value shows
     out["optim/updates"] = float(applied)
     out["optim/skipped"] = float(skipped)
     out.update(tally.metrics())
     out["optim/steps"] = float(s.epochs * s.minibatches)
     return out
+
+
+def _optimizer_steps(
+    batch: Batch, s: StepSettings, generator: torch.Generator | None, order: Tensor | None, reuse: bool
+) -> Iterator[Batch]:
+    """The rows of each optimizer step, epoch by epoch: `minibatches` parts of a shuffled order
+    (epoch 0's: `order` when given), each in row order. A generator: each epoch's order is drawn
+    when that epoch begins, after the previous epoch's optimizer steps."""
+    for epoch in range(s.epochs):
+        perm = order if epoch == 0 and order is not None else first_order(batch.size, s, generator)  # [N]
+        for i, mb_rows in enumerate(perm.tensor_split(s.minibatches)):
+            # in row order: a group's completions sit side by side, so micro-batches share their prompt
+            # forward (zoo.step.logprobs.token_logprobs); the order within an optimizer step changes no sum
+            sub = batch.select(mb_rows.sort().values)
+            if reuse and epoch == 0 and i == 0:  # on-policy: pi_old is the training forward's pi, detached
+                sub = replace(sub, logp_old=None)
+            yield sub
+
+
+def _step_metrics(losses: dict[str, float], models: Models, with_critic: bool) -> dict[str, float]:
+    """One optimizer step's losses summed over ranks (each rank summed its share: the step's value is
+    the sum over ranks) and the gradient norms (a collective)."""
+    if not with_critic:
+        losses.pop("loss/value")
+    names = sorted(losses)
+    summed = dist.all_reduce_sum(torch.tensor([losses[k] for k in names], dtype=torch.float64)).tolist()
+    step_m = dict(zip(names, summed))
+    step_m["optim/grad_norm"] = summed_grad_norm(models.policy)
+    if with_critic:
+        step_m["critic/grad_norm"] = summed_grad_norm(models.critic)
+    return step_m
+
+
+def _apply(
+    step_m: dict[str, float],
+    models: Models,
+    optimizer: torch.optim.Optimizer,
+    critic_optimizer: torch.optim.Optimizer | None,
+    s: StepSettings,
+    train_policy: bool,
+) -> bool:
+    """Apply one optimizer step: the policy's (its gradients dropped in value pretraining) and the
+    critic's (critic_optimizer None: no critic). A loss or gradient norm in `step_m` that is not finite
+    on some rank skips the step on every rank (gradients zeroed, weights and optimizer state kept).
+    Returns whether the step was applied."""
+    if guards.any_rank_nonfinite(step_m.values()):  # skip on every rank: weights, optimizer state kept
+        models.policy.zero_grad(set_to_none=True)
+        if critic_optimizer is not None:
+            models.critic.zero_grad(set_to_none=True)
+        return False
+    if train_policy:
+        optimizer_step(models.policy, optimizer, s.max_grad_norm, step_m["optim/grad_norm"])
+    else:  # value pretraining: the policy stays as it is
+        models.policy.zero_grad(set_to_none=True)
+    if critic_optimizer is not None:
+        optimizer_step(models.critic, critic_optimizer, s.max_grad_norm, step_m["critic/grad_norm"])
+    return True
 
 
 def _accumulate(
@@ -221,14 +253,8 @@ def _accumulate(
     for r in strategy.micro_batches(models.parallel, micro_rows(sub, s.micro_batch), models):
         mb = sub.select(r).trimmed()
         m = mb.loss_mask  # [n, T]
-        with hooks.forward("policy", mb):
-            model = strategy.trained(models.parallel, "policy", models.policy)
-            if slots.reads(POLICY_VOCAB):  # a full-vocabulary term (zoo/step/distill_vocab.py): one forward
-                logp, ent, vocab = vocab_forward(model, mb, s, entropy_grad=slots.needs_grad("entropy"))
-                mb = replace(mb, extras={**mb.extras, POLICY_VOCAB: vocab})
-            else:
-                logp, ent = forward_logp(model, mb, s, with_entropy=True, entropy_grad=slots.needs_grad("entropy"))
-        old = mb.logp_old if mb.logp_old is not None else logp.detach()
+        mb, logp, ent = _policy_forward(mb, models, slots, s, hooks)  # logp, ent: [n, T]
+        old = mb.logp_old if mb.logp_old is not None else logp.detach()  # [n, T]
         res = slots.clip(
             logp,
             old,
@@ -236,44 +262,15 @@ def _accumulate(
             m,  # a selecting clip rule also gets its view of the step
             **selection.clip_kwargs(fields, slots.clip, mb, r, offset, {"logp": logp, "entropy": ent}),
         )
-        inp = TermInputs(
-            logp=logp,
-            logp_old=old,
-            advantages=mb.advantages,
-            mask=m,
-            counts=counts,
-            entropy=ent,
-            logp_ref=mb.logp_ref,
-            scores=mb.scores,
-            objectives=mb.objectives,
-            values=mb.values,
-            token_rewards=mb.token_rewards,
-            logp_rollout=mb.logp_rollout,
-            extras=mb.extras,
-        )
+        inp = _term_inputs(mb, logp, old, ent, counts)
 
         # called only within this minibatch's iteration (B023: the loop variables it reads are this minibatch's)
         def inputs(c: Any) -> TermInputs:  # a selecting component also gets its view of the step
             v = selection.view(fields, c, mb, r, offset, {"logp": logp, "entropy": ent})  # noqa: B023
             return inp if v is None else replace(inp, step=v)  # noqa: B023
 
-        per_token = res.loss  # [n, T]
-        w_roll = None  # the rollout corrections' weight (those reading logp_rollout), for rollout/*
-        for corr in slots.correction:  # detached per-token multipliers of the clip rule's term
-            w = corr(inputs(corr)).detach()
-            per_token = per_token * w
-            w_roll = rollout_weight(w_roll, corr, w)
-        tally.rollout.add(old, mb.logp_rollout, w_roll, m)
-        own = []  # terms aggregated with their own rule
-        for term in slots.loss:
-            tr = term(inputs(term), **params(term, coefs))
-            agg = own_rule.get(term.name, slots.aggregate)
-            losses[f"loss/{term.name}"] += float(agg(tr.loss.detach(), m, counts))
-            tally.add_stats(term.name, tr.token_stats, m)
-            if term.name in own_rule:
-                own.append(agg(tr.loss, m, counts))
-            else:
-                per_token = per_token + tr.loss
+        per_token = _corrected(res.loss, slots, inputs, tally, old, mb)  # [n, T]
+        per_token, own = _add_loss_terms(per_token, m, slots, inputs, coefs, own_rule, counts, losses, tally)
         loss = slots.aggregate(per_token, m, counts)
         if own:
             loss = loss + sum(own)
@@ -281,13 +278,98 @@ def _accumulate(
         losses["loss/policy"] += float(loss.detach())
         tally.add(res, logp, old, ent, m)
         if models.critic is not None and slots.critic is not None and mb.returns is not None:
-            with hooks.phase("critic"):  # the critic's share of the update: forward, loss, backward
-                with hooks.forward("critic", mb):
-                    v = critic_values(strategy.trained(models.parallel, "critic", models.critic), mb, s)
-                vl = slots.critic(v, mb.values, mb.returns, m, counts)
-                strategy.backward(vl, models.parallel)
-            losses["loss/value"] += float(vl.detach())
+            losses["loss/value"] += _critic_backward(mb, models, slots, s, counts, hooks)
     return losses
+
+
+def _policy_forward(
+    mb: Batch, models: Models, slots: Slots, s: StepSettings, hooks: Hooks
+) -> tuple[Batch, Tensor, Tensor]:
+    """The training forward of a micro-batch -> (mb, logp [n, T], entropy [n, T]); with a
+    full-vocabulary term (zoo/step/distill_vocab.py) the same forward's vocabulary view goes into
+    mb.extras."""
+    with hooks.forward("policy", mb):
+        model = strategy.trained(models.parallel, "policy", models.policy)
+        if slots.reads(POLICY_VOCAB):  # a full-vocabulary term (zoo/step/distill_vocab.py): one forward
+            logp, ent, vocab = vocab_forward(model, mb, s, entropy_grad=slots.needs_grad("entropy"))
+            mb = replace(mb, extras={**mb.extras, POLICY_VOCAB: vocab})
+        else:
+            logp, ent = forward_logp(model, mb, s, with_entropy=True, entropy_grad=slots.needs_grad("entropy"))
+    return mb, logp, ent
+
+
+def _term_inputs(mb: Batch, logp: Tensor, old: Tensor, ent: Tensor, counts: StepCounts) -> TermInputs:
+    """What the corrections and loss terms read of a micro-batch (tensors [n, T] unless noted)."""
+    return TermInputs(
+        logp=logp,
+        logp_old=old,
+        advantages=mb.advantages,
+        mask=mb.loss_mask,
+        counts=counts,
+        entropy=ent,
+        logp_ref=mb.logp_ref,
+        scores=mb.scores,  # [n]
+        objectives=mb.objectives,  # [n, K]
+        values=mb.values,
+        token_rewards=mb.token_rewards,
+        logp_rollout=mb.logp_rollout,
+        extras=mb.extras,
+    )
+
+
+def _corrected(
+    per_token: Tensor, slots: Slots, inputs: Callable[[Any], TermInputs], tally: TokenTally, old: Tensor, mb: Batch
+) -> Tensor:
+    """The clip rule's per-token term [n, T] times the corrections' detached per-token multipliers;
+    the rollout corrections' weight (those reading logp_rollout) goes into tally.rollout."""
+    w_roll = None  # the rollout corrections' weight, for rollout/*
+    for corr in slots.correction:
+        w = corr(inputs(corr)).detach()  # [n, T]
+        per_token = per_token * w
+        w_roll = rollout_weight(w_roll, corr, w)
+    tally.rollout.add(old, mb.logp_rollout, w_roll, mb.loss_mask)
+    return per_token
+
+
+def _add_loss_terms(
+    per_token: Tensor,
+    m: Tensor,
+    slots: Slots,
+    inputs: Callable[[Any], TermInputs],
+    coefs: Mapping[str, Mapping[str, float]],
+    own_rule: Mapping[str, Any],
+    counts: StepCounts,
+    losses: dict[str, float],
+    tally: TokenTally,
+) -> tuple[Tensor, list[Tensor]]:
+    """Each loss term of the variant: its per-token loss [n, T] added to `per_token` (aggregated with
+    the variant's rule), or aggregated with its own rule into the returned list; its detached part
+    into losses["loss/<term>"], its token stats into `tally`. m: [n, T] loss mask. Returns
+    (per_token, own-rule losses)."""
+    own = []  # terms aggregated with their own rule
+    for term in slots.loss:
+        tr = term(inputs(term), **params(term, coefs))
+        agg = own_rule.get(term.name, slots.aggregate)
+        losses[f"loss/{term.name}"] += float(agg(tr.loss.detach(), m, counts))
+        tally.add_stats(term.name, tr.token_stats, m)
+        if term.name in own_rule:
+            own.append(agg(tr.loss, m, counts))
+        else:
+            per_token = per_token + tr.loss
+    return per_token, own
+
+
+def _critic_backward(
+    mb: Batch, models: Models, slots: Slots, s: StepSettings, counts: StepCounts, hooks: Hooks
+) -> float:
+    """The critic's share of the update on one micro-batch: forward (values [n, T]), loss, backward.
+    Returns the value loss (detached)."""
+    with hooks.phase("critic"):  # the critic's share of the update: forward, loss, backward
+        with hooks.forward("critic", mb):
+            v = critic_values(strategy.trained(models.parallel, "critic", models.critic), mb, s)
+        vl = slots.critic(v, mb.values, mb.returns, mb.loss_mask, counts)
+        strategy.backward(vl, models.parallel)
+    return float(vl.detach())
 
 
 def summed_grad_norm(model: torch.nn.Module) -> float:

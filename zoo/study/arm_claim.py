@@ -23,9 +23,16 @@ def claim(
     results deleted first) and "continue" (budget.steps grew under a constant schedule); for the
     others it is None and the arm is skipped: "finished" (same fingerprint), "locked" (another
     process or thread holds the lease), "stale" (trained with another config since the plan was
-    checked). Each decision is printed on `console`."""
+    checked). An arm whose lease another process holds is said "finished" when its folder already
+    holds this config's finished run and it is not `fresh` (that process only looks at it, or is
+    closing it), and "in use" only otherwise. Each decision is printed on `console`."""
     d = Path(cfg.out_dir())
     lease = lock.acquire(d / lock.LOCK_NAME)
+    if lease is None and not fresh and finished_run(d, cfg):
+        console.print(f"[green]skip[/] {label}: finished", highlight=False)
+        return None, "finished"
+    if lease is None and not (d / lock.LOCK_NAME).exists():  # released since the try: try once more
+        lease = lock.acquire(d / lock.LOCK_NAME)
     if lease is None:
         console.print(f"[yellow]skip[/] {label}: in use by {lock.holder(d / lock.LOCK_NAME)}", highlight=False)
         return None, "locked"
@@ -50,6 +57,20 @@ def claim(
     if reuse == "grown":
         console.print(f"[bold]continue[/] {label} to {cfg.budget.steps} steps", highlight=False)
     return lease, "continue" if reuse == "grown" else "train"
+
+
+def finished_run(d: Path, cfg: RunConfig) -> bool:
+    """Whether the folder `d` holds a finished run of `cfg`, read without its lease: summary.json says
+    finished at `cfg.budget.steps` or beyond (a run continued to a grown budget is not yet) and the
+    fingerprint record is this config's."""
+    summ = read_json(d / "summary.json")
+    steps = summ.get("steps", cfg.budget.steps)
+    if summ.get("status") != "finished" or not isinstance(steps, (int, float)) or steps < cfg.budget.steps:
+        return False
+    try:
+        return fingerprint.check_reuse(d, cfg, "") == "same"
+    except VariantError:  # StaleRunError included: another config's results are not this arm's
+        return False
 
 
 def plan_conflicts(all_arms: list[Any], arms: list[Any], study_file: str, fresh: tuple[str, ...] = ()) -> list[str]:

@@ -189,8 +189,35 @@ def run_study(
     from rich.console import Console
 
     console = console or Console()
+    all_arms, arms = _planned_arms(st, shard, console, local_memory=run_arms is None)  # Ray arms run elsewhere
+    conflicts = plan_conflicts(all_arms, arms, st.path or str(st.name), fresh)
+    print_plan(st, arms, console, len(all_arms), fresh)
+    if conflicts and not dry_run:
+        raise VariantError("\n".join(conflicts))
+    for c in conflicts:
+        console.print(f"[yellow]would refuse:[/] {c}", highlight=False, soft_wrap=True)
+    if dry_run:
+        _dry_run(st, arms, console, write_configs)
+        return 0
+    write_index(st, all_arms)
+    if run_arms is not None:
+        try:
+            results = dict(run_arms(arms, train_fn=train_fn, fresh=fresh, study_file=st.path, console=console))
+        finally:
+            write_index(st, all_arms)
+    else:
+        results = _run_here(st, all_arms, arms, train_fn or _default_train(), console, fresh)
+    _final_report(st, console)
+    return _summarise(st, arms, results, console)
+
+
+def _planned_arms(
+    st: Study, shard: tuple[int, int] | None, console: Any, local_memory: bool
+) -> tuple[list[Arm], list[Arm]]:
+    """(every arm of the study, this shard's arms), after the arms' checks (warnings printed) and the
+    check that no arm folder belongs to another study. Raises VariantError listing the problems."""
     all_arms = expand_arms(st)
-    rep = check_arms(all_arms, st.plugins, local_memory=run_arms is None)  # Ray arms run elsewhere
+    rep = check_arms(all_arms, st.plugins, local_memory=local_memory)
     if not rep.ok:
         raise VariantError("\n".join(rep.errors))
     for w in rep.warnings + shared_set_overrides(st):
@@ -203,32 +230,28 @@ def run_study(
                 f"{why}: not this study's arm; move it away or give the study another output_dir" for why in foreign
             )
         )
-    conflicts = plan_conflicts(all_arms, arms, st.path or str(st.name), fresh)
-    print_plan(st, arms, console, len(all_arms), fresh)
-    if conflicts and not dry_run:
-        raise VariantError("\n".join(conflicts))
-    for c in conflicts:
-        console.print(f"[yellow]would refuse:[/] {c}", highlight=False, soft_wrap=True)
-    if dry_run:
-        if not write_configs:
-            console.print(
-                f"dry run: nothing written; add --write-configs to write each arm's config.yaml under "
-                f"{st.study_dir()}/<arm>/ and print the `zoo run` command for each",
-                highlight=False,
-                soft_wrap=True,
-            )
-        for a in arms if write_configs else ():
-            console.print(run_command(write_arm_config(a)), highlight=False, soft_wrap=True)
-        return 0
-    write_index(st, all_arms)
-    if run_arms is not None:
-        try:
-            results = dict(run_arms(arms, train_fn=train_fn, fresh=fresh, study_file=st.path, console=console))
-        finally:
-            write_index(st, all_arms)
-        _final_report(st, console)
-        return _summarise(st, arms, results, console)
-    train_fn = train_fn or _default_train()
+    return all_arms, arms
+
+
+def _dry_run(st: Study, arms: list[Arm], console: Any, write_configs: bool) -> None:
+    """A dry run after the plan: nothing written (said so), or with `write_configs` each arm's
+    config.yaml written and its `zoo run` command printed."""
+    if not write_configs:
+        console.print(
+            f"dry run: nothing written; add --write-configs to write each arm's config.yaml under "
+            f"{st.study_dir()}/<arm>/ and print the `zoo run` command for each",
+            highlight=False,
+            soft_wrap=True,
+        )
+    for a in arms if write_configs else ():
+        console.print(run_command(write_arm_config(a)), highlight=False, soft_wrap=True)
+
+
+def _run_here(
+    st: Study, all_arms: list[Arm], arms: list[Arm], train_fn: Callable[..., Any], console: Any, fresh: tuple[str, ...]
+) -> dict[str, str]:
+    """The arms one after another in this process (`_run_arm`) -> {label: final status}; study.json
+    rewritten after each arm, also on Ctrl-C (which names the --fresh arms not reached)."""
     results = {}
     for i, a in enumerate(arms):
         try:
@@ -240,8 +263,7 @@ def run_study(
             raise
         finally:  # also on Ctrl-C: study.json then shows the arm interrupted, not pending
             write_index(st, all_arms)
-    _final_report(st, console)
-    return _summarise(st, arms, results, console)
+    return results
 
 
 def _summarise(st: Study, arms: list[Arm], results: Mapping[str, str], console: Any) -> int:

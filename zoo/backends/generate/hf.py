@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import numbers
 from contextlib import contextmanager
-from typing import Iterable, Iterator, Sequence
+from functools import partial
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -187,43 +188,70 @@ def generate_rollout(
     Raises ValueError for group_size < 1, max_new_tokens < 1, temperature <= 0 when sampling, or a
     tokenizer without a pad token.
     """
+    _check_rollout_args(tokenizer, group_size, max_new_tokens, temperature, do_sample)
+    device = device_of(model)
+    stops = list(eos_token_ids) if eos_token_ids is not None else stop_token_ids(model, tokenizer)
+    pad_id = int(tokenizer.pad_token_id)
+    ids, mask, prompt_index = _grouped_prompts(tokenizer, prompts, group_size, device)  # [N, P], [N, P], [N]
+    gen_config = sampling_config(max_new_tokens, min_new_tokens, do_sample, pad_id, stops, tokenizer.bos_token_id)
+    processors = partial(processor_list, logits_processors, temperature, int(top_k or 0), top_p, do_sample)
+    chunks, logps = _sample_chunks(
+        model, ids, mask, prompt_index, gen_config, processors, micro_batch or ids.shape[0], share_prompts
+    )
+    return _rollout_batch(tokenizer, ids, mask, prompt_index, chunks, logps, stops, pad_id)
+
+
+def _check_rollout_args(tokenizer, group_size: int, max_new_tokens: int, temperature: float, do_sample: bool) -> None:
+    """Raises ValueError for group_size < 1, max_new_tokens < 1, temperature <= 0 when sampling, or a
+    tokenizer without a pad token."""
     if group_size < 1 or max_new_tokens < 1:
         raise ValueError(f"group_size and max_new_tokens must be >= 1 (got {group_size}, {max_new_tokens})")
     if do_sample and not temperature > 0:
         raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
     if tokenizer.pad_token_id is None:
         raise ValueError("the tokenizer has no pad token (use zoo.models.prepare_tokenizer)")
-    device = device_of(model)
-    stops = list(eos_token_ids) if eos_token_ids is not None else stop_token_ids(model, tokenizer)
-    pad_id = int(tokenizer.pad_token_id)
 
+
+def _grouped_prompts(
+    tokenizer, prompts: Sequence[str] | Sequence[list[dict]], group_size: int, device: torch.device
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The prompts encoded (`encode_prompts`), each repeated `group_size` times, prompt-major ->
+    (ids [N, P], mask [N, P] long, prompt_index [N]: the prompt of each row, its group id)."""
     ids, mask = encode_prompts(tokenizer, prompts, device=device)  # [B, P]
     ids = ids.repeat_interleave(group_size, dim=0)  # [N, P] prompt-major
     mask = mask.repeat_interleave(group_size, dim=0)  # [N, P]
     prompt_index = torch.arange(len(prompts), device=device).repeat_interleave(group_size)  # [N]
-    N, P = ids.shape
+    return ids, mask, prompt_index
 
-    gen_config = sampling_config(max_new_tokens, min_new_tokens, do_sample, pad_id, stops, tokenizer.bos_token_id)
-    mb = micro_batch or N
+
+def _sample_chunks(
+    model: nn.Module,
+    ids: Tensor,
+    mask: Tensor,
+    prompt_index: Tensor,
+    gen_config,
+    processors: Callable[[RolloutLogprobs], Any],
+    micro_batch: int,
+    share_prompts: bool,
+) -> tuple[list[Tensor], list[Tensor]]:
+    """`generate` over the rows [N, P] in chunks of `micro_batch` rows (eval mode, no_grad, the model's
+    generation_config neutral) -> (completion ids [mb, T_chunk] per chunk, their logp_rollout
+    [mb, T_chunk] per chunk). processors(recorder): the logits processors, the recorder last."""
+    N, P = ids.shape
     chunks: list[Tensor] = []
     logps: list[Tensor] = []
-    step_progress.report(
-        "generate", 0, N
-    )  # a long step shows its progress chunk by chunk (zoo.backends.generate.progress)
+    # a long step shows its progress chunk by chunk (zoo.backends.generate.progress)
+    step_progress.report("generate", 0, N)
     with eval_no_grad(model), neutral_generation_config(model):
-        for s in range(0, N, mb):
-            prefix = (
-                _shared_prefill(model, ids[s : s + mb], mask[s : s + mb], prompt_index[s : s + mb])
-                if share_prompts
-                else {}
-            )
+        for s in range(0, N, micro_batch):
+            rows = slice(s, s + micro_batch)
+            prefix = _shared_prefill(model, ids[rows], mask[rows], prompt_index[rows]) if share_prompts else {}
             rec = RolloutLogprobs()
-            procs = processor_list(logits_processors, temperature, int(top_k or 0), top_p, do_sample, rec)
             out = model.generate(
-                input_ids=ids[s : s + mb],
-                attention_mask=mask[s : s + mb],
+                input_ids=ids[rows],
+                attention_mask=mask[rows],
                 generation_config=gen_config,
-                logits_processor=procs,
+                logits_processor=processors(rec),
                 **prefix,  # [mb, P + T_chunk]
                 # an FSDP2 model is generated with its weights gathered (zoo.backends.train.strategy.gather_weights):
                 # no lockstep over ranks (transformers would all-reduce each token's "done" flag)
@@ -233,7 +261,22 @@ def generate_rollout(
             rec.finish(out[:, -1])
             chunks.append(out[:, P:])
             logps.append(rec.values())
-            step_progress.report("generate", min(s + mb, N), N)
+            step_progress.report("generate", min(s + micro_batch, N), N)
+    return chunks, logps
+
+
+def _rollout_batch(
+    tokenizer,
+    ids: Tensor,
+    mask: Tensor,
+    prompt_index: Tensor,
+    chunks: list[Tensor],
+    logps: list[Tensor],
+    stops: Sequence[int],
+    pad_id: int,
+) -> Batch:
+    """The chunks right-padded to one width T and joined -> the rollout's Batch (completion mask,
+    truncation flags, lengths, texts, logp_rollout 0 off the mask)."""
     T = max(c.shape[1] for c in chunks)
     completion_ids = torch.cat([_pad_right(c, T, pad_id) for c in chunks], dim=0)  # [N, T]
     cmask, truncated, lengths = completion_mask(completion_ids, stops)

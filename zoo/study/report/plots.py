@@ -195,84 +195,65 @@ def not_shown_note(groups: list[ArmGroup]) -> str:
     return f" (not shown: {', '.join(missing)}, no kl/ref logged)" if missing else ""
 
 
+def completions_of(r: RunData) -> dict[int, float]:
+    """step -> completions generated so far (count/completions): an x axis."""
+    return r.series("count/completions")
+
+
+def elapsed_of(r: RunData) -> dict[int, float]:
+    """step -> wall time so far in seconds (time/elapsed): an x axis."""
+    return r.series("time/elapsed")
+
+
+def plots_over_x(
+    groups: list[ArmGroup],
+    keys: list[tuple[str, str]],
+    out: Path,
+    title: str,
+    stem: str,
+    by_step: tuple[str, str] | None = None,
+) -> list[tuple[str, Path | None]]:
+    """The panels `keys` against step, completions generated and wall time: (title, png path or None)
+    each, titled "<title> vs ..." in files "<stem>_vs_{step,completions,time}.png"; by_step: another
+    (title, file stem) for the plot against step."""
+    step_title, step_stem = by_step or (f"{title} vs step", f"{stem}_vs_step")
+    return [
+        (step_title, plot_curves(groups, keys, out / f"{step_stem}.png", "step", None)),
+        (
+            f"{title} vs completions generated",
+            plot_curves(groups, keys, out / f"{stem}_vs_completions.png", "completions generated", completions_of),
+        ),
+        (f"{title} vs wall time", plot_curves(groups, keys, out / f"{stem}_vs_time.png", "wall time (s)", elapsed_of)),
+    ]
+
+
+def plot_proxy_gold(groups: list[ArmGroup], keys: list[tuple[str, str]], out: Path) -> tuple[str, Path | None]:
+    """Reward hacking: the proxy (the trained rewards) and gold rewards `keys` against the distance from
+    the reference, sqrt(KL) per completion (`sqrt_seq_kl`), as points with 95% error bars."""
+    return (
+        "Proxy and gold reward vs sqrt(KL to reference)" + not_shown_note(groups),
+        plot_curves(
+            groups,
+            keys,
+            out / "proxy_gold_vs_sqrt_kl.png",
+            "sqrt(KL to reference per completion) (sqrt nats)",
+            sqrt_seq_kl,
+            scatter=True,
+        ),
+    )
+
+
 def make_plots(groups: list[ArmGroup], out: Path) -> list[tuple[str, Path]]:
     """Every plot with data: (title, png path)."""
-    rk = reward_keys(r for g in groups for r in g.runs)
-    rpanels = [(k, k) for k in rk]
-    made = [
-        ("Reward vs step", plot_curves(groups, rpanels, out / "reward_vs_step.png", "step", None)),
-        (
-            "Reward vs completions generated",
-            plot_curves(
-                groups,
-                rpanels,
-                out / "reward_vs_completions.png",
-                "completions generated",
-                lambda r: r.series("count/completions"),
-            ),
-        ),
-        (
-            "Reward vs wall time",
-            plot_curves(
-                groups, rpanels, out / "reward_vs_time.png", "wall time (s)", lambda r: r.series("time/elapsed")
-            ),
-        ),
-        ("Eval accuracy before / after", plot_eval(groups, out / "eval_accuracy.png")),
-        ("Training dynamics", plot_curves(groups, DIAGNOSTICS, out / "training_dynamics.png", "step", None)),
-        (
-            "Training dynamics vs completions generated",
-            plot_curves(
-                groups,
-                DIAGNOSTICS,
-                out / "training_dynamics_vs_completions.png",
-                "completions generated",
-                lambda r: r.series("count/completions"),
-            ),
-        ),
-        (
-            "Training dynamics vs wall time",
-            plot_curves(
-                groups,
-                DIAGNOSTICS,
-                out / "training_dynamics_vs_time.png",
-                "wall time (s)",
-                lambda r: r.series("time/elapsed"),
-            ),
-        ),
-    ]
+    rpanels = [(k, k) for k in reward_keys(r for g in groups for r in g.runs)]
+    made = plots_over_x(groups, rpanels, out, "Reward", "reward")
+    made.append(("Eval accuracy before / after", plot_eval(groups, out / "eval_accuracy.png")))
+    made += plots_over_x(
+        groups, DIAGNOSTICS, out, "Training dynamics", "training_dynamics", ("Training dynamics", "training_dynamics")
+    )
     mech = mechanism_panels(groups)
-    made += [
-        ("Mechanism diagnostics vs step", plot_curves(groups, mech, out / "diagnostics_vs_step.png", "step", None)),
-        (
-            "Mechanism diagnostics vs completions generated",
-            plot_curves(
-                groups,
-                mech,
-                out / "diagnostics_vs_completions.png",
-                "completions generated",
-                lambda r: r.series("count/completions"),
-            ),
-        ),
-        (
-            "Mechanism diagnostics vs wall time",
-            plot_curves(
-                groups, mech, out / "diagnostics_vs_time.png", "wall time (s)", lambda r: r.series("time/elapsed")
-            ),
-        ),
-    ]
+    made += plots_over_x(groups, mech, out, "Mechanism diagnostics", "diagnostics")
     gold = [(k, t) for k, t in mech if k.startswith("gold/")]
     if gold:  # reward hacking: proxy (the trained rewards) and gold against the distance from the reference
-        made.append(
-            (
-                "Proxy and gold reward vs sqrt(KL to reference)" + not_shown_note(groups),
-                plot_curves(
-                    groups,
-                    rpanels + gold,
-                    out / "proxy_gold_vs_sqrt_kl.png",
-                    "sqrt(KL to reference per completion) (sqrt nats)",
-                    sqrt_seq_kl,
-                    scatter=True,
-                ),
-            )
-        )
+        made.append(plot_proxy_gold(groups, rpanels + gold, out))
     return [(t, p) for t, p in made if p is not None]
