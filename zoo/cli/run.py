@@ -10,9 +10,10 @@ import typer
 
 from zoo.cli.common import app, console, fail, parse_sets, print_threads, quiet_logs, run_dir_problem
 from zoo.cli.stopping import interrupt_code, stop_always, uninstalls_watchdog
+from zoo.config.set_flag import blame_set_flag
 
 
-def name_refused_file(src: Path | None, e: BaseException) -> None:
+def name_refused_file(src: Path | None, e: BaseException | str) -> None:
     """Print `SRC: refused` before a config error that does not name its file (the checks name keys)."""
     if src is not None and str(src) not in str(e):
         from rich.markup import escape
@@ -75,7 +76,8 @@ def run(
     if threads:
         torch.set_num_threads(threads)
     cfg = _run_config(config, set_, resume)
-    _train(cfg, config if config is not None else resume / "config.yaml" if resume is not None else None, fresh)
+    src = config if config is not None else resume / "config.yaml" if resume is not None else None
+    _train(cfg, src, fresh, parse_sets(set_))
 
 
 def _refuse_before_launch(config: Path, set_: list[str], nproc: int) -> None:
@@ -85,10 +87,11 @@ def _refuse_before_launch(config: Path, set_: list[str], nproc: int) -> None:
     from zoo.config.variant import VariantError
     from zoo.study.run_file import load_run_config
 
+    sets = parse_sets(set_)
     try:
-        cfg = load_run_config(config, parse_sets(set_))
+        cfg = load_run_config(config, sets)
     except VariantError as e:
-        fail(str(e))
+        fail(blame_set_flag(str(e), sets, source=config))
     if cfg.training.strategy == "single":
         fail(
             f"--nproc {nproc} with training.strategy single: nothing would combine the ranks' gradients; "
@@ -96,15 +99,17 @@ def _refuse_before_launch(config: Path, set_: list[str], nproc: int) -> None:
         )
     errors = before_load(cfg, world_size=nproc, launched=True)[0].errors  # what each rank would refuse
     if errors:
-        fail("\n".join(errors))
+        fail(blame_set_flag("\n".join(errors), sets, source=config))
 
 
 def _run_config(config: Path | None, set_: list[str], resume: Path | None) -> Any:
     """The RunConfig `zoo run` trains: the run file with --set applied, or a run folder's config.yaml
-    for --resume (its output_dir the folder). One line and exit 1 for a problem."""
+    for --resume (its output_dir the folder). One line and exit 1 for a problem; one about a value a
+    --set gave names the flag (`zoo.config.set_flag.blame_set_flag`)."""
     from zoo.config.variant import VariantError
     from zoo.study.run_file import load_run_config
 
+    sets = parse_sets(set_)
     try:
         if resume is not None and config is not None:
             fail(
@@ -115,17 +120,18 @@ def _run_config(config: Path | None, set_: list[str], resume: Path | None) -> An
             problem = run_dir_problem(resume, "--resume")
             if problem:
                 fail(problem)
-            return load_run_config(resume / "config.yaml", {**parse_sets(set_), "output_dir": str(resume)})
+            return load_run_config(resume / "config.yaml", {**sets, "output_dir": str(resume)})
         if config is None:
             fail("give a run YAML (zoo run run.yaml) or --resume RUN_DIR")
-        return load_run_config(config, parse_sets(set_))
+        return load_run_config(config, sets)
     except VariantError as e:
-        fail(str(e))
+        fail(blame_set_flag(str(e), sets, source=config if config is not None else resume))
 
 
-def _train(cfg: Any, src: Path | None, fresh: bool) -> None:
-    """Train `cfg` (read from `src`), then print its one `finished` line (rank 0). An error, a failed
-    run or an interrupt is one line naming what to do, with the exit status of each."""
+def _train(cfg: Any, src: Path | None, fresh: bool, sets: dict[str, Any]) -> None:
+    """Train `cfg` (read from `src`, with the --set overrides `sets`), then print its one `finished`
+    line (rank 0). An error, a failed run or an interrupt is one line naming what to do, with the exit
+    status of each."""
     from zoo.backends.train.checkpoint import CheckpointError
     from zoo.config.variant import VariantError
     from zoo.core.faults import os_error_message
@@ -135,8 +141,9 @@ def _train(cfg: Any, src: Path | None, fresh: bool) -> None:
     try:
         summary = train(cfg, resume=not fresh)
     except (VariantError, CheckpointError) as e:
-        name_refused_file(src, e)
-        fail(str(e))
+        msg = blame_set_flag(str(e), sets, source=src)
+        name_refused_file(src, msg)
+        fail(msg)
     except OSError as e:  # disk full, read-only folder: one line naming the file (zoo.core.faults)
         fail(os_error_message(e))
     except RunFailed as e:  # a run that cannot learn (zoo/core/guards.py): summary.json says failed
@@ -262,8 +269,9 @@ def _run_study(
     from zoo.config.variant import VariantError
     from zoo.study import experiment, runner
 
+    sets = parse_sets(set_)
     try:
-        st = experiment.load_study(study, overrides=parse_sets(set_))
+        st = experiment.load_study(study, overrides=sets)
         run_arms = None
         if ray:
             from zoo.study import ray_runner
@@ -282,8 +290,9 @@ def _run_study(
             run_arms=run_arms,
         )
     except VariantError as e:
-        name_refused_file(study, e)
-        fail(str(e))
+        msg = blame_set_flag(str(e), sets, source=study)
+        name_refused_file(study, msg)
+        fail(msg)
     except OSError as e:  # disk full, read-only folder: one line naming the file (zoo.core.faults)
         from zoo.core.faults import os_error_message
 
