@@ -48,12 +48,17 @@ def tokenizer_errors(policy: str, teacher: str) -> list[str]:
     """One line when the teacher's tokenizer differs from the policy's (or cannot be read)."""
     from transformers import AutoTokenizer
 
+    from zoo.checks.model_path import model_dir_error
+    from zoo.models.hub import hub_error, load_kwargs
     from zoo.models.sources import resolve_model
     from zoo.rewards.critic_init import tokenizer_mismatch
 
+    why = model_dir_error(teacher, "teacher.model") or hub_error(teacher, "teacher.model") or hub_error(policy, "model")
+    if why:  # one line at once, not transformers' ~30 s of retries against an unreachable Hub
+        return [why]
     try:
-        pt = AutoTokenizer.from_pretrained(resolve_model(policy).path)
-        tt = AutoTokenizer.from_pretrained(resolve_model(teacher).path)
+        pt = AutoTokenizer.from_pretrained(resolve_model(policy).path, **load_kwargs(policy))
+        tt = AutoTokenizer.from_pretrained(resolve_model(teacher).path, **load_kwargs(teacher))
     except (OSError, ValueError) as e:
         return [f"teacher.model: could not load the tokenizers to compare them: {str(e).splitlines()[0]}"]
     why = tokenizer_mismatch(pt, tt)
