@@ -20,7 +20,8 @@ from zoo.config.set_flag import blame_set_flag, close_keys, describe_key
     ],
 )
 def test_describe_key(key, words):
-    assert describe_key(key) == words
+    assert describe_key(key, RunConfig) == words
+    assert describe_key(key, None) is None
 
 
 def test_close_keys():
@@ -35,7 +36,7 @@ def test_blame_rewrites_only_the_lines_of_a_set_key():
         "run.yaml: key 'budget.steps': Input should be greater than or equal to 1\n"
         "run.yaml: key 'optim.lr': Input should be greater than 0"
     )
-    out = blame_set_flag(msg, {"budget.steps": 0}).splitlines()
+    out = blame_set_flag(msg, {"budget.steps": 0}, RunConfig).splitlines()
     assert out == [
         "--set budget.steps=0: must be >= 1; budget.steps takes an integer >= 1 (--set overrides run.yaml)",
         "run.yaml: key 'optim.lr': Input should be greater than 0",  # the file's own value
@@ -45,7 +46,7 @@ def test_blame_rewrites_only_the_lines_of_a_set_key():
 
 def test_blame_keeps_the_arm_and_names_a_key_inside_a_mapping():
     msg = "arm grpo: study.yaml (--set): key 'budget.steps': Input should be a valid integer"
-    assert blame_set_flag(msg, {"budget": {"steps": "abc"}}) == (
+    assert blame_set_flag(msg, {"budget": {"steps": "abc"}}, RunConfig) == (
         "arm grpo: --set budget={steps: abc}: key 'budget.steps': Input should be a valid integer; "
         "budget.steps takes an integer >= 1 (--set overrides study.yaml)"
     )
@@ -53,6 +54,6 @@ def test_blame_keeps_the_arm_and_names_a_key_inside_a_mapping():
 
 def test_blame_a_variant_override_line():
     msg = "run.yaml: set.kl.beta = -1: must be >= 0 (applied to registry/grpo.yaml, key 'slots.kl.beta')"
-    assert blame_set_flag(msg, {"set.kl.beta": -1}) == (
+    assert blame_set_flag(msg, {"set.kl.beta": -1}, RunConfig) == (
         "--set set.kl.beta=-1: must be >= 0 (applied to registry/grpo.yaml, key 'slots.kl.beta') (--set overrides run.yaml)"
     )

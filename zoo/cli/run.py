@@ -10,6 +10,7 @@ import typer
 
 from zoo.cli.common import app, console, fail, parse_sets, print_threads, quiet_logs, run_dir_problem
 from zoo.cli.stopping import interrupt_code, stop_always, uninstalls_watchdog
+from zoo.config.run import RunConfig
 from zoo.config.set_flag import blame_set_flag
 
 
@@ -91,7 +92,7 @@ def _refuse_before_launch(config: Path, set_: list[str], nproc: int) -> None:
     try:
         cfg = load_run_config(config, sets)
     except VariantError as e:
-        fail(blame_set_flag(str(e), sets, source=config))
+        fail(blame_set_flag(str(e), sets, RunConfig, source=config))
     if cfg.training.strategy == "single":
         fail(
             f"--nproc {nproc} with training.strategy single: nothing would combine the ranks' gradients; "
@@ -99,7 +100,7 @@ def _refuse_before_launch(config: Path, set_: list[str], nproc: int) -> None:
         )
     errors = before_load(cfg, world_size=nproc, launched=True)[0].errors  # what each rank would refuse
     if errors:
-        fail(blame_set_flag("\n".join(errors), sets, source=config))
+        fail(blame_set_flag("\n".join(errors), sets, RunConfig, source=config))
 
 
 def _run_config(config: Path | None, set_: list[str], resume: Path | None) -> Any:
@@ -125,7 +126,7 @@ def _run_config(config: Path | None, set_: list[str], resume: Path | None) -> An
             fail("give a run YAML (zoo run run.yaml) or --resume RUN_DIR")
         return load_run_config(config, sets)
     except VariantError as e:
-        fail(blame_set_flag(str(e), sets, source=config if config is not None else resume))
+        fail(blame_set_flag(str(e), sets, RunConfig, source=config if config is not None else resume))
 
 
 def _train(cfg: Any, src: Path | None, fresh: bool, sets: dict[str, Any]) -> None:
@@ -141,7 +142,7 @@ def _train(cfg: Any, src: Path | None, fresh: bool, sets: dict[str, Any]) -> Non
     try:
         summary = train(cfg, resume=not fresh)
     except (VariantError, CheckpointError) as e:
-        msg = blame_set_flag(str(e), sets, source=src)
+        msg = blame_set_flag(str(e), sets, RunConfig, source=src)
         name_refused_file(src, msg)
         fail(msg)
     except OSError as e:  # disk full, read-only folder: one line naming the file (zoo.core.faults)
@@ -290,7 +291,7 @@ def _run_study(
             run_arms=run_arms,
         )
     except VariantError as e:
-        msg = blame_set_flag(str(e), sets, source=study)
+        msg = blame_set_flag(str(e), sets, RunConfig, source=study)
         name_refused_file(study, msg)
         fail(msg)
     except OSError as e:  # disk full, read-only folder: one line naming the file (zoo.core.faults)

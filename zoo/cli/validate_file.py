@@ -65,6 +65,9 @@ def check_file(f: Path, sets: dict[str, Any], nproc: int | None) -> Report:
             load_config(f, schema, sets)
             rep.notes.append(f"{f}: a `{rm}` file: its keys checked (the model and data are read when it runs)")
         elif isinstance(data, dict) and is_study(data):
+            from zoo.config.run import RunConfig
+
+            schema = RunConfig
             rep = check_run_or_study(f, sets, world_size=nproc, launched=True if nproc else None)
         else:
             schema = variant.Variant

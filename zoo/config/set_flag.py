@@ -41,8 +41,8 @@ def _covers(set_key: str, key: str) -> bool:
 
 def blame_set_flag(msg: str, sets: Mapping[str, Any], model: type[BaseModel] | None = None, source: Any = None) -> str:
     """`msg` with each line about a key one of `sets` (the parsed `--set` overrides) gave rewritten to
-    lead with `--set KEY=VALUE` and end with what the key takes in the schema `model` (default
-    RunConfig; `describe_key`) and the file the flag overrode (the line's own, else `source`); other
+    lead with `--set KEY=VALUE` and end with what the key takes in the schema `model` (e.g. RunConfig;
+    `describe_key`; nothing without one) and the file the flag overrode (the line's own, else `source`); other
     lines unchanged (module doc)."""
     if not sets:
         return msg
@@ -134,13 +134,11 @@ def _describe(ann: Any, metadata: list[Any]) -> str:
     return base + (" " + " and ".join(bounds) if bounds and ann is not bool else "")
 
 
-def describe_key(dotted: str, model: type[BaseModel] | None = None) -> str | None:
-    """What the run-file key `dotted` (e.g. `budget.steps`) takes, from the schema of `model` (default
-    RunConfig): `an integer >= 1`; None for a key the schema does not type (under `task`, `set`)."""
+def describe_key(dotted: str, model: type[BaseModel] | None) -> str | None:
+    """What the key `dotted` (e.g. `budget.steps`) takes in the schema `model` (e.g. RunConfig): `an
+    integer >= 1`; None without a model, or for a key the schema does not type (under `task`, `set`)."""
     if model is None:
-        from zoo.config.run import RunConfig
-
-        model = RunConfig
+        return None
     field = _field(model, dotted)
     if field is None:
         return None
