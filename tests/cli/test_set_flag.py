@@ -145,3 +145,24 @@ def test_an_unknown_set_key_gets_the_close_known_keys(run_file, override, hint):
     r = runner.invoke(app, ["run", str(run_file), "--set", override])
     out = _one_line(r.output)
     assert r.exit_code == 1 and f"error: --set {override}: unknown key" in out and hint in out, out
+
+
+# ---------------------------------------------------------------- task.size below budget.prompts_per_step
+
+
+def test_validate_warns_when_a_step_wants_more_prompts_than_the_task_has(run_file):
+    """16 training prompts and 2 per step: nothing said; 20 per step: a warning naming both keys and
+    numbers (the stream cycles, so the run works with repeated prompts); far above the task (> 4x its
+    rows) the after-load warning says it instead, once."""
+    code, rep = _validate(str(run_file))
+    assert code == 0 and not [w for w in rep["warnings"] if "training prompts" in w]
+    code, rep = _validate(str(run_file), "--set", "budget.prompts_per_step=20")
+    assert code == 0 and rep["ok"]
+    assert [w for w in rep["warnings"] if "training prompts" in w] == [
+        "arm run: budget.prompts_per_step 20 > the task's 16 training prompts (task.size): each step takes 20 "
+        "prompts from 16, so it repeats prompts within the step (the prompt stream starts its next pass inside "
+        "the batch), about 1.25x each; raise task.size or lower budget.prompts_per_step to 16 or less"
+    ]
+    code, rep = _validate(str(run_file), "--set", "budget.prompts_per_step=200")
+    repeats = [w for w in rep["warnings"] if "prompts" in w and "repeat" in w]
+    assert len(repeats) == 1 and repeats[0].startswith("arm run: budget.prompts_per_step = 200 is 10x the task's 20")

@@ -52,6 +52,12 @@ def task(s: BeforeLoad, rep: Report) -> None:
             return
         rep.errors.append(f"task: {msg}")
         return
+    from zoo.checks.bounds import PROMPT_REPEAT_WARN
+    from zoo.tasks.stream import repeats_within_step
+
+    rows, p = len(task_rows(s.cfg.task)), s.cfg.budget.prompts_per_step
+    if p <= PROMPT_REPEAT_WARN * rows and (why := repeats_within_step(rows - eval_rows(s.cfg.task), p)):
+        rep.warnings.append(why)  # far above the task: bounds.work_warnings says it after load
     ev = s.cfg.eval
     if ev.enabled and ev.size > (held_out := eval_rows(s.cfg.task)):
         rep.warnings.append(
