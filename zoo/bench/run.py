@@ -43,39 +43,7 @@ def run_bench(spec: BenchSpec, *, on_step: Callable[[int, dict[str, Any]], None]
                 rec = probe.pop()
                 if i < spec.warmup:
                     continue
-                row = {p: dict(rec.get(p, {"seconds": 0.0, "tokens": 0.0, "peak_mb": 0.0})) for p in PHASES}
-                for p, key in (
-                    ("generate", "time/generate"),
-                    ("score", "time/score"),
-                    ("forward", "time/forward"),
-                    ("advantage", "time/advantage"),
-                    ("train", "time/train"),
-                ):
-                    if key in m:  # the trainer's own timers are the reference for seconds
-                        row[p]["seconds"] = float(m[key])
-                row["decode"] = dict(rec.get("decode", {}))
-                row["work"] = rec.get("work", {})  # every forward's positions, for the step's bound
-                row["step"] = {
-                    "seconds": float(m["time/step"]),
-                    "cpu_s": cpu_seconds() - c0,
-                    "wall_s": wall,
-                    "loadavg_1m": max(l0, loadavg_1m()),
-                    "peak_mb": max(r["peak_mb"] for p, r in row.items() if p in PHASES),
-                    "tokens": float(rec.get("generate", {}).get("tokens", 0.0)),
-                    "sync_s": float(m.get("time/sync", 0.0)),
-                }
-                row["metrics"] = {
-                    k: float(m[k])
-                    for k in (
-                        "reward/total",
-                        "accuracy",
-                        "completion/len_mean",
-                        "loss/policy",
-                        "groups/rounds",
-                        "optim/updates",
-                    )
-                    if k in m
-                }
+                row = step_row(rec, m, c0, l0, wall)
                 steps.append(row)
                 if on_step:
                     on_step(i - spec.warmup + 1, row)
@@ -113,6 +81,47 @@ def run_bench(spec: BenchSpec, *, on_step: Callable[[int, dict[str, Any]], None]
         res["device"] = str(device)
         del st
     return res
+
+
+def step_row(rec: dict[str, Any], m: dict[str, Any], cpu0: float, load0: float, wall: float) -> dict[str, Any]:
+    """One measured step's row from the probe's record `rec` and the step's metrics `m`: per phase its
+    seconds (the trainer's own timers where it has them), tokens and peak; decode, work, the step's
+    totals (cpu0 / load0: CPU seconds and load average when it started; wall: its seconds here) and a
+    few of its metrics."""
+    row = {p: dict(rec.get(p, {"seconds": 0.0, "tokens": 0.0, "peak_mb": 0.0})) for p in PHASES}
+    for p, key in (
+        ("generate", "time/generate"),
+        ("score", "time/score"),
+        ("forward", "time/forward"),
+        ("advantage", "time/advantage"),
+        ("train", "time/train"),
+    ):
+        if key in m:  # the trainer's own timers are the reference for seconds
+            row[p]["seconds"] = float(m[key])
+    row["decode"] = dict(rec.get("decode", {}))
+    row["work"] = rec.get("work", {})  # every forward's positions, for the step's bound
+    row["step"] = {
+        "seconds": float(m["time/step"]),
+        "cpu_s": cpu_seconds() - cpu0,
+        "wall_s": wall,
+        "loadavg_1m": max(load0, loadavg_1m()),
+        "peak_mb": max(r["peak_mb"] for p, r in row.items() if p in PHASES),
+        "tokens": float(rec.get("generate", {}).get("tokens", 0.0)),
+        "sync_s": float(m.get("time/sync", 0.0)),
+    }
+    row["metrics"] = {
+        k: float(m[k])
+        for k in (
+            "reward/total",
+            "accuracy",
+            "completion/len_mean",
+            "loss/policy",
+            "groups/rounds",
+            "optim/updates",
+        )
+        if k in m
+    }
+    return row
 
 
 def step_bound(st: Any, spec: BenchSpec, steps: list[dict[str, Any]], res: dict[str, Any]) -> dict[str, Any]:
