@@ -115,3 +115,57 @@ def test_the_bound_table_prints_phase_and_bound():
     with console.capture() as cap:
         print_bound({})  # a result without a bound (e.g. an older JSON) prints nothing
     assert cap.get() == ""
+
+
+def test_weight_bytes_by_hand():
+    # the tiny Llama's 1272 parameters: the tied embedding 80, per layer 576 linear + 2 norms of 8, the final
+    # norm 8 (80 + 2 * 592 + 8); fp32 4 bytes each, read as bf16 copies under autocast 2 bytes each
+    from zoo.bench.bound import weight_bytes
+
+    assert weight_bytes(_tiny_llama()) == 5088.0
+    assert weight_bytes(_tiny_llama(), torch.bfloat16) == 2544.0
+
+
+def test_forward_and_train_move_the_weights_they_read():
+    """Each forward call reads its model's weights once: the forward phase's "GB moved" is no longer 0,
+    and its bound is the memory side where reading the weights takes longer than the matmuls."""
+    from zoo.bench.phase_bound import work_bytes
+
+    one = {"positions": 3.0, "head_positions": 3.0, "attended": 6.0}  # 7776 forward FLOPs with FULL
+    work = {
+        "forward": {"policy/fwd": {**one, "calls": 2.0}, "reference/fwd": {**one, "calls": 1.0}},
+        "train": {"policy/fwdbwd": {**one, "calls": 1.0}},
+    }
+    dims = {"policy": {**FULL, "weight_bytes": 3136.0}, "reference": {**FULL, "weight_bytes": 3136.0}}
+    # forward: 3 calls x 3136 bytes = 9408; train: 1 call, 2 with activation checkpointing (the forward again)
+    assert work_bytes(work["forward"], dims) == 9408.0
+    assert work_bytes(work["train"], dims) == 3136.0 and work_bytes(work["train"], dims, recompute=True) == 6272.0
+    decode = {"matmul_flops_per_s": 7776.0, "copy_bytes_per_s": 3136.0, "flops": 100.0, "bytes": 50.0, "bound_s": 2.0}
+    secs = {"generate": 6.0, "forward": 6.0, "train": 12.0, "step": 30.0}
+    b = phase_bounds(secs, [work], dims, decode, optimizer_steps=2, trainable=112)
+    # forward: matmuls 15552 / 7776 = 2 s, weights 9408 / 3136 = 3 s: the memory side, 3 s, 6 s measured -> 2x
+    assert b["forward"]["bytes"] == 9408.0 and b["forward"]["bound_s"] == 3.0 and b["forward"]["distance"] == 2.0
+    # train: matmuls 23328 / 7776 = 3 s > weights 3136 / 3136 = 1 s, + AdamW 2 x 3136 bytes / 3136 B/s = 2 s
+    assert b["train"]["bytes"] == 3136.0 + 6272.0 and b["train"]["bound_s"] == 5.0
+    assert b["step"]["bytes"] == 50.0 + 9408.0 + 9408.0  # generate's: the decode row's 50
+    b = phase_bounds(secs, [work], dims, decode, optimizer_steps=2, trainable=112, recompute=True)
+    # checkpointing: matmuls (23328 + 7776) / 7776 = 4 s > weights 6272 / 3136 = 2 s; + AdamW 2 s
+    assert b["train"]["bytes"] == 6272.0 + 6272.0 and b["train"]["bound_s"] == 6.0
+
+
+def test_train_flops_count_no_weight_gradient_for_frozen_weights():
+    """Kaplan et al. 2020 section 2.1: 6N per token with every weight trainable; a frozen weight needs its
+    activation gradient (2N) but no weight gradient, so LoRA's step is 4N + 2T."""
+    from zoo.bench.run import train_flops
+    from zoo.cli.bench_tables import flops_per_token
+
+    full = train_flops(1272, 10, 2.0)  # the tiny Llama, 10 positions in 2 s: 6 * 1272 * 10 = 76320 FLOPs
+    assert full["flops"] == 76320.0 and full["flops_per_s"] == 38160.0 and full["trainable"] == 1272.0
+    # LoRA r 2 on q, v (112 adapter weights) over the frozen 1272: (4 * 1384 + 2 * 112) * 10 = 57600, not 6 * 1384 * 10
+    lora = train_flops(1384, 10, 2.0, trainable=112)
+    assert lora["flops"] == 57600.0 and lora["flops_per_s"] == 28800.0
+    # a critic trains whole: + 6 * 50 * 4 = 1200
+    assert train_flops(1384, 10, 2.0, 50, 4, trainable=112, critic_trainable=50)["flops"] == 58800.0
+    assert flops_per_token(full) == "6 x 0.0M params"
+    assert flops_per_token({"params": 135e6, "trainable": 1.8e6}) == "(4 x 135.0M params + 2 x 1.8M trainable)"
+    assert flops_per_token({"params": 135e6}) == "6 x 135.0M params"  # a result written before `trainable`

@@ -220,11 +220,11 @@ def test_sigterm_stops_like_ctrl_c():
     import os
     import signal
 
-    from zoo.cli.run import _sigterm_as_interrupt
+    from zoo.cli.stopping import sigterm_as_interrupt
 
     old = signal.getsignal(signal.SIGTERM)
     try:
-        _sigterm_as_interrupt()
+        sigterm_as_interrupt()
         with pytest.raises(KeyboardInterrupt, match="signal"):
             os.kill(os.getpid(), signal.SIGTERM)
             signal.sigtimedwait([], 1) if hasattr(signal, "sigtimedwait") else None

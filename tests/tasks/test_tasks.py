@@ -272,3 +272,20 @@ def test_an_answer_pattern_that_does_not_match_is_not_silent(tmp_path, caplog):
     assert len(task.train) + len(task.eval) == 10
     with pytest.raises(TaskError, match=r"matches none of the 10 answers .* \(e.g. row 0: 'work #### 0'\)"):
         load_task({"name": "jsonl", "path": path, "eval_size": 2, "answer_pattern": r"ANSWER:\s*(.+)$"})
+
+
+def test_a_step_larger_than_the_task_repeats_prompts_and_is_warned():
+    """The stream rolls into its next pass inside a batch, so 8 prompts from 3 rows repeat each about
+    2.67x in one step (it runs: a warning, not a refusal); 3 from 3 or more rows repeat nothing."""
+    from zoo.tasks.stream import repeats_within_step
+
+    rows = [{"i": i} for i in range(3)]
+    batch = [r["i"] for r in PromptStream(rows, seed=0).take(8)]
+    assert len(batch) == 8 and sorted(set(batch)) == [0, 1, 2]
+    assert repeats_within_step(3, 8) == (
+        "budget.prompts_per_step 8 > the task's 3 training prompts (task.size): each step takes 8 prompts "
+        "from 3, so it repeats prompts within the step (the prompt stream starts its next pass inside the "
+        "batch), about 2.67x each; raise task.size or lower budget.prompts_per_step to 3 or less"
+    )
+    assert repeats_within_step(3, 3) is None and repeats_within_step(512, 8) is None
+    assert repeats_within_step(0, 8) is None  # no rows: the loader refuses that itself

@@ -24,9 +24,11 @@ high-water mark is reset at each phase start (`/proc/self/clear_refs` <- 5) and 
 `torch.cuda.reset_peak_memory_stats` / `max_memory_allocated`. Where the high-water mark cannot be
 reset the numbers are the process peak so far (`memory.peak_resettable` false).
 
-Train-phase FLOP/s estimate: 6 x params x tokens / seconds, params = the policy's parameters (+ 6 x
-the critic's x its positions with a critic), tokens = prompt + completion positions through the
-training forward/backward as run (padding inside a trimmed micro-batch included: it is computed).
+Train-phase FLOP/s estimate: (4 x params + 2 x trainable) x tokens / seconds, params = the policy's
+parameters, trainable = those that get a gradient (6 x params in full fine-tuning, ~4 x with LoRA's
+frozen base: `zoo.bench.run.train_flops`, Kaplan et al. 2020 section 2.1), + the same of the critic's
+x its positions with a critic; tokens = prompt + completion positions through the training
+forward/backward as run (padding inside a trimmed micro-batch included: it is computed).
 
 `tokens` of forward/train/critic = positions the models actually ran (forward pre-hooks on policy,
 reference and critic count `input_ids`); with prompt sharing

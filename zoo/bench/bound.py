@@ -46,11 +46,17 @@ def model_dims(model: nn.Module, read_dtype: torch.dtype | None = None) -> dict[
     ps = list(model.parameters())  # unique parameters (tied weights once)
     return {
         "params": float(sum(p.numel() for p in ps)),
-        "weight_bytes": float(sum(p.numel() * min(p.element_size(), (read_dtype or p.dtype).itemsize) for p in ps)),
+        "weight_bytes": weight_bytes(model, read_dtype),
         "layers": float(layers),
         "q_dim": float(heads * head_dim),
         "kv_dim": float(kv_heads * head_dim),
     }
+
+
+def weight_bytes(model: nn.Module, read_dtype: torch.dtype | None = None) -> float:
+    """Bytes of `model`'s parameters (tied ones once), each at the narrower of its own dtype and
+    `read_dtype` (the dtype its matmuls read it in under autocast): what one forward reads at least."""
+    return float(sum(p.numel() * min(p.element_size(), (read_dtype or p.dtype).itemsize) for p in model.parameters()))
 
 
 def decode_work(

@@ -15,12 +15,13 @@ policy's transformers model, prefills excluded), with rows = sum of rows per ste
 of rows x attended positions (`attended`: the KV cache's length + 1), for the bound (`zoo.bench.bound`).
 
 `work` (not a phase): {phase: {"ROLE/fwd" or "ROLE/fwdbwd": {"positions", "head_positions",
-"attended"}}} of every model forward, for the step's FLOPs (`zoo.bench.bound.forward_flops`): ROLE is
+"attended", "calls"}}} of every model forward, for the step's FLOPs (`zoo.bench.bound.forward_flops`)
+and the weight bytes they read (`zoo.bench.phase_bound.work_bytes`, one read per call): ROLE is
 policy, reference (a copy) or critic, "fwdbwd" a forward run with gradients on (its backward follows),
 positions = `input_ids.numel()`, head_positions those reaching the LM head (`logits_to_keep`), attended
 the causal sum of attended positions (`forward_work`). Generation's prefills (forwards of more than one
 token per row on the policy's transformers model) count under generate as "policy/fwd"; its decode
-steps are `decode`'s.
+steps are `decode`'s (a prefill counts no `calls`: the decode bound counts generate's bytes).
 
 `real_tokens` = the non-padding prompt + completion tokens of the rows each forward ran (what a
 forward without sharing or padding would run). Peak memory is reset where a top-level phase starts
@@ -143,7 +144,7 @@ class Probe(Hooks):
             self.add(self.stack[-1], tokens=float(ids.numel()))
             if ids.dim() == 2:
                 grad = "fwdbwd" if torch.is_grad_enabled() else "fwd"
-                self.add_work(self.stack[-1], f"{role}/{grad}", forward_work(ids, kwargs))
+                self.add_work(self.stack[-1], f"{role}/{grad}", {**forward_work(ids, kwargs), "calls": 1.0})
 
     def decode_hook(self, module: Any, args: tuple, kwargs: dict) -> None:
         """Forward pre-hook (with kwargs) on the policy's transformers model: one decode step per forward

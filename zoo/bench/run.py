@@ -43,39 +43,7 @@ def run_bench(spec: BenchSpec, *, on_step: Callable[[int, dict[str, Any]], None]
                 rec = probe.pop()
                 if i < spec.warmup:
                     continue
-                row = {p: dict(rec.get(p, {"seconds": 0.0, "tokens": 0.0, "peak_mb": 0.0})) for p in PHASES}
-                for p, key in (
-                    ("generate", "time/generate"),
-                    ("score", "time/score"),
-                    ("forward", "time/forward"),
-                    ("advantage", "time/advantage"),
-                    ("train", "time/train"),
-                ):
-                    if key in m:  # the trainer's own timers are the reference for seconds
-                        row[p]["seconds"] = float(m[key])
-                row["decode"] = dict(rec.get("decode", {}))
-                row["work"] = rec.get("work", {})  # every forward's positions, for the step's bound
-                row["step"] = {
-                    "seconds": float(m["time/step"]),
-                    "cpu_s": cpu_seconds() - c0,
-                    "wall_s": wall,
-                    "loadavg_1m": max(l0, loadavg_1m()),
-                    "peak_mb": max(r["peak_mb"] for p, r in row.items() if p in PHASES),
-                    "tokens": float(rec.get("generate", {}).get("tokens", 0.0)),
-                    "sync_s": float(m.get("time/sync", 0.0)),
-                }
-                row["metrics"] = {
-                    k: float(m[k])
-                    for k in (
-                        "reward/total",
-                        "accuracy",
-                        "completion/len_mean",
-                        "loss/policy",
-                        "groups/rounds",
-                        "optim/updates",
-                    )
-                    if k in m
-                }
+                row = step_row(rec, m, c0, l0, wall)
                 steps.append(row)
                 if on_step:
                     on_step(i - spec.warmup + 1, row)
@@ -91,14 +59,15 @@ def run_bench(spec: BenchSpec, *, on_step: Callable[[int, dict[str, Any]], None]
             "critic": count_parameters(st.models.critic) if st.models.critic is not None else None,
             "reference_copy": bool(st.reference is not None and not st.reference.shares_policy),
         }
-        pol = res["parameters"]["policy"]["total"]
-        crit = res["parameters"]["critic"]["total"] if res["parameters"]["critic"] else 0
+        pol, crit = res["parameters"]["policy"], res["parameters"]["critic"] or {"total": 0, "trainable": 0}
         res["train_flops"] = train_flops(
-            pol,
+            pol["total"],
             res["phases"]["train"]["tokens"],
             res["phases"]["train"]["seconds"],
-            crit,
+            crit["total"],
             res["phases"].get("critic", {}).get("tokens", 0.0),
+            trainable=pol["trainable"],
+            critic_trainable=crit["trainable"],
         )
         res["decode"] = measure_decode(
             st.models.policy,
@@ -114,17 +83,60 @@ def run_bench(spec: BenchSpec, *, on_step: Callable[[int, dict[str, Any]], None]
     return res
 
 
+def step_row(rec: dict[str, Any], m: dict[str, Any], cpu0: float, load0: float, wall: float) -> dict[str, Any]:
+    """One measured step's row from the probe's record `rec` and the step's metrics `m`: per phase its
+    seconds (the trainer's own timers where it has them), tokens and peak; decode, work, the step's
+    totals (cpu0 / load0: CPU seconds and load average when it started; wall: its seconds here) and a
+    few of its metrics."""
+    row = {p: dict(rec.get(p, {"seconds": 0.0, "tokens": 0.0, "peak_mb": 0.0})) for p in PHASES}
+    for p, key in (
+        ("generate", "time/generate"),
+        ("score", "time/score"),
+        ("forward", "time/forward"),
+        ("advantage", "time/advantage"),
+        ("train", "time/train"),
+    ):
+        if key in m:  # the trainer's own timers are the reference for seconds
+            row[p]["seconds"] = float(m[key])
+    row["decode"] = dict(rec.get("decode", {}))
+    row["work"] = rec.get("work", {})  # every forward's positions, for the step's bound
+    row["step"] = {
+        "seconds": float(m["time/step"]),
+        "cpu_s": cpu_seconds() - cpu0,
+        "wall_s": wall,
+        "loadavg_1m": max(load0, loadavg_1m()),
+        "peak_mb": max(r["peak_mb"] for p, r in row.items() if p in PHASES),
+        "tokens": float(rec.get("generate", {}).get("tokens", 0.0)),
+        "sync_s": float(m.get("time/sync", 0.0)),
+    }
+    row["metrics"] = {
+        k: float(m[k])
+        for k in (
+            "reward/total",
+            "accuracy",
+            "completion/len_mean",
+            "loss/policy",
+            "groups/rounds",
+            "optim/updates",
+        )
+        if k in m
+    }
+    return row
+
+
 def step_bound(st: Any, spec: BenchSpec, steps: list[dict[str, Any]], res: dict[str, Any]) -> dict[str, Any]:
-    """`zoo.bench.phase_bound.phase_bounds` of a bench: each model's dims, the measured seconds, the
-    steps' work, the decode row's rates and bound, the applied optimizer steps and trainable parameters."""
-    from zoo.bench.bound import matmul_dims
+    """`zoo.bench.phase_bound.phase_bounds` of a bench: each model's dims and weight bytes, the measured
+    seconds, the steps' work, the decode row's rates and bound, the applied optimizer steps and
+    trainable parameters."""
+    from zoo.bench.bound import matmul_dims, weight_bytes
+    from zoo.bench.decode import AUTOCAST_DTYPES
     from zoo.bench.phase_bound import phase_bounds
 
-    dims = {"policy": matmul_dims(st.models.policy)}
-    if st.models.critic is not None:
-        dims["critic"] = matmul_dims(st.models.critic)
+    read = AUTOCAST_DTYPES.get(spec.autocast)  # under autocast the matmuls read bf16 copies of the weights
+    models = {"policy": st.models.policy, "critic": st.models.critic}
     if st.reference is not None and not st.reference.shares_policy:
-        dims["reference"] = matmul_dims(st.reference.model)
+        models["reference"] = st.reference.model
+    dims = {r: {**matmul_dims(m), "weight_bytes": weight_bytes(m, read)} for r, m in models.items() if m is not None}
     seconds = {p: r["seconds"] for p, r in res["phases"].items()} | {"step": res["step"]["seconds"]}
     crit = res["parameters"]["critic"]
     return phase_bounds(
@@ -147,15 +159,33 @@ def generator_info(generator: Any, backend: Any) -> dict[str, Any]:
 
 
 def train_flops(
-    params: float, tokens: float, seconds: float, critic_params: float = 0.0, critic_tokens: float = 0.0
+    params: float,
+    tokens: float,
+    seconds: float,
+    critic_params: float = 0.0,
+    critic_tokens: float = 0.0,
+    *,
+    trainable: float | None = None,
+    critic_trainable: float | None = None,
 ) -> dict[str, float]:
-    """Achieved FLOP/s estimate of the train phase: 6 x params x tokens / seconds (forward 2, backward
-    4 FLOPs per parameter and position), plus 6 x critic params x critic positions with a critic."""
-    flops = 6.0 * params * tokens + 6.0 * critic_params * critic_tokens
+    """Achieved FLOP/s estimate of the train phase: (4 x params + 2 x trainable) x tokens / seconds,
+    plus the same of the critic's params and positions with a critic. trainable: the parameters that
+    get a gradient (default all: full fine-tuning).
+
+    Kaplan et al. 2020 (arXiv:2001.08361) section 2.1: a forward is 2N FLOPs per token (one multiply-add
+    per weight), the backward twice that, 4N, so training is 6N with every weight trainable. The
+    backward's 4N is 2N for the activations' gradients (through every weight, frozen or not) and 2N for
+    the weights' gradients, which only a trainable weight needs: with LoRA's frozen base (trainable T
+    << N) a step is 2N + 2N + 2T = 4N + 2T, ~4N, not 6N (zoo.bench.bound.backward_flops counts the same)."""
+    trainable = params if trainable is None else trainable
+    critic_trainable = critic_params if critic_trainable is None else critic_trainable
+    flops = (4.0 * params + 2.0 * trainable) * tokens + (4.0 * critic_params + 2.0 * critic_trainable) * critic_tokens
     return {
         "params": float(params),
+        "trainable": float(trainable),
         "tokens": float(tokens),
         "critic_params": float(critic_params),
+        "critic_trainable": float(critic_trainable),
         "critic_tokens": float(critic_tokens),
         "seconds": float(seconds),
         "flops": flops,

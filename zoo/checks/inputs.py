@@ -61,6 +61,12 @@ def task(s: BeforeLoad, rep: Report) -> None:
             return
         rep.errors.append(f"task: {msg}")
         return
+    from zoo.checks.fit import PROMPT_REPEAT_WARN
+    from zoo.tasks.stream import repeats_within_step
+
+    rows, p = len(task_rows(s.cfg.task)), s.cfg.budget.prompts_per_step
+    if p <= PROMPT_REPEAT_WARN * rows and (why := repeats_within_step(rows - eval_rows(s.cfg.task), p)):
+        rep.warnings.append(why)  # far above the task: fit.work_warnings says it after load
     ev = s.cfg.eval
     if ev.enabled and ev.size > (held_out := eval_rows(s.cfg.task)):
         rep.warnings.append(
@@ -158,11 +164,16 @@ def tokenizer_errors(policy: str, teacher: str) -> list[str]:
     """One line when the teacher's tokenizer differs from the policy's (or cannot be read)."""
     from transformers import AutoTokenizer
 
+    from zoo.checks.settings import model_dir_error
+    from zoo.models.hub import hub_error, load_kwargs
     from zoo.models.sources import resolve_model
 
+    why = model_dir_error(teacher, "teacher.model") or hub_error(teacher, "teacher.model") or hub_error(policy, "model")
+    if why:  # one line at once, not transformers' ~30 s of retries against an unreachable Hub
+        return [why]
     try:
-        pt = AutoTokenizer.from_pretrained(resolve_model(policy).path)
-        tt = AutoTokenizer.from_pretrained(resolve_model(teacher).path)
+        pt = AutoTokenizer.from_pretrained(resolve_model(policy).path, **load_kwargs(policy))
+        tt = AutoTokenizer.from_pretrained(resolve_model(teacher).path, **load_kwargs(teacher))
     except (OSError, ValueError) as e:
         return [f"teacher.model: could not load the tokenizers to compare them: {str(e).splitlines()[0]}"]
     why = tokenizer_mismatch(pt, tt)

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any, List, Optional
 
 import typer
-import yaml
 from rich.markup import escape
 from rich.table import Table
 
@@ -161,41 +160,15 @@ def diff(
 # --------------------------------------------------------------------------- validate
 
 
-#: keys that only a `zoo rm` file has, by command (zoo.rm.config: RMTrainConfig, PairsConfig)
-_RM_KEYS = {"zoo rm train": ("data",), "zoo rm pairs": ("judge", "samples", "length_bias", "label_noise")}
-
-
-def _rm_command(data: Any) -> str | None:
-    """`zoo rm train` / `zoo rm pairs` when `data` is a mapping with one of that command's own keys and
-    none of a variant's (`slots`, `base`) or a run's (`variant`, `variants`); else None."""
-    if not isinstance(data, dict) or any(k in data for k in ("slots", "base", "variant", "variants")):
-        return None
-    return next((cmd for cmd, keys in _RM_KEYS.items() if any(k in data for k in keys)), None)
-
-
-def _is_study(data: dict[str, Any]) -> bool:
-    """A run or study file (else a variant file): one of their keys, or, in a file without `slots` or
-    `base`, a key that is not a variant field but close to a run/study key (`varient: grpo`)."""
-    import difflib
-
-    from zoo.config.run import RunConfig
-    from zoo.config.variant import Variant
-    from zoo.study.experiment import STUDY_KEYS
-
-    if any(k in data for k in ("variants", "task", "model", "budget", "ablations", "variant")):
-        return True
-    if "slots" in data or "base" in data:
-        return False
-    run_keys = sorted(set(RunConfig.model_fields) | set(STUDY_KEYS))
-    unknown = [
-        str(k) for k in data if k not in Variant.model_fields and k not in ("base", "plugins", "sources", "path")
-    ]
-    return any(difflib.get_close_matches(k, run_keys, n=1, cutoff=0.8) for k in unknown)
-
-
 @app.command()
 def validate(
     files: List[Path] = typer.Argument(..., help="variant, run or study YAML files"),
+    set_: List[str] = typer.Option(
+        [],
+        "--set",
+        help="dotted override, applied as the command that runs the file applies it: "
+        "zoo run (a run file), zoo ablate (a study), zoo show (a variant); e.g. budget.steps=3 (repeatable)",
+    ),
     as_json: bool = typer.Option(False, "--json", help="print a JSON list of {file, ok, errors, warnings, notes}"),
     nproc: Optional[int] = typer.Option(
         None,
@@ -207,35 +180,10 @@ def validate(
 ) -> None:
     """Check variant, run and study files without loading any weights, with the checks `zoo run` makes
     (zoo.checks; the model's config.json and tokenizer are read when local). Exit 1 if any has an error."""
-    from zoo.checks.registry import Report
-    from zoo.checks.variant import check_variant
-    from zoo.config import variant
-    from zoo.config.run import NEEDS, says_nothing
+    from zoo.cli.validate_file import check_file
 
-    results = []
-    for f in files:
-        rep = Report()
-        try:
-            data = variant.read_yaml_file(f)
-            why = says_nothing(data)
-            if why:
-                raise variant.VariantError(f"{f}: {why}; {NEEDS}; a variant file needs `name` and `slots`")
-            rm = _rm_command(data)
-            if rm:
-                from zoo.rm.config import PairsConfig, RMTrainConfig, load_config
-
-                load_config(f, RMTrainConfig if rm == "zoo rm train" else PairsConfig)
-                rep.notes.append(f"{f}: a `{rm}` file: its keys checked (the model and data are read when it runs)")
-            elif isinstance(data, dict) and _is_study(data):
-                from zoo.study.validate import check_study_file
-
-                rep = check_study_file(f, world_size=nproc, launched=True if nproc else None)
-            else:
-                v = variant.load_variant(f)
-                rep = check_variant(v)
-        except (variant.VariantError, yaml.YAMLError, ValueError) as e:
-            rep.errors.append(str(e))
-        results.append((str(f), rep))
+    sets = parse_sets(set_)
+    results = [(str(f), check_file(f, sets, nproc)) for f in files]
     if as_json:
         print_json(
             [{"file": f, "ok": r.ok, "errors": r.errors, "warnings": r.warnings, "notes": r.notes} for f, r in results]

@@ -4,63 +4,17 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 
 from zoo.cli.common import app, console, fail, parse_sets, print_threads, quiet_logs, run_dir_problem
+from zoo.cli.stopping import interrupt_code, stop_always, uninstalls_watchdog
+from zoo.config.run import RunConfig
+from zoo.config.set_flag import blame_set_flag
 
 
-def _sigterm_as_interrupt() -> None:
-    """SIGTERM (a scheduler's `kill`, SLURM's time limit) stops a run like Ctrl-C: the run is marked
-    interrupted, its last checkpoint kept, and the resume command printed; zoo.run.stop_watchdog ends a
-    process still alive GRACE_S seconds later (a native call that never yields, an interrupt swallowed)."""
-    import signal
-    import threading
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, handler)
-
-
-def _stop_always() -> None:
-    """SIGTERM as Ctrl-C (`_sigterm_as_interrupt`), and zoo.run.stop_watchdog while the command runs
-    (`_uninstalls_watchdog` ends it)."""
-    from zoo.run import stop_watchdog
-
-    _sigterm_as_interrupt()
-    stop_watchdog.install()  # a process that does not stop within its grace is ended anyway
-
-
-def _uninstalls_watchdog(command):
-    """Wrap a command so the watchdog `_stop_always` started ends with it, however it ends (typer gives
-    the callback no click context to close on, so a command run in-process, as the tests and CliRunner
-    do, would leave it armed: a later SIGTERM to that process then ended it 15 s on)."""
-
-    @functools.wraps(command)
-    def wrapper(*args, **kwargs):
-        from zoo.run import stop_watchdog
-
-        try:
-            return command(*args, **kwargs)
-        finally:
-            stop_watchdog.uninstall()
-
-    return wrapper
-
-
-def interrupt_code(e: BaseException) -> int:
-    """The exit status of an interrupted command, the shell's 128 + signal: 143 for SIGTERM (raised as
-    KeyboardInterrupt("signal 15") by `_sigterm_as_interrupt`), 130 for Ctrl-C."""
-    text = str(e)
-    if text.startswith("signal ") and text[7:].isdigit():
-        return 128 + int(text[7:])
-    return 130
-
-
-def name_refused_file(src: Path | None, e: BaseException) -> None:
+def name_refused_file(src: Path | None, e: BaseException | str) -> None:
     """Print `SRC: refused` before a config error that does not name its file (the checks name keys)."""
     if src is not None and str(src) not in str(e):
         from rich.markup import escape
@@ -71,7 +25,7 @@ def name_refused_file(src: Path | None, e: BaseException) -> None:
 
 
 @app.command()
-@_uninstalls_watchdog
+@uninstalls_watchdog
 def run(
     config: Optional[Path] = typer.Argument(None, help="run YAML (or a study file with a single arm)"),
     set_: List[str] = typer.Option(
@@ -112,31 +66,51 @@ def run(
     import torch
 
     from zoo.cli import launch
-    from zoo.config.variant import VariantError
-    from zoo.study.run_file import load_run_config
 
     if nproc is not None and not launch.launched():
         if nproc > 1 and config is not None and resume is None:  # refuse before torchrun starts N copies of the error
-            from zoo.checks import before_load
-
-            try:
-                cfg = load_run_config(config, parse_sets(set_))
-            except VariantError as e:
-                fail(str(e))
-            if cfg.training.strategy == "single":
-                fail(
-                    f"--nproc {nproc} with training.strategy single: nothing would combine the ranks' gradients; "
-                    "add --set training.strategy=ddp (or fsdp)"
-                )
-            errors = before_load(cfg, world_size=nproc, launched=True)[0].errors  # what each rank would refuse
-            if errors:
-                fail("\n".join(errors))
+            _refuse_before_launch(config, set_, nproc)
         raise typer.Exit(launch.relaunch(nproc, sys.argv[1:]))
     quiet_logs()
     print_threads()
-    _stop_always()
+    stop_always()
     if threads:
         torch.set_num_threads(threads)
+    cfg = _run_config(config, set_, resume)
+    src = config if config is not None else resume / "config.yaml" if resume is not None else None
+    _train(cfg, src, fresh, parse_sets(set_))
+
+
+def _refuse_before_launch(config: Path, set_: list[str], nproc: int) -> None:
+    """`zoo run --nproc N` (N > 1): refuse what each rank would refuse (zoo.checks.before_load), and a
+    single strategy, in this process, before torchrun starts N copies of the error."""
+    from zoo.checks import before_load
+    from zoo.config.variant import VariantError
+    from zoo.study.run_file import load_run_config
+
+    sets = parse_sets(set_)
+    try:
+        cfg = load_run_config(config, sets)
+    except VariantError as e:
+        fail(blame_set_flag(str(e), sets, RunConfig, source=config))
+    if cfg.training.strategy == "single":
+        fail(
+            f"--nproc {nproc} with training.strategy single: nothing would combine the ranks' gradients; "
+            "add --set training.strategy=ddp (or fsdp)"
+        )
+    errors = before_load(cfg, world_size=nproc, launched=True)[0].errors  # what each rank would refuse
+    if errors:
+        fail(blame_set_flag("\n".join(errors), sets, RunConfig, source=config))
+
+
+def _run_config(config: Path | None, set_: list[str], resume: Path | None) -> Any:
+    """The RunConfig `zoo run` trains: the run file with --set applied, or a run folder's config.yaml
+    for --resume (its output_dir the folder). One line and exit 1 for a problem; one about a value a
+    --set gave names the flag (`zoo.config.set_flag.blame_set_flag`)."""
+    from zoo.config.variant import VariantError
+    from zoo.study.run_file import load_run_config
+
+    sets = parse_sets(set_)
     try:
         if resume is not None and config is not None:
             fail(
@@ -147,14 +121,20 @@ def run(
             problem = run_dir_problem(resume, "--resume")
             if problem:
                 fail(problem)
-            cfg = load_run_config(resume / "config.yaml", {**parse_sets(set_), "output_dir": str(resume)})
-        elif config is None:
+            return load_run_config(resume / "config.yaml", {**sets, "output_dir": str(resume)})
+        if config is None:
             fail("give a run YAML (zoo run run.yaml) or --resume RUN_DIR")
-        else:
-            cfg = load_run_config(config, parse_sets(set_))
+        return load_run_config(config, sets)
     except VariantError as e:
-        fail(str(e))
+        fail(blame_set_flag(str(e), sets, RunConfig, source=config if config is not None else resume))
+
+
+def _train(cfg: Any, src: Path | None, fresh: bool, sets: dict[str, Any]) -> None:
+    """Train `cfg` (read from `src`, with the --set overrides `sets`), then print its one `finished`
+    line (rank 0). An error, a failed run or an interrupt is one line naming what to do, with the exit
+    status of each."""
     from zoo.backends.train.checkpoint import CheckpointError
+    from zoo.config.variant import VariantError
     from zoo.core.faults import os_error_message
     from zoo.core.guards import RunFailed
     from zoo.run.trainer import train
@@ -162,8 +142,9 @@ def run(
     try:
         summary = train(cfg, resume=not fresh)
     except (VariantError, CheckpointError) as e:
-        name_refused_file(config if config is not None else resume / "config.yaml" if resume is not None else None, e)
-        fail(str(e))
+        msg = blame_set_flag(str(e), sets, RunConfig, source=src)
+        name_refused_file(src, msg)
+        fail(msg)
     except OSError as e:  # disk full, read-only folder: one line naming the file (zoo.core.faults)
         fail(os_error_message(e))
     except RunFailed as e:  # a run that cannot learn (zoo/core/guards.py): summary.json says failed
@@ -191,7 +172,7 @@ def greedy_acc(summary: dict, key: str) -> str:
 
 
 @app.command()
-@_uninstalls_watchdog
+@uninstalls_watchdog
 def ablate(
     study: Path = typer.Argument(..., help="study YAML (experiments/*.yaml)"),
     dry_run: bool = typer.Option(
@@ -239,71 +220,106 @@ def ablate(
     """
     import torch
 
-    from zoo.config.variant import VariantError
-    from zoo.study import experiment, runner
-
     quiet_logs()
     print_threads()
-    _stop_always()
+    stop_always()
     if threads:
         torch.set_num_threads(threads)
     if write_configs and not dry_run:
         fail("--write-configs goes with --dry-run (a study that runs writes each arm's config.yaml anyway)")
-    sh = None
-    if shard:
-        try:
-            i, n = (int(x) for x in shard.split("/"))
-            assert 0 <= i < n
-            sh = (i, n)
-        except (ValueError, AssertionError):
-            fail(f"--shard {shard!r}: expected i/n with 0 <= i < n, e.g. 0/4")
+    sh = _parse_shard(shard)
     try:
-        st = experiment.load_study(study, overrides=parse_sets(set_))
-        run_arms = None
-        if ray or ray_address:
-            from functools import partial
-
-            from zoo.study import ray_runner
-
-            ray_runner.import_ray()  # before any arm is planned: without Ray, say how to install it
-            run_arms = partial(ray_runner.run_arms_on_ray, address=ray_address, resources=st.resources, threads=threads)
-        code = runner.run_study(
-            st,
-            dry_run=dry_run,
-            write_configs=write_configs,
-            shard=sh,
-            console=console,
-            fresh=tuple(fresh),
-            run_arms=run_arms,
+        code = _run_study(
+            study, set_, dry_run, write_configs, sh, tuple(fresh), ray or bool(ray_address), ray_address, threads
         )
-    except VariantError as e:
-        name_refused_file(study, e)
-        fail(str(e))
-    except OSError as e:  # disk full, read-only folder: one line naming the file (zoo.core.faults)
-        from zoo.core.faults import os_error_message
-
-        fail(os_error_message(e))
     except KeyboardInterrupt as e:
-        import shlex
-
         pending = getattr(e, "pending_fresh", fresh)  # --fresh arms not reached yet keep their --fresh
-        again = shlex.join(
-            [
-                "zoo",
-                "ablate",
-                str(study),
-                *(a for x in set_ for a in ("--set", x)),
-                *(a for x in pending for a in ("--fresh", x)),
-                *(["--shard", shard] if shard else []),
-                *(["--ray"] if ray or ray_address else []),
-                *(["--ray-address", ray_address] if ray_address else []),
-            ]
-        )
+        again = _ablate_again(study, set_, pending, shard, ray, ray_address)
         fail(
             f"interrupted; finished arms are kept and the interrupted one resumes from its last checkpoint: {again}",
             interrupt_code(e),
         )
     raise typer.Exit(code)
+
+
+def _parse_shard(shard: str | None) -> tuple[int, int] | None:
+    """--shard i/n as (i, n) with 0 <= i < n; None without it; one line and exit 1 otherwise."""
+    if not shard:
+        return None
+    try:
+        i, n = (int(x) for x in shard.split("/"))
+        assert 0 <= i < n
+        return (i, n)
+    except (ValueError, AssertionError):
+        fail(f"--shard {shard!r}: expected i/n with 0 <= i < n, e.g. 0/4")
+
+
+def _run_study(
+    study: Path,
+    set_: list[str],
+    dry_run: bool,
+    write_configs: bool,
+    shard: tuple[int, int] | None,
+    fresh: tuple[str, ...],
+    ray: bool,
+    ray_address: str | None,
+    threads: int | None,
+) -> int:
+    """Load the study with --set applied and run (or plan) its arms, here or as Ray tasks: the exit
+    status (0 only if every arm finished). A refused study or a file-system error is one line."""
+    from zoo.config.variant import VariantError
+    from zoo.study import experiment, runner
+
+    sets = parse_sets(set_)
+    try:
+        st = experiment.load_study(study, overrides=sets)
+        run_arms = None
+        if ray:
+            from zoo.study import ray_runner
+
+            ray_runner.import_ray()  # before any arm is planned: without Ray, say how to install it
+            run_arms = functools.partial(
+                ray_runner.run_arms_on_ray, address=ray_address, resources=st.resources, threads=threads
+            )
+        return runner.run_study(
+            st,
+            dry_run=dry_run,
+            write_configs=write_configs,
+            shard=shard,
+            console=console,
+            fresh=fresh,
+            run_arms=run_arms,
+        )
+    except VariantError as e:
+        msg = blame_set_flag(str(e), sets, RunConfig, source=study)
+        name_refused_file(study, msg)
+        fail(msg)
+    except OSError as e:  # disk full, read-only folder: one line naming the file (zoo.core.faults)
+        from zoo.core.faults import os_error_message
+
+        fail(os_error_message(e))
+    return 1  # unreachable: fail exits
+
+
+def _ablate_again(
+    study: Path, set_: list[str], pending: Any, shard: str | None, ray: bool, ray_address: str | None
+) -> str:
+    """The `zoo ablate` command that continues an interrupted study: the same --set, --shard and Ray
+    options, and the --fresh arms not reached yet."""
+    import shlex
+
+    return shlex.join(
+        [
+            "zoo",
+            "ablate",
+            str(study),
+            *(a for x in set_ for a in ("--set", x)),
+            *(a for x in pending for a in ("--fresh", x)),
+            *(["--shard", shard] if shard else []),
+            *(["--ray"] if ray or ray_address else []),
+            *(["--ray-address", ray_address] if ray_address else []),
+        ]
+    )
 
 
 @app.command()

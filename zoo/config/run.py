@@ -31,6 +31,7 @@ from zoo.config.run_sections import (
     WandbOpts,
 )
 from zoo.config.schema import Spec, Strict, finite_number, format_validation
+from zoo.config.set_flag import close_keys
 from zoo.config.variant import Slots, Variant, VariantError, load_variant, read_yaml_file
 
 # the sections live in zoo.config.run_sections; they stay importable from here
@@ -263,6 +264,20 @@ def is_study(data: Mapping[str, Any]) -> bool:
     return any(k in data for k in STUDY_ONLY_KEYS)
 
 
+def _unknown_key_hint(key: str) -> str:
+    """The close run-file keys for an unknown override `key` (its first part against the top-level
+    keys, then the whole key and its first part against every dotted key: `stesp` -> `budget.steps`),
+    else the top-level keys."""
+    head = key.split(".")[0]
+    hint = did_you_mean(head, RunConfig.model_fields)
+    if hint:
+        return hint
+    close = close_keys(key, RunConfig)
+    if close:
+        return f" (did you mean {' or '.join(repr(c) for c in close)}?)"
+    return f"; the run-file keys: {', '.join(RunConfig.model_fields)}"
+
+
 def set_dotted(data: dict[str, Any], overrides: Mapping[str, Any], where: str) -> dict[str, Any]:
     """Apply `a.b.c = v` overrides to a run-file dict (new dict; `zoo.config.overrides` does the setting).
     Keys under `set.` go to the variant's overrides as one dotted key (`set.clip.eps=0.1` ->
@@ -279,8 +294,7 @@ def set_dotted(data: dict[str, Any], overrides: Mapping[str, Any], where: str) -
                     f"{where}: override {key!r}: {parts[0]!r} is a variant slot, not a run-config key; "
                     f"write set.{key} (the variant's overrides)"
                 )
-            hint = did_you_mean(parts[0], RunConfig.model_fields)
-            raise VariantError(f"{where}: override {key!r}: unknown key {parts[0]!r}{hint}")
+            raise VariantError(f"{where}: override {key!r}: unknown key {parts[0]!r}{_unknown_key_hint(key)}")
         return (), parts
 
     try:

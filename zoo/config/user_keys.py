@@ -70,15 +70,17 @@ def _related(a: str, b: str) -> bool:
     return a == b or a.startswith(b + ".") or b.startswith(a + ".")
 
 
-def _show(v: Any) -> str:
+def show_value(v: Any) -> str:
+    """A value as a YAML flow-style line: `{a: 1}`, `[a, b]`, `true`."""
     if isinstance(v, dict):
-        return "{" + ", ".join(f"{k}: {_show(x)}" for k, x in v.items()) + "}"
+        return "{" + ", ".join(f"{k}: {show_value(x)}" for k, x in v.items()) + "}"
     if isinstance(v, list):
-        return "[" + ", ".join(_show(x) for x in v) + "]"
+        return "[" + ", ".join(show_value(x) for x in v) + "]"
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
-def _plain(reason: str) -> str:
+def plain_reason(reason: str) -> str:
+    """pydantic's bound messages in short: `Input should be greater than or equal to 1` -> `must be >= 1`."""
     for pattern, repl in _PYDANTIC:
         reason = re.sub(pattern, repl, reason)
     return reason
@@ -89,12 +91,12 @@ def _one_line(line: str, entries: list[tuple[str, str, Any]], source: str) -> st
     hits = [(k, v) for path, k, v in entries if any(_related(path, p) for p in paths)]
     if not hits:
         return None
-    keys = ", ".join(f"{k} = {_show(v)}" for k, v in dict(hits).items())
+    keys = ", ".join(f"{k} = {show_value(v)}" for k, v in dict(hits).items())
     m = _LINE.match(line)
     if m is None:
         return f"{source}: {keys}: {line}"
     where = m["file"] + (f", key '{m['key']}'" if m["key"] else "")
-    return f"{source}: {keys}: {_plain(m['reason'])} (applied to {where})"
+    return f"{source}: {keys}: {plain_reason(m['reason'])} (applied to {where})"
 
 
 def user_key_first(msg: str, cfg: Any, built_with_set: bool = False) -> str:
@@ -111,7 +113,7 @@ def user_key_first(msg: str, cfg: Any, built_with_set: bool = False) -> str:
     for line in msg.splitlines():
         named = _one_line(line, entries, source) if entries else None
         if named is None and cfg.set and built_with_set:
-            sets = ", ".join(f"{k}={_show(v)}" for k, v in cfg.set.items())
+            sets = ", ".join(f"{k}={show_value(v)}" for k, v in cfg.set.items())
             named = f"{source}: set: {sets}: {line}"
         out.append(named or line)
     return "\n".join(dict.fromkeys(out))

@@ -232,8 +232,13 @@ class progress_bar:
         now = time.monotonic()
         if now - self._printed >= self.inner_every:
             self._printed = now
+            # `total` is this generate call's (one resampling round's), not the step's: say so, and say when
+            # the call is done, so "12 of 12" does not read as a count of what a filter kept
+            state = "done, scoring next" if done >= total else f"{total - done} to go"
             self.p.console.print(
-                f"step {self.step + 1:>3}: {verb} {done} of {total} completions", highlight=False, soft_wrap=True
+                f"step {self.step + 1:>3}: {verb} {done} of this round's {total} completions ({state})",
+                highlight=False,
+                soft_wrap=True,
             )
 
     def __exit__(self, *exc):

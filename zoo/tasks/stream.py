@@ -72,3 +72,18 @@ class PromptStream:
         self.epoch = int(state["epoch"])
         self.index = int(state["index"])
         self._order = self._permutation(self.epoch)
+
+
+def repeats_within_step(train_rows: int, per_step: int) -> str | None:
+    """A warning when a step asks for more prompts (`budget.prompts_per_step`) than the task has
+    training rows: the stream rolls into its next epoch inside the batch (`PromptStream.take`), so the
+    step repeats prompts (each copy its own group: it runs, with fewer distinct prompts than asked).
+    None when the rows suffice (or there are none: the loader refuses that)."""
+    if not 0 < train_rows < per_step:
+        return None
+    return (
+        f"budget.prompts_per_step {per_step} > the task's {train_rows} training prompts (task.size): each step "
+        f"takes {per_step} prompts from {train_rows}, so it repeats prompts within the step (the prompt stream "
+        f"starts its next pass inside the batch), about {per_step / train_rows:.3g}x each; raise task.size "
+        f"or lower budget.prompts_per_step to {train_rows} or less"
+    )

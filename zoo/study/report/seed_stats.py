@@ -69,7 +69,9 @@ def metric_table(groups: list[ArmGroup]) -> list[tuple[str, Callable[[RunData], 
         ("final reward", lambda r: final_value(r, "reward/total")),
         ("best reward", lambda r: max(r.series("reward/total").values(), default=None)),
     ]
-    out += [(f"{k} last {LAST_K}", lambda r, k=k: last_k_mean(r, k)) for k in rk]
+    # the label says the steps the mean covers: "last 2" when no run has more than 2 (last_k_mean takes all when fewer)
+    n = min(LAST_K, max((len(r.series("reward/total")) for r in runs), default=LAST_K))
+    out += [(f"{k} last {n}", lambda r, k=k: last_k_mean(r, k)) for k in rk]
     out.append(("eval accuracy", lambda r: eval_acc(r, "after")))
     diags = sorted({k for r in runs for rec in r.records for k in rec if k.startswith(DIAGNOSTIC_PREFIXES)})
     out += [(f"{k} (run mean)", lambda r, k=k: run_mean(r, k)) for k in diags]
