@@ -186,7 +186,7 @@ def test_the_progress_bar_prints_progress_inside_a_long_step(capsys):
         step_progress.report("generate", 64, 1000)
     step_progress.report("generate", 128, 1000)
     err = capsys.readouterr().err
-    assert "step   1: generated 64 of 1000 completions" in err and "128 of 1000" not in err
+    assert "step   1: generated 64 of this round's 1000 completions" in err and "128 of this round's 1000" not in err
 
 
 def test_budget_steps_of_1e18_warns(tiny_model_dir, tmp_path):

@@ -357,3 +357,13 @@ def test_side_by_side_table_in_80_columns_keeps_arms_whole_and_cuts_nothing():
     print_table("s", header, rows, Console(file=buf, width=80))  # a log file: not a terminal
     line = next(x for x in buf.getvalue().splitlines() if "mo_grpo_with_a_long_name" in x)
     assert "…" not in buf.getvalue() and all(c in line for c in cells)
+
+
+def test_the_last_k_label_says_how_many_steps_the_mean_covers():
+    # after 2 steps the "last 5" mean is over 2 steps: the label must say 2, and 5 once a run has 5 or more
+    from zoo.study.report.seed_stats import metric_table
+
+    short = [ArmGroup("grpo", [_run("grpo-s0", 0, 4, [0.1, 0.2])])]
+    long = [ArmGroup("grpo", [_run("grpo-s0", 0, 4, [0.1] * 7)])]
+    assert "reward/total last 2" in [n for n, _ in metric_table(short)]
+    assert "reward/total last 5" in [n for n, _ in metric_table(long)]
