@@ -469,9 +469,11 @@ def test_two_concurrent_studies_train_each_arm_once(tmp_path, monkeypatch):
     import threading
     import time
 
+    import transformers  # noqa: F401  (two threads importing it at once can half-import it: "cannot import AutoConfig")
+
     from zoo.study import report
 
-    monkeypatch.setattr(report, "write_report", lambda d, console=None: d / "report.md")  # matplotlib: one thread
+    monkeypatch.setattr(report, "write_report", lambda d, console=None, **kw: d / "report.md")  # matplotlib: one thread
     path = _write(tmp_path, STUDY, {"ablations": {}})
 
     class Slow(FakeTrain):

@@ -281,7 +281,8 @@ def _rollout_batch(
     completion_ids = torch.cat([_pad_right(c, T, pad_id) for c in chunks], dim=0)  # [N, T]
     cmask, truncated, lengths = completion_mask(completion_ids, stops)
     texts = decode_completions(tokenizer, completion_ids, cmask, truncated)
-    logp_rollout = torch.cat([_pad_right(x, T, 0) for x in logps], dim=0).to(cmask.device) * cmask  # [N, T]
+    logp_rollout = torch.cat([_pad_right(x, T, 0) for x in logps], dim=0).to(cmask.device)  # [N, T]
+    logp_rollout = torch.where(cmask.bool(), logp_rollout, 0.0)  # 0 off the mask (x 0 would keep a pad's -inf as NaN)
     return Batch(
         prompt_ids=ids,
         prompt_mask=mask.bool(),
