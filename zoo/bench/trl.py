@@ -107,15 +107,40 @@ def run_trl(d: dict[str, Any]) -> dict[str, Any]:
         from trl import GRPOConfig, GRPOTrainer
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise SystemExit(f"{INSTALL_HINT}\n({e})") from e
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
-    from zoo.backends.train.memory import peak_memory_mb, reset_peak_memory
-    from zoo.models import lora_config, prepare_tokenizer, resolve_model
+    from zoo.models import lora_config
     from zoo.rewards.compute import resolve_rewards
-    from zoo.tasks import load_task
 
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    model, tok, ds = _model_and_data(d)
+    rewards = resolve_rewards(d["rewards"])
+    timer = _timer(device)
+    with tempfile.TemporaryDirectory(prefix="zoo-bench-trl-") as tmp:
+        args = GRPOConfig(
+            output_dir=tmp, use_cpu=device.type == "cpu", reward_weights=[w for _, w in rewards], **d["grpo"]
+        )
+        trainer = GRPOTrainer(
+            model=model,
+            args=args,
+            processing_class=tok,
+            train_dataset=ds,
+            reward_funcs=[_trl_reward(c) for c, _ in rewards],
+            peft_config=lora_config(d["lora"]) if d.get("lora") else None,
+            callbacks=[timer],
+        )
+        trainer.train()
+    return _summary(timer, int(d["warmup"]))
+
+
+def _model_and_data(d: dict[str, Any]):
+    """(fp32 model, prepared tokenizer, a datasets.Dataset of {prompt, row}: the task row as JSON)."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from zoo.models import prepare_tokenizer, resolve_model
+    from zoo.tasks import load_task
+
     src = resolve_model(d["model"])
     tok = prepare_tokenizer(AutoTokenizer.from_pretrained(src.path))
     model = AutoModelForCausalLM.from_pretrained(src.path, dtype=torch.float32)
@@ -125,16 +150,26 @@ def run_trl(d: dict[str, Any]) -> dict[str, Any]:
     ds = Dataset.from_list(
         [{"prompt": r["prompt"], "row": json.dumps({k: v for k, v in r.items() if k != "prompt"})} for r in task.train]
     )
-    rewards = resolve_rewards(d["rewards"])
+    return model, tok, ds
 
-    def make_reward(comp):
-        def reward(prompts=None, completions=None, row=None, **_kw):
-            texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
-            rows = [json.loads(r) for r in row]
-            return [None if v is None else float(v) for v in comp(texts, rows)]
 
-        reward.__name__ = comp.name
-        return reward
+def _trl_reward(comp):
+    """A zoo reward as a TRL reward function (completions as text, the task row from the `row` column)."""
+
+    def reward(prompts=None, completions=None, row=None, **_kw):
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        rows = [json.loads(r) for r in row]
+        return [None if v is None else float(v) for v in comp(texts, rows)]
+
+    reward.__name__ = comp.name
+    return reward
+
+
+def _timer(device):
+    """A TrainerCallback recording each step's seconds, peak memory, CPU seconds and load, and the reward logs."""
+    from transformers import TrainerCallback
+
+    from zoo.backends.train.memory import peak_memory_mb, reset_peak_memory
 
     class Timer(TrainerCallback):
         def __init__(self):
@@ -161,31 +196,20 @@ def run_trl(d: dict[str, Any]) -> dict[str, Any]:
             if logs and "reward" in logs:
                 self.logs.append({k: float(v) for k, v in logs.items() if isinstance(v, (int, float))})
 
-    timer = Timer()
-    with tempfile.TemporaryDirectory(prefix="zoo-bench-trl-") as tmp:
-        args = GRPOConfig(
-            output_dir=tmp, use_cpu=device.type == "cpu", reward_weights=[w for _, w in rewards], **d["grpo"]
-        )
-        trainer = GRPOTrainer(
-            model=model,
-            args=args,
-            processing_class=tok,
-            train_dataset=ds,
-            reward_funcs=[make_reward(c) for c, _ in rewards],
-            peft_config=lora_config(d["lora"]) if d.get("lora") else None,
-            callbacks=[timer],
-        )
-        trainer.train()
-    w = int(d["warmup"])
-    measured, logs = timer.steps[w:], timer.logs[w:]
+    return Timer()
 
-    def med(xs):
-        import statistics
 
-        xs = [x for x in xs if x == x]
-        return float(statistics.median(xs)) if xs else float("nan")
+def _summary(timer, warmup: int) -> dict[str, Any]:
+    """The measured steps (after `warmup`): times, peak memory, CPU seconds, load, median length and reward."""
+    import statistics
 
     import trl
+
+    measured, logs = timer.steps[warmup:], timer.logs[warmup:]
+
+    def med(xs):
+        xs = [x for x in xs if x == x]
+        return float(statistics.median(xs)) if xs else float("nan")
 
     return {
         "step_times": [s["seconds"] for s in measured],
