@@ -1,9 +1,8 @@
 """Built-in components, one place per kind: a module (`aggregate`, `normalize`, `objective`, `kl`,
-`length`, `filter`, `critic`) or, for the kinds with many built-ins, a package of modules (`advantage/`,
-`clip/`, `correction/`, `loss/`). Not yet one place: the `entropy` module holds two entropy mechanisms,
-the `high_entropy_tokens` correction and the `adaptive_entropy` controller (the other controller,
-`adaptive_kl`, is in `controllers`). `stats` holds the statistics they share. Importing this package
-registers them all.
+`length`, `filter`, `critic`, `controllers`) or, for the kinds with many built-ins, a package of modules
+(`advantage/`, `clip/`, `correction/`, `loss/`). `stats` holds the statistics they share. Importing this
+package registers them all: it is the one place that imports the built-in components (zoo/__init__.py
+names it to the core's registry, which imports it on first use).
 
 The data contract of each kind (positional arguments; hyperparameters are keyword-only):
 N completions, T completion tokens (right-padded), K reward objectives. Masks are bool/0-1 `[N, T]`,
@@ -35,7 +34,6 @@ from zoo.components import (  # noqa: F401  (imports register the components)
     controllers,
     correction,
     critic,
-    entropy,
     filter,
     kl,
     length,
