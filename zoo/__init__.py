@@ -24,7 +24,6 @@ _registry.add_builtin_modules(
     "zoo.backends.generate.registered",
     "zoo.envs",
     "zoo.models.teacher",
-    "zoo.components.distill_divergence",
 )
 
 from zoo.core.version import VERSION as __version__  # noqa: E402,F401

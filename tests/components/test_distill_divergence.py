@@ -1,4 +1,4 @@
-"""Full-vocabulary divergences of distillation (zoo/components/distill_divergence.py) by hand on a
+"""Full-vocabulary divergences of distillation (zoo/components/loss/distill_divergence.py) by hand on a
 two-token vocabulary, and GKD's JSD at its beta limits equal to the forward / reverse KL."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from zoo.components.distill_divergence import distill_vocab, forward_kl, generalized_jsd, reverse_kl
+from zoo.components.loss.distill_divergence import distill_vocab, forward_kl, generalized_jsd, reverse_kl
 from zoo.core import registry
 from zoo.core.types import StepCounts, TermInputs
 

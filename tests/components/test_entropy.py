@@ -1,4 +1,4 @@
-"""Entropy mechanisms (zoo/components/entropy.py): the high-entropy token selection (arXiv:2506.01939,
+"""Entropy mechanisms (zoo/components/correction/entropy.py, zoo/components/controllers.py): the high-entropy token selection (arXiv:2506.01939,
 TRL's quantile rule) on hand-worked cases and through the update, and Skywork-OR1's adaptive entropy
 controller (arXiv:2505.22312 §3.2.4) step by step and through a checkpoint."""
 
@@ -13,7 +13,8 @@ from test_engine import make_batch, settings
 
 from zoo.checks.variant import check_variant
 from zoo.components import StepCounts, StepView, TermInputs
-from zoo.components.entropy import AdaptiveEntropy, linear_quantile, top_entropy_mask
+from zoo.components.controllers import AdaptiveEntropy
+from zoo.components.correction.entropy import linear_quantile, top_entropy_mask
 from zoo.config.variant import load_variant
 from zoo.core import registry
 from zoo.models.tiny import tiny_model_and_tokenizer

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from zoo.components.loss_terms import kl
+from zoo.components.loss.base import kl
 from zoo.config.desugar import kl_parts
 from zoo.config.variant import KLSpec
 from zoo.core.types import StepCounts, TermInputs

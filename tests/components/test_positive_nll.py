@@ -1,4 +1,4 @@
-"""VAPO's positive-example NLL term (zoo/components/positive_nll.py, arXiv:2504.05118 eq. 9) on a
+"""VAPO's positive-example NLL term (zoo/components/loss/positive_nll.py, arXiv:2504.05118 eq. 9) on a
 hand-worked case, split over micro-batches, with garbage in padding, and through the update."""
 
 from __future__ import annotations

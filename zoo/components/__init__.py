@@ -1,10 +1,8 @@
 """Built-in components, one place per kind: a module (`aggregate`, `normalize`, `objective`, `kl`,
-`length`, `filter`, `critic`) or, for the kinds with many built-ins, a package of modules (`advantage/`,
-`clip/`, `correction/`). Not yet one place: the `entropy` module holds two entropy mechanisms, the
-`high_entropy_tokens` correction and the `adaptive_entropy` controller (the other controller,
-`adaptive_kl`, is in `controllers`); the loss terms are in `loss_terms` (`kl`, `entropy_bonus`),
-`positive_nll` (`nll_positive`) and `distill_divergence` (`distill_vocab`, imported by zoo/__init__.py).
-`stats` holds the statistics they share. Importing this package registers them all.
+`length`, `filter`, `critic`, `controllers`) or, for the kinds with many built-ins, a package of modules
+(`advantage/`, `clip/`, `correction/`, `loss/`). `stats` holds the statistics they share. Importing this
+package registers them all: it is the one place that imports the built-in components (zoo/__init__.py
+names it to the core's registry, which imports it on first use).
 
 The data contract of each kind (positional arguments; hyperparameters are keyword-only):
 N completions, T completion tokens (right-padded), K reward objectives. Masks are bool/0-1 `[N, T]`,
@@ -36,14 +34,12 @@ from zoo.components import (  # noqa: F401  (imports register the components)
     controllers,
     correction,
     critic,
-    entropy,
     filter,
     kl,
     length,
-    loss_terms,
+    loss,
     normalize,
     objective,
-    positive_nll,
 )
 from zoo.core.types import (  # noqa: F401
     AdvantageInputs,

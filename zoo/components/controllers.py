@@ -6,11 +6,17 @@ the value the uninterrupted run would have had.
 The registered function builds a fresh controller from its spec: `fn(*, hyperparameters) -> obj`
 with `coefficients()`, `update(metrics, tokens, rows)`, `state_dict()`, `load_state_dict()`
 (the `Controller` protocol of zoo/core/kinds.py).
+
+- `adaptive_kl` (Ziegler et al. arXiv:1909.08593 §2.2): the KL coefficient `beta` of the `kl` term
+  (and of the KL in the reward) moves toward a target KL per completion;
+- `adaptive_entropy` (Skywork-OR1, He et al. 2025, arXiv:2505.22312 §3.2.4 "Adaptive Entropy
+  Control"): the entropy bonus's coefficient moves by delta toward a target entropy each step and
+  the bonus is on only while the entropy is at or below the target.
 """
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 import torch
 
@@ -59,3 +65,59 @@ def adaptive_kl(*, target: float, horizon: int = 10_000, beta: float = 0.0) -> A
     {target, horizon}}`; writing it by hand is a validation error. Source: Ziegler et al.
     arXiv:1909.08593 §2.2 (target KL per sequence, horizon 10,000 episodes)."""
     return AdaptiveKL(target, horizon, beta)
+
+
+class AdaptiveEntropy:
+    """Skywork-OR1's adaptive entropy control (arXiv:2505.22312 §3.2.4): with e_k the step's
+    token-mean entropy and c_k the coefficient,
+        c_{k+1} = clamp(c_k + delta if e_k < target, c_k - delta if e_k > target, else c_k; 0, max_coef)
+    and the entropy bonus is on only while e <= target: the coefficient used is c * I[e <= target].
+    The entropy is the one the update measured (metric `entropy`, the token mean over the step's
+    training forwards), so the gate of step k+1 uses e_k (the paper gates step k on e_k itself,
+    known only after its rollout; here a controller sets coefficients before the step). Before any
+    entropy is measured the bonus is off. It sets `coef` of the loss term `entropy_bonus`."""
+
+    def __init__(self, target: float, delta: float, coef: float, max_coef: float):
+        self.target, self.delta, self.max_coef = float(target), float(delta), float(max_coef)
+        self.coef = float(coef)
+        self.entropy = float("nan")  # the last measured entropy (NaN: none yet)
+
+    def coefficients(self) -> dict[str, dict[str, float]]:
+        on = self.entropy <= self.target  # False while NaN
+        return {"entropy_bonus": {"coef": self.coef if on else 0.0}}
+
+    def update(self, metrics: Mapping[str, float], tokens: float, rows: float) -> None:
+        """metrics["entropy"] is the step's token mean over every rank (the update reduces it), so no
+        collective is needed. No entropy measured (NaN, no tokens): unchanged."""
+        e = float(metrics.get("entropy", float("nan")))
+        if e != e:
+            return
+        step = self.delta if e < self.target else -self.delta if e > self.target else 0.0
+        self.coef = min(max(self.coef + step, 0.0), self.max_coef)
+        self.entropy = e
+
+    def state_dict(self) -> dict[str, float]:
+        return {"coef": self.coef, "entropy": self.entropy}
+
+    def load_state_dict(self, state: Mapping[str, float]) -> None:
+        self.coef, self.entropy = float(state["coef"]), float(state["entropy"])
+
+
+def _check_adaptive_entropy(params: Mapping[str, Any], context: Mapping[str, Any]) -> None:
+    if not float(params["target"]) >= 0:
+        raise ValueError(f"target must be >= 0 (an entropy in nats), got {params['target']}")
+    if not float(params["delta"]) > 0:
+        raise ValueError(f"delta must be > 0, got {params['delta']}")
+    if not 0 <= float(params["coef"]) <= float(params["max_coef"]):
+        raise ValueError(f"coef must be in [0, max_coef = {params['max_coef']}], got {params['coef']}")
+
+
+@register("controller", "adaptive_entropy", check=_check_adaptive_entropy, sets=("entropy_bonus.coef",))
+def adaptive_entropy(
+    *, target: float = 0.2, delta: float = 0.005, coef: float = 0.0, max_coef: float = 1.0
+) -> AdaptiveEntropy:
+    """A fresh AdaptiveEntropy for the `entropy_bonus` loss term (the variant must have it).
+    Defaults: target 0.2 nats, delta 0.005 (arXiv:2505.22312 §3.2.4, tgt-ent 0.2 and
+    Delta 0.005 in their runs; TRL's defaults), c_0 = 0 (the paper's initial coefficient),
+    coefficient clamped to [0, max_coef = 1]."""
+    return AdaptiveEntropy(target, delta, coef, max_coef)

@@ -1,6 +1,6 @@
 """The full-vocabulary side of distillation: the teacher's and the policy's whole next-token
 distributions over the completion, for a loss term that reads them (`distill_vocab`,
-zoo/components/distill_divergence.py; GKD arXiv 2306.13649).
+zoo/components/loss/distill_divergence.py; GKD arXiv 2306.13649).
 
     teacher   teacher_vocab(model, batch, temperature, rows) -> [N, T, V] log-softmax (no grad), 0 off the mask
     update    vocab_forward(model, mb, s, entropy_grad) -> (logp [n, T], entropy [n, T], logp_vocab [n, T, V])

@@ -1,4 +1,5 @@
-"""Loss terms (kind "loss", slot `loss`, a list): extra per-token losses added to the clip rule's.
+"""Loss terms (kind "loss", slot `loss`, a list): extra per-token losses added to the clip rule's; here
+the contract and the terms `kl` and `entropy_bonus`.
 
 A term is `fn(inp: TermInputs) -> TermResult(loss [n, T], token_stats)`; its hyperparameters are
 keyword-only. The update adds each term's per-token loss to the policy term and aggregates the sum
