@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from zoo.checks.registry import AfterLoad, BeforeLoad, Report, check
+from zoo.tasks.stream import PROMPT_REPEAT_WARN
 from zoo.config.variant import VariantError
 
 
@@ -266,8 +267,6 @@ def memory_estimate(s: AfterLoad, rep: Report) -> None:
 
 
 # ---------------------------------------------------------------- bounds: work that looks unbounded or wasted
-#: a step asking for more than this many times the task's prompts is warned about
-PROMPT_REPEAT_WARN = 4
 
 
 def lora_widths(model: Any, targets: list[str]) -> dict[str, int]:

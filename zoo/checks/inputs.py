@@ -61,8 +61,7 @@ def task(s: BeforeLoad, rep: Report) -> None:
             return
         rep.errors.append(f"task: {msg}")
         return
-    from zoo.checks.fit import PROMPT_REPEAT_WARN
-    from zoo.tasks.stream import repeats_within_step
+    from zoo.tasks.stream import PROMPT_REPEAT_WARN, repeats_within_step
 
     rows, p = len(task_rows(s.cfg.task)), s.cfg.budget.prompts_per_step
     if p <= PROMPT_REPEAT_WARN * rows and (why := repeats_within_step(rows - eval_rows(s.cfg.task), p)):

@@ -74,6 +74,11 @@ class PromptStream:
         self._order = self._permutation(self.epoch)
 
 
+#: a step asking for more than this many times the task's prompts is warned about after load
+#: (zoo.checks.fit); at or below it, repeats within one step are warned about before load (zoo.checks.inputs)
+PROMPT_REPEAT_WARN = 4
+
+
 def repeats_within_step(train_rows: int, per_step: int) -> str | None:
     """A warning when a step asks for more prompts (`budget.prompts_per_step`) than the task has
     training rows: the stream rolls into its next epoch inside the batch (`PromptStream.take`), so the
