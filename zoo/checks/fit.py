@@ -34,8 +34,8 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from zoo.checks.registry import AfterLoad, BeforeLoad, Report, check
-from zoo.tasks.stream import PROMPT_REPEAT_WARN
 from zoo.config.variant import VariantError
+from zoo.tasks.stream import PROMPT_REPEAT_WARN
 
 
 # ---------------------------------------------------------------- the budget against the variant and the processes
