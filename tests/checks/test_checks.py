@@ -247,7 +247,7 @@ def test_after_load_reads_config_json_and_no_weights(tiny_model_dir, tmp_path, m
 
 
 def test_a_plugin_modules_check_runs_in_validate_and_run(tiny_model_dir, tmp_path, monkeypatch):
-    """docs/guides/extending.md §8: a check registered by a `plugins:` module refuses the run in both."""
+    """docs/guides/extending-engine.md §3: a check registered by a `plugins:` module refuses the run in both."""
     from zoo.checks import registry
 
     (tmp_path / "lab_checks_plugin.py").write_text(

@@ -29,10 +29,10 @@ BLOCK = re.compile(r"<!-- test: (\w+) -->\s*\n```(\w+)\n(.*?)\n```", re.S)
 CLIP, REWARD = "tanh_clip", "mylab.rewards:politeness"
 
 
-def doc_blocks() -> dict[str, tuple[str, str]]:
-    """name -> (language, code) of every marked block of docs/guides/extending.md."""
+def doc_blocks(doc: Path = DOC) -> dict[str, tuple[str, str]]:
+    """name -> (language, code) of every marked block of `doc` (docs/guides/extending.md unless told)."""
     blocks = {}
-    for name, lang, code in BLOCK.findall(DOC.read_text()):
+    for name, lang, code in BLOCK.findall(doc.read_text()):
         assert name not in blocks, f"two blocks marked {name!r}"
         blocks[name] = (lang, code + "\n")
     return blocks

@@ -1,10 +1,10 @@
-"""docs/guides/extending.md §7 runs as written: the `try_again` environment through the multi-turn rollout, its
+"""docs/guides/extending-engine.md §2 runs as written: the `try_again` environment through the multi-turn rollout, its
 run file's `task.env` validated, and the Gymnasium wrapper on a stand-in environment."""
 
 import sys
 
 import pytest
-from test_docs import doc_blocks
+from test_docs import DOC, doc_blocks
 
 from zoo.core import registry
 from zoo.core.generator_types import SamplingParams
@@ -12,10 +12,12 @@ from zoo.envs.base import env_spec
 from zoo.envs.rollout import rollout
 from zoo.models.tiny import ScriptedGenerator, tiny_model_and_tokenizer
 
+ENGINE_DOC = DOC.with_name("extending-engine.md")
+
 
 @pytest.fixture
 def mylab(tmp_path, monkeypatch):
-    blocks = doc_blocks()
+    blocks = doc_blocks(ENGINE_DOC)
     pkg = tmp_path / "mylab"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
@@ -57,9 +59,8 @@ def test_the_documented_run_file_validates(mylab):
 
 def _yaml_blocks():
     import re
-    from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "extending.md").read_text()
+    text = ENGINE_DOC.read_text()
     return re.findall(r"```yaml\n(.*?)\n```", text, re.S)
 
 

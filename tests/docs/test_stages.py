@@ -1,4 +1,4 @@
-"""Plugin stages (zoo/core/stages.py) as docs/guides/extending.md section 9 shows them: a `digits` stage writes
+"""Plugin stages (zoo/core/stages.py) as docs/guides/extending-engine.md section 4 shows them: a `digits` stage writes
 `Batch.extras["digits"]`, a `digit_penalty` loss term reads it; the stage runs because the term reads
 its field, the term's numbers match the hand-worked check, a 2-step run trains with both plugins,
 and `zoo validate` rejects a read nothing writes and a read whose producer runs after its reader."""
@@ -20,7 +20,7 @@ from zoo.config.variant import load_variant
 from zoo.core import registry
 from zoo.step.types import Slots
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "guides" / "extending.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "guides" / "extending-engine.md"
 BLOCK = re.compile(r"<!-- test: (\w+) -->\s*\n```python\n(.*?)\n```", re.S)
 PLUGINS = {"stage": ("mylab.counters", "stage", "digits"), "reader": ("mylab.digit_penalty", "loss", "digit_penalty")}
 TERM = {"loss": [{"name": "digit_penalty", "coef": 0.01}]}

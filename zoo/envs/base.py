@@ -1,7 +1,7 @@
 """Environments for multi-turn rollouts (registry kind `env`): the contract and `task.env`.
 
 An environment is a small Protocol close to Gymnasium's `reset` / `step`, so existing environments
-wrap in a few lines (docs/guides/extending.md):
+wrap in a few lines (docs/guides/extending-engine.md):
 
     messages, state = env.reset(row, seed)              # the conversation a trajectory starts from
     new, done, info = env.step(state, assistant_text)   # after each assistant turn

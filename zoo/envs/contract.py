@@ -1,6 +1,6 @@
-"""The environment contract, checked where it is crossed (docs/guides/extending.md, "The environment
-contract"): every `reset` / `step` / `step_batch` result and the env's `stop`, before anything of it
-reaches the chat template or the tokenizer.
+"""The environment contract, checked where it is crossed
+(docs/guides/extending-engine.md, "The environment contract"): every `reset` / `step` / `step_batch`
+result and the env's `stop`, before anything of it reaches the chat template or the tokenizer.
 
 - `stop`: absent (no stop string) or a sequence of non-empty strings; a plain str is refused (it would
   be read as its characters).
