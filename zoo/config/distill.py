@@ -16,7 +16,7 @@ al. arXiv 2601.19897): `frozen` (the initial policy; with LoRA the adapters-disa
 (the policy now, no gradient) or `ema` (an exponential moving average of the policy, rate `alpha`;
 registry kind `teacher`, zoo/models/teacher.py),
 each reading `teacher.context` before its prompt. The engine side: zoo/models/teacher.py (the model),
-zoo/step/distill.py (scoring, the signal). docs/reference/run-file.md "Distillation".
+zoo/step/distill.py (scoring, the signal). docs/reference/distillation.md "Distillation".
 """
 
 from __future__ import annotations

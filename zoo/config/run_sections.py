@@ -152,7 +152,7 @@ class Eval(Strict):
 
 
 class Guards(Strict):
-    """When a run that cannot learn stops as `failed` (zoo/core/guards.py, docs/reference/run-file.md "Guards")."""
+    """When a run that cannot learn stops as `failed` (zoo/core/guards.py, docs/reference/guards.md "Guards")."""
 
     max_unscored_frac: float = Field(
         0.5,

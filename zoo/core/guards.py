@@ -1,4 +1,4 @@
-"""Guards that stop a run which cannot learn, instead of letting it "finish" (docs/reference/run-file.md,
+"""Guards that stop a run which cannot learn, instead of letting it "finish" (docs/reference/guards.md,
 "Guards"): rewards that cannot score most rows (or a reward that never scored any), optimizer steps
 skipped for non-finite values (counted and warned), a policy that collapsed to the uniform
 distribution (warned), non-finite weights, and a run with no optimizer step at all; zoo.core.watch

@@ -1,4 +1,4 @@
-"""Warnings for a run that goes on but learns little or diverges (docs/reference/run-file.md, "Guards"):
+"""Warnings for a run that goes on but learns little or diverges (docs/reference/guards.md, "Guards"):
 most groups carried no correctness signal for several steps, the policy's entropy rose far above its
 start, or the KL to the reference jumped. Each warns once per run, naming the step and the metric, and
 its step goes to summary.json (`WatchState.totals`), where the study report reads it to mark the arm.
@@ -42,7 +42,7 @@ KL_LIMIT = 0.5
 KL_JUMP = 5.0
 KL_RECENT = 3
 KL_JUMP_MIN = 0.05
-#: the levers named by the low-signal warning (docs/reference/run-file.md)
+#: the levers named by the low-signal warning (docs/reference/guards.md, "Guards")
 SIGNAL_LEVERS = (
     "a larger budget.group_size, an easier task or worked examples (task.fewshot), a higher sampling.temperature"
 )

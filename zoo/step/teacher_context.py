@@ -1,4 +1,4 @@
-"""The teacher's prompt (docs/reference/run-file.md "Distillation"): the student's prompt with `teacher.context`,
+"""The teacher's prompt (docs/reference/distillation.md "Distillation"): the student's prompt with `teacher.context`,
 which the student never sees.
 
 - `context` a string: text put before the student's real prompt tokens (its tokens, then the prompt's);

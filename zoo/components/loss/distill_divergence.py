@@ -11,7 +11,7 @@ At beta = 0 and 1 the JSD formula itself is 0; it behaves like beta * KL(T || S)
 endpoints return those KLs: beta = 0 the forward KL, beta = 1 the reverse KL.
 Temperature divides both logits first (GKD and TRL's convention).
 
-The loss term `distill_vocab` (the full-vocabulary option of docs/reference/run-file.md "Distillation")
+The loss term `distill_vocab` (the full-vocabulary option of docs/reference/distillation.md "Distillation")
 applies one of them per trained token to the policy's full log-softmax (`logp_vocab`, with gradient, from
 the update's forward) and the teacher's (`logp_teacher_vocab`, from a `distill:` variant's teacher), both
 computed only because the term reads them (zoo/step/distill_vocab.py). The sampled-token signal is

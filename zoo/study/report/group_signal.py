@@ -26,7 +26,7 @@ SIGNAL_TEXT = (
     "signal (else the reward signal) and the training accuracy at each step, means over seeds{windows}."
 )
 LEGEND = (
-    'Warnings (the run went on; docs/reference/run-file.md "Guards"): *low signal*: more than half of the groups '
+    'Warnings (the run went on; docs/reference/guards.md "Guards"): *low signal*: more than half of the groups '
     "carried no correctness signal for {steps} consecutive steps (try a larger `budget.group_size`, an easier "
     "task or few-shot, a higher `sampling.temperature`); *diverged: entropy*: the policy's entropy rose above "
     "{rise:g}x its start; *diverged: KL*: `kl/ref` jumped (above {kl:g} nats per token or {jump:g}x its recent "
