@@ -103,7 +103,9 @@ def markdown(
         "Numbers are mean ± sample std (n−1) over the seeds that did not fail; *final* is the last "
         "training step, *best* the maximum over steps; *1st → 2nd half* the mean reward over the first and "
         "the last half of the steps (learning shows as a rise); time/step is the mean step time; "
-        "group_size, updates (epochs x minibatches), lr and max_new_tokens are the values used; *signal* is the "
+        "group_size, updates (epochs x minibatches), lr and max_new_tokens are the values used; *accuracy* is "
+        "the last training step's accuracy on its sampled completions (temperature as configured), *eval greedy "
+        "before → after* the held-out greedy exact accuracy before and after training; *signal* is the "
         "mean over steps of the fraction of groups that carried a correctness signal (else a reward signal) and "
         "*warnings* the guard warnings the arm's runs got (both: Signal per group, below).",
         "",
