@@ -9,7 +9,7 @@ import torch
 from zoo.checks.variant import check_variant
 from zoo.config.variant import load_variant
 
-NEW_VARIANTS = ["lite_ppo", "gpg", "grpo_bypass", "reinforce_bypass_icepop", "luspo", "maxrl", "remax"]
+NEW_VARIANTS = ["lite_ppo", "gpg", "grpo_bypass", "reinforce_bypass_icepop", "luspo", "maxrl", "remax", "otb"]
 
 
 @pytest.mark.parametrize("variant", NEW_VARIANTS)
@@ -118,3 +118,35 @@ def test_remax_reads_the_score_of_a_greedy_completion_of_each_prompt(tiny_model_
     obj, _ = compute_rewards([c for c, _ in st.rewards], out.texts, b.rows)
     w = torch.tensor([w for _, w in st.rewards], dtype=obj.dtype)
     torch.testing.assert_close((obj * w).sum(1), g.to(obj.dtype), rtol=1e-5, atol=1e-6)
+
+
+def test_otb_reads_the_energy_the_old_forward_wrote(tiny_model_dir, tmp_path):
+    """A step of `otb`: the advantage stage sees extras["otb_energy"] [N, T] from the old forward (1 - 2 pi_j
+    + sum_v pi_v^2: 0 off the loss mask, sum_v pi_v^2 = e - 1 + 2 exp(logp_old) in [1/V, 1] on it)."""
+    import contextlib
+
+    from conftest import tiny_run_config
+
+    from zoo.run import trainer
+    from zoo.step import pipeline
+    from zoo.step.hooks import Hooks, Phase
+
+    seen = {}
+
+    class Watch(Hooks):
+        @contextlib.contextmanager
+        def phase(self, name):
+            ph = Phase(name)
+            yield ph
+            if name == "advantage":
+                seen["batch"] = ph.batch
+
+    cfg = tiny_run_config(tiny_model_dir, tmp_path, variant="otb", budget={"group_size": 2}, eval={"enabled": False})
+    st = trainer.setup(cfg)
+    pipeline.step(st, hooks=Watch())
+    b = seen["batch"]
+    e, m = b.extras["otb_energy"], b.loss_mask
+    assert e.shape == m.shape and (e[~m] == 0).all() and m.any()
+    sum_sq = (e - 1 + 2 * b.logp_old.exp())[m]
+    V = st.models.policy.config.vocab_size
+    assert (sum_sq >= 1 / V - 1e-6).all() and (sum_sq <= 1 + 1e-6).all()

@@ -239,3 +239,35 @@ def test_gae_steps_over_env_tokens_from_one_turn_to_the_next():
     # no holes (single-turn): the estimator's own result, untouched
     prefix = replace(inp, mask=torch.tensor([[True, True, True, False, False]]))
     torch.testing.assert_close(packed_advantage(gae, prefix).advantages, gae(prefix).advantages, rtol=0, atol=0)
+
+
+def test_otb_packs_the_energy_with_the_trained_tokens():
+    """`otb` over [a a e e a] rows reads the energy of the trained tokens only, packed like the mask
+    (verl's TIR-OTB): it equals `otb` on the packed rows [a a a], put back in place; the env positions'
+    energy (9 here) is never read."""
+    from zoo.components import AdvantageInputs
+    from zoo.components.advantage.peer import otb
+    from zoo.envs.packing import packed_advantage
+
+    hole = torch.tensor([[True, True, False, False, True]] * 2)
+    energy = torch.tensor([[1.0, 2.0, 9.0, 9.0, 3.0], [0.5, 1.0, 9.0, 9.0, 2.0]])
+    rewards = torch.tensor([[0, 0, 0, 0, 1.0], [0, 0, 0, 0, 0.0]])
+
+    def inp(mask, e, r):
+        n, t = mask.shape
+        return AdvantageInputs(
+            torch.tensor([1.0, 0.0]),
+            mask,
+            torch.tensor([0, 0]),
+            torch.zeros(n, t),
+            token_rewards=r,
+            extras={"otb_energy": e},
+        )
+
+    got = packed_advantage(otb, inp(hole, energy, rewards))
+    keep = [0, 1, 4]
+    want = otb(inp(torch.ones(2, 3, dtype=torch.bool), energy[:, keep], rewards[:, keep]))
+    torch.testing.assert_close(got.advantages[:, keep], want.advantages)
+    assert (got.advantages[:, 2:4] == 0).all()
+    # B_0 = (1 * 1 + 0 * .5) / 1.5 = 2/3: the first row's first advantage is 1 - 2/3
+    assert float(got.advantages[0, 0]) == pytest.approx(1 / 3, rel=1e-5)

@@ -74,6 +74,7 @@ TABLE: tuple[Field, ...] = (
         made_at="kl_reward",
     ),
     Field("greedy_score", "rollout", "[N]", made_at="objectives"),  # ReMax's baseline (zoo/step/greedy.py)
+    Field("otb_energy", "rollout", "[N, T]", made_at="forwards"),  # OTB's 1 - 2 pi + sum pi^2 (zoo/step/forwards.py)
     Field(
         "logp_teacher_vocab", "rollout", "[N, T, V]", made_at="forwards"
     ),  # a distill: teacher, zoo/step/distill_vocab.py

@@ -24,8 +24,10 @@ def has_holes(mask: Tensor) -> bool:
 
 def packed_advantage(estimator: Callable[[AdvantageInputs], AdvantageResult], inp: AdvantageInputs) -> AdvantageResult:
     """`estimator(inp)` computed over each row's trained tokens packed to the left (their order kept):
-    mask, kl_reward, values and token_rewards [N, T] are gathered, advantages and returns [N, T]
-    scattered back (0 off the mask). Without holes in inp.mask: exactly `estimator(inp)`."""
+    mask, kl_reward, values, token_rewards and the [N, T] extras (per-token fields, as `Batch` treats
+    them: e.g. `otb_energy`, so `otb` packs a multi-turn row as verl's TIR-OTB,
+    `compute_multi_turn_optimal_token_baseline_advantage`, does) are gathered, advantages
+    and returns [N, T] scattered back (0 off the mask). Without holes in inp.mask: exactly `estimator(inp)`."""
     if not has_holes(inp.mask):
         return estimator(inp)
     mask = inp.mask.bool()
@@ -47,6 +49,7 @@ def packed_advantage(estimator: Callable[[AdvantageInputs], AdvantageResult], in
             kl_reward=gather(inp.kl_reward),
             values=gather(inp.values),
             token_rewards=gather(inp.token_rewards),
+            extras={k: gather(v) if tuple(v.shape) == tuple(mask.shape) else v for k, v in inp.extras.items()},
         )
     )
     return AdvantageResult(scatter(res.advantages), scatter(res.returns))

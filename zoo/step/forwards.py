@@ -1,6 +1,7 @@
 """Forward passes of the step: the policy's per-token log-probs, the critic's values, and the
-rollout-time forwards (old log-probs, reference log-probs, values) computed only where a component
-of the variant needs them. Shapes: n rows of a micro-batch, T completion tokens."""
+rollout-time forwards (old log-probs, reference log-probs, values, the optimal token baseline's
+energy) computed only where a component of the variant needs them. Shapes: n rows of a micro-batch,
+T completion tokens, V the vocabulary."""
 
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ from torch import Tensor
 from zoo.core.batch import Batch
 from zoo.models.forward import position_ids_from_mask
 from zoo.step.hooks import NO_HOOKS, Hooks
-from zoo.step.logprobs import token_logprobs
+from zoo.step.logprobs import token_logprobs, token_stats
 from zoo.step.types import Models, Slots, StepSettings
+
+#: the OTB energy field, `Batch.extras["otb_energy"]` [N, T], written by `rollout_forwards` when read
+ENERGY = "otb_energy"
 
 
 def autocast(setting: str, device: torch.device) -> contextlib.AbstractContextManager:
@@ -49,6 +53,34 @@ def forward_logp(
         )
 
 
+def old_forward(
+    model: torch.nn.Module, mb: Batch, s: StepSettings, energy: bool = False
+) -> tuple[Tensor, Tensor | None]:
+    """The old forward of a micro-batch: (logp [n, T] float32 at the step's temperature, as
+    `forward_logp`, and with `energy` the OTB energy [n, T] (`otb_energy`) from the same logits, else None)."""
+    with autocast(s.autocast, mb.prompt_ids.device):
+        logp, _, sum_sq = token_stats(
+            model,
+            mb.input_ids(),
+            mb.attention_mask(),
+            mb.completion_ids.shape[1],
+            temperature=s.temperature,
+            with_sum_sq=energy,
+        )
+    return logp, (otb_energy(logp, sum_sq) if energy else None)
+
+
+def otb_energy(logp: Tensor, sum_sq: Tensor) -> Tensor:
+    """The optimal token baseline's per-token energy ("realized energy" increment, the Logit-Gradient
+    Proxy of arXiv 2602.07078): 1 - 2 pi_j + sum_v pi_v^2 = ||e_j - pi||^2, the squared norm of the
+    gradient of log pi_j with respect to the logits, pi the old policy's distribution at the sampling
+    temperature and pi_j = exp(logp) of the sampled token. logp, sum_sq: [n, T] -> [n, T] float32.
+    Source: verl `compute_optimal_token_baseline_advantage` (verl/trainer/ppo/core_algos.py: w = 1 -
+    2 exp(old_log_probs) + sum_pi_squared) with `sum_pi_squared` from the old-log-prob forward's logits
+    / temperature (verl/workers/engine/fsdp/transformer_impl.py, `calculate_sum_pi_squared`)."""
+    return 1.0 - 2.0 * logp.float().exp() + sum_sq.float()
+
+
 def critic_values(critic: torch.nn.Module, mb: Batch, s: StepSettings) -> Tensor:
     """V(s_t) for each completion token t: the value head at the position that predicts token t.
     Returns [n, T] float32."""
@@ -78,7 +110,13 @@ def reuses_old(slots: Slots, s: StepSettings) -> bool:
     the rollout forwards skip them): one epoch, so those rows are trained once, before any optimizer
     step has changed the policy (pi_old = pi there, case C4), and nothing reads logp_old before the
     update (the KL in the reward) or declares it (`Slots.reads`)."""
-    return s.epochs == 1 and not slots.reads("logp_old")
+    return s.epochs == 1 and not _reads_old(slots)
+
+
+def _reads_old(slots: Slots) -> bool:
+    """Whether a component reads the old forward of every row before the update: `logp_old`, or the
+    OTB energy (`ENERGY`), which comes from the same forward."""
+    return slots.reads("logp_old") or slots.reads(ENERGY)
 
 
 def first_order(n: int, s: StepSettings, generator: torch.Generator | None = None) -> Tensor:
@@ -92,7 +130,7 @@ def old_rows(n: int, slots: Slots, s: StepSettings, order: Tensor | None) -> Ten
     them or a row is trained after an optimizer step (several epochs, or several minibatches without
     `order`); with `reuses_old` and epoch 0's `order`, only the rows of minibatches 2.. (the first
     minibatch's come from the training forward); none with one on-policy optimizer step."""
-    if slots.reads("logp_old") or s.epochs > 1 or (s.minibatches > 1 and order is None):
+    if _reads_old(slots) or s.epochs > 1 or (s.minibatches > 1 and order is None):
         return torch.arange(n)
     if s.minibatches == 1:
         return torch.zeros(0, dtype=torch.long)
@@ -107,30 +145,39 @@ def rollout_forwards(
     `first_order`, not the first minibatch's, which `update(order=order)` takes from its training
     forward; none with a single on-policy update), reference log-probs (only when a component reads
     them) and critic values (only with a critic). Each [N, T], 0 off the loss mask and on rows not
-    computed. `hooks.forward` sees each model forward."""
+    computed. When a component reads `otb_energy` (the `otb` estimator), every row's old forward runs
+    and also gives `extras["otb_energy"]` [N, T] (`otb_energy`, 0 off the loss mask) from its logits.
+    `hooks.forward` sees each model forward."""
     need = old_rows(batch.size, slots, s, order)
+    energy = slots.reads(ENERGY)  # then need is every row (`_reads_old`)
     rows = micro_rows(batch, s.micro_batch)
     every = len(need) == batch.size  # then per micro-batch beside the others, as they always ran
     old_mbs = rows if every else [r for r in need.split(s.micro_batch) if len(r)]
-    old, ref, val = [], [], []
-    for r in () if every else old_mbs:  # a subset of the rows: micro-batches of their own
-        mb = batch.select(r).trimmed()
+    old, ref, val, ene = [], [], [], []
+
+    def old_of(mb: Batch) -> None:
         with hooks.forward("policy", mb):
-            old.append(forward_logp(models.policy, mb, s)[0])
+            lp, e = old_forward(models.policy, mb, s, energy)
+        old.append(lp)
+        ene.append(e)
+
+    for r in () if every else old_mbs:  # a subset of the rows: micro-batches of their own
+        old_of(batch.select(r).trimmed())
     for r in rows:
         mb = batch.select(r).trimmed()
         if every:
-            with hooks.forward("policy", mb):
-                old.append(forward_logp(models.policy, mb, s)[0])
+            old_of(mb)
         if slots.reads("logp_ref") and models.reference is not None:
             with models.reference() as ref_model, hooks.forward("reference", mb):
                 ref.append(forward_logp(ref_model, mb, s)[0])
         if models.critic is not None:
             with hooks.forward("critic", mb):
                 val.append(critic_values(models.critic, mb, s))
+    extras = {**batch.extras, ENERGY: fill_rows(batch, ene, old_mbs)} if energy else batch.extras
     return replace(
         batch,
         logp_old=fill_rows(batch, old, old_mbs) if old else None,
         logp_ref=fill_rows(batch, ref, rows) if ref else None,
         values=fill_rows(batch, val, rows) if val else None,
+        extras=extras,
     )

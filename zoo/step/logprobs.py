@@ -40,8 +40,9 @@ def _shared_prompt_logprobs(
     temperature: float,
     with_entropy: bool,
     entropy_grad: bool,
+    with_sum_sq: bool = False,
 ):
-    """`token_logprobs` for rows [n, L] whose prompts (the first P = L - T columns, ids and mask)
+    """`token_stats` for rows [n, L] whose prompts (the first P = L - T columns, ids and mask)
     repeat: each distinct prompt runs once (U rows), its KV cache is expanded to the n rows, and the
     completions continue from it. The logits predicting completion token 0 come from the prompt's
     last position, those predicting tokens 1..T-1 from the continuation over tokens 0..T-2. Prompt
@@ -64,10 +65,12 @@ def _shared_prompt_logprobs(
         return None
     first_logits = out.logits[:, -1:]  # [U, 1, V] predicts completion token 0
     del out
-    lp0, ent0 = _chosen_logprobs(first_logits[inverse], ids[:, P : P + 1], temperature, with_entropy, entropy_grad)
+    head = _chosen_logprobs(
+        first_logits[inverse], ids[:, P : P + 1], temperature, with_entropy, entropy_grad, with_sum_sq
+    )
     del first_logits
     if T == 1:
-        return lp0, ent0
+        return head
     cache.batch_select_indices(inverse)  # [U, ...] -> [n, ...] per layer; gradients flow back to the prompt
     logits = model(
         input_ids=ids[:, P : L - 1],
@@ -77,17 +80,24 @@ def _shared_prompt_logprobs(
         **{cache_arg(model): cache},
     ).logits  # [n, T-1, V] predicts tokens 1..T-1
     del cache
-    lp, ent = _chosen_logprobs(logits, ids[:, P + 1 :], temperature, with_entropy, entropy_grad)
+    tail = _chosen_logprobs(logits, ids[:, P + 1 :], temperature, with_entropy, entropy_grad, with_sum_sq)
     del logits
-    return torch.cat([lp0, lp], dim=1), (torch.cat([ent0, ent], dim=1) if with_entropy else None)
+    return tuple(None if a is None else torch.cat([a, b], dim=1) for a, b in zip(head, tail))
 
 
 def _chosen_logprobs(
-    logits: Tensor, tokens: Tensor, temperature: float, with_entropy: bool, entropy_grad: bool = False
+    logits: Tensor,
+    tokens: Tensor,
+    temperature: float,
+    with_entropy: bool,
+    entropy_grad: bool = False,
+    with_sum_sq: bool = False,
 ):
-    """logits [n, T, V] (any dtype), tokens [n, T] -> (logp [n, T] fp32, entropy [n, T] fp32 or None).
-    The entropy carries a gradient only with `entropy_grad` (an entropy bonus); otherwise its
-    full-vocabulary softmax is not kept for backward."""
+    """logits [n, T, V] (any dtype), tokens [n, T] -> (logp [n, T] fp32, entropy [n, T] fp32 or None,
+    sum_v pi_v^2 [n, T] fp32 or None). The entropy carries a gradient only with `entropy_grad` (an
+    entropy bonus); otherwise its full-vocabulary softmax is not kept for backward. sum_v pi_v^2 (with
+    `with_sum_sq`; never a gradient) is exp(logsumexp(2 z) - 2 logsumexp(z)), z = logits / temperature
+    (verl `calculate_sum_pi_squared_from_logits`, verl/utils/torch_functional.py), one row at a time."""
     with torch.autocast(device_type=logits.device.type, enabled=False):
         z = logits.float()  # [n, T, V] fp32 (the same tensor when the logits already are)
         if temperature != 1.0:
@@ -103,7 +113,13 @@ def _chosen_logprobs(
                 entropy = torch.cat(
                     [lr - (torch.softmax(zr, dim=-1) * zr).sum(-1) for zr, lr in zip(z.split(1), lse.split(1))]
                 )  # [n, T]
-    return logp, entropy
+        sum_sq = None
+        if with_sum_sq:  # one row at a time, as the entropy above: an [1, T, V] temporary at most
+            with torch.no_grad():
+                sum_sq = torch.cat(
+                    [torch.exp(torch.logsumexp(2 * zr, dim=-1) - 2 * lr) for zr, lr in zip(z.split(1), lse.split(1))]
+                )  # [n, T]
+    return logp, entropy, sum_sq
 
 
 def token_logprobs(
@@ -136,6 +152,37 @@ def token_logprobs(
     checkpointing in training mode, which disables the cache).
     Raises ValueError for shape mismatches, n_completion outside [1, L-1] or temperature <= 0.
     """
+    logp, entropy, _ = token_stats(
+        model,
+        input_ids,
+        attention_mask,
+        n_completion,
+        temperature=temperature,
+        micro_batch=micro_batch,
+        with_entropy=with_entropy,
+        entropy_grad=entropy_grad,
+        share_prompts=share_prompts,
+    )
+    return logp, entropy
+
+
+def token_stats(
+    model: nn.Module,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    n_completion: int,
+    *,
+    temperature: float = 1.0,
+    micro_batch: int | None = None,
+    with_entropy: bool = False,
+    entropy_grad: bool = False,
+    with_sum_sq: bool = False,
+    share_prompts: bool = True,
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """`token_logprobs` (the same forwards and arguments), plus, with `with_sum_sq`, each position's
+    sum over the vocabulary of pi_v^2, pi = softmax(logits / temperature) in fp32, from the same
+    logits (no gradient; one row's [1, T, V] temporary at a time): (logp [N, T], entropy [N, T] or
+    None, sum_sq [N, T] or None). Raises what `token_logprobs` raises."""
     if input_ids.dim() != 2 or input_ids.shape != attention_mask.shape:
         raise ValueError(
             f"input_ids {tuple(input_ids.shape)} and attention_mask {tuple(attention_mask.shape)} must both be [N, L]"
@@ -149,28 +196,21 @@ def token_logprobs(
     keep = accepts_logits_to_keep(model)
     position_ids = position_ids_from_mask(attention_mask)  # [N, L]
     share = share_prompts and _can_share_prompts(model)
+    flags = (temperature, with_entropy, entropy_grad, with_sum_sq)
     mb = micro_batch or N
-    logps, ents = [], []
+    parts = []  # per micro-batch (logp, entropy or None, sum_sq or None)
     for s in range(0, N, mb):
         ids, att, pos = input_ids[s : s + mb], attention_mask[s : s + mb], position_ids[s : s + mb]
-        shared = (
-            _shared_prompt_logprobs(model, ids, att, pos, T, keep, temperature, with_entropy, entropy_grad)
-            if share
-            else None
-        )
+        shared = _shared_prompt_logprobs(model, ids, att, pos, T, keep, *flags) if share else None
         if shared is not None:
-            logps.append(shared[0])
-            ents.append(shared[1])
+            parts.append(shared)
             continue
         kwargs = dict(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=False)
         if keep:
             kwargs["logits_to_keep"] = T + 1
         logits = model(**kwargs).logits  # [mb, T+1, V] (or [mb, L, V] without logits_to_keep)
         logits = logits[:, -T - 1 : -1]  # [mb, T, V]: position j predicts token j+1
-        lp, ent = _chosen_logprobs(logits, ids[:, L - T :], temperature, with_entropy, entropy_grad)
+        parts.append(_chosen_logprobs(logits, ids[:, L - T :], *flags))
         del logits
-        logps.append(lp)
-        ents.append(ent)
-    logp = torch.cat(logps, dim=0)  # [N, T]
-    entropy = torch.cat(ents, dim=0) if with_entropy else None  # [N, T]
-    return logp, entropy
+    logp, entropy, sum_sq = (None if p[0] is None else torch.cat(p, dim=0) for p in zip(*parts))  # each [N, T]
+    return logp, entropy, sum_sq

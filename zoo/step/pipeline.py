@@ -8,6 +8,7 @@
       (stages after reward)      plugin stages (zoo/core/stages.py) write Batch.extras, here and below
       filter                     sampling filters keep whole groups
     rollout_forwards             old / reference log-probs, critic values (only what some component reads)
+                                 (+ OTB's energy extras["otb_energy"], from the old forward)
     (teacher)                    a distill: variant's teacher log-probs of the sampled tokens (zoo/step/distill.py)
     (stages after forwards)
     kl_reward                    KL placement "reward": batch.kl_reward [N, T]

@@ -26,7 +26,7 @@ from zoo.components.stats import as_bool, group_constant, group_stats, sanitize
 from zoo.core.registry import register
 from zoo.core.types import AdvantageInputs, AdvantageResult
 
-#: extras fields the step does not produce yet (a stage must write them; docs/reference/components.md)
+#: extras fields the step writes only when the estimator reads them (zoo/step/greedy.py, zoo/step/forwards.py)
 GREEDY_SCORE = "greedy_score"
 OTB_ENERGY = "otb_energy"
 
@@ -91,8 +91,8 @@ def _extra(inp: AdvantageInputs, name: str, who: str, shape: tuple[int, ...]) ->
     t = inp.extras.get(name)
     if t is None:
         raise ValueError(
-            f"advantage {who!r} reads {name!r}, which this step does not produce: a stage must write it "
-            "(docs/reference/components.md, advantage)"
+            f"advantage {who!r} reads {name!r}, which is not in inp.extras: the step writes it when the "
+            "variant's estimator declares it (docs/reference/components.md, advantage)"
         )
     if tuple(t.shape) != shape:
         raise ValueError(f"{name} must be {list(shape)}, got {list(t.shape)}")
@@ -134,9 +134,10 @@ def otb_baseline(returns: Tensor, energy: Tensor, mask: Tensor, group_ids: Tenso
 def otb(inp: AdvantageInputs, *, eps: float = 1e-8) -> AdvantageResult:
     """Optimal token baseline: A_{i,t} = G_{i,t} - B_t, B_t = sum_i G_{i,t} W_{i,t} / (sum_i W_{i,t} + eps)
     over i's group, W_{i,t} = sum_{j<=t} (1 - 2 pi_j + sum_v pi_v^2) (the "realized energy";
-    `extras["otb_energy"]` [N, T] holds 1 - 2 pi_j + sum_v pi_v^2 per token, which needs the rollout
-    forward's full softmax). Returns are G. Source: verl `compute_optimal_token_baseline_advantage`
-    (epsilon 1e-8; `handle_zero_tail` false; no rollout-IS scaling of W) and verl's OTB docs page (algo/otb.md)."""
+    `extras["otb_energy"]` [N, T] holds 1 - 2 pi_j + sum_v pi_v^2 per token, pi the old policy at the
+    sampling temperature: the step's old forward writes it, zoo/step/forwards.py `otb_energy`). Returns
+    are G. Source: verl `compute_optimal_token_baseline_advantage` (epsilon 1e-8; `handle_zero_tail`
+    false; no rollout-IS scaling of W) and verl's OTB docs page (algo/otb.md)."""
     e = _extra(inp, OTB_ENERGY, "otb", tuple(inp.mask.shape))
     g = reward_to_go(token_rewards(inp), inp.mask)  # [N, T]
     base = otb_baseline(g, e, inp.mask, inp.group_ids, eps).to(g.dtype)
