@@ -8,7 +8,7 @@ import pytest
 import torch
 from test_engine import make_batch, params, settings, slots_for
 
-from zoo.components import StepCounts, TermInputs
+from zoo import StepCounts, TermInputs
 from zoo.core import registry
 from zoo.core.batch import replace
 from zoo.core.registry import ComponentError

@@ -11,8 +11,8 @@ import pytest
 import torch
 from test_engine import make_batch, settings
 
+from zoo import StepCounts, StepView, TermInputs
 from zoo.checks.variant import check_variant
-from zoo.components import StepCounts, StepView, TermInputs
 from zoo.components.controllers import AdaptiveEntropy
 from zoo.components.correction.entropy import linear_quantile, top_entropy_mask
 from zoo.config.variant import load_variant

@@ -8,7 +8,7 @@ import pytest
 import torch
 from test_engine import make_batch, settings
 
-from zoo.components import StepCounts, TermInputs, TermResult
+from zoo import StepCounts, TermInputs, TermResult
 from zoo.config.variant import VariantError, load_variant
 from zoo.core import registry
 from zoo.models.tiny import tiny_model_and_tokenizer

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from zoo.components import StepCounts, TermInputs
+from zoo import StepCounts, TermInputs
 from zoo.config.variant import load_variant
 from zoo.core import registry
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from test_engine import make_batch, settings
 
-from zoo.components import StepCounts, StepView, TermInputs
+from zoo import StepCounts, StepView, TermInputs
 from zoo.config.variant import load_variant
 from zoo.core import registry
 from zoo.models.tiny import tiny_model_and_tokenizer

@@ -50,7 +50,7 @@ def values_probe():
     @registry.register("loss", PROBE, reads=("values",))
     def _probe(inp):
         seen.append((None if inp.values is None else inp.values.detach().clone(), inp.mask.clone()))
-        from zoo.components import TermResult
+        from zoo import TermResult
 
         return TermResult(loss=torch.zeros_like(inp.logp))
 

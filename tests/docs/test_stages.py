@@ -14,8 +14,8 @@ import pytest
 import torch
 from conftest import tiny_run_config
 
+from zoo import StepCounts, TermInputs
 from zoo.checks.variant import check_variant
-from zoo.components import StepCounts, TermInputs
 from zoo.config.variant import load_variant
 from zoo.core import registry
 from zoo.step.types import Slots

@@ -212,7 +212,7 @@ def test_groups_stay_together():
 def test_gae_steps_over_env_tokens_from_one_turn_to_the_next():
     """GAE over [a a e e a] (e: env tokens) equals GAE over the packed [a a a], put back in place;
     running it along the raw row (env values zeroed) would give other numbers."""
-    from zoo.components import AdvantageInputs
+    from zoo import AdvantageInputs
     from zoo.core.registry import build
     from zoo.envs.packing import packed_advantage
 
@@ -245,7 +245,7 @@ def test_otb_packs_the_energy_with_the_trained_tokens():
     """`otb` over [a a e e a] rows reads the energy of the trained tokens only, packed like the mask
     (verl's TIR-OTB): it equals `otb` on the packed rows [a a a], put back in place; the env positions'
     energy (9 here) is never read."""
-    from zoo.components import AdvantageInputs
+    from zoo import AdvantageInputs
     from zoo.components.advantage.peer import otb
     from zoo.envs.packing import packed_advantage
 

@@ -41,14 +41,3 @@ from zoo.components import (  # noqa: F401  (imports register the components)
     normalize,
     objective,
 )
-from zoo.core.types import (  # noqa: F401
-    AdvantageInputs,
-    AdvantageResult,
-    ClipResult,
-    LengthResult,
-    LengthRows,
-    StepCounts,
-    StepView,
-    TermInputs,
-    TermResult,
-)

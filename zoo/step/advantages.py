@@ -9,12 +9,12 @@ from typing import Callable, Mapping
 import torch
 from torch import Tensor
 
-from zoo.components import AdvantageInputs
 from zoo.components.kl import kl_reward as kl_reward_fn
 from zoo.components.kl import masked_kl
 from zoo.components.stats import masked_mean, masked_std, sanitize
 from zoo.core import dist
 from zoo.core.batch import Batch
+from zoo.core.types import AdvantageInputs
 from zoo.envs.packing import packed_advantage
 from zoo.step.types import Slots, params
 

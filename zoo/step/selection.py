@@ -15,12 +15,12 @@ import torch
 from torch import Tensor
 
 from zoo.backends.train import strategy
-from zoo.components import StepView
 from zoo.core import dist
 from zoo.core.batch import Batch
 from zoo.core.declarations import of as declared
 from zoo.core.fields import BATCH, BY_NAME, declared_reads
 from zoo.core.kinds import by_kind
+from zoo.core.types import StepView
 from zoo.step.forwards import forward_logp, micro_rows
 from zoo.step.types import Models, Slots, StepSettings
 

@@ -15,11 +15,11 @@ import torch
 from torch import Tensor
 
 from zoo.backends.train import strategy
-from zoo.components import StepCounts, TermInputs
 from zoo.components.stats import masked_sum, sanitize
 from zoo.core import dist, guards, registry
 from zoo.core.batch import Batch
 from zoo.core.declarations import of as declared
+from zoo.core.types import StepCounts, TermInputs
 from zoo.step import selection
 from zoo.step.distill_vocab import POLICY_FIELD as POLICY_VOCAB
 from zoo.step.distill_vocab import vocab_forward
