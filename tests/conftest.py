@@ -8,6 +8,7 @@ helpers by module name wherever they live (`from conftest import tiny_run_config
 `from test_engine import make_batch`, `from dist_worker import build_case`), and the torchrun
 workers get the same folders on PYTHONPATH (`launch_two_ranks`)."""
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -56,6 +57,8 @@ import torch  # noqa: E402
 torch.set_num_threads(1)  # tiny models: 1 thread is faster and immune to a busy machine
 
 import pytest  # noqa: E402
+
+from zoo.step.hooks import Hooks  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -177,3 +180,15 @@ def run_two_ranks(script, *args: str, timeout: float = 120):
     if proc.returncode != 0:
         pytest.fail(f"torchrun failed ({proc.returncode}):\n{(proc.stdout + proc.stderr)[-4000:]}")
     return proc
+
+
+class ForwardRows(Hooks):
+    """Step hooks that record (role, rows) of every model forward."""
+
+    def __init__(self):
+        self.rows: list[tuple[str, int]] = []
+
+    @contextlib.contextmanager
+    def forward(self, role, mb):
+        self.rows.append((role, mb.size))
+        yield

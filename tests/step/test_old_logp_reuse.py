@@ -7,28 +7,15 @@ import copy
 
 import pytest
 import torch
-from conftest import tiny_run_config
+from conftest import ForwardRows, tiny_run_config
 from test_engine import LENGTHS, PROMPTS, make_batch, settings, slots_for
 
 from zoo.config.variant import load_variant
 from zoo.core.batch import Batch
 from zoo.models.tiny import tiny_model_and_tokenizer
 from zoo.step.forwards import first_order, old_rows, reuses_old, rollout_forwards
-from zoo.step.hooks import Hooks
 from zoo.step.types import Models, Slots
 from zoo.step.update import update
-
-
-class Rows(Hooks):
-    """Rows of every policy forward, per role."""
-
-    def __init__(self):
-        self.rows: list[tuple[str, int]] = []
-
-    @contextlib.contextmanager
-    def forward(self, role, mb):
-        self.rows.append((role, mb.size))
-        yield
 
 
 def test_old_rows_by_hand():
@@ -73,7 +60,7 @@ def test_first_minibatch_reuses_the_training_forward(minibatches):
     base = copy.deepcopy(model)
     ref = _step(base, tok, batch, s)  # every row's old log-probs from a rollout forward
     order = first_order(batch.size, s, torch.Generator().manual_seed(0))  # the order update draws in `ref`
-    seen = Rows()
+    seen = ForwardRows()
     out = _step(model, tok, batch, s, order=order, hooks=seen)
     first = len(order.tensor_split(minibatches)[0])
     rollout_rows = sum(n for role, n in seen.rows if role == "policy")
@@ -104,7 +91,7 @@ def test_pipeline_step_skips_the_first_minibatchs_old_forward(tiny_model_dir, tm
     from zoo.run import trainer
     from zoo.step import pipeline
 
-    class Phases(Rows):
+    class Phases(ForwardRows):
         def __init__(self):
             super().__init__()
             self.now = []

@@ -3,33 +3,20 @@ hand-worked sum_v pi_v^2, the rollout forwards' value against a direct full-soft
 model (plain and shared-prompt forwards, micro-batched, at a temperature), 0 off the loss mask, and no
 forward and no change for a variant that does not read it."""
 
-import contextlib
 import math
 from dataclasses import replace
 
 import pytest
 import torch
+from conftest import ForwardRows
 from test_engine import LENGTHS, PROMPTS, make_batch, settings, slots_for
 
 from zoo.config.variant import load_variant
 from zoo.models.forward import position_ids_from_mask
 from zoo.models.tiny import tiny_model_and_tokenizer
 from zoo.step.forwards import ENERGY, old_rows, otb_energy, reuses_old, rollout_forwards
-from zoo.step.hooks import Hooks
 from zoo.step.logprobs import _chosen_logprobs
 from zoo.step.types import Models, Slots
-
-
-class Rows(Hooks):
-    """Rows of every model forward, per role."""
-
-    def __init__(self):
-        self.rows: list[tuple[str, int]] = []
-
-    @contextlib.contextmanager
-    def forward(self, role, mb):
-        self.rows.append((role, mb.size))
-        yield
 
 
 def _otb_slots() -> Slots:
@@ -90,10 +77,10 @@ def test_a_variant_that_does_not_read_it_pays_nothing():
     batch = make_batch(tok)
     models = Models(model, tok, None)
     grpo, otb = slots_for(), _otb_slots()
-    seen = Rows()
+    seen = ForwardRows()
     out = rollout_forwards(batch, models, grpo, settings(2), hooks=seen)
     assert seen.rows == [] and out.logp_old is None and ENERGY not in out.extras
-    seen = Rows()
+    seen = ForwardRows()
     out = rollout_forwards(batch, models, otb, settings(2), hooks=seen)
     assert seen.rows == [("policy", 2), ("policy", 2), ("policy", 1)] and ENERGY in out.extras
     # the first minibatch's old log-probs cannot come from its training forward: the advantage needs them first
