@@ -67,18 +67,10 @@ def test_each_new_correction_trains_two_steps(correction, tiny_model_dir, tmp_pa
     assert summary["status"] == "finished" and summary["steps"] == 2 and math.isfinite(summary["loss/policy"])
 
 
-def test_remax_reads_the_score_of_a_greedy_completion_of_each_prompt(tiny_model_dir, tmp_path):
-    """The step draws one greedy completion per prompt (zoo/step/greedy.py) and the estimator's
-    advantage is score - that completion's score on every real token; the baseline is the same for
-    the rows of one prompt and equals the rewards of an argmax decode of the prompt, scored apart."""
+def _advantage_batch(st):
+    """Run one step of the run state `st` and return the batch its advantage phase saw."""
     import contextlib
 
-    from conftest import tiny_run_config
-
-    from zoo.backends.generate.hf_generator import HFGenerator
-    from zoo.core.generator_types import SamplingParams
-    from zoo.rewards.compute import compute_rewards
-    from zoo.run import trainer
     from zoo.step import pipeline
     from zoo.step.hooks import Hooks, Phase
 
@@ -92,12 +84,26 @@ def test_remax_reads_the_score_of_a_greedy_completion_of_each_prompt(tiny_model_
             if name == "advantage":
                 seen["batch"] = ph.batch
 
+    pipeline.step(st, hooks=Watch())
+    return seen["batch"]
+
+
+def test_remax_reads_the_score_of_a_greedy_completion_of_each_prompt(tiny_model_dir, tmp_path):
+    """The step draws one greedy completion per prompt (zoo/step/greedy.py) and the estimator's
+    advantage is score - that completion's score on every real token; the baseline is the same for
+    the rows of one prompt and equals the rewards of an argmax decode of the prompt, scored apart."""
+    from conftest import tiny_run_config
+
+    from zoo.backends.generate.hf_generator import HFGenerator
+    from zoo.core.generator_types import SamplingParams
+    from zoo.rewards.compute import compute_rewards
+    from zoo.run import trainer
+
     cfg = tiny_run_config(tiny_model_dir, tmp_path, variant="remax", budget={"group_size": 2}, eval={"enabled": False})
     st = trainer.setup(cfg)
     before = {k: v.clone() for k, v in st.models.policy.state_dict().items()}
-    pipeline.step(st, hooks=Watch())
+    b = _advantage_batch(st)
     st.models.policy.load_state_dict(before)  # the greedy baseline was drawn before the update
-    b = seen["batch"]
     g = b.extras["greedy_score"]
     assert g.shape == (b.size,)
     for gid in b.group_ids.unique():
@@ -123,28 +129,13 @@ def test_remax_reads_the_score_of_a_greedy_completion_of_each_prompt(tiny_model_
 def test_otb_reads_the_energy_the_old_forward_wrote(tiny_model_dir, tmp_path):
     """A step of `otb`: the advantage stage sees extras["otb_energy"] [N, T] from the old forward (1 - 2 pi_j
     + sum_v pi_v^2: 0 off the loss mask, sum_v pi_v^2 = e - 1 + 2 exp(logp_old) in [1/V, 1] on it)."""
-    import contextlib
-
     from conftest import tiny_run_config
 
     from zoo.run import trainer
-    from zoo.step import pipeline
-    from zoo.step.hooks import Hooks, Phase
-
-    seen = {}
-
-    class Watch(Hooks):
-        @contextlib.contextmanager
-        def phase(self, name):
-            ph = Phase(name)
-            yield ph
-            if name == "advantage":
-                seen["batch"] = ph.batch
 
     cfg = tiny_run_config(tiny_model_dir, tmp_path, variant="otb", budget={"group_size": 2}, eval={"enabled": False})
     st = trainer.setup(cfg)
-    pipeline.step(st, hooks=Watch())
-    b = seen["batch"]
+    b = _advantage_batch(st)
     e, m = b.extras["otb_energy"], b.loss_mask
     assert e.shape == m.shape and (e[~m] == 0).all() and m.any()
     sum_sq = (e - 1 + 2 * b.logp_old.exp())[m]
