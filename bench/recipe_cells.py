@@ -20,20 +20,33 @@ import yaml
 from zoo.study.report.eval_delta import paired_delta
 
 
-def row(d: Path) -> str:
+def _read(d: Path):
+    """(config, every metrics record, the training steps' records, the paired after - before) of a run folder."""
     cfg = yaml.safe_load((d / "config.yaml").read_text())
     recs = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
     tr = [r for r in recs if "time/step" in r]  # one record per training step
-    ev = {int(r["step"]): r["eval/greedy_acc"] for r in recs if "eval/greedy_acc" in r}
     ep = json.loads((d / "eval_prompts.json").read_text())
-    e = paired_delta(ep["before"], ep["after"])
+    return cfg, recs, tr, paired_delta(ep["before"], ep["after"])
+
+
+def _lr(cfg) -> str:
+    return format(cfg["optim"]["lr"], ".0e").replace("e-0", "e-")
+
+
+def _dynamics(tr) -> str:
+    """Entropy first -> last (max), KL to the reference mean (max)."""
     ent, kl = [r["entropy"] for r in tr], [r["kl/ref"] for r in tr]
+    return f"{ent[0]:.2f} → {ent[-1]:.2f} ({max(ent):.2f}) | {st.mean(kl):.3f} ({max(kl):.3f})"
+
+
+def row(d: Path) -> str:
+    cfg, recs, tr, e = _read(d)
+    ev = {int(r["step"]): r["eval/greedy_acc"] for r in recs if "eval/greedy_acc" in r}
     sig = [1 - r["groups/zero_var_frac"] for r in tr]
     accs = " → ".join(f"{ev[s]:.2f}" for s in sorted(ev))
     return (
-        f"| {format(cfg['optim']['lr'], '.0e').replace('e-0', 'e-')} | {os.environ.get('MACHINE', '-')} | {cfg['seed']} | {accs} | {e.delta:+.2f} [{e.low:+.2f}, {e.high:+.2f}] "
-        f"| {ent[0]:.2f} → {ent[-1]:.2f} ({max(ent):.2f}) | {st.mean(kl):.3f} ({max(kl):.3f}) | {st.mean(sig):.2f} "
-        f"| {tr[-1]['time/elapsed']:.0f} |"
+        f"| {_lr(cfg)} | {os.environ.get('MACHINE', '-')} | {cfg['seed']} | {accs} | {e.delta:+.2f} [{e.low:+.2f}, {e.high:+.2f}] "
+        f"| {_dynamics(tr)} | {st.mean(sig):.2f} | {tr[-1]['time/elapsed']:.0f} |"
     )
 
 
@@ -45,20 +58,15 @@ TRANSFER_HEAD = (
 
 
 def transfer_row(d: Path) -> str:
-    cfg = yaml.safe_load((d / "config.yaml").read_text())
-    recs = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
-    tr = [r for r in recs if "time/step" in r]  # one record per training step
-    ep = json.loads((d / "eval_prompts.json").read_text())
-    e = paired_delta(ep["before"], ep["after"])
-    ent, kl = [r["entropy"] for r in tr], [r["kl/ref"] for r in tr]
+    cfg, _, tr, e = _read(d)
     sig = st.mean(r["groups/signal_frac"] for r in tr)
     csig = st.mean(r["groups/correct_signal_frac"] for r in tr)
     b = cfg["budget"]
     return (
-        f"| {b['group_size']} x {b['prompts_per_step']} | {format(cfg['optim']['lr'], '.0e').replace('e-0', 'e-')} "
+        f"| {b['group_size']} x {b['prompts_per_step']} | {_lr(cfg)} "
         f"| {cfg['sampling']['temperature']:g} | {os.environ.get('MACHINE', '-')} | {cfg['seed']} "
         f"| {e.before:.2f} → {e.after:.2f} | {e.delta:+.2f} [{e.low:+.2f}, {e.high:+.2f}] | {sig:.2f} | {csig:.2f} "
-        f"| {ent[0]:.2f} → {ent[-1]:.2f} ({max(ent):.2f}) | {st.mean(kl):.3f} ({max(kl):.3f}) | {tr[-1]['time/elapsed']:.0f} |"
+        f"| {_dynamics(tr)} | {tr[-1]['time/elapsed']:.0f} |"
     )
 
 
