@@ -48,7 +48,7 @@ def eval_rows(spec: Any) -> int:
 @check("task", "before_load")
 def task(s: BeforeLoad, rep: Report) -> None:
     try:
-        task_rows(s.cfg.task)
+        rows, held_out = len(task_rows(s.cfg.task)), eval_rows(s.cfg.task)
     except (ValueError, KeyError, OSError, ImportError) as e:  # TaskError is a ValueError
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         where = hub_dataset(s.cfg.task)
@@ -63,11 +63,11 @@ def task(s: BeforeLoad, rep: Report) -> None:
         return
     from zoo.tasks.stream import PROMPT_REPEAT_WARN, repeats_within_step
 
-    rows, p = len(task_rows(s.cfg.task)), s.cfg.budget.prompts_per_step
-    if p <= PROMPT_REPEAT_WARN * rows and (why := repeats_within_step(rows - eval_rows(s.cfg.task), p)):
+    p = s.cfg.budget.prompts_per_step
+    if p <= PROMPT_REPEAT_WARN * rows and (why := repeats_within_step(rows - held_out, p)):
         rep.warnings.append(why)  # far above the task: fit.work_warnings says it after load
     ev = s.cfg.eval
-    if ev.enabled and ev.size > (held_out := eval_rows(s.cfg.task)):
+    if ev.enabled and ev.size > held_out:
         rep.warnings.append(
             f"eval.size {ev.size} is more than the task's {held_out} held-out prompts (task.eval_size): "
             f"the evaluation uses {held_out}"
