@@ -51,6 +51,9 @@ class Batch:
       advantages:      [N, T] float; returns: [N, T] float value targets (critic only)
       extras:          name -> tensor with N rows, for fields a plugin adds ([N, T] ones are trimmed
                        and padded like the completion)
+      media:           N `zoo.core.media.RowMedia` (a list, selected and concatenated with the rows):
+                       each row's processor outputs besides its ids (pixel_values, image_grid_thw,
+                       mm_token_type_ids ...) for an image task; None for text (docs/guides/images.md)
 
     The loss mask says which tokens are trained, the attention mask which are context. Convention for
     tokens after the first EOS (padding): attention 0 and loss 0 (`attention_mask`). Attention is
@@ -78,6 +81,7 @@ class Batch:
     advantages: Tensor | None = None
     returns: Tensor | None = None
     extras: dict[str, Tensor] = field(default_factory=dict)
+    media: list[Any] | None = None  # N zoo.core.media.RowMedia of an image task; None: text only
 
     def __post_init__(self) -> None:
         if self.policy_tokens is None:  # single-turn: every attended completion token is the policy's
@@ -116,7 +120,7 @@ class Batch:
                 out[f.name] = v[idx_t.to(v.device)]
             elif f.name == "extras":
                 out[f.name] = {k: x[idx_t.to(x.device)] for k, x in v.items()}
-            elif isinstance(v, list):  # texts/rows: length N, or empty when not kept (hand-built batches)
+            elif isinstance(v, list):  # texts/rows/media: length N, or empty when not kept (hand-built batches)
                 out[f.name] = [v[i] for i in idx_t.tolist()] if v else []
             else:
                 out[f.name] = v

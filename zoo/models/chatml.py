@@ -16,18 +16,20 @@ CHAT_TEMPLATE = (
 )
 
 
-def char_tokenizer(characters: list[str], *, pad_equals_eos: bool = False):
+def char_tokenizer(characters: list[str], *, pad_equals_eos: bool = False, extra_special: tuple[str, ...] = ()):
     """A `PreTrainedTokenizerFast` with the special tokens above, then one token per character of
     `characters` (a `tokenizers` WordLevel model; every other character reads as `<unk>`), the ChatML
     `chat_template`, left padding and no BOS added automatically. Special tokens are matched before
     the one-character pre-tokenisation.
 
     pad_equals_eos: use `<|im_end|>` as the pad token (the `<|pad|>` id then stays unused), as SmolLM2.
+    extra_special: more special tokens (an image placeholder, `zoo.models.tiny_vlm`), given the ids after
+        the characters, so the ids above are unchanged.
     """
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + list(characters))}
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + list(characters) + list(extra_special))}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
     core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     core.decoder = decoders.Fuse()
@@ -37,7 +39,7 @@ def char_tokenizer(characters: list[str], *, pad_equals_eos: bool = False):
         eos_token=EOS,
         unk_token=UNK,
         pad_token=EOS if pad_equals_eos else PAD,
-        additional_special_tokens=[IM_START] + ([PAD] if pad_equals_eos else []),
+        additional_special_tokens=[IM_START] + ([PAD] if pad_equals_eos else []) + list(extra_special),
         padding_side="left",
         clean_up_tokenization_spaces=False,
     )

@@ -9,7 +9,7 @@ import copy
 import torch
 from torch import Tensor, nn
 
-from zoo.models.forward import position_ids_from_mask
+from zoo.models.forward import own_positions, position_ids_from_mask
 from zoo.models.policy import apply_lora, enable_checkpointing, is_checkpointing, is_peft
 
 
@@ -47,12 +47,16 @@ class ValueModel(nn.Module):
         else:
             nn.init.zeros_(self.head.weight)
 
-    def hidden_states(self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor | None = None) -> Tensor:
-        """Last hidden states [B, L, H] (position ids from the mask when None, C10)."""
-        if position_ids is None:
+    def hidden_states(
+        self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor | None = None, **media: Tensor
+    ) -> Tensor:
+        """Last hidden states [B, L, H] (position ids from the mask when None, C10; none at all for a
+        backbone that computes its own from `media`, Qwen2-VL's M-RoPE). media: an image task's
+        processor outputs for these rows (`zoo.core.media.media_inputs`), passed to the backbone."""
+        if position_ids is None and not (media and own_positions(self.backbone)):
             position_ids = position_ids_from_mask(attention_mask)
         out = self.backbone(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False, **media
         )
         return out.last_hidden_state  # [B, L, H]
 
@@ -60,8 +64,10 @@ class ValueModel(nn.Module):
         with torch.autocast(device_type=h.device.type, enabled=False):
             return self.head(h.float()).squeeze(-1)  # [..., L]
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor | None = None) -> Tensor:
-        return self._head(self.hidden_states(input_ids, attention_mask, position_ids))  # [B, L]
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor | None = None, **media: Tensor
+    ) -> Tensor:
+        return self._head(self.hidden_states(input_ids, attention_mask, position_ids, **media))  # [B, L]
 
     def completion_values(self, input_ids: Tensor, attention_mask: Tensor, n_completion: int) -> Tensor:
         """Values V(s_t) [B, T] for the last T = n_completion tokens: the head on positions L-T-1 ..
@@ -94,6 +100,7 @@ def make_critic(policy: nn.Module, lora: dict | None = None, *, head_std: float 
         enable_checkpointing(backbone)
     if lora is not None:
         backbone = apply_lora(backbone, lora, task_type=None)
-    critic = ValueModel(backbone, config.hidden_size, head_std=head_std).to(ref_param.device)
+    hidden = getattr(config, "hidden_size", None) or config.get_text_config().hidden_size  # a VLM: its text model's
+    critic = ValueModel(backbone, hidden, head_std=head_std).to(ref_param.device)
     critic.train()
     return critic

@@ -51,6 +51,14 @@ def cache_arg(model: nn.Module) -> str | None:
     return next((a for a in ("cache", "past_key_values") if a in params), None)
 
 
+def own_positions(model: nn.Module) -> bool:
+    """Whether the model computes its own position ids from its inputs and must not be given 1-D ones:
+    Qwen2-VL's 3-D M-RoPE (`get_rope_index` from `mm_token_type_ids`, `image_grid_thw` and the
+    attention mask, which handles left padding). Other models take `position_ids_from_mask` (C10)."""
+    lm = inner_lm(model)
+    return hasattr(lm, "get_rope_index") or hasattr(getattr(lm, "model", None), "get_rope_index")
+
+
 def one_row_each(inverse: Tensor, U: int) -> Tensor:
     """[U] index of the first row of each of U distinct values, given `torch.unique(..., return_inverse)`'s
     inverse [n]."""

@@ -80,17 +80,23 @@ def load_policy(
         `config.use_cache=False` (generation in eval mode is unaffected).
     device: move the model there (default: stay on CPU / where from_pretrained put it).
 
+    A checkpoint whose config has a `vision_config` loads as `AutoModelForImageTextToText` (its processor:
+    `zoo.models.vlm.load_processor`).
     Returns (model in train mode, tokenizer with padding_side='left' and a pad token).
     Raises what `resolve_model` / `lora_config` raise; ValueError (`model_load_error`) when transformers
     cannot load it (a Hub id while offline, a directory without model files).
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
+
+    from zoo.models.vlm import is_image_text
 
     src = source_or_name if isinstance(source_or_name, ModelSource) else resolve_model(source_or_name)
     torch_dtype = _as_dtype(dtype)
     try:
         tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(src.path))
-        model = AutoModelForCausalLM.from_pretrained(src.path, dtype=torch_dtype)
+        image_text = is_image_text(AutoConfig.from_pretrained(src.path))  # a VLM: `zoo.models.vlm`
+        auto = AutoModelForImageTextToText if image_text else AutoModelForCausalLM
+        model = auto.from_pretrained(src.path, dtype=torch_dtype)
     except (OSError, ValueError) as e:  # transformers: not on the Hub / offline / not a model directory
         raise model_load_error(src.name, src.path, src.kind, e, embedded=EMBEDDED_MODEL) from None
     if model.config.pad_token_id is None:

@@ -7,6 +7,8 @@
 - an existing local directory: used as is;
 - `"arms:<a>,<b>[,...]"`: a tiny bandit policy built in code (`zoo.models.arms`), cached in
   `<cache root>/models/arms-<arms>-v<version>`;
+- `"tiny-vlm:qwen2vl"` / `"tiny-vlm:llava"`: a tiny random vision-language model built in code
+  (`zoo.models.tiny_vlm`, images in prompts), cached in `<cache root>/models/tiny-vlm-<kind>-v<version>`;
 - anything else shaped like a Hub id ("org/name"): passed through to `from_pretrained` (needs
   network or a populated HF cache; nothing here downloads on its own).
 """
@@ -31,6 +33,7 @@ from typing import Iterator, Literal
 import torch
 
 from zoo.models.arms import ARMS_PREFIX, arms_model_dir
+from zoo.models.tiny_vlm import TINY_VLM_PREFIX, tiny_vlm_dir
 
 EMBEDDED_MODEL = "smollm2-135m-instruct-q4"
 EMBEDDED_ALIASES = frozenset({EMBEDDED_MODEL, "smollm2-135m-instruct"})
@@ -88,6 +91,10 @@ def resolve_model(name_or_path: str | os.PathLike, cache_dir: str | os.PathLike 
         root = Path(cache_dir).expanduser() if cache_dir is not None else cache_root()
         out = _ensure_embedded_converted(root / "models" / EMBEDDED_MODEL)
         return ModelSource(EMBEDDED_MODEL, str(out), "embedded", _read_marker(out)["content_hash"])
+    if name.startswith(TINY_VLM_PREFIX):  # a tiny vision-language model built in code (images in prompts)
+        root = Path(cache_dir).expanduser() if cache_dir is not None else cache_root()
+        out = tiny_vlm_dir(name, root)
+        return ModelSource(name, str(out), "local", weights_hash(out))
     if name.startswith(ARMS_PREFIX):
         root = Path(cache_dir).expanduser() if cache_dir is not None else cache_root()
         out = arms_model_dir(name, root)

@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from zoo.backends.generate.backend import generate_rows
 from zoo.core.generator_types import SamplingParams
 from zoo.rewards.compute import accuracy
 from zoo.run.eval_record import per_prompt as prompt_scores
@@ -69,11 +70,10 @@ def evaluate(
             devices=devices,
             per_prompt=per_prompt,
         )
-    prompts = [r["prompt"] for r in rows]
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
-        greedy = generator.generate(prompts, 1, greedy_params)
-        sampled = generator.generate(prompts, samples, sampled_params) if samples else None
+        greedy = generate_rows(generator, rows, 1, greedy_params)  # with the rows' images, if any
+        sampled = generate_rows(generator, rows, samples, sampled_params) if samples else None
     g = correctness(greedy.texts, copy.deepcopy(list(rows)))  # copies: a reward that edits its rows changes nothing
     rep = [r for r in rows for _ in range(samples)]
     s = correctness(sampled.texts, copy.deepcopy(rep)) if sampled is not None else []

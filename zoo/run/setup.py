@@ -125,7 +125,7 @@ def setup(
         controllers=[c() for c in slots.controllers],
         provenance=prov,
         gold=[c for c, _ in gold],
-        generator=build_generator(cfg.sampling.backend, policy, models.tokenizer),  # once per run (sampling.backend)
+        generator=build_generator(cfg.sampling.backend, policy, models.tokenizer, models.processor),  # once per run
         teacher=teacher,
     )
 
@@ -149,6 +149,7 @@ def _load_models(
     """The policy (checked once loaded), the reference, critic and teacher the variant reads, wrapped by
     `training.strategy`: (the model's source, Models, the reference, the teacher)."""
     from zoo import models as zm
+    from zoo.models.vlm import is_image_text, load_processor
 
     src = zm.resolve_model(cfg.model)
     lora = cfg.model_opts.lora.model_dump() if cfg.model_opts.lora else None
@@ -159,6 +160,10 @@ def _load_models(
         gradient_checkpointing=cfg.model_opts.gradient_checkpointing,
         device=device,
     )
+    processor = None
+    if is_image_text(policy.config):  # a vision-language policy: its processor turns prompt + images into inputs
+        processor = load_processor(src.path)
+        tok = processor.tokenizer
     _check_loaded(cfg, v, policy, tok, task, device)
     reference = zm.make_reference(policy) if slots.reads("logp_ref") else None
     critic = None
@@ -183,6 +188,7 @@ def _load_models(
     models = Models(
         policy=policy,
         tokenizer=tok,
+        processor=processor,
         critic=critic,
         parallel=par,
         reference=(lambda: zm.reference_forward(reference)) if reference is not None else None,

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from zoo.core.batch import Batch
+from zoo.core.media import media_inputs
 from zoo.models.forward import position_ids_from_mask
 from zoo.step.hooks import NO_HOOKS, Hooks
 from zoo.step.logprobs import token_logprobs, token_stats
@@ -50,6 +51,7 @@ def forward_logp(
             temperature=s.temperature,
             with_entropy=with_entropy,
             entropy_grad=entropy_grad,
+            media=mb.media,
         )
 
 
@@ -66,6 +68,7 @@ def old_forward(
             mb.completion_ids.shape[1],
             temperature=s.temperature,
             with_sum_sq=energy,
+            media=mb.media,
         )
     return logp, (otb_energy(logp, sum_sq) if energy else None)
 
@@ -87,7 +90,10 @@ def critic_values(critic: torch.nn.Module, mb: Batch, s: StepSettings) -> Tensor
     ids, att = mb.input_ids(), mb.attention_mask()
     P, T = mb.prompt_ids.shape[1], mb.completion_ids.shape[1]
     with autocast(s.autocast, ids.device):
-        v = critic(input_ids=ids, attention_mask=att, position_ids=position_ids_from_mask(att))  # [n, P+T]
+        if mb.media is None:
+            v = critic(input_ids=ids, attention_mask=att, position_ids=position_ids_from_mask(att))  # [n, P+T]
+        else:  # an image task: the rows' images too, positions as the model computes them (zoo.core.media)
+            v = critic(input_ids=ids, attention_mask=att, **media_inputs(mb.media, mb.prompt_mask, P + T, ids.device))
     return v[:, P - 1 : P - 1 + T].float()
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from zoo.backends.generate.backend import generate_rows
 from zoo.backends.generate.hf_generator import HFGenerator
 from zoo.config.run import GENERATE_BATCH
 from zoo.core.batch import Batch
@@ -41,7 +42,11 @@ def with_greedy_score(st: RunState, b: Batch, rows: list[dict[str, Any]], group_
     if has_env(st.cfg):
         raise ValueError("advantage 'remax': the greedy baseline is drawn for single-turn tasks only (task.env is set)")
     s = st.settings
-    gen = st.generator if st.generator is not None else HFGenerator(st.models.policy, st.models.tokenizer)
+    gen = (
+        st.generator
+        if st.generator is not None
+        else HFGenerator(st.models.policy, st.models.tokenizer, st.models.processor)
+    )
     sampling = SamplingParams(
         max_new_tokens=s.max_new_tokens,
         temperature=s.temperature,
@@ -49,7 +54,7 @@ def with_greedy_score(st: RunState, b: Batch, rows: list[dict[str, Any]], group_
         micro_batch=s.generate_batch or GENERATE_BATCH,
     )
     with autocast(s.autocast, st.device):
-        g = gen.generate([r["prompt"] for r in rows], 1, sampling)  # [P] rows, prompt-major
+        g = generate_rows(gen, rows, 1, sampling)  # [P] rows, prompt-major
     g = replace(g, rows=list(rows), group_ids=torch.arange(len(rows)))
     fns, weights = [c for c, _ in st.rewards], [w for _, w in st.rewards]
     objectives, _ = unscore_failed(g, *compute_rewards(fns, g.texts, g.rows))

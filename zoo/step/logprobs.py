@@ -8,16 +8,20 @@ under bf16 autocast (docs/concepts/algorithms.md "Our conventions"); position id
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 from torch import Tensor, nn
 
 from zoo.backends.train.strategy import runs_collectives
+from zoo.core.media import RowMedia, media_inputs
 from zoo.models.forward import (
     accepts_logits_to_keep,
     cache_arg,
     expandable_cache,
     inner_lm,
     one_row_each,
+    own_positions,
     position_ids_from_mask,
 )
 from zoo.models.policy import is_checkpointing
@@ -133,6 +137,7 @@ def token_logprobs(
     with_entropy: bool = False,
     entropy_grad: bool = False,
     share_prompts: bool = True,
+    media: Sequence[RowMedia] | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """Log-prob of each of the last T = n_completion tokens under `model` (the training forward too).
 
@@ -150,6 +155,10 @@ def token_logprobs(
     values equal the plain forward's up to float rounding, gradients flow through the shared prompt.
     Used only when some prompt repeats and the model supports a KV cache (not with activation
     checkpointing in training mode, which disables the cache).
+    media: the rows' images (`Batch.media`, N `RowMedia`): their processor outputs are passed to every
+    forward, collated per micro-batch (`zoo.core.media.media_inputs`); prompts are then never shared
+    (two rows with one text may hold different images), and a model that computes its own positions
+    (`own_positions`: Qwen2-VL's M-RoPE) is given none. None (text): the forwards are unchanged.
     Raises ValueError for shape mismatches, n_completion outside [1, L-1] or temperature <= 0.
     """
     logp, entropy, _ = token_stats(
@@ -162,6 +171,7 @@ def token_logprobs(
         with_entropy=with_entropy,
         entropy_grad=entropy_grad,
         share_prompts=share_prompts,
+        media=media,
     )
     return logp, entropy
 
@@ -178,6 +188,7 @@ def token_stats(
     entropy_grad: bool = False,
     with_sum_sq: bool = False,
     share_prompts: bool = True,
+    media: Sequence[RowMedia] | None = None,
 ) -> tuple[Tensor, Tensor | None, Tensor | None]:
     """`token_logprobs` (the same forwards and arguments), plus, with `with_sum_sq`, each position's
     sum over the vocabulary of pi_v^2, pi = softmax(logits / temperature) in fp32, from the same
@@ -195,7 +206,8 @@ def token_stats(
         raise ValueError(f"temperature must be > 0, got {temperature}")
     keep = accepts_logits_to_keep(model)
     position_ids = position_ids_from_mask(attention_mask)  # [N, L]
-    share = share_prompts and _can_share_prompts(model)
+    share = share_prompts and media is None and _can_share_prompts(model)
+    positions = media is None or not own_positions(model)
     flags = (temperature, with_entropy, entropy_grad, with_sum_sq)
     mb = micro_batch or N
     parts = []  # per micro-batch (logp, entropy or None, sum_sq or None)
@@ -205,7 +217,9 @@ def token_stats(
         if shared is not None:
             parts.append(shared)
             continue
-        kwargs = dict(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=False)
+        kwargs = dict(input_ids=ids, attention_mask=att, position_ids=pos if positions else None, use_cache=False)
+        if media is not None:  # the rows' images, collated for these rows (zoo.core.media)
+            kwargs.update(media_inputs(media[s : s + mb], att[:, : L - T], L, ids.device))
         if keep:
             kwargs["logits_to_keep"] = T + 1
         logits = model(**kwargs).logits  # [mb, T+1, V] (or [mb, L, V] without logits_to_keep)

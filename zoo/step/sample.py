@@ -16,6 +16,7 @@ from typing import Any, Iterator
 
 import torch
 
+from zoo.backends.generate.backend import generate_rows
 from zoo.backends.generate.hf_generator import HFGenerator
 from zoo.config.run import GENERATE_BATCH
 from zoo.core import dist
@@ -33,7 +34,11 @@ def generate(st: RunState, rows: list[dict[str, Any]], group_offset: int) -> Bat
     """G completions for each dataset row's prompt from the run's generator (`st.generator`, built from
     `sampling.backend`) -> Batch with logp_rollout (group ids start at `group_offset`)."""
     cfg, s, G = st.cfg, st.settings, st.variant.group_size
-    gen = st.generator if st.generator is not None else HFGenerator(st.models.policy, st.models.tokenizer)
+    gen = (
+        st.generator
+        if st.generator is not None
+        else HFGenerator(st.models.policy, st.models.tokenizer, st.models.processor)
+    )
     sampling = SamplingParams(
         max_new_tokens=s.max_new_tokens,
         temperature=s.temperature,
@@ -45,7 +50,7 @@ def generate(st: RunState, rows: list[dict[str, Any]], group_offset: int) -> Bat
         try:
             if has_env(cfg):  # multi-turn: the task's environment answers each turn (zoo/envs/rollout.py)
                 return run_rollout(st, gen, rows, group_offset, sampling)
-            b = gen.generate([r["prompt"] for r in rows], G, sampling)
+            b = generate_rows(gen, rows, G, sampling)  # with the rows' images, if any (zoo.core.media)
         except RuntimeError as e:  # torch.multinomial on NaN/inf probabilities: name the likely key
             if NONFINITE_SAMPLING not in str(e):
                 raise

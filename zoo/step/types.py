@@ -126,6 +126,7 @@ class Models:
     parallel: Any = (
         None  # zoo.backends.train.strategy.Parallel: the training strategy's wrappers (None: one process, plain)
     )
+    processor: Any = None  # a vision-language policy's processor (images in prompts, zoo.core.media); None: text
 
 
 @dataclass

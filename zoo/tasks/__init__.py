@@ -8,7 +8,8 @@
     stream = PromptStream(task.train, seed=0)
 
 Task kinds (`name`): `reasoning_gym` (zoo.tasks.reasoning_gym), `hf` and `jsonl`
-(zoo.tasks.hf), `bandit` (zoo.tasks.bandit: one prompt, rows that seed the bandit rewards' noise).
+(zoo.tasks.hf), `bandit` (zoo.tasks.bandit: one prompt, rows that seed the bandit rewards' noise),
+`image_shapes` (zoo.tasks.images: a picture drawn with PIL per row, under the row's `images` key).
 The question/answer kinds share the keys size, seed, eval_size, eval_seed, fewshot (a count, a
 list of {question, answer}, or 0), system, instruction (appended to each question; default asks
 for the final answer in \\boxed{}) and fewshot_answer (template of a worked answer turn).
@@ -22,7 +23,7 @@ from __future__ import annotations
 import difflib
 from typing import Any, Mapping
 
-from zoo.tasks import bandit, hf, reasoning_gym
+from zoo.tasks import bandit, hf, images, reasoning_gym
 from zoo.tasks.base import Loader, Task, TaskError, derive_seed, question_key
 from zoo.tasks.fewshot import DEFAULT_FEWSHOT_ANSWER, DEFAULT_INSTRUCTION, build_prompt
 from zoo.tasks.reasoning_gym import EASY_ARITHMETIC, EASY_ARITHMETIC_TASK
@@ -33,6 +34,7 @@ LOADERS: dict[str, Loader] = {
     "hf": hf.load,
     "jsonl": hf.load,
     "bandit": bandit.load,
+    "image_shapes": images.load,
 }
 
 __all__ = [

@@ -3,7 +3,7 @@ resolved once per run by the trainer, recorded in the run's fingerprint."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from torch import nn
 
@@ -29,9 +29,33 @@ def backend_fingerprint(spec: Any) -> str | dict[str, Any]:
     return resolved["name"] if len(resolved) == 1 else resolved
 
 
-def build_generator(spec: Any, policy: nn.Module, tokenizer) -> Any:
-    """The `zoo.core.kinds.Generator` of `spec` over the policy module and its tokenizer. Raises ComponentError."""
-    return build("generator", spec)(policy, tokenizer)
+def build_generator(spec: Any, policy: nn.Module, tokenizer, processor: Any = None) -> Any:
+    """The `zoo.core.kinds.Generator` of `spec` over the policy module and its tokenizer; with a
+    vision-language policy's `processor`, one that samples with images (it has a `processor`
+    attribute: the `hf` generator). Raises ComponentError (also for a generator without images)."""
+    gen = build("generator", spec)(policy, tokenizer)
+    if processor is not None:
+        if not hasattr(gen, "processor"):
+            raise ComponentError(f"generator {spec!r} cannot sample with images in prompts; use 'hf'")
+        gen.processor = processor
+    return gen
+
+
+def row_images(rows: Sequence[dict]) -> list[list[Any]] | None:
+    """Each row's `images` (a list, [] for a row without), or None when no row has the key (text)."""
+    if not any("images" in r for r in rows):
+        return None
+    return [list(r.get("images") or []) for r in rows]
+
+
+def generate_rows(generator: Any, rows: Sequence[dict], group_size: int, sampling: Any) -> Any:
+    """`generator.generate` over the rows' prompts, with their images when a row carries `images`
+    (zoo.core.media; docs/guides/images.md): the one place a task row's images enter a rollout."""
+    prompts = [r["prompt"] for r in rows]
+    images = row_images(rows)
+    if images is None:
+        return generator.generate(prompts, group_size, sampling)
+    return generator.generate(prompts, group_size, sampling, images)
 
 
 def eval_generator(generator: Any) -> Any:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numbers
 from contextlib import contextmanager
+from dataclasses import replace
 from functools import partial
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -22,8 +23,10 @@ import torch
 from torch import Tensor, nn
 
 from zoo.backends.generate import progress as step_progress
+from zoo.backends.generate.images import encode_image_prompts, placeholder_suppressor
 from zoo.backends.generate.warping import RolloutLogprobs, processor_list
 from zoo.core.batch import Batch
+from zoo.core.media import RowMedia, media_inputs
 from zoo.models.forward import (
     accepts_logits_to_keep,
     cache_arg,
@@ -158,6 +161,8 @@ def generate_rollout(
     share_prompts: bool = True,
     min_new_tokens: int = 0,
     logits_processors: Sequence = (),
+    images: Sequence[Sequence[Any]] | None = None,
+    processor=None,
 ) -> Batch:
     """Sample `group_size` completions per prompt with HF `generate` -> `Batch` (N = len(prompts) * G).
 
@@ -182,6 +187,9 @@ def generate_rollout(
     min_new_tokens: stop ids are suppressed until a completion has this many tokens (HF's
         `min_new_tokens`); `max_new_tokens` makes every completion full length (benchmarks).
     logits_processors: extra `transformers.LogitsProcessor`s on the raw logits, before the warping.
+    images, processor: an image task's images per prompt (`encode_image_prompts`) and the policy's
+        vision-language processor; the Batch's `media` then holds each row's processor outputs, passed to
+        `generate` with the rows (prompts are not shared: the same text may come with other images).
     Seeding is the caller's: `torch.manual_seed(...)` before the call.
     The model runs in eval mode under no_grad; its train/eval mode is restored afterwards. Works on
     any device (inputs follow the model's parameters).
@@ -192,13 +200,17 @@ def generate_rollout(
     device = device_of(model)
     stops = list(eos_token_ids) if eos_token_ids is not None else stop_token_ids(model, tokenizer)
     pad_id = int(tokenizer.pad_token_id)
-    ids, mask, prompt_index = _grouped_prompts(tokenizer, prompts, group_size, device)  # [N, P], [N, P], [N]
+    ids, mask, prompt_index, media = _grouped_prompts(tokenizer, prompts, group_size, device, images, processor)
+    share_prompts = share_prompts and media is None
+    if media is not None:  # a sampled placeholder would ask the forward for an image that is not there
+        logits_processors = [*logits_processors, placeholder_suppressor(processor)]
     gen_config = sampling_config(max_new_tokens, min_new_tokens, do_sample, pad_id, stops, tokenizer.bos_token_id)
     processors = partial(processor_list, logits_processors, temperature, int(top_k or 0), top_p, do_sample)
     chunks, logps = _sample_chunks(
-        model, ids, mask, prompt_index, gen_config, processors, micro_batch or ids.shape[0], share_prompts
+        model, ids, mask, prompt_index, gen_config, processors, micro_batch or ids.shape[0], share_prompts, media
     )
-    return _rollout_batch(tokenizer, ids, mask, prompt_index, chunks, logps, stops, pad_id)
+    b = _rollout_batch(tokenizer, ids, mask, prompt_index, chunks, logps, stops, pad_id)
+    return b if media is None else replace(b, media=media)
 
 
 def _check_rollout_args(tokenizer, group_size: int, max_new_tokens: int, temperature: float, do_sample: bool) -> None:
@@ -213,15 +225,28 @@ def _check_rollout_args(tokenizer, group_size: int, max_new_tokens: int, tempera
 
 
 def _grouped_prompts(
-    tokenizer, prompts: Sequence[str] | Sequence[list[dict]], group_size: int, device: torch.device
-) -> tuple[Tensor, Tensor, Tensor]:
-    """The prompts encoded (`encode_prompts`), each repeated `group_size` times, prompt-major ->
-    (ids [N, P], mask [N, P] long, prompt_index [N]: the prompt of each row, its group id)."""
-    ids, mask = encode_prompts(tokenizer, prompts, device=device)  # [B, P]
+    tokenizer,
+    prompts: Sequence[str] | Sequence[list[dict]],
+    group_size: int,
+    device: torch.device,
+    images: Sequence[Sequence[Any]] | None = None,
+    processor=None,
+) -> tuple[Tensor, Tensor, Tensor, list[RowMedia] | None]:
+    """The prompts encoded (`encode_prompts`; with `images`, `encode_image_prompts`), each repeated
+    `group_size` times, prompt-major -> (ids [N, P], mask [N, P] long, prompt_index [N]: the prompt of
+    each row, its group id, the N rows' RowMedia or None)."""
+    media = None
+    if images is None:
+        ids, mask = encode_prompts(tokenizer, prompts, device=device)  # [B, P]
+    elif processor is None:
+        raise ValueError("prompts with images need the policy's processor (a vision-language model)")
+    else:
+        ids, mask, per_prompt = encode_image_prompts(processor, prompts, images, device=device)  # [B, P]
+        media = [per_prompt[p] for p in range(len(prompts)) for _ in range(group_size)]  # N, shared per group
     ids = ids.repeat_interleave(group_size, dim=0)  # [N, P] prompt-major
     mask = mask.repeat_interleave(group_size, dim=0)  # [N, P]
     prompt_index = torch.arange(len(prompts), device=device).repeat_interleave(group_size)  # [N]
-    return ids, mask, prompt_index
+    return ids, mask, prompt_index, media
 
 
 def _sample_chunks(
@@ -233,10 +258,12 @@ def _sample_chunks(
     processors: Callable[[RolloutLogprobs], Any],
     micro_batch: int,
     share_prompts: bool,
+    media: list[RowMedia] | None = None,
 ) -> tuple[list[Tensor], list[Tensor]]:
     """`generate` over the rows [N, P] in chunks of `micro_batch` rows (eval mode, no_grad, the model's
     generation_config neutral) -> (completion ids [mb, T_chunk] per chunk, their logp_rollout
-    [mb, T_chunk] per chunk). processors(recorder): the logits processors, the recorder last."""
+    [mb, T_chunk] per chunk). processors(recorder): the logits processors, the recorder last.
+    media: the rows' images (`zoo.core.media`), passed to `generate` with their rows."""
     N, P = ids.shape
     chunks: list[Tensor] = []
     logps: list[Tensor] = []
@@ -246,6 +273,8 @@ def _sample_chunks(
         for s in range(0, N, micro_batch):
             rows = slice(s, s + micro_batch)
             prefix = _shared_prefill(model, ids[rows], mask[rows], prompt_index[rows]) if share_prompts else {}
+            if media is not None:  # the rows' images (pixel_values, image_grid_thw, mm_token_type_ids ...)
+                prefix = {**prefix, **media_inputs(media[rows], mask[rows], P, ids.device)}
             rec = RolloutLogprobs()
             out = model.generate(
                 input_ids=ids[rows],

@@ -18,11 +18,15 @@ from zoo.core.registry import register
 class HFGenerator:
     """`zoo.core.kinds.Generator` over a transformers causal LM (the policy, LoRA or not)."""
 
-    def __init__(self, policy: nn.Module, tokenizer) -> None:
+    def __init__(self, policy: nn.Module, tokenizer, processor=None) -> None:
         self.policy, self.tokenizer = policy, tokenizer
+        self.processor = processor  # a vision-language policy's processor (images in prompts), else None
 
-    def generate(self, prompts: Sequence, group_size: int, sampling: SamplingParams, /) -> Batch:
-        """G completions per prompt -> Batch with logp_rollout [N, T] (`generate_rollout`)."""
+    def generate(
+        self, prompts: Sequence, group_size: int, sampling: SamplingParams, images: Sequence | None = None, /
+    ) -> Batch:
+        """G completions per prompt -> Batch with logp_rollout [N, T] (`generate_rollout`); with `images`
+        (one list per prompt) through `self.processor`, the Batch's `media` holding each row's."""
         return generate_rollout(
             self.policy,
             self.tokenizer,
@@ -36,6 +40,8 @@ class HFGenerator:
             micro_batch=sampling.micro_batch,
             min_new_tokens=sampling.min_new_tokens,
             logits_processors=sampling.logits_processors,
+            images=images,
+            processor=self.processor,
         )
 
     def continue_(
