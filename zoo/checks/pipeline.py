@@ -12,7 +12,8 @@ the parameter count and a LoRA rank or prompts_per_step beyond what the model or
 both (zoo.study.validate). The order of the checks: BEFORE_LOAD, AFTER_LOAD; the checks themselves
 (`zoo.checks.registry` registers them) are in `variant` (plugins, the variant and its slots, rewards
 and what the components read from them), `settings` (generator, strategy, model path, run warnings),
-`inputs` (task, env, teacher, critic init, parameter count) and `fit` (budget, context length, memory,
+`inputs` (task, env, teacher, critic init, parameter count), `images` (a task's images against the
+policy) and `fit` (budget, context length, memory,
 bounds).
 """
 
@@ -24,7 +25,7 @@ from typing import Any, Sequence
 # the checks register on import, each module's in the order it defines them: fit before settings, so the checks
 # outside BEFORE_LOAD / AFTER_LOAD keep their order (completions_ceiling, then settings' lora_targets); `variant`
 # under another name, which leaves that name to after_load's parameter
-from zoo.checks import fit, inputs, settings
+from zoo.checks import fit, images, inputs, settings  # noqa: F401 - images registers its checks
 from zoo.checks import variant as _variant  # noqa: F401
 from zoo.checks.registry import AfterLoad, BeforeLoad, Report, run_stage
 
@@ -36,6 +37,7 @@ BEFORE_LOAD = (
     "reward_reads",
     "generator",
     "task",
+    "images",
     "env",
     "minibatches",
     "prompts_per_rank",
@@ -45,7 +47,7 @@ BEFORE_LOAD = (
     "teacher",
     "run_warnings",
 )
-AFTER_LOAD = ("context_length", "memory_estimate", "critic_tokenizer", "parameter_count")
+AFTER_LOAD = ("images_loaded", "context_length", "memory_estimate", "critic_tokenizer", "parameter_count")
 
 
 def launch_env() -> tuple[int, bool]:
