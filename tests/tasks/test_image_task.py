@@ -1,0 +1,57 @@
+"""The image_shapes task (zoo.tasks.images): drawn deterministically with PIL, answers that match the
+drawing, eval rows never repeated in training, bad keys refused."""
+
+import pytest
+
+from zoo.tasks import TaskError, known_tasks, load_task
+from zoo.tasks.images import COLOURS, draw
+
+
+def _pixels(img) -> bytes:
+    return img.tobytes()
+
+
+def test_rows_carry_one_image_beside_the_chat_prompt_and_repeat_exactly():
+    a = load_task({"name": "image_shapes", "size": 16, "eval_size": 4})
+    b = load_task({"name": "image_shapes", "size": 16, "eval_size": 4})
+    assert "image_shapes" in known_tasks()
+    row = a.train[0]
+    assert row["prompt"][-1]["role"] == "user" and "How many shapes" in row["prompt"][-1]["content"]
+    assert len(row["images"]) == 1 and row["images"][0].size == (64, 64)
+    assert [r["answer"] for r in a.train] == [r["answer"] for r in b.train]
+    assert all(_pixels(x["images"][0]) == _pixels(y["images"][0]) for x, y in zip(a.train, b.train))
+
+
+def test_the_count_answer_is_the_number_of_shapes_drawn():
+    problem = ("count", (("square", "red", 0), ("circle", "blue", 4), ("triangle", "green", 8)))
+    img = draw(problem, 48)
+    px = {c for _, c in img.getcolors(48 * 48)}  # the colours present
+    for colour in ("red", "blue", "green"):
+        assert COLOURS[colour] in px  # each shape is there in its own colour
+    assert COLOURS["orange"] not in px
+    assert img.getpixel((24, 24)) == COLOURS["blue"]  # the circle fills the middle cell
+    assert img.getpixel((8, 40)) == (255, 255, 255)  # cell 6 is empty
+    rows = load_task({"name": "image_shapes", "size": 64, "eval_size": 0, "max_count": 2}).train
+    assert {r["answer"] for r in rows} == {"1", "2"}
+
+
+def test_larger_answers_the_larger_digit_and_eval_problems_stay_out_of_training():
+    t = load_task({"name": "image_shapes", "question": "larger", "size": 60, "eval_size": 20})
+    assert all(r["answer"] in "123456789" for r in t.train + t.eval)
+    seen = {_pixels(r["images"][0]) for r in t.eval}
+    assert len(seen) == 20  # distinct eval drawings
+    assert not any(_pixels(r["images"][0]) in seen for r in t.train)
+
+
+@pytest.mark.parametrize(
+    "spec, match",
+    [
+        ({"question": "colour"}, "'question' must be one of count, larger"),
+        ({"max_count": 10}, "'max_count' must be <= 9"),
+        ({"sizee": 3}, "did you mean 'size'"),
+        ({"question": "larger", "eval_size": 91}, "could only draw 90 of 91 eval rows"),
+    ],
+)
+def test_bad_specs_name_the_key(spec, match):
+    with pytest.raises(TaskError, match=match):
+        load_task({"name": "image_shapes", "size": 4, **spec})
