@@ -97,6 +97,15 @@ def critic_values(critic: torch.nn.Module, mb: Batch, s: StepSettings) -> Tensor
     return v[:, P - 1 : P - 1 + T].float()
 
 
+def idle_inputs(batch: Batch) -> dict[str, Tensor]:
+    """The model inputs of the batch's first row with its images (`zoo.core.media.media_inputs`): what a
+    rank with fewer micro-batches runs with zero loss under ddp/fsdp (`strategy.idle_backward`), so a
+    vision-language policy's vision tower runs every collective a real micro-batch runs."""
+    mb = batch.select([0]).trimmed()
+    ids, att = mb.input_ids(), mb.attention_mask()
+    return {"input_ids": ids, "attention_mask": att, **media_inputs(mb.media, mb.prompt_mask, ids.shape[1], ids.device)}
+
+
 def micro_rows(batch: Batch, size: int) -> list[Tensor]:
     """Row indices of consecutive micro-batches of at most `size` rows."""
     return list(torch.arange(batch.size).split(size))

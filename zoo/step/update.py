@@ -23,7 +23,7 @@ from zoo.core.types import StepCounts, TermInputs
 from zoo.step import selection
 from zoo.step.distill_vocab import POLICY_FIELD as POLICY_VOCAB
 from zoo.step.distill_vocab import vocab_forward
-from zoo.step.forwards import critic_values, first_order, forward_logp, micro_rows, reuses_old
+from zoo.step.forwards import critic_values, first_order, forward_logp, idle_inputs, micro_rows, reuses_old
 from zoo.step.hooks import NO_HOOKS, Hooks
 from zoo.step.mismatch import RolloutTally, rollout_weight
 from zoo.step.types import Models, Slots, StepSettings, params
@@ -250,7 +250,8 @@ def _accumulate(
     fields = selection.step_fields(sub, models, slots, s)  # the step's detached view, for selections
     offset = selection.rank_offset(sub.size) if fields is not None else 0
     # ddp/fsdp: the same number of micro-batches on every rank (zero-loss ones pad), no_sync under ddp
-    for r in strategy.micro_batches(models.parallel, micro_rows(sub, s.micro_batch), models):
+    idle = (lambda: idle_inputs(sub)) if sub.media else None  # padding with images (zoo.core.media)
+    for r in strategy.micro_batches(models.parallel, micro_rows(sub, s.micro_batch), models, idle):
         mb = sub.select(r).trimmed()
         m = mb.loss_mask  # [n, T]
         mb, logp, ent = _policy_forward(mb, models, slots, s, hooks)  # logp, ent: [n, T]

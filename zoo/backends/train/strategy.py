@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 from torch import Tensor, nn
@@ -145,14 +145,17 @@ def backward(loss: Tensor, par: Parallel | None) -> None:
     (loss * scale if scale != 1.0 else loss).backward()
 
 
-def micro_batches(par: Parallel | None, rows: list[Tensor], models) -> Iterator[Tensor]:
+def micro_batches(
+    par: Parallel | None, rows: list[Tensor], models, idle_inputs: Callable[[], dict] | None = None
+) -> Iterator[Tensor]:
     """Yield this rank's micro-batch row indices for one optimizer step; the caller runs forward and
     backward of each in the loop body. Under ddp/fsdp every rank runs the same number of micro-batches
     (the most any rank has): a rank with fewer runs zero-loss forwards and backwards (`idle_backward`)
     after its own, so the collectives of DDP/FSDP2 match. Under ddp every micro-batch but the last
     runs inside `no_sync()` (DDP decides at forward time whether the backward reduces), so gradients
     are all-reduced once per optimizer step; FSDP2 reduce-scatters on every micro-batch (with sync
-    off it would keep unsharded gradients: the memory saving gone)."""
+    off it would keep unsharded gradients: the memory saving gone). idle_inputs: the padding forward's
+    inputs (`idle_backward`), default a 2-token text input."""
     rows = [r for r in rows if len(r)]  # an empty share (torch.arange(0).split(k) is one empty chunk)
     if par is None or par.name == "single" or not dist.is_distributed():
         yield from rows
@@ -163,7 +166,7 @@ def micro_batches(par: Parallel | None, rows: list[Tensor], models) -> Iterator[
             if i < len(rows):
                 yield rows[i]
             else:
-                idle_backward(par, models)
+                idle_backward(par, models, idle_inputs() if idle_inputs is not None else None)
 
 
 @contextlib.contextmanager
@@ -183,11 +186,13 @@ def _tiny_input(model: nn.Module) -> dict[str, Tensor]:
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
 
 
-def idle_backward(par: Parallel, models) -> None:
+def idle_backward(par: Parallel, models, inputs: dict | None = None) -> None:
     """A forward and backward that contribute zero to every gradient but run every collective of a
-    real micro-batch (DDP's reduction, FSDP2's all-gathers and reduce-scatters): a 2-token input
-    through the policy (and the critic), loss = 0 x sum of the outputs."""
-    x = _tiny_input(models.policy)
+    real micro-batch (DDP's reduction, FSDP2's all-gathers and reduce-scatters): `inputs` (default a
+    2-token input) through the policy (and the critic), loss = 0 x sum of the outputs. A vision-language
+    policy needs a row with its images (`zoo.step.forwards.idle_inputs`), or its vision tower would get
+    no gradient on this rank and the collectives would not match."""
+    x = inputs if inputs is not None else _tiny_input(models.policy)
     out = par.train["policy"](**x, use_cache=False).logits
     (out.float().sum() * 0.0).backward()
     if "critic" in par.train:
