@@ -35,12 +35,12 @@ def evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, fl
     rows = st.task.eval[: cfg.eval.size]
     own = cfg.eval.backend is not None  # a generator of its own, else the run's (a wrapper's inner)
     gen = (
-        build_generator(cfg.eval.backend, st.models.policy, st.models.tokenizer, st.models.processor)
+        build_generator(cfg.eval.backend, st.models.policy, st.models.tokenizer, getattr(st.models, "processor", None))
         if own
         else eval_generator(
             st.generator
             if st.generator is not None
-            else HFGenerator(st.models.policy, st.models.tokenizer, st.models.processor)
+            else HFGenerator(st.models.policy, st.models.tokenizer, getattr(st.models, "processor", None))
         )
     )
 

@@ -45,7 +45,7 @@ def with_greedy_score(st: RunState, b: Batch, rows: list[dict[str, Any]], group_
     gen = (
         st.generator
         if st.generator is not None
-        else HFGenerator(st.models.policy, st.models.tokenizer, st.models.processor)
+        else HFGenerator(st.models.policy, st.models.tokenizer, getattr(st.models, "processor", None))
     )
     sampling = SamplingParams(
         max_new_tokens=s.max_new_tokens,

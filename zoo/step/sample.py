@@ -37,7 +37,7 @@ def generate(st: RunState, rows: list[dict[str, Any]], group_offset: int) -> Bat
     gen = (
         st.generator
         if st.generator is not None
-        else HFGenerator(st.models.policy, st.models.tokenizer, st.models.processor)
+        else HFGenerator(st.models.policy, st.models.tokenizer, getattr(st.models, "processor", None))
     )
     sampling = SamplingParams(
         max_new_tokens=s.max_new_tokens,
