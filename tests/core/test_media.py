@@ -77,3 +77,17 @@ def test_batch_select_and_concat_carry_each_rows_media():
     assert both.media == [rows[0], rows[2], rows[1]]
     assert b.trimmed().media is rows and b.to("cpu").media is rows
     assert _batch(2, None).select([1]).media is None  # text: stays None
+
+
+def test_image_digest_tells_pictures_apart_and_eval_ids_of_text_rows_are_unchanged():
+    from PIL import Image
+
+    from zoo.core.media import image_digest
+    from zoo.run.eval_record import prompt_id
+
+    red, blue = Image.new("RGB", (4, 4), (255, 0, 0)), Image.new("RGB", (4, 4), (0, 0, 255))
+    assert image_digest(red) == image_digest(red.copy()) != image_digest(blue)
+    assert image_digest(b"\x89PNG") == image_digest({"bytes": b"\x89PNG"})
+    row = {"prompt": [{"role": "user", "content": "How many?"}], "answer": "2"}
+    assert prompt_id(row) == "22486c5f6ff3"  # the id a text row had before images existed (main at b0f5b41)
+    assert prompt_id({**row, "images": [red]}) != prompt_id({**row, "images": [blue]})

@@ -96,17 +96,21 @@ _FILES: dict[str, tuple[Any, Any] | None] = {}  # model dir@config.json mtime ->
 
 def model_files(cfg: Any) -> tuple[Any, Any] | None:
     """(transformers config, tokenizer) of the run's policy from local files only (config.json and
-    the tokenizer files; no weights): a local directory, or the embedded model once converted. None
-    when they are not on this machine (a Hub id, `arms:`, the embedded model not converted yet)."""
+    the tokenizer files; no weights): a local directory, the embedded model once converted, or a
+    `tiny-vlm:` model (built and cached here). None when they are not on this machine (a Hub id,
+    `arms:`, the embedded model not converted yet)."""
     from pathlib import Path
 
     from transformers import AutoConfig, AutoTokenizer
 
     from zoo.models.sources import EMBEDDED_ALIASES, EMBEDDED_MODEL, cache_root
+    from zoo.models.tiny_vlm import TINY_VLM_PREFIX, tiny_vlm_dir
 
     m = str(cfg.model).strip()
     if m in EMBEDDED_ALIASES:
         d: Path | None = cache_root() / "models" / EMBEDDED_MODEL
+    elif m.startswith(TINY_VLM_PREFIX):  # built in code in a second (zoo.models.tiny_vlm), then cached
+        d = tiny_vlm_dir(m, cache_root())
     else:
         d = settings.local_path(m)
     if d is None or not (d / "config.json").is_file():

@@ -20,8 +20,9 @@ Text-only batches carry `media = None` and every forward is called exactly as be
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import Tensor
@@ -85,4 +86,19 @@ def media_inputs(media: Sequence[RowMedia], prompt_mask: Tensor, width: int, dev
     return out
 
 
-__all__ = ["RowMedia", "media_inputs", "split_processor_output"]
+def image_digest(image: Any) -> str:
+    """sha1 (12 hex digits) of one image as a task row holds it: a PIL image's mode, size and pixels, or
+    encoded bytes (also `{"bytes": ...}`) as they are; anything else by its repr. Rows whose prompt text
+    and answer agree but whose pictures differ are different problems (`zoo.run.eval_record.prompt_id`)."""
+    if isinstance(image, dict) and isinstance(image.get("bytes"), (bytes, bytearray)):
+        image = image["bytes"]
+    if isinstance(image, (bytes, bytearray)):
+        data = bytes(image)
+    elif hasattr(image, "tobytes") and hasattr(image, "size") and hasattr(image, "mode"):
+        data = f"{image.mode}:{image.size}:".encode() + image.tobytes()
+    else:
+        data = repr(image).encode()
+    return hashlib.sha1(data).hexdigest()[:12]
+
+
+__all__ = ["RowMedia", "image_digest", "media_inputs", "split_processor_output"]

@@ -20,13 +20,19 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from zoo.core.media import image_digest
+
 RECORD = "eval_prompts.json"
 CACHE_DIR = "eval_before"
 
 
 def prompt_id(row: Mapping[str, Any]) -> str:
-    """A stable id for one eval row: sha1 of its prompt and gold answer (12 hex digits)."""
-    text = json.dumps([row.get("prompt"), row.get("answer")], sort_keys=True, default=str)
+    """A stable id for one eval row: sha1 of its prompt and gold answer (12 hex digits), and of its
+    images when it has any (`zoo.core.media.image_digest`; a text row's id is unchanged)."""
+    parts = [row.get("prompt"), row.get("answer")]
+    if "images" in row:  # the same question about another picture is another prompt
+        parts.append([image_digest(x) for x in row["images"] or []])
+    text = json.dumps(parts, sort_keys=True, default=str)
     return hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
 
 
