@@ -55,3 +55,32 @@ def test_larger_answers_the_larger_digit_and_eval_problems_stay_out_of_training(
 def test_bad_specs_name_the_key(spec, match):
     with pytest.raises(TaskError, match=match):
         load_task({"name": "image_shapes", "size": 4, **spec})
+
+
+def test_an_hf_task_with_an_image_column_carries_its_images(tmp_path):
+    import datasets
+    from PIL import Image
+
+    colours = [(255, 0, 0), (0, 255, 0), (0, 0, 255), (9, 9, 9), (200, 200, 0), (0, 90, 90)]
+    ds = datasets.Dataset.from_dict(
+        {
+            "problem": ["<image>Find x."] * 6,  # one text about six figures: six problems
+            "answer": [str(i) for i in range(6)],
+            "images": [[Image.new("RGB", (8, 8), c)] for c in colours],
+        },
+        features=datasets.Features(
+            {"problem": datasets.Value("string"), "answer": datasets.Value("string"), "images": [datasets.Image()]}
+        ),
+    )
+    path = tmp_path / "geo.parquet"
+    ds.to_parquet(str(path))
+    t = load_task(
+        {"name": "jsonl", "path": str(path), "prompt_column": "problem", "image_column": "images", "eval_size": 2}
+    )
+    assert len(t.eval) == 2 and len(t.train) == 4  # distinct by picture, not by the shared text
+    rows = t.train + t.eval
+    assert sorted(r["answer"] for r in rows) == ["0", "1", "2", "3", "4", "5"]
+    assert all(r["question"] == "Find x." and len(r["images"]) == 1 for r in rows)
+    assert {r["images"][0].convert("RGB").getpixel((0, 0)) for r in rows} == set(colours)
+    with pytest.raises(TaskError, match="no column 'pics' \\(image_column\\)"):
+        load_task({"name": "jsonl", "path": str(path), "prompt_column": "problem", "image_column": "pics"})

@@ -17,7 +17,11 @@ from zoo.checks.registry import AfterLoad, BeforeLoad, Report, check
 
 
 def task_has_images(spec: Any) -> bool | None:
-    """Whether any row of task `spec` carries `images` (None when the task does not load: `task` says why)."""
+    """Whether any row of task `spec` carries `images`: an `hf` / `jsonl` task with an `image_column`
+    does (even where its dataset cannot be loaded here), else its rows say; None when they do not load
+    (`task` says why)."""
+    if isinstance(spec, dict) and spec.get("image_column"):
+        return True
     try:
         return any("images" in r for r in inputs.task_rows(spec))
     except Exception:  # noqa: BLE001 - the `task` check reports the load error

@@ -19,9 +19,12 @@ def list_cmd(
     kind: Optional[str] = typer.Argument(None, help="a component kind (clip, advantage, ...) or 'variants'"),
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
 ) -> None:
-    """List registered components (by kind) and named variants."""
+    """List registered components (by kind), named variants, and (without a kind) the task loaders and
+    the models built in (the run file's task.name and model)."""
     from zoo.config import variant
     from zoo.core import registry
+    from zoo.models.sources import BUILTIN_MODELS
+    from zoo.tasks import known_tasks
 
     try:
         comps = registry.available()
@@ -34,6 +37,8 @@ def list_cmd(
         out: dict[str, Any] = {} if kind == "variants" else dict(comps)
         if kind in (None, "variants"):
             out["variants"] = variants
+        if kind is None:
+            out.update(tasks=known_tasks(), models=list(BUILTIN_MODELS))
         print_json(out)
         return
     from zoo.core import kinds
@@ -48,6 +53,9 @@ def list_cmd(
                 table.add_row(row.kind, row.place(), ", ".join(comps[row.kind]) or "-")
     if kind in (None, "variants"):
         table.add_row("variants", "", ", ".join(variants))
+    if kind is None:
+        table.add_row("tasks", "not a slot: the run file's task.name", ", ".join(known_tasks()))
+        table.add_row("models", "not a slot: built in (run file's model)", ", ".join(BUILTIN_MODELS))
     console.print(table)
 
 

@@ -46,6 +46,10 @@ _WEIGHT_SUFFIXES = (".safetensors", ".bin", (".pt", ".pth"), ".gguf")
 _NOT_WEIGHTS = ("training_args", "optimizer", "scheduler", "rng_state")
 
 
+#: the model names zoo builds or ships itself (besides local directories and Hub ids), for `zoo list`
+BUILTIN_MODELS = (EMBEDDED_MODEL, f"{ARMS_PREFIX}<a>,<b>,...", f"{TINY_VLM_PREFIX}qwen2vl", f"{TINY_VLM_PREFIX}llava")
+
+
 @dataclass(frozen=True)
 class ModelSource:
     """Where a model comes from.

@@ -21,6 +21,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
+from zoo.core.media import image_digest
+
 
 class TaskError(ValueError):
     """A task spec that cannot be loaded: unknown name or key, bad value, missing column or data."""
@@ -65,6 +67,15 @@ def derive_seed(seed: int, role: str) -> int:
 def question_key(question: str) -> str:
     """The text used to compare problems across splits: whitespace collapsed, ends stripped."""
     return " ".join(str(question).split())
+
+
+def row_key(row: Mapping[str, Any]) -> str:
+    """What compares two rows as problems: `question_key` of the question, and of a row with `images`
+    the images' digests too (`zoo.core.media.image_digest`: "Find x." about two figures is two problems)."""
+    key = question_key(row["question"])
+    if row.get("images"):
+        key += "|" + ",".join(image_digest(x) for x in row["images"])
+    return key
 
 
 def check_keys(spec: Mapping[str, Any], allowed: Iterable[str], what: str) -> None:
@@ -117,7 +128,7 @@ def draw(
                 f"distinct problems outside the other splits; lower size/eval_size/fewshot or widen the config"
             )
         tries += 1
-        key = question_key(item["question"])
+        key = row_key(item)
         if key in exclude or (distinct and key in seen):
             continue
         seen.add(key)
@@ -126,7 +137,7 @@ def draw(
 
 
 def keys_of(rows: Iterable[Mapping[str, Any]]) -> set[str]:
-    return {question_key(r["question"]) for r in rows}
+    return {row_key(r) for r in rows}
 
 
 Loader = Callable[[dict[str, Any]], Task]

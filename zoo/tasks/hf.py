@@ -11,7 +11,10 @@ Loading goes through `datasets.load_dataset` (local files by extension: .json/.j
 the number after GSM8K's "####" (an answer it does not match stays whole, with a warning; matching
 no answer is a TaskError). Without `eval_split`, the eval rows are held out of `split`; for a
 local file, `eval_split` is the path of a second file and `split` is not used. Rows whose question or
-answer is null are skipped.
+answer is null are skipped. `image_column` (optional) names a column of images (one image or a list
+per row; a `datasets` Image feature gives PIL images): each row then carries them under `images` for a
+vision-language policy (docs/guides/images.md); `<image>` tags are taken out of the question, and two
+rows are one problem only when their images agree too (`zoo.tasks.base.row_key`).
 `size: null` takes every remaining row for training.
 """
 
@@ -35,6 +38,7 @@ DEFAULTS: dict[str, Any] = {
     "prompt_column": "question",
     "answer_column": "answer",
     "answer_pattern": None,
+    "image_column": None,
     "size": None,
     "seed": 0,
     "eval_size": 64,
@@ -76,12 +80,15 @@ def _load_split(path: str, subset: str | None, split: str, local_only: bool) -> 
 
 def _rows(ds: Any, s: Mapping[str, Any], source: str) -> list[dict[str, Any]]:
     cols = list(ds.column_names)
-    for key in ("prompt_column", "answer_column"):
+    for key in ("prompt_column", "answer_column", "image_column"):
+        if key == "image_column" and s[key] is None:
+            continue
         if s[key] not in cols:
             raise TaskError(f"dataset {s['path']!r} has no column {s[key]!r} ({key}); columns: {', '.join(cols)}")
     pattern = re.compile(s["answer_pattern"], re.MULTILINE) if s["answer_pattern"] else None
     out, missed = [], []
-    for i, (q, a) in enumerate(zip(ds[s["prompt_column"]], ds[s["answer_column"]])):
+    images = ds[s["image_column"]] if s["image_column"] else [None] * len(ds)
+    for i, (q, a, im) in enumerate(zip(ds[s["prompt_column"]], ds[s["answer_column"]], images)):
         if q is None or a is None:
             continue
         for key, value in (("prompt_column", q), ("answer_column", a)):
@@ -97,10 +104,20 @@ def _rows(ds: Any, s: Mapping[str, Any], source: str) -> list[dict[str, Any]]:
             if m is None:
                 missed.append((i, a))
             a = (m.group(1) if m.groups() else m.group(0)).strip() if m else a
-        out.append({"question": str(q), "answer": a, "source": source})
+        row = {"question": _without_image_tags(str(q)) if s["image_column"] else str(q), "answer": a, "source": source}
+        if s["image_column"]:  # one image or a list of them per row (PIL, or {"bytes": ...}): zoo.core.media
+            row["images"] = [] if im is None else list(im) if isinstance(im, (list, tuple)) else [im]
+        out.append(row)
     if missed:
         _pattern_misses(s, missed, len(out))
     return out
+
+
+def _without_image_tags(question: str) -> str:
+    """The question without `<image>` tags (geometry3k's and verl's convention for where the picture
+    goes): zoo places the images itself, before the text of the first user message (TRL's convention,
+    `zoo.backends.generate.images.with_image_parts`)."""
+    return question.replace("<image>", "").strip()
 
 
 def _pattern_misses(s: Mapping[str, Any], missed: list[tuple[int, str]], rows: int) -> None:
