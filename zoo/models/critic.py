@@ -51,9 +51,9 @@ class ValueModel(nn.Module):
         self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor | None = None, **media: Tensor
     ) -> Tensor:
         """Last hidden states [B, L, H] (position ids from the mask when None, C10; none at all for a
-        backbone that computes its own from `media`, Qwen2-VL's M-RoPE). media: an image task's
+        backbone that computes its own from the images in `media`, Qwen2-VL's M-RoPE). media: an image task's
         processor outputs for these rows (`zoo.core.media.media_inputs`), passed to the backbone."""
-        if position_ids is None and not (media and own_positions(self.backbone)):
+        if position_ids is None and not ("pixel_values" in media and own_positions(self.backbone)):
             position_ids = position_ids_from_mask(attention_mask)
         out = self.backbone(
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False, **media

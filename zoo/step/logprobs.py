@@ -158,7 +158,8 @@ def token_logprobs(
     media: the rows' images (`Batch.media`, N `RowMedia`): their processor outputs are passed to every
     forward, collated per micro-batch (`zoo.core.media.media_inputs`); prompts are then never shared
     (two rows with one text may hold different images), and a model that computes its own positions
-    (`own_positions`: Qwen2-VL's M-RoPE) is given none. None (text): the forwards are unchanged.
+    (`own_positions`: Qwen2-VL's M-RoPE) is given none where a row of the micro-batch has images (rows
+    without any get positions from the mask, as text). None (text): the forwards are unchanged.
     Raises ValueError for shape mismatches, n_completion outside [1, L-1] or temperature <= 0.
     """
     logp, entropy, _ = token_stats(
@@ -207,7 +208,7 @@ def token_stats(
     keep = accepts_logits_to_keep(model)
     position_ids = position_ids_from_mask(attention_mask)  # [N, L]
     share = share_prompts and media is None and _can_share_prompts(model)
-    positions = media is None or not own_positions(model)
+    own = media is not None and own_positions(model)
     flags = (temperature, with_entropy, entropy_grad, with_sum_sq)
     mb = micro_batch or N
     parts = []  # per micro-batch (logp, entropy or None, sum_sq or None)
@@ -217,9 +218,13 @@ def token_stats(
         if shared is not None:
             parts.append(shared)
             continue
-        kwargs = dict(input_ids=ids, attention_mask=att, position_ids=pos if positions else None, use_cache=False)
+        kwargs = dict(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=False)
         if media is not None:  # the rows' images, collated for these rows (zoo.core.media)
             kwargs.update(media_inputs(media[s : s + mb], att[:, : L - T], L, ids.device))
+            # M-RoPE from the images: the model's own positions; a micro-batch without any image keeps the
+            # mask's (C10; under RoPE the model's 0-based ones would differ only by a shift per row)
+            if own and any(m.items for m in media[s : s + mb]):
+                kwargs["position_ids"] = None
         if keep:
             kwargs["logits_to_keep"] = T + 1
         logits = model(**kwargs).logits  # [mb, T+1, V] (or [mb, L, V] without logits_to_keep)
