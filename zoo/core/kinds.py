@@ -130,7 +130,9 @@ class Generator(Protocol):
     def generate(self, prompts: Sequence, group_size: int, sampling: SamplingParams, /) -> Batch:
         """N = len(prompts) x G completions -> Batch (prompt-major) with `logp_rollout [N, T]`: the
         log-softmax of the distribution each token was drawn from, after temperature, top-k, top-p
-        (transformers' order), 0 off the loss mask."""
+        (transformers' order), 0 off the loss mask. A generator that samples with images in prompts
+        (the `hf` one) also has a `processor` attribute and takes each prompt's images as a fourth
+        positional argument, filling `Batch.media` (docs/guides/images.md)."""
 
     def continue_(
         self, prefix_ids: Sequence[Sequence[int]], sampling: SamplingParams, stop: Sequence[str], /
