@@ -38,6 +38,12 @@ def test_images_need_the_hf_generator_and_no_env():
     assert not [e for e in ok.errors if "images" in e]
 
 
+def test_an_unknown_tiny_vlm_is_named():
+    rep, _ = checks.before_load(_cfg("tiny-vlm:gpt", IMAGES))
+    assert "model: unknown tiny VLM 'tiny-vlm:gpt'; known: tiny-vlm:qwen2vl, tiny-vlm:llava" in rep.errors
+    assert checks.check_loadable(_cfg("tiny-vlm:gpt", IMAGES), None).notes  # no crash: a note, nothing loaded
+
+
 def test_a_hub_model_not_in_the_cache_is_a_note_not_a_guess():
     rep, _ = checks.before_load(_cfg("someone/not-cached-vl-model", IMAGES))
     assert not [e for e in rep.errors if "images" in e]

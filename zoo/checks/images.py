@@ -79,6 +79,13 @@ def mismatch(has_images: bool | None, takes_images: bool | None, model: Any, tas
 def images(s: BeforeLoad, rep: Report) -> None:
     """The task's `images` against the policy (`mismatch`), the generators and the environment."""
     cfg = s.cfg
+    from zoo.models.tiny_vlm import TINY_VLM_KINDS, TINY_VLM_PREFIX
+
+    m = str(cfg.model).strip()
+    if m.startswith(TINY_VLM_PREFIX) and m[len(TINY_VLM_PREFIX) :] not in TINY_VLM_KINDS:
+        known = ", ".join(TINY_VLM_PREFIX + k for k in TINY_VLM_KINDS)
+        rep.errors.append(f"model: unknown tiny VLM {m!r}; known: {known}")
+        return
     has, takes = task_has_images(cfg.task), model_takes_images(cfg.model)
     if (err := mismatch(has, takes, cfg.model, cfg.task)) is not None:
         rep.errors.append(err)

@@ -110,7 +110,10 @@ def model_files(cfg: Any) -> tuple[Any, Any] | None:
     if m in EMBEDDED_ALIASES:
         d: Path | None = cache_root() / "models" / EMBEDDED_MODEL
     elif m.startswith(TINY_VLM_PREFIX):  # built in code in a second (zoo.models.tiny_vlm), then cached
-        d = tiny_vlm_dir(m, cache_root())
+        try:
+            d = tiny_vlm_dir(m, cache_root())
+        except ValueError:  # an unknown kind: the `images` check names it
+            return None
     else:
         d = settings.local_path(m)
     if d is None or not (d / "config.json").is_file():

@@ -148,6 +148,7 @@ def tiny_llava_and_processor(seed: int = 0, hidden: int = 64, layers: int = 2):
 
 TINY_VLM_PREFIX = "tiny-vlm:"
 _BUILDERS = {"qwen2vl": tiny_qwen2vl_and_processor, "llava": tiny_llava_and_processor}
+TINY_VLM_KINDS = tuple(_BUILDERS)
 _VERSION = 1
 
 
