@@ -41,6 +41,7 @@ NEWER = {
     "recipe_transfer.yaml",
     "clip_higher_entropy.yaml",
     "distill.yaml",
+    "vlm_geometry_qwen25vl3b.yaml",
 }
 
 
