@@ -24,6 +24,12 @@ from zoo.step.forwards import autocast
 from zoo.step.types import RunState
 
 
+def _with_processor(st: RunState) -> dict[str, Any]:
+    """`build_generator`'s processor keyword for a vision-language policy; none for text (called as before)."""
+    processor = getattr(st.models, "processor", None)
+    return {} if processor is None else {"processor": processor}
+
+
 def evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, float]]:
     """The run's held-out evaluation ({} when disabled or without a correctness reward). With
     `announce` it says on stderr what it evaluates and what it measured (the pause before the first
@@ -35,7 +41,7 @@ def evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, fl
     rows = st.task.eval[: cfg.eval.size]
     own = cfg.eval.backend is not None  # a generator of its own, else the run's (a wrapper's inner)
     gen = (
-        build_generator(cfg.eval.backend, st.models.policy, st.models.tokenizer, getattr(st.models, "processor", None))
+        build_generator(cfg.eval.backend, st.models.policy, st.models.tokenizer, **_with_processor(st))
         if own
         else eval_generator(
             st.generator

@@ -125,9 +125,14 @@ def setup(
         controllers=[c() for c in slots.controllers],
         provenance=prov,
         gold=[c for c, _ in gold],
-        generator=build_generator(cfg.sampling.backend, policy, models.tokenizer, models.processor),  # once per run
+        generator=build_generator(cfg.sampling.backend, policy, models.tokenizer, **_with_processor(models.processor)),
         teacher=teacher,
     )
+
+
+def _with_processor(processor: Any) -> dict[str, Any]:
+    """`build_generator`'s processor keyword for a vision-language policy; none for text (called as before)."""
+    return {} if processor is None else {"processor": processor}
 
 
 def _task_streams(cfg: RunConfig) -> tuple[Any, Any, Any]:
