@@ -25,12 +25,13 @@ from zoo.backends.generate import progress as step_progress
 from zoo.backends.generate.warping import RolloutLogprobs, processor_list
 from zoo.core.batch import Batch
 from zoo.models.forward import (
-    accepts_logits_to_keep,
     cache_arg,
-    expandable_cache,
     inner_lm,
     one_row_each,
     position_ids_from_mask,
+    prefix_first,
+    prompt_cache,
+    shared_prefix_len,
 )
 
 
@@ -245,11 +246,13 @@ def _sample_chunks(
     with eval_no_grad(model), neutral_generation_config(model):
         for s in range(0, N, micro_batch):
             rows = slice(s, s + micro_batch)
-            prefix = _shared_prefill(model, ids[rows], mask[rows], prompt_index[rows]) if share_prompts else {}
+            g_ids, g_mask, prefix = ids[rows], mask[rows], {}
+            if share_prompts:
+                g_ids, g_mask, prefix = _shared_prefill(model, g_ids, g_mask, prompt_index[rows])
             rec = RolloutLogprobs()
             out = model.generate(
-                input_ids=ids[rows],
-                attention_mask=mask[rows],
+                input_ids=g_ids,
+                attention_mask=g_mask,
                 generation_config=gen_config,
                 logits_processor=processors(rec),
                 **prefix,  # [mb, P + T_chunk]
@@ -326,32 +329,35 @@ def sampling_config(
     )
 
 
-def _shared_prefill(model: nn.Module, ids: Tensor, mask: Tensor, prompt_index: Tensor) -> dict:
-    """A KV cache for rows [n, P] whose prompts repeat: the distinct prompts' first P-1 tokens run
-    once and the cache is expanded to the n rows; `generate` then runs only the last prompt token per
-    row. Returns {cache kwarg: cache}, or {} when nothing repeats or the model takes no cache."""
+def _shared_prefill(model: nn.Module, ids: Tensor, mask: Tensor, prompt_index: Tensor) -> tuple[Tensor, Tensor, dict]:
+    """A KV cache for rows [n, P] whose prompts repeat or share a prefix: the distinct prompts' first P-1
+    tokens run once, a prefix that every prompt starts with (`shared_prefix_len`) once for all, and the
+    cache is expanded to the n rows; `generate` then runs only the last prompt token per row.
+    Returns (ids, mask, {cache kwarg: cache}) for `generate`: with a shared prefix, ids and mask in
+    `prefix_first` column order (the same tokens and positions, pads after the prefix); (ids, mask, {})
+    when nothing repeats or the model takes no cache."""
     name = cache_arg(model)
     n, P = ids.shape
     if name is None or P < 2:
-        return {}
+        return ids, mask, {}
+    K = min(shared_prefix_len(ids, mask), P - 1)
     uniq, inverse = torch.unique(prompt_index, return_inverse=True)
     U = uniq.shape[0]
-    if U == n:
-        return {}
+    if U == n and not K:
+        return ids, mask, {}
     first = one_row_each(inverse, U)  # [U]
-    pm = mask[first, : P - 1]
+    g_ids, g_mask = ids, mask
+    if K:
+        order = prefix_first(mask, K)  # [n, P]
+        g_ids, g_mask = ids.gather(1, order), mask.gather(1, order)
+    pm = g_mask[first, : P - 1]
     if not bool(pm.bool().any(1).all()):
-        return {}  # a one-token prompt: nothing to prefill for it
-    kwargs = dict(
-        input_ids=ids[first, : P - 1], attention_mask=pm, position_ids=position_ids_from_mask(pm), use_cache=True
-    )
-    if accepts_logits_to_keep(model):
-        kwargs["logits_to_keep"] = 1
-    cache = expandable_cache(model(**kwargs))
+        return ids, mask, {}  # a one-token prompt: nothing to prefill for it
+    cache, _ = prompt_cache(model, g_ids[first, : P - 1], pm, position_ids_from_mask(pm), K, last_logits=False)
     if cache is None:
-        return {}
+        return ids, mask, {}
     cache.batch_select_indices(inverse)
-    return {name: cache}
+    return g_ids, g_mask, {name: cache}
 
 
 def decode_completions(tokenizer, completion_ids: Tensor, mask: Tensor, truncated: Tensor) -> list[str]:
