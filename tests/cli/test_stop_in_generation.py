@@ -71,3 +71,24 @@ def test_sigterm_in_generation_stops_within_seconds_and_the_run_resumes(tiny_mod
     assert again.returncode == 0 and "finished" in again.stdout, again.stdout + again.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["steps"] == 2
+
+
+@pytest.mark.parametrize("code,frozen", [(143, True), (130, True), (1, False), (0, False)])
+def test_an_interrupted_exit_skips_the_final_collection(monkeypatch, code, frozen):
+    """`zoo` exiting 130 / 143 freezes the objects alive (gc.freeze), so the interpreter's last collection
+    does not walk a huge step's prompts (4 s before, 0.2-0.6 s after, measured on a 500,000 x 2 step)."""
+    import gc
+
+    from zoo.cli import entry
+
+    def exits():
+        raise SystemExit(code)
+
+    monkeypatch.setattr(entry, "app", exits)
+    gc.unfreeze()
+    try:
+        with pytest.raises(SystemExit) as e:
+            entry.main()
+        assert e.value.code == code and (gc.get_freeze_count() > 0) == frozen
+    finally:
+        gc.unfreeze()
