@@ -8,7 +8,9 @@ import math
 import pytest
 import torch
 
+from zoo.components.advantage.peer import otb_baseline
 from zoo.components.aggregate import seq_mean_token_mean, seq_mean_token_sum, token_mean
+from zoo.components.clip.cov import kl_cov_selection
 from zoo.components.clip.divergence import dppo
 from zoo.components.clip.peer import luspo, vespo, vespo_weight
 from zoo.components.clip.ppo import cispo, ppo, two_sided_clip
@@ -216,3 +218,40 @@ def test_icepop_band_against_verls_example():
     inp = _inputs([[0.0]], [[0.0]], [[1.0]], [[-math.log(3.0)]])
     assert icepop(inp).item() == pytest.approx(3.0, rel=1e-6)
     assert mis(inp, c_low=0.5, c_high=2.0).item() == 0.0
+
+
+def test_otb_without_the_rollout_is_scaling_of_verl():
+    """verl `compute_optimal_token_baseline_advantage` scales each token's energy by the rollout IS weight
+    squared before the cumulative sum, when given; zoo's `otb` does not. One group of two 1-token rows,
+    returns [1, 0], energies [1, 1], IS weights [2, 1]: zoo's baseline 0.5 (advantages [0.5, -0.5]),
+    verl's 4 / 5 = 0.8 ([0.2, -0.8])."""
+    g, e, mask, gids = _t([[1.0], [0.0]]), _t([[1.0], [1.0]]), _ones(2, 1), torch.tensor([0, 0])
+    ours = otb_baseline(g, e, mask, gids)
+    verl = otb_baseline(g, e * _t([[2.0], [1.0]]) ** 2, mask, gids)  # verl's W from rho^2 x energy
+    assert (g - ours)[:, 0].tolist() == pytest.approx([0.5, -0.5]) and (g - verl)[:, 0].tolist() == pytest.approx(
+        [0.2, -0.8]
+    )
+
+
+def test_seq_mean_over_every_row_against_verls_non_empty_rows():
+    """verl `agg_loss` (seq-mean-token-mean, no global_batch_size) divides by the rows with a real token; zoo
+    by every row of the step. Row losses 1 and 2 and a row without real tokens: zoo 3 / 3 = 1, verl 3 / 2."""
+    mask = torch.tensor([[True], [True], [False]])
+    loss = _t([[1.0], [2.0], [0.0]])
+    ours = seq_mean_token_mean(loss, mask, StepCounts.of(mask)).item()
+    rows = mask.any(-1)
+    verl = ((loss * mask).sum(-1) / mask.sum(-1).clamp(min=1))[rows].sum().item() / rows.sum().item()
+    assert ours == pytest.approx(1.0) and verl == pytest.approx(1.5)
+
+
+def test_kl_cov_over_the_step_against_verls_micro_batch_call():
+    """verl `compute_policy_loss_kl_cov` selects within each micro-batch call (our `scope: micro`); zoo's
+    default selects over the optimizer step. Two micro-batches, logp [0, 1, 2] / [3, 4, 5], A [0, 0, 3] /
+    [2, 1, 0], ratio 1/3: over the step the covariances (means 2.5 and 1) are [2.5, 1.5, -1, 0.5, 0, -2.5],
+    so the step picks the tokens of logp 0 and 1; per micro-batch (means 1, 1 and 4, 1) the tokens of logp
+    2 and 4: no token in common."""
+    logp, adv = _t([[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]), _t([[0.0, 0.0, 3.0], [2.0, 1.0, 0.0]])
+    fields = {"logp": logp, "advantages": adv, "mask": _ones(2, 3), "completion_ids": torch.arange(6).view(2, 3)}
+    step = kl_cov_selection(fields, ratio=1 / 3)
+    micro = torch.cat([kl_cov_selection({k: v[i : i + 1] for k, v in fields.items()}, ratio=1 / 3) for i in range(2)])
+    assert logp[step].tolist() == [0.0, 1.0] and logp[micro].tolist() == [2.0, 4.0]
