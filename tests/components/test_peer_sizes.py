@@ -8,20 +8,21 @@ import math
 import pytest
 import torch
 
-from zoo.components.advantage.peer import otb_baseline
+from zoo.components.advantage.peer import opo, otb_baseline
 from zoo.components.aggregate import seq_mean_token_mean, seq_mean_token_sum, token_mean
 from zoo.components.clip.cov import kl_cov_selection
 from zoo.components.clip.divergence import dppo
 from zoo.components.clip.peer import luspo, vespo, vespo_weight
 from zoo.components.clip.ppo import cispo, ppo, two_sided_clip
 from zoo.components.clip.soft import gmpo, sapo
+from zoo.components.controllers import AdaptiveEntropy
 from zoo.components.correction.base import mis, tis
 from zoo.components.correction.entropy import top_entropy_mask
 from zoo.components.correction.m2po import icepop
 from zoo.components.correction.offpolicy import off_policy_sequence_mask
 from zoo.components.loss.base import kl
 from zoo.components.normalize import batch_std, group_std
-from zoo.core.types import StepCounts, TermInputs
+from zoo.core.types import AdvantageInputs, StepCounts, TermInputs
 
 
 def _t(x):
@@ -255,3 +256,21 @@ def test_kl_cov_over_the_step_against_verls_micro_batch_call():
     step = kl_cov_selection(fields, ratio=1 / 3)
     micro = torch.cat([kl_cov_selection({k: v[i : i + 1] for k, v in fields.items()}, ratio=1 / 3) for i in range(2)])
     assert logp[step].tolist() == [0.0, 1.0] and logp[micro].tolist() == [2.0, 4.0]
+
+
+def test_opo_one_member_group_against_verls_zero_baseline():
+    """verl `compute_opo_outcome_advantage` gives a group of one the baseline 0, so A = score; zoo's `opo`
+    gives a lone member 0. Score 1: verl 1, zoo 0 (the two-member group is the same in both: 0.5, -0.5)."""
+    s = _t([1.0, 0.0, 1.0])
+    mask, gids = _ones(3, 1), torch.tensor([0, 0, 1])
+    ours = opo(AdvantageInputs(s, mask, gids, torch.zeros(3, 1, dtype=torch.float64))).advantages[:, 0]
+    assert ours.tolist() == pytest.approx([0.5, -0.5, 0.0]) and s[2].item() - 0.0 == 1.0  # verl: score - 0
+
+
+def test_adaptive_entropy_at_the_target_against_trls_step():
+    """TRL `use_adaptive_entropy` raises the coefficient by delta unless the entropy is above the target;
+    zoo keeps it at the target (the paper's three cases). c = 0.01, entropy = target 0.2: zoo 0.01, TRL 0.015."""
+    c = AdaptiveEntropy(target=0.2, delta=0.005, coef=0.01, max_coef=1.0)
+    c.update({"entropy": 0.2}, 10.0, 2.0)
+    trl = 0.01 + 0.005 if not 0.2 > 0.2 else 0.01 - 0.005
+    assert c.coef == pytest.approx(0.01) and trl == pytest.approx(0.015)
