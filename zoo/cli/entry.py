@@ -43,6 +43,12 @@ def main() -> None:
     traceback)."""
     try:
         app()
+    except SystemExit as e:
+        if e.code in (130, 143):  # interrupted (zoo.cli.stopping.interrupt_code): end now
+            from zoo.cli.stopping import skip_final_collection
+
+            skip_final_collection()
+        raise
     except (
         ValueError,
         KeyError,
