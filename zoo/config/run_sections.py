@@ -170,6 +170,26 @@ class Guards(Strict):
     )
 
 
+class Async(Strict):
+    """Asynchronous training with a staleness bound (docs/guides/async.md): rollout workers generate
+    groups with older weights while the trainer trains; the capacity rule (AReaL arXiv:2505.24298 §5.1,
+    SkyRL's `max_staleness_steps`) paces them so no group is trained more than `max_staleness`
+    policy versions after the weights it was sampled with."""
+
+    max_staleness: int = Field(
+        ...,
+        ge=0,
+        description="k: a group sampled with policy version v is trained at step <= v + k "
+        "(0: every group is sampled with the weights that train on it, the synchronous algorithm)",
+    )
+    workers: int = Field(1, ge=1, description="rollout workers, each with its own copy of the policy")
+    backend: Literal["thread", "ray"] = Field(
+        "thread",
+        description="thread: each worker a thread of the trainer's process; ray: each worker a Ray "
+        "actor (its own process; `pip install 'variant-zoo[ray]'`)",
+    )
+
+
 class Checkpoint(Strict):
     every: int = Field(1, ge=1, description="save every N steps (and always at the end)")
 
