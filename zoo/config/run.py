@@ -15,9 +15,9 @@ from zoo.config.distill import TeacherConfig
 from zoo.config.overrides import OverrideError, apply_dotted, did_you_mean
 from zoo.config.run_sections import (
     EVAL_BATCH,
-    Async,
     GENERATE_BATCH,
     MAX_NAME_CHARS,
+    Async,
     Beta,
     Budget,
     Checkpoint,
