@@ -34,15 +34,16 @@ def _workers(st: RunState, n: int, backend: str) -> list[Any]:
 
     from zoo.backends.generate.rollout_worker import RolloutWorker
 
-    config, tok = inner_lm(st.models.policy).config, st.models.tokenizer
+    lm, tok = inner_lm(st.models.policy), st.models.tokenizer
+    config, gc = lm.config, lm.generation_config  # the policy's stop ids (e.g. the arms: model's)
     dtype = next(st.models.policy.parameters()).dtype
     if backend == "ray":
         from zoo.backends.generate.ray_worker import RayWorker, init_local_ray
 
         init_local_ray(num_cpus=n)
-        return [RayWorker(config, tok, dtype, threads=1) for _ in range(n)]
+        return [RayWorker(config, tok, dtype, threads=1, generation_config=gc) for _ in range(n)]
     device = st.device if st.device.type != "cuda" else torch.device("cuda", torch.cuda.current_device())
-    return [RolloutWorker(config, tok, dtype).to_device(device) for _ in range(n)]
+    return [RolloutWorker(config, tok, dtype, generation_config=gc).to_device(device) for _ in range(n)]
 
 
 def _sampling(st: RunState) -> SamplingParams:

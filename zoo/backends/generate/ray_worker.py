@@ -45,11 +45,18 @@ def init_local_ray(num_cpus: int) -> None:
 class RayWorker:
     """A RolloutWorker in a Ray actor (one CPU, `threads` torch threads), called like the local one."""
 
-    def __init__(self, config: Any, tokenizer: Any, dtype: torch.dtype = torch.float32, threads: int = 1):
+    def __init__(
+        self,
+        config: Any,
+        tokenizer: Any,
+        dtype: torch.dtype = torch.float32,
+        threads: int = 1,
+        generation_config: Any = None,
+    ):
         ray = _ray()
         self._ray = ray
         actor = ray.remote(num_cpus=1, max_restarts=0)(RolloutWorker)
-        self.actor = actor.remote(config, tokenizer, dtype, threads)
+        self.actor = actor.remote(config, tokenizer, dtype, threads, generation_config)
         self.version = -1
 
     def accept(self, policy: PolicyVersion, /) -> int:

@@ -32,9 +32,19 @@ class RolloutWorker:
     """`zoo.core.kinds.WeightReceiver` and a group sampler over a transformers causal LM built from
     `config` (base-model parameter names, as `PolicyVersion` sends them). version: the policy version
     it samples with (-1 before the first `accept`). threads: torch's intra-op threads in a worker
-    process (None: leave them; a thread worker shares the trainer's)."""
+    process (None: leave them; a thread worker shares the trainer's). generation_config: the policy's
+    (its stop ids, e.g. the `arms:` model's arms; default: what `config` implies)."""
 
-    def __init__(self, config: Any, tokenizer: Any, dtype: torch.dtype = torch.float32, threads: int | None = None):
+    def __init__(
+        self,
+        config: Any,
+        tokenizer: Any,
+        dtype: torch.dtype = torch.float32,
+        threads: int | None = None,
+        generation_config: Any = None,
+    ):
+        import copy
+
         from transformers import AutoModelForCausalLM
 
         if threads is not None:
@@ -42,6 +52,8 @@ class RolloutWorker:
         self.tokenizer = tokenizer
         self.model = AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
         self.model.requires_grad_(False)
+        if generation_config is not None:
+            self.model.generation_config = copy.deepcopy(generation_config)
         self.version = -1
 
     def accept(self, policy: PolicyVersion, /) -> int:
