@@ -32,7 +32,7 @@ def test_no_block_is_the_synchronous_run_and_a_block_reads_back():
         ({"max_staleness": -1}, "key 'async.max_staleness': Input should be greater than or equal to 0"),
         ({"workers": 2}, "key 'async.max_staleness': Field required"),
         ({"max_staleness": 1, "workers": 0}, "key 'async.workers': Input should be greater than or equal to 1"),
-        ({"max_staleness": 1, "backend": "mp"}, "key 'async.backend': Input should be 'thread' or 'ray'"),
+        ({"max_staleness": 1, "backend": "mp"}, "key 'async.backend': Input should be 'thread', 'ray' or 'simulated'"),
         (
             {"max_staleness": 1, "stale": 2},
             "key 'async.stale' is not allowed; allowed: max_staleness, workers, backend",

@@ -183,10 +183,12 @@ class Async(Strict):
         "(0: every group is sampled with the weights that train on it, the synchronous algorithm)",
     )
     workers: int = Field(1, ge=1, description="rollout workers, each with its own copy of the policy")
-    backend: Literal["thread", "ray"] = Field(
+    backend: Literal["thread", "ray", "simulated"] = Field(
         "thread",
         description="thread: each worker a thread of the trainer's process; ray: each worker a Ray "
-        "actor (its own process; `pip install 'variant-zoo[ray]'`)",
+        "actor (its own process; `pip install 'variant-zoo[ray]'`); simulated: no workers, step s "
+        "samples in the trainer's process with the weights of step s - k (exact staleness for studies; "
+        "`workers` is not used)",
     )
 
 

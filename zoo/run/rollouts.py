@@ -23,6 +23,7 @@ from zoo.core.generator_types import SamplingParams
 from zoo.models.forward import inner_lm
 from zoo.step.pacing import Pacer
 from zoo.step.producer import Producer, published
+from zoo.step.simulated import SimulatedProducer
 from zoo.step.types import RunState
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,10 @@ def open_rollouts(st: RunState, saved: dict[str, Any] | None = None) -> None:
         stream_state=st.stream.state_dict,
         start_step=st.step,
     )
-    p = Producer(_workers(st, a.workers, a.backend), pacer, st.variant.group_size, _sampling(st))
+    if a.backend == "simulated":  # one worker used inline: step s samples with version s - k
+        p: Any = SimulatedProducer(_workers(st, 1, "thread")[0], pacer, st.variant.group_size, _sampling(st))
+    else:
+        p = Producer(_workers(st, a.workers, a.backend), pacer, st.variant.group_size, _sampling(st))
     if saved is not None:
         n = len(saved.get("pending") or [])
         p.pending_metrics["async/regenerated"] = float(n)
