@@ -172,8 +172,8 @@ class Guards(Strict):
 
 class Async(Strict):
     """Asynchronous training with a staleness bound (docs/guides/async.md): rollout workers generate
-    groups with older weights while the trainer trains; the capacity rule (AReaL arXiv:2505.24298 §5.1,
-    SkyRL's `max_staleness_steps`) paces them so no group is trained more than `max_staleness`
+    groups with older weights while the trainer trains; the capacity rule (AReaL arXiv:2505.24298, "staleness-aware
+    training", `max_head_offpolicyness`; SkyRL's `max_staleness_steps`) paces them so no group is trained more than `max_staleness`
     policy versions after the weights it was sampled with."""
 
     max_staleness: int = Field(

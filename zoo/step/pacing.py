@@ -11,7 +11,8 @@ run's prompt stream when its first slot is dispatched, so step s trains on the p
 run's step s draws) and its sampling seed from (seed, step, group) (`group_seed`), so every arm of a
 study sees the same prompts and the same draws whatever the workers' timing.
 
-Capacity rule (AReaL, arXiv:2505.24298 §5.1 "staleness-aware training"; SkyRL's `max_staleness_steps`):
+Capacity rule (AReaL arXiv:2505.24298, "staleness-aware training", `rollout.max_head_offpolicyness`;
+SkyRL's `max_staleness_steps`):
 with the newest published version v and the bound k,
 
     accepted + running groups (counted over the run)  <=  B x (v + k + 1)
