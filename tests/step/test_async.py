@@ -110,7 +110,6 @@ class SlowWorker(RolloutWorker):
 
 def test_a_slow_trainer_reaches_staleness_k_and_overlaps_generation(tiny_model_dir, tmp_path, monkeypatch):
     k, train_s = 2, 0.4
-    monkeypatch.setattr(rollouts, "RolloutWorker", SlowWorker, raising=False)
     monkeypatch.setattr("zoo.backends.generate.rollout_worker.RolloutWorker", SlowWorker)
     st = trainer.setup(_cfg(tiny_model_dir, tmp_path, k=k, steps=7))
     rollouts.open_rollouts(st)
