@@ -41,6 +41,7 @@ NEWER = {
     "recipe_transfer.yaml",
     "clip_higher_entropy.yaml",
     "distill.yaml",
+    "staleness.yaml",
 }
 
 

@@ -175,6 +175,7 @@ def generate_rollout(
     share_prompts: bool = True,
     min_new_tokens: int = 0,
     logits_processors: Sequence = (),
+    generator: torch.Generator | None = None,
 ) -> Batch:
     """Sample `group_size` completions per prompt with HF `generate` -> `Batch` (N = len(prompts) * G).
 
@@ -199,7 +200,9 @@ def generate_rollout(
     min_new_tokens: stop ids are suppressed until a completion has this many tokens (HF's
         `min_new_tokens`); `max_new_tokens` makes every completion full length (benchmarks).
     logits_processors: extra `transformers.LogitsProcessor`s on the raw logits, before the warping.
-    Seeding is the caller's: `torch.manual_seed(...)` before the call.
+    Seeding is the caller's: `torch.manual_seed(...)` before the call, or `generator`: the draws then
+        come from it alone (`warping.SeededDraw` after the recorder, `generate` in greedy mode), never
+        from torch's global RNG (a rollout worker in a thread, zoo/backends/generate/rollout_worker.py).
     The model runs in eval mode under no_grad; its train/eval mode is restored afterwards. Works on
     any device (inputs follow the model's parameters).
     Raises ValueError for group_size < 1, max_new_tokens < 1, temperature <= 0 when sampling, or a
@@ -210,8 +213,13 @@ def generate_rollout(
     stops = list(eos_token_ids) if eos_token_ids is not None else stop_token_ids(model, tokenizer)
     pad_id = int(tokenizer.pad_token_id)
     ids, mask, prompt_index = _grouped_prompts(tokenizer, prompts, group_size, device)  # [N, P], [N, P], [N]
-    gen_config = sampling_config(max_new_tokens, min_new_tokens, do_sample, pad_id, stops, tokenizer.bos_token_id)
-    processors = partial(processor_list, logits_processors, temperature, int(top_k or 0), top_p, do_sample)
+    own_draw = generator is not None and do_sample  # SeededDraw picks the token, generate takes the argmax
+    gen_config = sampling_config(
+        max_new_tokens, min_new_tokens, do_sample and not own_draw, pad_id, stops, tokenizer.bos_token_id
+    )
+    processors = partial(
+        processor_list, logits_processors, temperature, int(top_k or 0), top_p, do_sample, generator=generator
+    )
     chunks, logps = _sample_chunks(
         model, ids, mask, prompt_index, gen_config, processors, micro_batch or ids.shape[0], share_prompts
     )
