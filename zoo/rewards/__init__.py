@@ -17,6 +17,7 @@ A critic started from the reward model (`critic: {init: reward_model}`) is zoo.r
 """
 
 from zoo.rewards import bandit  # noqa: F401  (registers arm_bernoulli, arm_gaussian)
+from zoo.rewards import tta  # noqa: F401  (registers tta_alignment, tta_dispersion)
 from zoo.rewards.builtin import BOXED_PATTERN, correctness, format_reward, length
 from zoo.rewards.compute import (
     RewardScores,

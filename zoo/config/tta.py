@@ -1,0 +1,96 @@
+"""The `zoo tta` file: test-time adaptation of a `dual_encoder` policy (issue 32 §3, GRPO-TTA).
+
+    tta:                        # the key that marks a file as a `zoo tta` file (`zoo validate` too)
+      variant: grpo_tta         # the update's slots (registry/grpo_tta.yaml); group_size = K candidates
+      policy: {source: dual_encoder, seed: 0, pretrain_steps: 150, pretrain_size: 180}
+      adapt: norms              # visual | norms
+      candidates: topk          # topk | sample
+      rewards: [tta_alignment, tta_dispersion]
+      steps: 3
+      lr: 1.0e-3
+      views: 16
+      keep: 0.25
+      reset: episodic           # episodic | none
+      data: {size: 27, seed: 1, shift: noise, severity: 3}
+
+Every key, its default and its source ("paper", "RLCF" or "ours") is in docs/reference/grpo-tta.md.
+Errors name the file and the key (`zoo.config.schema.format_validation`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError
+
+from zoo.config.schema import Spec, Strict, format_validation
+from zoo.config.variant_files import VariantError, read_yaml_file
+
+
+class PolicySpec(Strict):
+    """Which dual encoder: `dual_encoder` is a tiny CLIP built in code (zoo.models.dual_encoder),
+    pre-trained contrastively on clean `tta_shapes` images for `pretrain_steps` (0 = random weights)."""
+
+    source: Literal["dual_encoder"] = "dual_encoder"
+    seed: int = Field(0, ge=0)
+    pretrain_steps: int = Field(150, ge=0)
+    pretrain_size: int = Field(180, ge=1)
+    pretrain_lr: float = Field(3e-3, gt=0)
+    image_size: int = Field(32, ge=8)
+    hidden: int = Field(32, ge=8)
+    layers: int = Field(2, ge=1)
+
+
+class DataSpec(Strict):
+    """The test images: `tta_shapes` rows (zoo.tasks.shapes), labelled so accuracy can be reported
+    (the labels are never read by the update)."""
+
+    name: Literal["tta_shapes"] = "tta_shapes"
+    size: int = Field(27, ge=1)
+    seed: int = Field(1, ge=0)
+    shift: Literal["none", "noise", "blur", "contrast"] = "none"
+    severity: int = Field(0, ge=0, le=5)
+
+
+class TTASpec(Strict):
+    variant: str = "grpo_tta"
+    policy: PolicySpec = Field(default_factory=PolicySpec)
+    adapt: Literal["visual", "norms"] = "norms"
+    candidates: Literal["topk", "sample"] = "topk"
+    rewards: list[Spec] = Field(default_factory=lambda: ["tta_alignment", "tta_dispersion"], min_length=1)
+    steps: int = Field(3, ge=0)
+    lr: float = Field(1e-3, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    views: int = Field(16, ge=1)
+    keep: float = Field(0.25, gt=0, le=1)
+    reset: Literal["episodic", "none"] = "episodic"
+    seed: int = Field(0, ge=0)
+    data: DataSpec = Field(default_factory=DataSpec)
+
+
+class TTAFile(Strict):
+    tta: TTASpec
+    name: str = "grpo_tta"
+    out: str | None = None
+
+
+def is_tta_file(data: Any) -> bool:
+    """A mapping with a top-level `tta:` key."""
+    return isinstance(data, dict) and "tta" in data
+
+
+def parse_tta(data: Any, where: str) -> TTAFile:
+    """Validate a `zoo tta` mapping; raises VariantError naming `where` and the key."""
+    if not is_tta_file(data):
+        raise VariantError(f"{where}: a `zoo tta` file needs a top-level 'tta' mapping")
+    try:
+        return TTAFile.model_validate(data)
+    except ValidationError as e:
+        raise VariantError(format_validation(e, where, TTAFile)) from None
+
+
+def load_tta_file(path: str | Path) -> TTAFile:
+    """Read and validate a `zoo tta` file (schema only; `zoo.run.tta.check_tta` checks the variant
+    and rewards against what the adaptation supports)."""
+    return parse_tta(read_yaml_file(path), str(path))
