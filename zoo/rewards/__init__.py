@@ -16,8 +16,10 @@ where a reward raised or returned None. Accuracy is score == 1.0 (`correct`, `ac
 A critic started from the reward model (`critic: {init: reward_model}`) is zoo.rewards.critic_init.
 """
 
-from zoo.rewards import bandit  # noqa: F401  (registers arm_bernoulli, arm_gaussian)
-from zoo.rewards import tta  # noqa: F401  (registers tta_alignment, tta_dispersion)
+from zoo.rewards import (
+    bandit,  # noqa: F401  (registers arm_bernoulli, arm_gaussian)
+    tta,  # noqa: F401  (registers tta_alignment, tta_dispersion)
+)
 from zoo.rewards.builtin import BOXED_PATTERN, correctness, format_reward, length
 from zoo.rewards.compute import (
     RewardScores,
