@@ -1,6 +1,6 @@
 """`zoo tta`: test-time adaptation of a `dual_encoder` policy, one unlabelled image at a time (issue 32 §3).
 
-    result = run_tta(load_tta_file("examples/grpo_tta.yaml").tta)
+    result = run_tta(load_tta_file("examples/tta_grpo.yaml").tta)
     result.zero_shot_accuracy, result.accuracy        # before / after adaptation, same images
 
 For each test image (labels are read only to score the prediction afterwards):
@@ -125,7 +125,11 @@ def grpo_step(
         ad.opt.zero_grad()
         out.loss.backward()
         ad.opt.step()
-    return {"reward": float(scores.mean()), "entropy": float(roll.entropy.mean()), "loss": float(out.loss.detach())}
+    return {
+        "reward": float(scores.mean()),
+        "entropy": float(roll.entropy.detach().mean()),
+        "loss": float(out.loss.detach()),
+    }
 
 
 def tpt_step(ad: Adapter, px: Tensor) -> dict[str, float]:
@@ -156,7 +160,7 @@ def adapt_image(ad: Adapter, image: Any, cfg: TTASpec, ctx: dict[str, Any], rng:
     return {"prediction": pred, "zero_shot": zero_shot, **metrics}
 
 
-def run_tta(cfg: TTASpec, method: str = "grpo", enc: DualEncoder | None = None) -> TTAResult:
+def run_tta(cfg: TTASpec, enc: DualEncoder | None = None) -> TTAResult:
     """Adapt to every image of `cfg.data` in turn (module doc); `enc` defaults to `build_policy`."""
     start = time.perf_counter()
     v = load_variant(cfg.variant)
@@ -164,7 +168,7 @@ def run_tta(cfg: TTASpec, method: str = "grpo", enc: DualEncoder | None = None) 
     enc = enc if enc is not None else build_policy(cfg.policy)
     ad = Adapter.of(enc, cfg)
     resolved = resolve_rewards(cfg.rewards)
-    ctx = {"slots": slots, "fns": [f for f, _ in resolved], "weights": [w for _, w in resolved], "method": method}
+    ctx = {"slots": slots, "fns": [f for f, _ in resolved], "weights": [w for _, w in resolved], "method": cfg.method}
     ctx.update(group_size=v.group_size, epochs=v.updates.epochs, gen=torch.Generator().manual_seed(cfg.seed))
     d = cfg.data
     rows = shape_rows(d.size, d.seed, shift=d.shift, severity=d.severity, image_size=cfg.policy.image_size)

@@ -1,0 +1,48 @@
+"""`zoo tta FILE`: test-time adaptation of a `dual_encoder` policy (issue 32 §3; zoo.run.tta).
+
+It is a command of its own, not `zoo run`: a dual encoder has no token batch, so the LM step
+(zoo/step/pipeline.py) does not apply; the update reuses the variant's components through
+zoo.step.tta instead."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from zoo.cli.common import app, console, fail
+
+
+@app.command()
+def tta(
+    config: Path = typer.Argument(..., help="a `zoo tta` file (a top-level `tta:` mapping)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="write result.json (summary and per-image records) here"),
+) -> None:
+    """Adapt a dual encoder to each test image in turn and print zero-shot and adapted accuracy.
+
+    Example: zoo tta examples/tta_grpo.yaml --out runs/tta
+    Every key, its default and its source (paper, RLCF or ours): docs/reference/grpo-tta.md."""
+    from zoo.checks.tta import check_tta_data
+    from zoo.config.variant_files import read_yaml_file
+    from zoo.run.tta import run_tta
+
+    rep, f = check_tta_data(read_yaml_file(config), str(config))
+    for w in rep.warnings:
+        console.print(f"[yellow]warning:[/] {w}", highlight=False)
+    if f is None:
+        fail("\n".join(rep.errors))
+    result = run_tta(f.tta)
+    s = result.summary()
+    console.print(
+        f"{f.name}: {s['images']} images, zero-shot accuracy {s['zero_shot_accuracy']:.3f}, "
+        f"adapted {s['accuracy']:.3f} ({f.tta.method}, adapt {f.tta.adapt}; {s['seconds']:.1f} s)",
+        highlight=False,
+    )
+    dest = out or (Path(f.out) if f.out else None)
+    if dest is not None:
+        dest.mkdir(parents=True, exist_ok=True)
+        record = {"name": f.name, "config": f.model_dump(), **s, "records": result.records}
+        (dest / "result.json").write_text(json.dumps(record, indent=1) + "\n")
+        console.print(f"wrote {dest / 'result.json'}", highlight=False)
