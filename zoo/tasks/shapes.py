@@ -20,6 +20,7 @@ import math
 import random
 from typing import Any
 
+import numpy as np
 from PIL import Image, ImageDraw, ImageEnhance, ImageFilter
 
 from zoo.tasks.base import TaskError, derive_seed
@@ -66,11 +67,8 @@ def apply_shift(img: Image.Image, shift: str, severity: int, rng: random.Random)
         return img.filter(ImageFilter.GaussianBlur(_BLUR_RADIUS[level]))
     if shift == "contrast":
         return ImageEnhance.Contrast(img).enhance(_CONTRAST[level])
-    std = _NOISE_STD[level]
-    px = [tuple(min(255, max(0, round(v + rng.gauss(0.0, std)))) for v in p) for p in img.getdata()]
-    out = Image.new("RGB", img.size)
-    out.putdata(px)
-    return out
+    noise = np.random.default_rng(rng.getrandbits(32)).normal(0.0, _NOISE_STD[level], (img.height, img.width, 3))
+    return Image.fromarray(np.clip(np.asarray(img, dtype=np.float64) + noise, 0, 255).round().astype(np.uint8))
 
 
 def shape_rows(
