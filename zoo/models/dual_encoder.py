@@ -100,7 +100,7 @@ def tiny_dual_encoder(
     template: str = DEFAULT_TEMPLATE,
 ) -> DualEncoder:
     """A randomly initialised tiny CLIP (deterministic given `seed`) for `classes`, built in code."""
-    from transformers import CLIPConfig, CLIPImageProcessorPil, CLIPModel
+    from transformers import CLIPConfig, CLIPModel
 
     tok = char_tokenizer(_TEXT_CHARS)
     tok.padding_side = "right"  # text_embeddings reads the end token at sum(mask) - 1
@@ -114,8 +114,15 @@ def tiny_dual_encoder(
     torch.manual_seed(seed)
     model = CLIPModel(cfg).eval()
     crop = {"height": image_size, "width": image_size}
-    processor = CLIPImageProcessorPil(size={"shortest_edge": image_size}, crop_size=crop)
+    processor = _pil_processor()(size={"shortest_edge": image_size}, crop_size=crop)
     return DualEncoder(model, tok, processor, list(classes), template)
+
+
+def _pil_processor() -> Any:
+    """transformers 5's `CLIPImageProcessorPil`; before 5, `CLIPImageProcessor` was the PIL/numpy one."""
+    import transformers
+
+    return getattr(transformers, "CLIPImageProcessorPil", None) or transformers.CLIPImageProcessor
 
 
 def is_norm(module: nn.Module) -> bool:
