@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -21,8 +22,9 @@ def errors(tta: dict) -> list[str]:
     return rep.errors
 
 
-def test_the_shipped_example_validates():
-    r = runner.invoke(app, ["validate", str(ROOT / "examples/tta_grpo.yaml")])
+@pytest.mark.parametrize("example", ["tta_grpo.yaml", "tta_rlcf.yaml"])
+def test_the_shipped_examples_validate(example):
+    r = runner.invoke(app, ["validate", str(ROOT / "examples" / example)])
     assert r.exit_code == 0, r.output
     assert "the ratio is 1" in r.output
 

@@ -56,7 +56,7 @@ def _adapter(enc, cfg: TTASpec):
     v = load_variant(cfg.variant)
     resolved = resolve_rewards(cfg.rewards)
     ctx = {"slots": tta_slots(v), "fns": [f for f, _ in resolved], "weights": [w for _, w in resolved]}
-    ctx.update(method="grpo", group_size=v.group_size, epochs=1, gen=torch.Generator().manual_seed(0))
+    ctx.update(method="variant", group_size=v.group_size, epochs=1, gen=torch.Generator().manual_seed(0))
     return Adapter.of(enc, cfg), ctx
 
 

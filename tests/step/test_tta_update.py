@@ -29,6 +29,17 @@ def test_group_z_score_and_its_gradient_by_hand(slots):
     assert logp.grad.tolist() == pytest.approx([-1.1547 / 3, 0.5774 / 3, 0.5774 / 3], abs=1e-4)
 
 
+def test_rlcf_is_the_group_mean_baseline_without_std_or_ratio():
+    # RLCF: A = r - mean over the K = 3 candidates = (2/3, -1/3, -1/3), REINFORCE: d loss / d logp = -A / 3
+    rlcf = tta_slots(load_variant("rlcf"))
+    assert rlcf.normalizer.name == "none" and rlcf.clip.name == "none" and load_variant("rlcf").group_size == 3
+    logp = torch.log(torch.tensor([0.5, 0.3, 0.2])).requires_grad_()
+    out = tta_loss(rlcf, logp, logp.detach(), torch.tensor([1.0, 0.0, 0.0]), torch.zeros(3, dtype=torch.long))
+    assert out.advantages.tolist() == pytest.approx([2 / 3, -1 / 3, -1 / 3], abs=1e-6)
+    out.loss.backward()
+    assert logp.grad.tolist() == pytest.approx([-2 / 9, 1 / 9, 1 / 9], abs=1e-6)
+
+
 def test_groups_are_separate(slots):
     # two images: a group whose rewards tie has advantage 0 whatever the other group does
     logp = torch.zeros(4, requires_grad=True)

@@ -34,7 +34,7 @@ def check_tta_data(data: Any, where: str) -> tuple[Report, TTAFile | None]:
     cfg = f.tta
     try:
         v = load_variant(cfg.variant)
-        tta_slots(v)
+        clip = tta_slots(v).clip.name
     except VariantError as e:
         rep.errors.append(f"{where}: key 'tta.variant': {e}")
         return rep, None
@@ -50,7 +50,7 @@ def check_tta_data(data: Any, where: str) -> tuple[Report, TTAFile | None]:
             f"of tta_shapes (candidates are distinct classes); set a variant with group_size <= {n_classes}"
         )
     rep.warnings += _warnings(f, [c.name for c, _ in rewards], where)
-    if v.updates.epochs == 1 and v.slots.clip is not None:
+    if cfg.method == "variant" and v.updates.epochs == 1 and clip != "none":
         rep.notes.append(
             f"{where}: key 'tta.variant': one update per rollout on fresh candidates: the ratio is 1 and "
             f"{v.name}'s clip does nothing (REINFORCE with a group baseline, as RLCF)"

@@ -1,7 +1,7 @@
 """The `zoo tta` file: test-time adaptation of a `dual_encoder` policy (issue 32 §3, GRPO-TTA).
 
     tta:                        # the key that marks a file as a `zoo tta` file (`zoo validate` too)
-      method: grpo              # grpo (the variant's slots) | tpt (entropy of the mean prediction)
+      method: variant           # variant (its group-relative update) | tpt (entropy of the mean prediction)
       variant: grpo_tta         # the update's slots (registry/grpo_tta.yaml); group_size = K candidates
       policy: {source: dual_encoder, seed: 0, pretrain_steps: 150, pretrain_size: 180}
       adapt: norms              # visual | norms
@@ -58,7 +58,7 @@ class TTASpec(Strict):
     """One adaptation: which update (`method`), variant, policy, parameters, candidates, rewards, optimizer,
     views and data (docs/reference/grpo-tta.md: every key with its default and source)."""
 
-    method: Literal["grpo", "tpt"] = "grpo"
+    method: Literal["variant", "tpt"] = "variant"
     variant: str = "grpo_tta"
     policy: PolicySpec = Field(default_factory=PolicySpec)
     adapt: Literal["visual", "norms"] = "norms"
