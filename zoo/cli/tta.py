@@ -37,7 +37,8 @@ def tta(
     s = result.summary()
     console.print(
         f"{f.name}: {s['images']} images, zero-shot accuracy {s['zero_shot_accuracy']:.3f}, "
-        f"adapted {s['accuracy']:.3f} ({f.tta.method}, adapt {f.tta.adapt}; {s['seconds']:.1f} s)",
+        f"adapted {s['accuracy']:.3f} ({f.tta.variant if f.tta.method == 'variant' else 'tpt'}, "
+        f"adapt {f.tta.adapt}; {s['seconds']:.1f} s)",
         highlight=False,
     )
     dest = out or (Path(f.out) if f.out else None)
