@@ -8,7 +8,8 @@ function by dotted path ("mylab.rewards:fn") whose module is one of the run's `p
 
 Built in (zoo.rewards.builtin): `correctness` (reasoning_gym's own scorer, or math-verify),
 `format` (regex, default a non-empty \\boxed{}), `length` (characters); bandit arms
-(zoo.rewards.bandit): `arm_bernoulli`, `arm_gaussian`; `reward_model` (a learned reward
+(zoo.rewards.bandit): `arm_bernoulli`, `arm_gaussian`; label-free rewards of `zoo tta`
+(zoo.rewards.tta): `tta_alignment`, `tta_dispersion`; `reward_model` (a learned reward
 model, zoo.rewards.reward_model), a stateful reward: the run sets up its session once and tears it down
 (zoo.rewards.session: `open_rewards`, `close_rewards`).
 `compute_rewards(fns, completions, rows)` -> `RewardScores(objectives [N, K], n_failed [K])`, NaN
