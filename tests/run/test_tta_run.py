@@ -19,8 +19,10 @@ POLICY = {"pretrain_steps": 100, "pretrain_size": 90}
 
 
 @pytest.fixture(scope="module")
-def pretrained():
-    return build_policy(PolicySpec(**POLICY))  # about 3 s on one CPU thread
+def pretrained(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:  # the pre-training cache goes to a temporary folder
+        mp.setenv("ZOO_CACHE", str(tmp_path_factory.mktemp("zoo-cache")))
+        return build_policy(PolicySpec(**POLICY))  # about 3 s on one CPU thread
 
 
 def spec(**kw) -> TTASpec:

@@ -41,6 +41,7 @@ class PolicySpec(Strict):
     image_size: int = Field(32, ge=8)
     hidden: int = Field(32, ge=8)
     layers: int = Field(2, ge=1)
+    cache: bool = True  # ours: reuse the pre-trained weights from zoo's cache (zoo.run.tta.build_policy)
 
 
 class DataSpec(Strict):

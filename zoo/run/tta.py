@@ -35,23 +35,19 @@ from torch import Tensor
 from zoo.components.objective import combine_objectives
 from zoo.config.tta import PolicySpec, TTASpec
 from zoo.config.variant import load_variant
-from zoo.models.dual_encoder import DualEncoder, adapt_parameters, pretrain_contrastive, tiny_dual_encoder
+from zoo.models.dual_cache import pretrained_dual_encoder
+from zoo.models.dual_encoder import DualEncoder, adapt_parameters
 from zoo.models.dual_rollout import candidate_logp, entropy, rollout
 from zoo.rewards.compute import compute_rewards, resolve_rewards
 from zoo.step.tta import tta_loss, tta_slots
 from zoo.tasks.base import derive_seed
-from zoo.tasks.shapes import classes, random_views, shape_rows
+from zoo.tasks.shapes import random_views, shape_rows
 
 
 def build_policy(spec: PolicySpec) -> DualEncoder:
-    """The tiny dual encoder of `spec`, pre-trained on `pretrain_size` clean tta_shapes images
-    (seed `derive_seed(seed, "pretrain")`, never the test seed's rows) for `pretrain_steps`."""
-    enc = tiny_dual_encoder(classes(), spec.seed, image_size=spec.image_size, hidden=spec.hidden, layers=spec.layers)
-    if spec.pretrain_steps:
-        rows = shape_rows(spec.pretrain_size, derive_seed(spec.seed, "pretrain"), image_size=spec.image_size)
-        images, labels = [r["images"][0] for r in rows], [r["answer"] for r in rows]
-        pretrain_contrastive(enc, images, labels, steps=spec.pretrain_steps, lr=spec.pretrain_lr, seed=spec.seed)
-    return enc
+    """The tiny dual encoder of `spec`, pre-trained on clean tta_shapes images, from zoo's cache when
+    it was built before with the same settings and code (`zoo.models.dual_cache`)."""
+    return pretrained_dual_encoder(spec)
 
 
 @dataclass
