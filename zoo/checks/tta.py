@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from zoo.checks.registry import Report
-from zoo.config.tta import TTAFile, parse_tta
+from zoo.config.tta import TTAFile, TTASpec, parse_tta, study_arms
 from zoo.config.variant import VariantError, load_variant
 from zoo.core.registry import ComponentError
 from zoo.rewards.compute import resolve_rewards
@@ -24,42 +24,51 @@ _LABEL_FREE = ("tta_alignment", "tta_dispersion")
 
 
 def check_tta_data(data: Any, where: str) -> tuple[Report, TTAFile | None]:
-    """The Report of a parsed `zoo tta` mapping, and the validated file when it has no error."""
+    """The Report of a parsed `zoo tta` mapping, and the validated file when it has no error. A study
+    file (`study:`) has each arm checked as its own `tta:` mapping, named `study.arms[i]`."""
     rep = Report()
     try:
         f = parse_tta(data, where)
+        arms = study_arms(f, where) if f.study is not None else [("", f.tta)]
     except VariantError as e:
         rep.errors.append(str(e))
         return rep, None
-    cfg = f.tta
+    for name, cfg in arms:
+        at = f"{where} (arm {name})" if name else where
+        _check_spec(rep, cfg, at)
+    if f.study is not None and len(f.study.seeds) < 5:
+        rep.warnings.append(f"{where}: key 'study.seeds': {len(f.study.seeds)} seeds; intervals need >= 5")
+    return rep, (f if rep.ok else None)
+
+
+def _check_spec(rep: Report, cfg: TTASpec, where: str) -> None:
     try:
         v = load_variant(cfg.variant)
         clip = tta_slots(v).clip.name
     except VariantError as e:
         rep.errors.append(f"{where}: key 'tta.variant': {e}")
-        return rep, None
+        return
     try:
         rewards = resolve_rewards(cfg.rewards)
     except (ComponentError, ValueError) as e:
         rep.errors.append(f"{where}: key 'tta.rewards': {e}")
-        return rep, None
+        return
     n_classes = len(classes())
     if v.group_size > n_classes:
         rep.errors.append(
             f"{where}: key 'tta.variant': {v.name}'s group_size {v.group_size} exceeds the {n_classes} classes "
             f"of tta_shapes (candidates are distinct classes); set a variant with group_size <= {n_classes}"
         )
-    rep.warnings += _warnings(f, [c.name for c, _ in rewards], where)
+    rep.warnings += _warnings(cfg, [c.name for c, _ in rewards], where)
     if cfg.method == "variant" and v.updates.epochs == 1 and clip != "none":
         rep.notes.append(
             f"{where}: key 'tta.variant': one update per rollout on fresh candidates: the ratio is 1 and "
             f"{v.name}'s clip does nothing (REINFORCE with a group baseline, as RLCF)"
         )
-    return rep, (f if rep.ok else None)
 
 
-def _warnings(f: TTAFile, reward_names: list[str], where: str) -> list[str]:
-    cfg, out = f.tta, []
+def _warnings(cfg: TTASpec, reward_names: list[str], where: str) -> list[str]:
+    out: list[str] = []
     kept = max(1, math.ceil(cfg.keep * cfg.views))
     if "tta_dispersion" in reward_names and kept == 1:
         out.append(

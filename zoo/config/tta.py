@@ -21,7 +21,7 @@ Errors name the file and the key (`zoo.config.schema.format_validation`).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError
 
@@ -51,7 +51,7 @@ class DataSpec(Strict):
     name: Literal["tta_shapes"] = "tta_shapes"
     size: int = Field(27, ge=1)
     seed: int = Field(1, ge=0)
-    shift: Literal["none", "noise", "blur", "contrast"] = "none"
+    shift: Literal["none", "noise", "blur", "contrast", "colour", "background"] = "none"
     severity: int = Field(0, ge=0, le=5)
 
 
@@ -75,10 +75,36 @@ class TTASpec(Strict):
     data: DataSpec = Field(default_factory=DataSpec)
 
 
+Shift = Literal["noise", "blur", "contrast", "colour", "background"]
+Severity = Annotated[int, Field(ge=1, le=5)]
+
+
+class TTAStudy(Strict):
+    """A study of `zoo tta` (experiments/grpo_tta.yaml): every arm on every condition and seed.
+
+    Seed s sets `policy.seed`, `data.seed` and `seed` of every arm to s (one pre-trained model, one set
+    of test images and views per seed, shared by the arms: the arms pair by seed). The conditions are
+    the clean images (`clean`) and each shift of `shifts` at each severity of `severities`, `size` images
+    each (`tta.data`'s shift, severity, size and seed are not read). An arm is `name` plus `tta:` keys
+    that replace the file's (mappings merge key by key). `compare` lists [arm, baseline] pairs for
+    paired differences beside every arm against zero-shot; `zero_shot_severities` the severities of the
+    zero-shot table (no adaptation, cheap)."""
+
+    seeds: list[Annotated[int, Field(ge=0)]] = Field(min_length=1)
+    size: int = Field(18, ge=1)
+    clean: bool = True
+    shifts: list[Shift] = Field(default_factory=lambda: ["noise", "blur", "contrast", "colour", "background"])
+    severities: list[Severity] = Field(default_factory=lambda: [2, 4])
+    zero_shot_severities: list[Severity] = Field(default_factory=lambda: [1, 2, 3, 4, 5])
+    arms: list[dict[str, Any]] = Field(min_length=1)
+    compare: list[tuple[str, str]] = Field(default_factory=list)
+
+
 class TTAFile(Strict):
     tta: TTASpec
     name: str = "grpo_tta"
     out: str | None = None
+    study: TTAStudy | None = None
 
 
 def is_tta_file(data: Any) -> bool:
@@ -94,6 +120,34 @@ def parse_tta(data: Any, where: str) -> TTAFile:
         return TTAFile.model_validate(data)
     except ValidationError as e:
         raise VariantError(format_validation(e, where, TTAFile)) from None
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def study_arms(f: TTAFile, where: str) -> list[tuple[str, TTASpec]]:
+    """(name, spec) of each arm of `f.study`: the file's `tta:` keys with the arm's replacing them.
+    Raises VariantError naming `study.arms[i]` and the key (a missing or repeated name, a bad key)."""
+    assert f.study is not None
+    base, out = f.tta.model_dump(), []
+    for i, arm in enumerate(f.study.arms):
+        over = dict(arm)
+        name = over.pop("name", None)
+        if not isinstance(name, str) or not name or name == "zero_shot" or name in {n for n, _ in out}:
+            raise VariantError(f"{where}: key 'study.arms[{i}].name' must be a new, non-empty name (not zero_shot)")
+        try:
+            out.append((name, TTASpec.model_validate(_merge(base, over))))
+        except ValidationError as e:
+            raise VariantError(format_validation(e, f"{where}: study.arms[{i}] ({name})", TTASpec)) from None
+    names = {n for n, _ in out} | {"zero_shot"}
+    for a, b in f.study.compare:
+        if a not in names or b not in names:
+            raise VariantError(f"{where}: key 'study.compare': [{a}, {b}] names an arm not among {sorted(names)}")
+    return out
 
 
 def load_tta_file(path: str | Path) -> TTAFile:

@@ -8,8 +8,10 @@
 A class is `"<colour> <shape>"` (3 colours x 3 shapes = 9 classes by default; `classes()` lists them in
 a fixed order). An image is one shape on a grey background, its centre and size jittered by the row's
 own generator (`derive_seed(seed, "tta_shapes:<i>")`), so a row is the same whichever other rows are
-drawn. Shifts (ImageNet-C in spirit, arXiv 1903.12261, not its code): `noise` (Gaussian pixel noise),
-`blur` (Gaussian blur), `contrast` (contrast reduced toward grey), each at severity 0..5 (0 = clean).
+drawn. Shifts (ImageNet-C in spirit, arXiv 1903.12261, not its code; the levels are our choice): `noise`
+(Gaussian pixel noise), `blur` (Gaussian blur), `contrast` (contrast reduced toward grey), `colour` (a
+warm colour cast: red gain 1 + a, blue gain 1 - a), `background` (the grey background blended toward
+a smooth random colour field never seen in pre-training), each at severity 0..5 (0 = clean).
 `prompt` is empty: a dual encoder reads only the image; the class names are the completions. The
 `images` key is the shared convention of issue 32 (a list of PIL images beside the prompt).
 """
@@ -27,12 +29,15 @@ from zoo.tasks.base import TaskError, derive_seed
 
 COLOURS: dict[str, tuple[int, int, int]] = {"red": (220, 30, 30), "green": (30, 180, 30), "blue": (30, 60, 220)}
 SHAPES = ("circle", "square", "triangle")
-SHIFTS = ("none", "noise", "blur", "contrast")
+SHIFTS = ("none", "noise", "blur", "contrast", "colour", "background")
 BACKGROUND = (128, 128, 128)
 # per severity 1..5 (our choice, rising like ImageNet-C's five levels)
 _NOISE_STD = (8.0, 16.0, 28.0, 42.0, 60.0)  # pixel units (0..255)
 _BLUR_RADIUS = (0.5, 1.0, 1.5, 2.0, 3.0)
 _CONTRAST = (0.8, 0.6, 0.45, 0.3, 0.2)  # PIL ImageEnhance.Contrast factor (1 = unchanged)
+_CAST = (0.12, 0.24, 0.36, 0.48, 0.6)  # colour cast: channel gains (1 + a, 1, 1 - a), a warm white balance
+_BACKDROP = (0.2, 0.4, 0.6, 0.8, 1.0)  # weight of the new background against the grey one
+_BACKDROP_GRID = 4  # the new background: a 4 x 4 grid of random colours, bicubically upsampled
 
 
 def classes() -> list[str]:
@@ -59,7 +64,7 @@ def draw(label: str, rng: random.Random, size: int = 32) -> Image.Image:
 
 
 def apply_shift(img: Image.Image, shift: str, severity: int, rng: random.Random) -> Image.Image:
-    """`img` under `shift` at `severity` (0 or shift "none": unchanged). Noise draws from `rng`."""
+    """`img` under `shift` at `severity` (0 or shift "none": unchanged). Noise and backgrounds draw from `rng`."""
     if shift == "none" or severity == 0:
         return img
     level = severity - 1
@@ -67,8 +72,24 @@ def apply_shift(img: Image.Image, shift: str, severity: int, rng: random.Random)
         return img.filter(ImageFilter.GaussianBlur(_BLUR_RADIUS[level]))
     if shift == "contrast":
         return ImageEnhance.Contrast(img).enhance(_CONTRAST[level])
-    noise = np.random.default_rng(rng.getrandbits(32)).normal(0.0, _NOISE_STD[level], (img.height, img.width, 3))
-    return Image.fromarray(np.clip(np.asarray(img, dtype=np.float64) + noise, 0, 255).round().astype(np.uint8))
+    x = np.asarray(img, dtype=np.float64)  # [H, W, 3]
+    if shift == "colour":
+        x = x * np.array([1 + _CAST[level], 1.0, 1 - _CAST[level]])
+    elif shift == "background":
+        x = _new_background(x, _BACKDROP[level], np.random.default_rng(rng.getrandbits(32)))
+    else:
+        x = x + np.random.default_rng(rng.getrandbits(32)).normal(0.0, _NOISE_STD[level], x.shape)
+    return Image.fromarray(np.clip(x, 0, 255).round().astype(np.uint8))
+
+
+def _new_background(x: np.ndarray, weight: float, gen: np.random.Generator) -> np.ndarray:
+    """x [H, W, 3] with its grey background pixels (exactly BACKGROUND: PIL draws the shapes without
+    anti-aliasing) blended toward a smooth random colour field by `weight` (1: the field alone)."""
+    h, w, _ = x.shape
+    grid = gen.integers(0, 256, (_BACKDROP_GRID, _BACKDROP_GRID, 3), dtype=np.uint8)
+    field = np.asarray(Image.fromarray(grid).resize((w, h), Image.Resampling.BICUBIC), dtype=np.float64)
+    is_bg = (x == np.array(BACKGROUND)).all(axis=-1, keepdims=True)  # [H, W, 1]
+    return np.where(is_bg, (1 - weight) * x + weight * field, x)
 
 
 def shape_rows(
