@@ -86,3 +86,14 @@ def test_zoo_tta_refuses_a_bad_file_naming_the_key(tmp_path):
     f.write_text(yaml.safe_dump({"tta": {"adapt": "all"}}))
     r = runner.invoke(app, ["tta", str(f)])
     assert r.exit_code == 1 and "'tta.adapt'" in r.output
+
+
+def test_zoo_list_shows_the_policy_source_the_rewards_and_the_variants():
+    r = runner.invoke(app, ["list", "--json"])
+    out = json.loads(r.output)
+    assert out["tta"]["policy_sources"] == ["dual_encoder"] and out["tta"]["images"] == ["tta_shapes"]
+    assert "colour" in out["tta"]["shifts"] and out["tta"]["methods"] == ["variant", "tpt"]
+    assert {"tta_alignment", "tta_dispersion"} <= set(out["reward"]) and {"grpo_tta", "rlcf"} <= set(out["variants"])
+    r = runner.invoke(app, ["list"], terminal_width=400)
+    row = next(ln for ln in r.output.splitlines() if "zoo tta" in ln)
+    assert "policy dual_encoder" in row and "images tta_shapes" in row and "grpo_tta" in r.output
