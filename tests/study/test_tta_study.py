@@ -94,3 +94,9 @@ def test_the_shipped_study_validates_with_five_arms_and_five_seeds():
     assert r.exit_code == 0, r.output
     f = parse_tta(yaml.safe_load((root / "experiments/grpo_tta.yaml").read_text()), "grpo_tta.yaml")
     assert len(f.study.seeds) >= 5 and [a["name"] for a in f.study.arms][:2] == ["tpt", "rlcf"]
+
+
+def test_zoo_ablate_on_a_tta_study_says_to_run_zoo_tta():
+    root = __import__("pathlib").Path(__file__).resolve().parents[2]
+    r = CliRunner().invoke(app, ["ablate", str(root / "experiments/grpo_tta.yaml"), "--dry-run"])
+    assert r.exit_code == 1 and "a `zoo tta` file" in r.output and "zoo tta " in r.output
