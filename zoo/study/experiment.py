@@ -39,7 +39,6 @@ from zoo.config import variant as V
 from zoo.config.overrides import OverrideError, apply_dotted, did_you_mean
 from zoo.config.run import RunConfig, parse_run_config, set_dotted
 from zoo.config.schema import Strict, format_validation
-from zoo.config.tta import is_tta_file
 from zoo.config.variant import VariantError, read_yaml_file
 from zoo.study.baseline_check import check_baseline
 from zoo.study.study_checks import PER_ARM_KEYS, duplicate_sweep_arms, key_collisions
@@ -189,8 +188,6 @@ def load_study(path: str | Path, overrides: Mapping[str, Any] | None = None) -> 
     Raises VariantError naming file and key."""
     p = Path(path)
     data = read_study_file(p)
-    if is_tta_file(data):  # experiments/grpo_tta.yaml: a dual encoder's study, no LM runs to launch
-        raise VariantError(f"{p}: a `zoo tta` file (top-level 'tta'); run it with `zoo tta {p}`")
     if overrides:
         data = _apply_study_overrides(data, overrides, str(p))
     return parse_study(data, str(p), default_name=p.stem)
