@@ -14,6 +14,7 @@ from zoo.cli import (
     inspect,  # noqa: F401,I001
     rm,  # noqa: F401,I001
     run,  # noqa: F401,I001
+    tta,  # noqa: F401,I001
 )
 from zoo.cli.common import app, console, err
 
