@@ -78,7 +78,7 @@ def test_zoo_list_lists_every_kind_with_its_slot():
             assert row.kind in lines and row.place() in lines[row.kind], row.kind
     assert "length (list)" in lines["length"] and "kl.estimator" in lines["kl_estimator"]
     r = runner.invoke(app, ["list", "--json"])
-    assert set(json.loads(r.output)) == set(registry.KINDS) | {"variants", "tasks", "models"}
+    assert set(json.loads(r.output)) == set(registry.KINDS) | {"variants", "tta", "tasks", "models"}
     assert "image_shapes" in lines["tasks"] and "tiny-vlm:qwen2vl" in lines["models"]
 
 

@@ -29,7 +29,8 @@ def _no_crash_env(monkeypatch):
 @pytest.mark.e2e
 def test_an_arm_set_group_size_overridden_by_the_budget_is_reported_as_trained(tiny_model_dir, tmp_path):
     """`set: {group_size: 3}` with `budget.group_size: 2`: the arm trains with G = 2, and the report
-    pairs it with the baseline (no "group sizes 3 vs 2")."""
+    pairs it with the baseline (no "group sizes 3 vs 2"). The arm also sets clip.eps, so it is not grpo
+    again (a study of two arms that resolve alike is refused: tests/study/test_study_keys.py)."""
     study = tmp_path / "study.yaml"
     task = {
         "name": "reasoning_gym",
@@ -46,7 +47,7 @@ def test_an_arm_set_group_size_overridden_by_the_budget_is_reported_as_trained(t
                 "model": str(tiny_model_dir),
                 "task": task,
                 "variants": ["grpo"],
-                "ablations": {"g3": {"variant": "grpo", "set": {"group_size": 3}}},
+                "ablations": {"g3": {"variant": "grpo", "set": {"group_size": 3, "clip.eps": 0.1}}},
                 "budget": {"steps": 1, "prompts_per_step": 2, "group_size": 2, "max_new_tokens": 4, "micro_batch": 4},
                 "model_opts": {"autocast": "none"},
                 "eval": {"enabled": False},

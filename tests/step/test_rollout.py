@@ -287,3 +287,72 @@ def test_shared_prefill_generation_equals_plain_generation():
     torch.manual_seed(5)
     b = generate_rollout(model, tok, prompts, group_size=3, max_new_tokens=6, share_prompts=False)
     assert torch.equal(a.completion_ids, b.completion_ids)  # same sampling stream, same distributions
+
+
+# ---------------------------------------------------------------- a prefix every prompt shares
+SHOTS = "Worked example: 1 + 1 = 2. The answer is 2.\n"  # a long prefix every prompt starts with (character tokens)
+
+
+def _prefixed_rollout(seed=7, G=2):
+    model, tok = tiny_model_and_tokenizer(seed=seed)
+    prompts = [SHOTS + q for q in ("3 + 4?", "12 - 30 is what?", "9 - 1?")]  # 3 distinct prompts, 3 lengths
+    torch.manual_seed(seed)
+    return model, tok, prompts, generate_rollout(model, tok, prompts, group_size=G, max_new_tokens=5)
+
+
+def test_shared_prefix_len_and_prefix_first_by_hand(monkeypatch):
+    import zoo.models.forward as F
+
+    monkeypatch.setattr(F, "SHARED_PREFIX_MIN", 2)
+    ids = torch.tensor([[0, 5, 6, 7], [5, 6, 8, 9], [5, 6, 7, 1]])
+    mask = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1]])
+    assert F.shared_prefix_len(ids, mask) == 2  # [5, 6]; the shortest row (3 tokens) keeps one of its own
+    assert F.shared_prefix_len(ids[[0, 2]], mask[[0, 2]]) == 2  # [5, 6, 7] shared, capped at 3 - 1
+    assert F.shared_prefix_len(ids[:1], mask[:1]) == 0  # one row: nothing to share
+    assert F.shared_prefix_len(ids, torch.tensor([[1, 1, 0, 1]] * 3)) == 0  # not left padding
+    monkeypatch.setattr(F, "SHARED_PREFIX_MIN", 3)
+    assert F.shared_prefix_len(ids, mask) == 0  # below the minimum
+    order = F.prefix_first(mask, 2)
+    assert order.tolist() == [[1, 2, 0, 3], [0, 1, 2, 3], [0, 1, 2, 3]]
+    assert ids.gather(1, order).tolist()[0] == [5, 6, 0, 7]
+    assert F.position_ids_from_mask(mask.gather(1, order)).tolist()[0] == [0, 1, 1, 2]  # positions follow tokens
+
+
+def test_shared_prefix_logprobs_equal_the_plain_forward_values_and_gradients():
+    from zoo.models.forward import shared_prefix_len
+
+    model, _, _, r = _prefixed_rollout()
+    ids, att, T, m = r.input_ids(), r.attention_mask(), r.completion_ids.shape[1], r.loss_mask
+    P = ids.shape[1] - T
+    assert shared_prefix_len(ids[:, :P], att[:, :P]) >= len(SHOTS) - 1  # the shared path is taken
+    out = []
+    for share in (True, False):
+        model.zero_grad()
+        lp, ent = token_logprobs(model, ids, att, T, with_entropy=True, share_prompts=share)
+        (lp * m).sum().backward()
+        grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+        out.append((lp.detach(), ent, grads))
+    (a_lp, a_ent, a_g), (b_lp, b_ent, b_g) = out
+    torch.testing.assert_close(a_lp[m], b_lp[m], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(a_ent[m], b_ent[m], atol=1e-5, rtol=1e-5)
+    assert a_g.keys() == b_g.keys() and len(a_g) > 0
+    for k in a_g:  # the prefix ran once for all rows, and its gradient reaches every weight as before
+        torch.testing.assert_close(a_g[k], b_g[k], atol=1e-5, rtol=1e-4, msg=k)
+    lp_rows, _ = token_logprobs(model, ids[:1], att[:1], T)  # a prompt alone: no sharing at all
+    torch.testing.assert_close(lp_rows[0][m[0]], a_lp[0][m[0]], atol=1e-5, rtol=1e-5)
+
+
+def test_shared_prefix_generation_equals_plain_generation_greedy_and_sampled():
+    model, tok, prompts, _ = _prefixed_rollout()
+    greedy = [
+        generate_rollout(model, tok, prompts, group_size=1, max_new_tokens=6, do_sample=False, share_prompts=s)
+        for s in (True, False)
+    ]  # G = 1: distinct prompts, so only the shared prefix is shared
+    assert torch.equal(greedy[0].completion_ids, greedy[1].completion_ids)
+    assert torch.equal(greedy[0].prompt_ids, greedy[1].prompt_ids)  # the batch keeps the left-padded layout
+    torch.testing.assert_close(greedy[0].logp_rollout, greedy[1].logp_rollout, atol=1e-5, rtol=1e-5)
+    sampled = []
+    for s in (True, False):
+        torch.manual_seed(3)
+        sampled.append(generate_rollout(model, tok, prompts, group_size=3, max_new_tokens=6, share_prompts=s))
+    assert torch.equal(sampled[0].completion_ids, sampled[1].completion_ids)

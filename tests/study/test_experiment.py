@@ -588,6 +588,8 @@ def test_ablation_group_size_under_a_budget_group_size_warns(tmp_path):
     warned = [w for w in rep.warnings if "is ignored" in w]
     assert warned and all(w.startswith("arm small") for w in warned)
     assert "set.group_size = 3 is ignored: budget.group_size = 4 wins over the variant" in warned[0]
+    # so the arm trains what grpo trains: refused, naming both (issue 37 §3)
+    assert any(e.startswith("arms grpo and small resolve to the same configuration (seeds 0, 1;") for e in rep.errors)
 
 
 def test_ref_reset_every_with_kl_none_warns(tmp_path):

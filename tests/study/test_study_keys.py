@@ -46,13 +46,34 @@ def test_two_arms_that_resolve_to_the_same_configuration_are_said_naming_both(tm
     # sweep points of one arm: refused (`clip: ppo` is ppo with its default eps 0.2)
     with pytest.raises(VariantError, match=r"same arm twice \(grpo-clip=ppo-s0 = grpo-clip=.*-s0\)"):
         _arms(tmp_path, "variants: [grpo]\nsweep: {clip: [ppo, {name: ppo, eps: 0.2}]}\n")
-    body = "variants: [grpo]\nablations: {clip-default: {variant: grpo, set: {clip.eps: 0.2}}}\n"
-    arms = _arms(tmp_path, body)  # two arms of their own names: warned (an ablation may pin a default on purpose)
-    warned = [w for w in check_arms(arms, load_files=False).warnings if "resolve to the same" in w]
-    assert warned == [
-        "arms grpo-s0 and clip-default-s0 resolve to the same configuration (a value of one has no effect or equals "
-        "the other's): they measure the same thing; remove one or make them differ"
+    body = "variants: [grpo]\nablations: {clip-default: {variant: grpo, set: {clip.eps: 0.2}}}\nseeds: [0, 1]\n"
+    arms = _arms(tmp_path, body)  # two arms of their own names (clip.eps 0.2 is grpo's default): refused
+    rep = check_arms(arms, load_files=False)
+    assert [e for e in rep.errors if "resolve to the same" in e] == [
+        "arms grpo and clip-default resolve to the same configuration (seeds 0, 1; they differ only in "
+        "set.clip.eps = unset in grpo, 0.2 in clip-default, which resolve to the same variant and run settings): "
+        "they would train the same run twice; remove one or make them differ"
     ]
+    assert not any("resolve to the same" in w for w in rep.warnings)
+
+
+def test_arms_that_differ_only_by_seed_or_by_an_effective_value_are_not_alike(tmp_path):
+    from zoo.study.validate import check_arms
+
+    body = "variants: [grpo]\nablations: {tight: {variant: grpo, set: {clip.eps: 0.1}}}\nseeds: [0, 1]\n"
+    rep = check_arms(_arms(tmp_path, body), load_files=False)
+    assert not any("resolve to the same" in m for m in rep.errors + rep.warnings)
+
+
+def test_zoo_ablate_dry_run_refuses_two_arms_alike_naming_both(tmp_path):
+    p = tmp_path / "s.yaml"
+    p.write_text(HEAD + "variants: [grpo]\nablations: {small: {variant: grpo, set: {group_size: 3}}}\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "zoo.cli", "ablate", str(p), "--dry-run"], capture_output=True, text=True, timeout=120
+    )
+    text = " ".join((out.stdout + out.stderr).split())
+    assert out.returncode != 0 and "Traceback" not in text
+    assert "arms grpo and small resolve to the same configuration (seed 0; they differ only in set.group_size" in text
 
 
 def test_zoo_ablate_dry_run_says_it_without_a_traceback(tmp_path):

@@ -4,18 +4,20 @@ summarised per phase (zoo/bench/__init__.py says what each number means)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from zoo.bench.decode import measure_decode
 from zoo.bench.machine import cpu_seconds, loadavg_1m, machine_info, median, versions
 from zoo.bench.memory import current_mb, memory_breakdown
 from zoo.bench.probe import attach
 from zoo.bench.spec import BenchSpec, run_config
+from zoo.run.rollouts import close_rollouts, open_rollouts
 from zoo.step.hooks import PHASES
 
 
@@ -33,9 +35,10 @@ def run_bench(spec: BenchSpec, *, on_step: Callable[[int, dict[str, Any]], None]
     with tempfile.TemporaryDirectory(prefix="zoo-bench-") as tmp:
         t0 = time.perf_counter()
         st = trainer.setup(run_config(spec, tmp), device=device)
+        open_rollouts(st)  # an async bench's workers (nothing for the synchronous step)
         setup_s = time.perf_counter() - t0
         steps: list[dict[str, Any]] = []
-        with attach(st) as probe:
+        with attach(st) as probe, _closing(st):
             for i in range(spec.warmup + spec.steps):
                 c0, l0, w0 = cpu_seconds(), loadavg_1m(), time.perf_counter()
                 m = pipeline.step(st, hooks=probe).metrics
@@ -83,6 +86,19 @@ def run_bench(spec: BenchSpec, *, on_step: Callable[[int, dict[str, Any]], None]
     return res
 
 
+@contextlib.contextmanager
+def _closing(st: Any) -> Iterator[None]:
+    """Stop an async bench's rollout workers when the steps end (also on an error)."""
+    try:
+        yield
+    finally:
+        close_rollouts(st)
+
+
+#: the metrics of an async bench (docs/guides/async.md) a step row keeps
+ASYNC_METRICS = ("async/staleness_mean", "async/generate_s", "time/wait_workers", "time/wait_trainer")
+
+
 def step_row(rec: dict[str, Any], m: dict[str, Any], cpu0: float, load0: float, wall: float) -> dict[str, Any]:
     """One measured step's row from the probe's record `rec` and the step's metrics `m`: per phase its
     seconds (the trainer's own timers where it has them), tokens and peak; decode, work, the step's
@@ -118,6 +134,7 @@ def step_row(rec: dict[str, Any], m: dict[str, Any], cpu0: float, load0: float, 
             "loss/policy",
             "groups/rounds",
             "optim/updates",
+            *ASYNC_METRICS,
         )
         if k in m
     }
@@ -225,6 +242,8 @@ def summarize(spec: BenchSpec, steps: list[dict[str, Any]]) -> dict[str, Any]:
         k: median([s["metrics"].get(k, float("nan")) for s in steps])
         for k in ("reward/total", "accuracy", "completion/len_mean", "groups/rounds")
     }
+    if spec.max_staleness is not None:
+        metrics.update({k: median([s["metrics"].get(k, float("nan")) for s in steps]) for k in ASYNC_METRICS})
     return {
         "spec": asdict(spec),
         "phases": phases,

@@ -57,6 +57,8 @@ class BenchSpec:
     backend: Any = "hf"  # sampling.backend: a generator name or {name, params}
     threads: int | None = None
     strategy: str = "single"  # training.strategy (zoo/backends/train/strategy.py); ddp/fsdp run under a launcher
+    max_staleness: int | None = None  # async: {max_staleness: k} (docs/guides/async.md); None: the synchronous step
+    async_workers: int = 2  # async.workers (thread workers)
     lr: float = 1e-5
     task: dict[str, Any] = field(default_factory=lambda: dict(BENCH_TASK))
     rewards: list[Any] = field(default_factory=lambda: list(BENCH_REWARDS))
@@ -67,6 +69,7 @@ class BenchSpec:
             + (" checkpointing" if self.checkpointing else "")
             + (f" {self.strategy}" if self.strategy != "single" else "")
             + ("" if self.backend == "hf" else f" backend {self.backend}")
+            + ("" if self.max_staleness is None else f" async k={self.max_staleness} x{self.async_workers}")
         )
 
 
@@ -127,6 +130,8 @@ def run_config(spec: BenchSpec, out_dir: str | os.PathLike):
         "seed": spec.seed,
         "output_dir": str(out_dir),
     }
+    if spec.max_staleness is not None:
+        data["async"] = {"max_staleness": spec.max_staleness, "workers": spec.async_workers}
     upd = parse_updates(spec.updates)
     if upd is not None:
         data["budget"]["updates"] = upd

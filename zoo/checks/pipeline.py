@@ -25,7 +25,7 @@ from typing import Any, Sequence
 # the checks register on import, each module's in the order it defines them: fit before settings, so the checks
 # outside BEFORE_LOAD / AFTER_LOAD keep their order (completions_ceiling, then settings' lora_targets); `variant`
 # under another name, which leaves that name to after_load's parameter
-from zoo.checks import fit, images, inputs, settings  # noqa: F401 - images registers its checks
+from zoo.checks import async_run, fit, images, inputs, settings  # noqa: F401 - images, async_run register checks
 from zoo.checks import variant as _variant  # noqa: F401
 from zoo.checks.registry import AfterLoad, BeforeLoad, Report, run_stage
 
@@ -45,6 +45,7 @@ BEFORE_LOAD = (
     "model_path",
     "critic_init",
     "teacher",
+    "async",
     "run_warnings",
 )
 AFTER_LOAD = ("images_loaded", "context_length", "memory_estimate", "critic_tokenizer", "parameter_count")

@@ -50,6 +50,8 @@ def bench(
     nproc: Optional[int] = opt.NPROC,
     seed: int = opt.SEED,
     backend: List[str] = opt.BACKEND,
+    async_: Optional[str] = opt.ASYNC,
+    async_workers: int = opt.ASYNC_WORKERS,
     as_json: bool = opt.AS_JSON,
     out: Optional[Path] = opt.OUT,
 ) -> None:
@@ -63,6 +65,7 @@ def bench(
       zoo bench --memory ppo grpo dapo --steps 1
       zoo bench grpo --scan group_size=2,4,8,16 --plot docs/img/scan_group_size.png
       zoo bench grpo --strategy fsdp --nproc 2 --prompts 2 --group-size 2   (per-rank memory)
+      zoo bench grpo --async 1,2 --steps 4     (sync, then async at k 1 and 2: s/step, staleness, waits)
     """
     a = BenchArgs(**locals())
     quiet_logs()
@@ -127,10 +130,15 @@ def _check_options(a: BenchArgs) -> list[Any]:
     try:
         zb.parse_updates(a.updates)
         backends = parse_backends(a.backend)
+        opt.parse_async(a.async_)
     except ValueError as e:
         fail(str(e))
     if len(backends) > 1 and a.modes:
         fail("several --backend values run side by side in a plain bench; not with --vs, --memory or --scan")
+    if a.async_ and (a.modes or len(backends) > 1 or a.nproc or a.strategy != "single"):
+        fail(
+            "--async benches one generator in one process: not with --vs, --memory, --scan, --nproc or several --backend"
+        )
     return backends
 
 
@@ -245,6 +253,8 @@ def _measure(
             from zoo.bench.ranks import bench_ranks
 
             return bench_ranks(spec, on_step=on_step), print_ranks
+        if a.async_:
+            return _measure_async(spec, a, on_step), _show_async
         runs = []
         for b in backends:
             _log(f"backend {b}")
@@ -253,6 +263,25 @@ def _measure(
     except (VariantError, ValueError, RuntimeError) as e:
         fail(str(e))
         raise  # unreachable: fail exits
+
+
+def _measure_async(spec: Any, a: BenchArgs, on_step: Callable[[int, dict[str, Any]], None]) -> dict[str, Any]:
+    """The synchronous step, then async at each --async k: {"backends": [runs]} (one run each)."""
+    from zoo import bench as zb
+
+    runs = []
+    for k in [None, *opt.parse_async(a.async_)]:
+        _log("synchronous" if k is None else f"async k={k}, {a.async_workers} worker(s)")
+        runs.append(zb.run_bench(replace(spec, max_staleness=k, async_workers=a.async_workers), on_step=on_step))
+    return {"backends": runs}
+
+
+def _show_async(r: dict[str, Any]) -> None:
+    """Each run's tables, then sync against async: s/step, samples/s, staleness and the waits."""
+    from zoo.cli.bench_tables import print_async
+
+    _show_plain(r)
+    print_async(r["backends"])
 
 
 def _show_plain(r: dict[str, Any]) -> None:

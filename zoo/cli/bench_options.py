@@ -84,6 +84,13 @@ BACKEND = typer.Option(
     "name, a comma list or repeated for side by side runs, or a YAML mapping "
     "'{name: noisy, sigma: 0.1}'; default hf",
 )
+ASYNC = typer.Option(
+    None,
+    "--async",
+    help="asynchronous training (docs/guides/async.md): a comma list of max_staleness values k; "
+    "benches the synchronous step, then async at each k (thread workers, --async-workers), side by side",
+)
+ASYNC_WORKERS = typer.Option(2, "--async-workers", min=1, help="rollout workers of each --async run")
 AS_JSON = typer.Option(False, "--json", help="print the full result as JSON")
 OUT = typer.Option(None, "--out", help="also write the JSON result to this file")
 
@@ -118,6 +125,8 @@ class BenchArgs:
     nproc: Optional[int]
     seed: int
     backend: List[str]
+    async_: Optional[str]
+    async_workers: int
     as_json: bool
     out: Optional[Path]
 
@@ -150,6 +159,19 @@ def check_launch(strategy: str, nproc: int | None, launched: bool, modes: int) -
         )
     if (nproc is not None or strategy != "single") and modes:
         raise ValueError("--strategy/--nproc bench one configuration: not with --vs, --memory or --scan")
+
+
+def parse_async(value: Optional[str]) -> list[int]:
+    """--async "1,2" -> [1, 2] (each k >= 0); [] when not given. Raises ValueError naming --async."""
+    if value is None:
+        return []
+    try:
+        ks = [int(x) for x in str(value).split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--async {value!r}: expected a comma list of integers k >= 0, e.g. --async 1,2") from None
+    if not ks or any(k < 0 for k in ks):
+        raise ValueError(f"--async {value!r}: expected a comma list of integers k >= 0, e.g. --async 1,2")
+    return ks
 
 
 def parse_backends(values: List[str]) -> list[Any]:

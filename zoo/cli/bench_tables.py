@@ -369,3 +369,27 @@ def print_decode(results: list[dict[str, Any]]) -> None:
             _f(d["distance"], ".1f") + "x" if d["distance"] == d["distance"] else "-",
         )
     console.print(t)
+
+
+def print_async(runs: list[dict[str, Any]]) -> None:
+    """`zoo bench --async`: per run (synchronous first) the median seconds per step, samples (completions)
+    per second, the staleness reached, the trainer's wait for the workers (`time/wait_workers`) and the
+    workers' generate seconds per step summed over groups (`async/generate_s`)."""
+    t = Table(title="synchronous vs asynchronous (medians over the measured steps)")
+    for c in ("run", "s/step", "samples/s", "staleness mean", "wait workers s", "worker generate s"):
+        t.add_column(c, justify="left" if c == "run" else "right")
+    for r in runs:
+        sp, m = r["spec"], r["metrics"]
+        k = sp.get("max_staleness")
+        label = "sync" if k is None else f"async k={k} x{sp.get('async_workers')}"
+        sec = r["step"]["seconds"]
+        samples = sp["prompts"] * sp["group_size"] / sec if sec > 0 else float("nan")
+        t.add_row(
+            label,
+            _f(sec),
+            _f(samples, ".1f"),
+            _f(m.get("async/staleness_mean", 0.0)),
+            _f(m.get("time/wait_workers", 0.0)),
+            _f(m.get("async/generate_s", 0.0)),
+        )
+    console.print(t)

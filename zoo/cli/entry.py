@@ -14,6 +14,7 @@ from zoo.cli import (
     inspect,  # noqa: F401,I001
     rm,  # noqa: F401,I001
     run,  # noqa: F401,I001
+    tta,  # noqa: F401,I001
 )
 from zoo.cli.common import app, console, err
 
@@ -43,6 +44,12 @@ def main() -> None:
     traceback)."""
     try:
         app()
+    except SystemExit as e:
+        if e.code in (130, 143):  # interrupted (zoo.cli.stopping.interrupt_code): end now
+            from zoo.cli.stopping import skip_final_collection
+
+            skip_final_collection()
+        raise
     except (
         ValueError,
         KeyError,

@@ -35,6 +35,8 @@ def list_cmd(
         fail(str(e))
     if as_json:
         out: dict[str, Any] = {} if kind == "variants" else dict(comps)
+        if kind is None:
+            out["tta"] = tta_listing()
         if kind in (None, "variants"):
             out["variants"] = variants
         if kind is None:
@@ -51,12 +53,34 @@ def list_cmd(
         for row in kinds.TABLE:  # the slot table's order; `kl` is a setting, listed with its estimators
             if row.kind in comps:
                 table.add_row(row.kind, row.place(), ", ".join(comps[row.kind]) or "-")
+    if kind is None:
+        t = tta_listing()
+        what = f"policy {', '.join(t['policy_sources'])}; images {', '.join(t['images'])} (shifts {', '.join(t['shifts'])})"
+        table.add_row("zoo tta", "not a slot: a `zoo tta` file's keys", f"{what}; method {', '.join(t['methods'])}")
     if kind in (None, "variants"):
         table.add_row("variants", "", ", ".join(variants))
     if kind is None:
         table.add_row("tasks", "not a slot: the run file's task.name", ", ".join(known_tasks()))
         table.add_row("models", "not a slot: built in (run file's model)", ", ".join(BUILTIN_MODELS))
     console.print(table)
+
+
+def tta_listing() -> dict[str, list[str]]:
+    """What a `zoo tta` file can name besides registered components (zoo.config.tta): its policy sources
+    (`policy.source`), image sets (`data.name`), their shifts (`data.shift`) and `method`s."""
+    from typing import get_args
+
+    from zoo.config.tta import DataSpec, PolicySpec, TTASpec
+
+    def lit(model: Any, key: str) -> list[str]:
+        return list(get_args(model.model_fields[key].annotation))
+
+    return {
+        "policy_sources": lit(PolicySpec, "source"),
+        "images": lit(DataSpec, "name"),
+        "shifts": lit(DataSpec, "shift"),
+        "methods": lit(TTASpec, "method"),
+    }
 
 
 def _load_variant(name: str, sets: list[str] | None = None):

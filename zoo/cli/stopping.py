@@ -53,3 +53,14 @@ def interrupt_code(e: BaseException) -> int:
     if text.startswith("signal ") and text[7:].isdigit():
         return 128 + int(text[7:])
     return 130
+
+
+def skip_final_collection() -> None:
+    """Before an interrupted process exits: the interpreter's last garbage collection walks every object
+    still alive (a huge step's prompts and messages: 4 s of a 1,000,000-completion step here, after the
+    `interrupted` line), though the process is ending and the OS frees its memory at once. `gc.freeze`
+    (the standard library's way to exempt the objects alive now from collection) leaves them out, so
+    SIGTERM / Ctrl-C ends the process within a second of that line (0.2-0.6 s measured)."""
+    import gc
+
+    gc.freeze()

@@ -1,6 +1,7 @@
 """What `zoo validate` checks in one file, with `--set` applied as the command that runs the file
 applies it: a study as `zoo ablate` (`zoo.study.experiment.load_study`'s overrides), a run file as
-`zoo run` (`zoo.config.run.set_dotted`), a variant file as `zoo show`, a `zoo rm` file as `zoo rm`.
+`zoo run` (`zoo.config.run.set_dotted`), a variant file as `zoo show`, a `zoo rm` file as `zoo rm`,
+a `zoo tta` file (a top-level `tta:`) as `zoo tta` (zoo.checks.tta).
 Messages about a key a `--set` gave lead with the flag (`zoo.config.set_flag.blame_set_flag`)."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 import yaml
 
 from zoo.checks.registry import Report
+from zoo.config.tta import is_tta_file
 
 #: keys that only a `zoo rm` file has, by command (zoo.rm.config: RMTrainConfig, PairsConfig)
 _RM_KEYS = {"zoo rm train": ("data",), "zoo rm pairs": ("judge", "samples", "length_bias", "label_noise")}
@@ -58,7 +60,9 @@ def check_file(f: Path, sets: dict[str, Any], nproc: int | None) -> Report:
         if why:
             raise variant.VariantError(f"{f}: {why}; {NEEDS}; a variant file needs `name` and `slots`")
         rm = rm_command(data)
-        if rm:
+        if is_tta_file(data):  # a `zoo tta` file (zoo.config.tta)
+            rep = check_tta_file(f, data, sets)
+        elif rm:
             from zoo.rm.config import PairsConfig, RMTrainConfig, load_config
 
             schema = RMTrainConfig if rm == "zoo rm train" else PairsConfig
@@ -76,6 +80,18 @@ def check_file(f: Path, sets: dict[str, Any], nproc: int | None) -> Report:
         rep.errors.append(str(e))
     for kind in ("errors", "warnings"):
         setattr(rep, kind, [blame_set_flag(m, sets, schema, source=f) for m in getattr(rep, kind)])
+    return rep
+
+
+def check_tta_file(f: Path, data: Any, sets: dict[str, Any]) -> Report:
+    """A `zoo tta` file's Report (zoo.checks.tta); `--set` is refused, naming the file."""
+    from zoo.checks.tta import check_tta_data
+
+    if sets:
+        return Report(errors=[f"{f}: a `zoo tta` file takes no --set; edit the file's `tta:` keys"])
+    rep, ok = check_tta_data(data, str(f))
+    if ok is not None:
+        rep.notes.append(f"{f}: a `zoo tta` file: variant {ok.tta.variant}, adapt {ok.tta.adapt}")
     return rep
 
 

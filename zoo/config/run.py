@@ -17,6 +17,7 @@ from zoo.config.run_sections import (
     EVAL_BATCH,
     GENERATE_BATCH,
     MAX_NAME_CHARS,
+    Async,
     Beta,
     Budget,
     Checkpoint,
@@ -40,6 +41,7 @@ __all__ = [
     "GENERATE_BATCH",
     "MAX_NAME_CHARS",
     "NEEDS",
+    "Async",
     "OUTPUT_KEYS",
     "STUDY_ONLY_KEYS",
     "WHAT_IT_TRAINS",
@@ -57,6 +59,7 @@ __all__ = [
     "Tracking",
     "Training",
     "WandbOpts",
+    "async_opts",
     "batch_sizes",
     "effective_variant",
     "generate_batch_size",
@@ -98,6 +101,14 @@ class RunConfig(Strict):
     )
     plugins: list[str] = Field(default_factory=list)
     tracking: Tracking = Field(default_factory=Tracking)
+    # `async:` is a Python keyword, so the field is declared through the class namespace (pydantic reads
+    # it like any other: the key, the dump and the errors say `async`); read it with `async_opts(cfg)`
+    __annotations__["async"] = "Async | None"
+    locals()["async"] = Field(
+        None,
+        description="asynchronous training with a staleness bound: {max_staleness: k, workers: n, "
+        "backend: thread | ray} (docs/guides/async.md); absent: the synchronous step",
+    )
     output_dir: str | None = None
     study: str | None = Field(None, description="set by `zoo ablate`: the study this arm belongs to")
     arm: str | None = None
@@ -143,6 +154,11 @@ class RunConfig(Strict):
         return type(self) is type(other) and self.__dict__ == other.__dict__
 
     __hash__ = None  # type: ignore[assignment]  # mutable, as pydantic's models are
+
+
+def async_opts(cfg: Any) -> Async | None:
+    """The run's `async:` block, or None (the synchronous step)."""
+    return getattr(cfg, "async", None)
 
 
 def generate_batch_size(cfg: RunConfig, group_size: int) -> int:

@@ -170,6 +170,28 @@ class Guards(Strict):
     )
 
 
+class Async(Strict):
+    """Asynchronous training with a staleness bound (docs/guides/async.md): rollout workers generate
+    groups with older weights while the trainer trains; the capacity rule (AReaL arXiv:2505.24298, "staleness-aware
+    training", `max_head_offpolicyness`; SkyRL's `max_staleness_steps`) paces them so no group is trained more than `max_staleness`
+    policy versions after the weights it was sampled with."""
+
+    max_staleness: int = Field(
+        ...,
+        ge=0,
+        description="k: a group sampled with policy version v is trained at step <= v + k "
+        "(0: every group is sampled with the weights that train on it, the synchronous algorithm)",
+    )
+    workers: int = Field(1, ge=1, description="rollout workers, each with its own copy of the policy")
+    backend: Literal["thread", "ray", "simulated"] = Field(
+        "thread",
+        description="thread: each worker a thread of the trainer's process; ray: each worker a Ray "
+        "actor (its own process; `pip install 'variant-zoo[ray]'`); simulated: no workers, step s "
+        "samples in the trainer's process with the weights of step s - k (exact staleness for studies; "
+        "`workers` is not used)",
+    )
+
+
 class Checkpoint(Strict):
     every: int = Field(1, ge=1, description="save every N steps (and always at the end)")
 

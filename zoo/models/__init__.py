@@ -10,6 +10,9 @@
     load_errors.py  one-line errors for a model transformers could not load
     chatml.py     the ChatML special tokens, template and character tokenizer of the small models zoo builds
     arms.py       the `arms:` bandit model, built in code
+    dual_encoder.py  the `dual_encoder` policy source of `zoo tta`: a CLIP-style model built in code (issue 32 §3)
+    dual_rollout.py  its rollout: K class candidates per image, their log-probs, the entropy
+    dual_cache.py    the pre-trained dual encoder, built once and cached under zoo's cache root
     tiny.py       tiny random models for the tests (no module of zoo imports it; not re-exported here)
 
 `critic: {init: reward_model}` (the reward model's backbone and head) is zoo.rewards.critic_init.

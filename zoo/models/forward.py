@@ -72,3 +72,88 @@ def expandable_cache(out: Any) -> Any:
     """The KV cache of a forward's output if it can be expanded to more rows (`batch_select_indices`), else None."""
     cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
     return cache if cache is not None and hasattr(cache, "batch_select_indices") else None
+
+
+# --------------------------------------------------------------------------- the output head's input
+def _contiguous_input(module: nn.Module, args: tuple) -> tuple:
+    return (args[0].contiguous(), *args[1:]) if args and isinstance(args[0], Tensor) else args
+
+
+def contiguous_head_input(model: nn.Module) -> None:
+    """Make the output head (`get_output_embeddings()`) take a contiguous input.
+
+    transformers' `logits_to_keep` slices the hidden states [n, L, d] to [n, k, d] (a view with the row
+    stride of L positions) before the head; `F.linear` on that view runs as a batched matmul against the
+    head's [V, d] weight expanded to n copies, measured 2.5-5x slower on CPU than the same product on a
+    contiguous copy (SmolLM2's 49,152 x 576 head, torch 2.13, docs/results/performance-step.md "The
+    output head"). The copy costs n x k x d floats; the logits agree up to float rounding (another kernel's summation order).
+    A model without output embeddings is left alone."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is not None and not getattr(head, "_zoo_contiguous_input", False):
+        head.register_forward_pre_hook(_contiguous_input)
+        head._zoo_contiguous_input = True
+
+
+# --------------------------------------------------------------------------- a prefix shared by every prompt
+# Chat prompts with fixed worked examples share their first ~115 tokens (system turn and shots; the main job's
+# prompts are 145 tokens long): that prefix runs once for all rows, and only the rest of each prompt runs per
+# distinct prompt. Below this length a second forward call costs more than it saves (our choice, not tuned).
+SHARED_PREFIX_MIN = 16
+
+
+def shared_prefix_len(ids: Tensor, mask: Tensor) -> int:
+    """K: how many tokens every row of left-padded prompts [n, P] starts with after its pads, at most the
+    shortest row's length - 1 (each row keeps a token of its own); 0 below `SHARED_PREFIX_MIN`, for one row,
+    or when the mask is not left padding ([0 .. 0, 1 .. 1] per row).
+    ids [[p, 5, 6, 7], [5, 6, 8, 9]], mask [[0, 1, 1, 1], [1, 1, 1, 1]] share [5, 6] -> K = 2 (with a minimum of 2)."""
+    n, P = ids.shape
+    lengths = mask.long().sum(1)  # [n]
+    m = int(lengths.min()) if n else 0
+    if n < 2 or m - 1 < SHARED_PREFIX_MIN:
+        return 0
+    starts = P - lengths  # [n] first real column
+    cols = torch.arange(P, device=ids.device)
+    if not bool(((cols[None, :] >= starts[:, None]) == mask.bool()).all()):
+        return 0  # not left padding
+    toks = ids.gather(1, starts[:, None] + cols[None, : m - 1])  # [n, m-1] the first m-1 real tokens
+    same = (toks == toks[:1]).all(0).long()  # [m-1]
+    K = int(same.cumprod(0).sum())
+    return K if K >= SHARED_PREFIX_MIN else 0
+
+
+def prefix_first(mask: Tensor, K: int) -> Tensor:
+    """Column order [n, P] that moves each left-padded row's first K real tokens to the front:
+    [pads, prefix, rest] -> [prefix, pads, rest]; apply as `x.gather(1, order)` to ids, mask and position ids
+    alike. Positions follow the tokens, so the model sees the same sequence, pads in the middle.
+    mask [[0, 1, 1, 1]], K 2 -> order [[1, 2, 0, 3]]."""
+    n, P = mask.shape
+    pads = P - mask.long().sum(1, keepdim=True)  # [n, 1]
+    j = torch.arange(P, device=mask.device)[None, :].expand(n, P)  # [n, P]
+    return torch.where(j < K, pads + j, torch.where(j < K + pads, j - K, j))  # [n, P]
+
+
+def prompt_cache(
+    model: nn.Module, ids: Tensor, att: Tensor, pos: Tensor, K: int, *, last_logits: bool
+) -> tuple[Any, Tensor | None]:
+    """Run U prompt rows [U, P] once -> (their KV cache, or None when the model returns none; with
+    `last_logits` the logits at the last column [U, 1, V], else None). With K > 0 the rows are in
+    `prefix_first` order and share their first K columns: those run once, as one row, and their cache is
+    expanded to the U rows before the rest runs (K < P when `last_logits`). Gradients flow to the prefix."""
+    U, P = ids.shape
+    keep = {"logits_to_keep": 1} if accepts_logits_to_keep(model) else {}
+    extra: dict = {}
+    if K > 0:
+        out = model(input_ids=ids[:1, :K], attention_mask=att[:1, :K], position_ids=pos[:1, :K], use_cache=True, **keep)
+        cache = expandable_cache(out)
+        del out
+        if cache is None:
+            return None, None
+        cache.batch_select_indices(torch.zeros(U, dtype=torch.long, device=ids.device))  # [1, ...] -> [U, ...]
+        if K == P:
+            return cache, None
+        extra = {cache_arg(model): cache}
+    out = model(
+        input_ids=ids[:, K:], attention_mask=att, position_ids=pos[:, K:], use_cache=True, **keep, **extra
+    )  # the cache covers columns [0, K), the mask all P
+    logits = out.logits[:, -1:] if last_logits else None  # [U, 1, V]
+    return expandable_cache(out), logits

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from zoo.models.forward import contiguous_head_input
 from zoo.models.load_errors import model_load_error
 from zoo.models.sources import EMBEDDED_MODEL, ModelSource, resolve_model
 
@@ -101,6 +102,7 @@ def load_policy(
         raise model_load_error(src.name, src.path, src.kind, e, embedded=EMBEDDED_MODEL) from None
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
+    contiguous_head_input(model)  # logits_to_keep's sliced hidden states: a plain matmul, not a batched one
     if device is not None:
         model.to(device)
     if gradient_checkpointing:

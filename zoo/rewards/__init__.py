@@ -8,7 +8,8 @@ function by dotted path ("mylab.rewards:fn") whose module is one of the run's `p
 
 Built in (zoo.rewards.builtin): `correctness` (reasoning_gym's own scorer, or math-verify),
 `format` (regex, default a non-empty \\boxed{}), `length` (characters); bandit arms
-(zoo.rewards.bandit): `arm_bernoulli`, `arm_gaussian`; `reward_model` (a learned reward
+(zoo.rewards.bandit): `arm_bernoulli`, `arm_gaussian`; label-free rewards of `zoo tta`
+(zoo.rewards.tta): `tta_alignment`, `tta_dispersion`; `reward_model` (a learned reward
 model, zoo.rewards.reward_model), a stateful reward: the run sets up its session once and tears it down
 (zoo.rewards.session: `open_rewards`, `close_rewards`).
 `compute_rewards(fns, completions, rows)` -> `RewardScores(objectives [N, K], n_failed [K])`, NaN
@@ -16,7 +17,10 @@ where a reward raised or returned None. Accuracy is score == 1.0 (`correct`, `ac
 A critic started from the reward model (`critic: {init: reward_model}`) is zoo.rewards.critic_init.
 """
 
-from zoo.rewards import bandit  # noqa: F401  (registers arm_bernoulli, arm_gaussian)
+from zoo.rewards import (
+    bandit,  # noqa: F401  (registers arm_bernoulli, arm_gaussian)
+    tta,  # noqa: F401  (registers tta_alignment, tta_dispersion)
+)
 from zoo.rewards.builtin import BOXED_PATTERN, correctness, format_reward, length
 from zoo.rewards.compute import (
     RewardScores,

@@ -86,6 +86,8 @@ def _write_state(
         "reference": reference,
         "guards": st.guard.state_dict(),
         "teacher": st.teacher.state_dict() if st.teacher is not None else None,  # an ema teacher's weights
+        # an async: run's queue (zoo.run.rollouts): the stream before the first untrained step, the pending slots
+        "async": st.rollouts.state_dict(st.step) if st.rollouts is not None else None,
     }
     if shards is None:
         state.update(

@@ -99,6 +99,7 @@ def fingerprint_fields(cfg: RunConfig) -> dict[str, Any]:
         },
         **({"gold": dump["gold"]} if cfg.gold else {}),  # only when set: older runs' digests stay valid
         **({"teacher": dump["teacher"]} if cfg.teacher is not None else {}),  # a distill: run's teacher
+        **({"async": dump["async"]} if dump.get("async") is not None else {}),  # an async: run's staleness bound
         "precision": resolved_precision(cfg),
         "generator": _generator(cfg),
     }

@@ -23,6 +23,7 @@ from zoo.core import dist, guards
 from zoo.rewards.session import close_rewards
 from zoo.run.folder import RunFolder, resolved_config
 from zoo.run.progress import evaluator, progress_bar
+from zoo.run.rollouts import close_rollouts, open_rollouts
 from zoo.run.setup import setup, validate_run
 from zoo.step import pipeline
 from zoo.step.types import RunState
@@ -112,6 +113,7 @@ def _set_up(folder: RunFolder, resume: bool, checked: tuple[Variant, list[str]])
     reset_peak_memory(torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu"))
     st = setup(cfg, checked=checked)
     state = folder.restore(st, resume)
+    open_rollouts(st, state.get("async") if state else None)  # an async: run's workers, after the restore
     rcfg = folder.write_config(st, resumed=state is not None)
     if not folder.main:
         return st, _NullTracker()
@@ -169,7 +171,8 @@ def _eval_after(
 
 
 def _close(st: RunState) -> None:
-    """Close what the run opened: its rewards' sessions, its generator's engine and a teacher."""
+    """Close what the run opened: its rollout workers, rewards' sessions, generator's engine and a teacher."""
+    close_rollouts(st)
     close_rewards(st.rewards + [(c, 1.0) for c in st.gold])  # the run owns its rewards' sessions
     close_generator(st.generator)  # an engine (vllm) per run: the next arm of a study starts its own
     if st.teacher is not None:

@@ -18,11 +18,13 @@ from zoo.core.media import RowMedia, media_inputs
 from zoo.models.forward import (
     accepts_logits_to_keep,
     cache_arg,
-    expandable_cache,
     inner_lm,
     one_row_each,
     own_positions,
     position_ids_from_mask,
+    prefix_first,
+    prompt_cache,
+    shared_prefix_len,
 )
 from zoo.models.policy import is_checkpointing
 
@@ -40,7 +42,6 @@ def _shared_prompt_logprobs(
     att: Tensor,
     pos: Tensor,
     T: int,
-    keep: bool,
     temperature: float,
     with_entropy: bool,
     entropy_grad: bool,
@@ -50,25 +51,25 @@ def _shared_prompt_logprobs(
     repeat: each distinct prompt runs once (U rows), its KV cache is expanded to the n rows, and the
     completions continue from it. The logits predicting completion token 0 come from the prompt's
     last position, those predicting tokens 1..T-1 from the continuation over tokens 0..T-2. Prompt
-    positions are computed U instead of n times (G x fewer for whole groups). Returns None when
-    every prompt is distinct (or the model returned no cache): the caller runs the plain forward."""
+    positions are computed U instead of n times (G x fewer for whole groups), and a prefix that every
+    prompt starts with (`zoo.models.forward.shared_prefix_len`: the system turn and worked shots) once.
+    Returns None when every prompt is distinct and no prefix is shared (or the model returned no cache):
+    the caller runs the plain forward."""
     n, L = ids.shape
     P = L - T
+    K = shared_prefix_len(ids[:, :P], att[:, :P])  # tokens every prompt starts with (system turn, shots)
+    if K:
+        order = torch.cat([prefix_first(att[:, :P], K), torch.arange(P, L, device=ids.device).expand(n, T)], dim=1)
+        ids, att, pos = (x.gather(1, order) for x in (ids, att, pos))  # [n, L] prefix first, pads after it
     key = torch.cat([ids[:, :P], att[:, :P].to(ids.dtype)], dim=1)  # [n, 2P]
     uniq, inverse = torch.unique(key, dim=0, return_inverse=True)  # [U, 2P], [n]
     U = uniq.shape[0]
-    if U == n:
+    if U == n and not K:
         return None
     first = one_row_each(inverse, U)  # [U] a row of each distinct prompt
-    kwargs = dict(input_ids=ids[first, :P], attention_mask=att[first, :P], position_ids=pos[first, :P], use_cache=True)
-    if keep:
-        kwargs["logits_to_keep"] = 1
-    out = model(**kwargs)
-    cache = expandable_cache(out)
+    cache, first_logits = prompt_cache(model, ids[first, :P], att[first, :P], pos[first, :P], K, last_logits=True)
     if cache is None:
         return None
-    first_logits = out.logits[:, -1:]  # [U, 1, V] predicts completion token 0
-    del out
     head = _chosen_logprobs(
         first_logits[inverse], ids[:, P : P + 1], temperature, with_entropy, entropy_grad, with_sum_sq
     )
@@ -214,7 +215,7 @@ def token_stats(
     parts = []  # per micro-batch (logp, entropy or None, sum_sq or None)
     for s in range(0, N, mb):
         ids, att, pos = input_ids[s : s + mb], attention_mask[s : s + mb], position_ids[s : s + mb]
-        shared = _shared_prompt_logprobs(model, ids, att, pos, T, keep, *flags) if share else None
+        shared = _shared_prompt_logprobs(model, ids, att, pos, T, *flags) if share else None
         if shared is not None:
             parts.append(shared)
             continue

@@ -52,6 +52,8 @@ from zoo.step.distill_vocab import FIELD as VOCAB_FIELD
 from zoo.step.forwards import first_order, reuses_old, rollout_forwards
 from zoo.step.greedy import reads_greedy, with_greedy_score
 from zoo.step.hooks import NO_HOOKS, Hooks
+from zoo.step.pacing import staleness_metrics
+from zoo.step.producer import assemble, published
 from zoo.step.sample import Rounds, generate
 from zoo.step.scoring import keep_rows, length_shaping, objective_scores, per_row_metrics
 from zoo.step.types import RunState
@@ -77,8 +79,13 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> StepResult:
     coefs = coefficients(st)  # {target: {hyperparameter: value}} for this step
     acc = accuracy_index([c for c, _ in st.rewards])
     strategy.gather_weights(st.models.parallel)  # fsdp: whole weights while ranks run different numbers of forwards
-    rounds = _sample(st, hooks, acc)  # generate -> reward -> length -> objectives -> filter, per round
-    batch, m = rounds.finish()
+    if st.rollouts is None:
+        rounds = _sample(st, hooks, acc)  # generate -> reward -> length -> objectives -> filter, per round
+        batch, m = rounds.finish()
+    else:  # async: the step's groups from the rollout workers (zoo/step/producer.py), then reward .. filter
+        rounds, am = _sample_async(st, hooks, acc)
+        batch, m = rounds.finish()
+        m.update(am)
     if batch.size == 0:
         m["train/skipped"] = 1.0  # the guards (trainer.train) log the step without an update
     t1 = time.perf_counter()
@@ -90,6 +97,8 @@ def step(st: RunState, hooks: Hooks = NO_HOOKS) -> StepResult:
     m.update(step_diagnostics(batch, *rounds.objective_columns, len(st.reward_names), acc))  # diagnostics
     t3 = time.perf_counter()
     m.update(_train(st, batch, coefs, order, hooks))  # update, then the generator's sync
+    if st.rollouts is not None:  # the new weights, version step + 1, for the workers' next groups
+        st.rollouts.publish(published(st.models.policy, st.step + 1))
     t4 = time.perf_counter()
     _controllers(st, m, batch)  # controllers, and the coefficients the next step uses
     m.update({"time/forward": t2 - t1, "time/advantage": t3 - t2, "time/train": t4 - t3, "time/step": t4 - t0})
@@ -114,6 +123,30 @@ def _sample(st: RunState, hooks: Hooks, acc: int | None) -> Rounds:
             rounds.record_first(b, *scored)
         rounds.add(b, keep)
     return rounds
+
+
+def _sample_async(st: RunState, hooks: Hooks, acc: int | None) -> tuple[Rounds, dict[str, float]]:
+    """Asynchronous training's sampling (docs/guides/async.md): the step's B groups from the rollout
+    workers (`st.rollouts`, a zoo.step.producer.Producer) in group order, then reward .. filter as one
+    round. Returns (the round, the async/* metrics and the queue waits)."""
+    rounds = Rounds(st)
+    rounds.index, rounds.rounds = 0, 1  # one round: the async step has no refill rounds (zoo.checks.async_run)
+    with rounds.timed("generate"), hooks.phase("generate") as ph:
+        groups, waited = st.rollouts.take(st.step)  # waits for the workers: time/wait_workers
+        b = ph.batch = assemble(groups, int(st.models.tokenizer.pad_token_id))
+    rows = [f.slot.row for f in groups]
+    with rounds.timed("score"), hooks.phase("score") as ph:
+        b, keep, scored = _score(st, b, rows, 0, acc)
+        ph.batch = b
+    rounds.record_first(b, *scored)
+    for sample, v in zip(rounds.samples, b.extras["policy_version"].tolist()):
+        sample["policy_version"] = int(v)  # the samples log: which version sampled each completion
+    rounds.add(b, keep)
+    m = staleness_metrics(groups, st.step, st.rollouts.pacer.max_staleness)
+    m.update({"time/wait_workers": waited, "time/wait_trainer": st.rollouts.idle_seconds()})
+    m["async/generate_s"] = sum(f.seconds for f in groups)  # the workers' seconds for this step's groups
+    m.update(st.rollouts.pop_metrics())
+    return rounds, m
 
 
 def _score(

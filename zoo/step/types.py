@@ -168,4 +168,5 @@ class RunState:
     guard: guards.GuardState = field(default_factory=guards.GuardState)  # streaks of the run guards
     provenance: dict[str, Any] = field(default_factory=dict)
     generator: Any = None  # zoo.core.kinds.Generator built from cfg.sampling.backend (None: the hf generator)
+    rollouts: Any = None  # zoo.step.producer.Producer of an `async:` run (None: the synchronous step)
     teacher: Any = None  # zoo.models.teacher.Teacher of a `distill:` variant (opened in setup, closed by the trainer)

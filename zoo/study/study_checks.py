@@ -66,6 +66,33 @@ def duplicate_sweep_arms(arms: Sequence[Any], across: bool = False) -> list[tupl
     return out
 
 
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    """{dotted key: leaf value} of nested mappings."""
+    if not isinstance(d, dict):
+        return {prefix: d} if prefix else {}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def arms_alike(a: Any, b: Any) -> str:
+    """Why two arms that resolve to the same configuration (`duplicate_sweep_arms`) do: the keys their
+    written configurations differ in (`variant`, `set.clip.eps`, ...), each with both values, or that
+    they are written alike."""
+    fa = _flat(json.loads(comparable_config(a.config)))
+    fb = _flat(json.loads(comparable_config(b.config)))
+    diff = [k for k in sorted(fa.keys() | fb.keys()) if k not in fa or k not in fb or fa[k] != fb[k]]
+    if not diff:
+        return "their configurations are written alike"
+
+    def val(f: dict[str, Any], k: str) -> str:
+        return repr(f[k]) if k in f else "unset"
+
+    said = "; ".join(f"{k} = {val(fa, k)} in {a.group}, {val(fb, k)} in {b.group}" for k in diff)
+    return f"they differ only in {said}, which resolve to the same variant and run settings"
+
+
 def foreign_arm_dir(study_dir: Path, arm_dir: Path, study_name: str | None) -> str | None:
     """Why `arm_dir` is not this study's own arm folder (a dangling symlink, a symlink to a folder outside `study_dir`,
     or a config.yaml written by a study other than `study_name`; None: not checked), else None."""

@@ -13,7 +13,7 @@ from zoo.config import variant as V
 from zoo.config.run import RunConfig, parse_run_config
 from zoo.config.variant import VariantError
 from zoo.study.experiment import STUDY_KEYS, Arm, expand_arms, load_study, read_study_file, seed_of
-from zoo.study.study_checks import duplicate_sweep_arms, shared_set_overrides
+from zoo.study.study_checks import arms_alike, duplicate_sweep_arms, shared_set_overrides
 
 
 def variant_context(cfg: RunConfig, v: V.Variant) -> dict[str, Any]:
@@ -66,13 +66,27 @@ def check_arms(
             said.update(after.notes)
         subs.append((who, sub))
     rep = fold_shared(subs, len(arms))
-    rep.warnings += [
-        f"arms {a} and {b} resolve to the same configuration (a value of one has no effect or equals the "
-        "other's): they measure the same thing; remove one or make them differ"
-        for a, b in duplicate_sweep_arms(arms, across=True)
-        if a.rsplit("-s", 1)[0] != b.rsplit("-s", 1)[0]
-    ]
+    rep.errors += duplicate_arm_errors(arms)
     return rep
+
+
+def duplicate_arm_errors(arms: list[Arm]) -> list[str]:
+    """Issue 37 §3: one error per two arms of different names that resolve to the same configuration at
+    a seed (`duplicate_sweep_arms`; the same name's sweep points are refused by `expand_arms`), naming
+    both, the seeds and the keys that differ without effect (`arms_alike`). Arms that differ only by
+    seed are not alike."""
+    by_label = {a.label: a for a in arms}
+    pairs: dict[tuple[str, str], list[tuple[Arm, Arm]]] = {}
+    for a, b in duplicate_sweep_arms(arms, across=True):
+        x, y = by_label[a], by_label[b]
+        if x.base != y.base:
+            pairs.setdefault((x.group, y.group), []).append((x, y))
+    return [
+        f"arms {ga} and {gb} resolve to the same configuration (seed{'s' * (len(same) > 1)} "
+        f"{', '.join(str(x.seed) for x, _ in same)}; "
+        f"{arms_alike(*same[0])}): they would train the same run twice; remove one or make them differ"
+        for (ga, gb), same in pairs.items()
+    ]
 
 
 def fold_shared(subs: list[tuple[str, Report]], n_arms: int) -> Report:

@@ -24,16 +24,18 @@ from torch import Tensor, nn
 
 from zoo.backends.generate import progress as step_progress
 from zoo.backends.generate.images import encode_image_prompts, placeholder_suppressor
+from zoo.backends.generate.sampling_config import sampling_config  # noqa: F401 - imported from here too
 from zoo.backends.generate.warping import RolloutLogprobs, processor_list
 from zoo.core.batch import Batch
 from zoo.core.media import RowMedia, media_inputs
 from zoo.models.forward import (
-    accepts_logits_to_keep,
     cache_arg,
-    expandable_cache,
     inner_lm,
     one_row_each,
     position_ids_from_mask,
+    prefix_first,
+    prompt_cache,
+    shared_prefix_len,
 )
 
 
@@ -109,6 +111,11 @@ def stop_token_ids(model: nn.Module, tokenizer) -> list[int]:
     return ids
 
 
+#: prompts per tokenizer call in `encode_prompts` (our choice): ~0.1 s of native work on a 2-core CPU, so
+#: Ctrl-C / SIGTERM (acted on between Python bytecodes) stops even a 1,000,000-prompt step within a second
+ENCODE_CHUNK = 1024
+
+
 def encode_prompts(tokenizer, prompts: Sequence[str] | Sequence[list[dict]], device=None) -> tuple[Tensor, Tensor]:
     """Tokenise prompts with left padding -> (ids [B, P] long, mask [B, P] long).
 
@@ -129,14 +136,25 @@ def encode_prompts(tokenizer, prompts: Sequence[str] | Sequence[list[dict]], dev
         texts, add_special = list(prompts), True
     old_side = tokenizer.padding_side
     tokenizer.padding_side = "left"
-    try:
-        enc = tokenizer(texts, padding=True, add_special_tokens=add_special, return_tensors="pt")
+    try:  # chunks: one native call over a huge batch would hold off Ctrl-C / SIGTERM for minutes
+        encs = [
+            tokenizer(texts[i : i + ENCODE_CHUNK], padding=True, add_special_tokens=add_special, return_tensors="pt")
+            for i in range(0, len(texts), ENCODE_CHUNK)
+        ]
     finally:
         tokenizer.padding_side = old_side
-    ids, mask = enc["input_ids"], enc["attention_mask"]
+    width = max(e["input_ids"].shape[1] for e in encs)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0  # a lone chunk needs none
+    ids = torch.cat([_pad_left(e["input_ids"], width, int(pad)) for e in encs])  # [B, P]
+    mask = torch.cat([_pad_left(e["attention_mask"], width, 0) for e in encs])  # [B, P]
     if device is not None:
         ids, mask = ids.to(device), mask.to(device)
     return ids, mask
+
+
+def _pad_left(t: Tensor, width: int, value: int) -> Tensor:
+    """[B, w] -> [B, width], `value` prepended (the chunks of `encode_prompts` to one width)."""
+    return t if t.shape[1] == width else torch.nn.functional.pad(t, (width - t.shape[1], 0), value=value)
 
 
 def _pad_right(t: Tensor, width: int, value: int) -> Tensor:
@@ -163,6 +181,7 @@ def generate_rollout(
     logits_processors: Sequence = (),
     images: Sequence[Sequence[Any]] | None = None,
     processor=None,
+    generator: torch.Generator | None = None,
 ) -> Batch:
     """Sample `group_size` completions per prompt with HF `generate` -> `Batch` (N = len(prompts) * G).
 
@@ -190,7 +209,9 @@ def generate_rollout(
     images, processor: an image task's images per prompt (`encode_image_prompts`) and the policy's
         vision-language processor; the Batch's `media` then holds each row's processor outputs, passed to
         `generate` with the rows (prompts are not shared: the same text may come with other images).
-    Seeding is the caller's: `torch.manual_seed(...)` before the call.
+    Seeding is the caller's: `torch.manual_seed(...)` before the call, or `generator`: the draws then
+        come from it alone (`warping.SeededDraw` after the recorder, `generate` in greedy mode), never
+        from torch's global RNG (a rollout worker in a thread, zoo/backends/generate/rollout_worker.py).
     The model runs in eval mode under no_grad; its train/eval mode is restored afterwards. Works on
     any device (inputs follow the model's parameters).
     Raises ValueError for group_size < 1, max_new_tokens < 1, temperature <= 0 when sampling, or a
@@ -204,8 +225,13 @@ def generate_rollout(
     share_prompts = share_prompts and media is None
     if media is not None:  # a sampled placeholder would ask the forward for an image that is not there
         logits_processors = [*logits_processors, placeholder_suppressor(processor)]
-    gen_config = sampling_config(max_new_tokens, min_new_tokens, do_sample, pad_id, stops, tokenizer.bos_token_id)
-    processors = partial(processor_list, logits_processors, temperature, int(top_k or 0), top_p, do_sample)
+    own_draw = generator is not None and do_sample  # SeededDraw picks the token, generate takes the argmax
+    gen_config = sampling_config(
+        max_new_tokens, min_new_tokens, do_sample and not own_draw, pad_id, stops, tokenizer.bos_token_id
+    )
+    processors = partial(
+        processor_list, logits_processors, temperature, int(top_k or 0), top_p, do_sample, generator=generator
+    )
     chunks, logps = _sample_chunks(
         model, ids, mask, prompt_index, gen_config, processors, micro_batch or ids.shape[0], share_prompts, media
     )
@@ -272,13 +298,15 @@ def _sample_chunks(
     with eval_no_grad(model), neutral_generation_config(model):
         for s in range(0, N, micro_batch):
             rows = slice(s, s + micro_batch)
-            prefix = _shared_prefill(model, ids[rows], mask[rows], prompt_index[rows]) if share_prompts else {}
+            g_ids, g_mask, prefix = ids[rows], mask[rows], {}
+            if share_prompts:
+                g_ids, g_mask, prefix = _shared_prefill(model, g_ids, g_mask, prompt_index[rows])
             if media is not None:  # the rows' images (pixel_values, image_grid_thw, mm_token_type_ids ...)
                 prefix = {**prefix, **media_inputs(media[rows], mask[rows], P, ids.device)}
             rec = RolloutLogprobs()
             out = model.generate(
-                input_ids=ids[rows],
-                attention_mask=mask[rows],
+                input_ids=g_ids,
+                attention_mask=g_mask,
                 generation_config=gen_config,
                 logits_processor=processors(rec),
                 **prefix,  # [mb, P + T_chunk]
@@ -326,61 +354,35 @@ def _rollout_batch(
     )
 
 
-def sampling_config(
-    max_new_tokens: int, min_new_tokens: int, do_sample: bool, pad_id: int, stops: Sequence[int], bos_id: int | None
-):
-    """A GenerationConfig with every processor of transformers' own off (temperature 1, top-k 0, top-p 1,
-    no repetition penalty, min-p ...): the warping is passed as processors (`warping.processor_list`),
-    so the recorder of `logp_rollout` comes after it."""
-    from transformers import GenerationConfig
-
-    return GenerationConfig(
-        max_new_tokens=max_new_tokens,
-        min_new_tokens=min(int(min_new_tokens), max_new_tokens) or None,
-        do_sample=do_sample,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=0 if do_sample else None,
-        min_p=None,
-        typical_p=1.0,
-        repetition_penalty=1.0,
-        no_repeat_ngram_size=0,
-        num_beams=1,
-        num_return_sequences=1,
-        pad_token_id=pad_id,
-        eos_token_id=list(stops),
-        bos_token_id=bos_id,
-        use_cache=True,
-        return_dict_in_generate=False,
-    )
-
-
-def _shared_prefill(model: nn.Module, ids: Tensor, mask: Tensor, prompt_index: Tensor) -> dict:
-    """A KV cache for rows [n, P] whose prompts repeat: the distinct prompts' first P-1 tokens run
-    once and the cache is expanded to the n rows; `generate` then runs only the last prompt token per
-    row. Returns {cache kwarg: cache}, or {} when nothing repeats or the model takes no cache."""
+def _shared_prefill(model: nn.Module, ids: Tensor, mask: Tensor, prompt_index: Tensor) -> tuple[Tensor, Tensor, dict]:
+    """A KV cache for rows [n, P] whose prompts repeat or share a prefix: the distinct prompts' first P-1
+    tokens run once, a prefix that every prompt starts with (`shared_prefix_len`) once for all, and the
+    cache is expanded to the n rows; `generate` then runs only the last prompt token per row.
+    Returns (ids, mask, {cache kwarg: cache}) for `generate`: with a shared prefix, ids and mask in
+    `prefix_first` column order (the same tokens and positions, pads after the prefix); (ids, mask, {})
+    when nothing repeats or the model takes no cache."""
     name = cache_arg(model)
     n, P = ids.shape
     if name is None or P < 2:
-        return {}
+        return ids, mask, {}
+    K = min(shared_prefix_len(ids, mask), P - 1)
     uniq, inverse = torch.unique(prompt_index, return_inverse=True)
     U = uniq.shape[0]
-    if U == n:
-        return {}
+    if U == n and not K:
+        return ids, mask, {}
     first = one_row_each(inverse, U)  # [U]
-    pm = mask[first, : P - 1]
+    g_ids, g_mask = ids, mask
+    if K:
+        order = prefix_first(mask, K)  # [n, P]
+        g_ids, g_mask = ids.gather(1, order), mask.gather(1, order)
+    pm = g_mask[first, : P - 1]
     if not bool(pm.bool().any(1).all()):
-        return {}  # a one-token prompt: nothing to prefill for it
-    kwargs = dict(
-        input_ids=ids[first, : P - 1], attention_mask=pm, position_ids=position_ids_from_mask(pm), use_cache=True
-    )
-    if accepts_logits_to_keep(model):
-        kwargs["logits_to_keep"] = 1
-    cache = expandable_cache(model(**kwargs))
+        return ids, mask, {}  # a one-token prompt: nothing to prefill for it
+    cache, _ = prompt_cache(model, g_ids[first, : P - 1], pm, position_ids_from_mask(pm), K, last_logits=False)
     if cache is None:
-        return {}
+        return ids, mask, {}
     cache.batch_select_indices(inverse)
-    return {name: cache}
+    return g_ids, g_mask, {name: cache}
 
 
 def decode_completions(tokenizer, completion_ids: Tensor, mask: Tensor, truncated: Tensor) -> list[str]:

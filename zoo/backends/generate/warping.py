@@ -65,10 +65,35 @@ class RolloutLogprobs:
         return torch.stack(self._cols, dim=1) if self._cols else torch.zeros(0, 0)
 
 
+class SeededDraw:
+    """A LogitsProcessor (placed after the recorder) that draws each row's next token from
+    softmax(scores) with its own `torch.Generator` and returns scores that are 0 at that token and -inf
+    elsewhere, so `generate` in greedy mode takes it: the draw reads and moves only `generator`, never
+    torch's global RNG (a rollout worker in a thread of the trainer's process, zoo/backends/generate/
+    rollout_worker.py). The same distribution as transformers' `multinomial(softmax(scores))`."""
+
+    def __init__(self, generator: torch.Generator) -> None:
+        self.generator = generator
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        probs = torch.softmax(scores.float(), dim=-1)  # [n, V]
+        tokens = torch.multinomial(probs, 1, generator=self.generator)  # [n, 1]
+        out = torch.full_like(scores, float("-inf"))
+        return out.scatter_(1, tokens.to(out.device), 0.0)
+
+
 def processor_list(
-    extra: Sequence, temperature: float, top_k: int, top_p: float, do_sample: bool, recorder: RolloutLogprobs
+    extra: Sequence,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    do_sample: bool,
+    recorder: RolloutLogprobs,
+    generator: torch.Generator | None = None,
 ):
-    """LogitsProcessorList [extra..., warpers..., recorder] for `generate(logits_processor=...)`."""
+    """LogitsProcessorList [extra..., warpers..., recorder] for `generate(logits_processor=...)`; with
+    `generator` (and do_sample) [..., recorder, SeededDraw(generator)] for a greedy `generate`."""
     from transformers import LogitsProcessorList
 
-    return LogitsProcessorList([*extra, *warpers(temperature, top_k, top_p, do_sample), recorder])
+    draw = [SeededDraw(generator)] if generator is not None and do_sample else []
+    return LogitsProcessorList([*extra, *warpers(temperature, top_k, top_p, do_sample), recorder, *draw])
