@@ -34,6 +34,8 @@ def test_images_need_the_hf_generator_and_no_env():
     rep, _ = checks.before_load(_cfg("tiny-vlm:qwen2vl", {**IMAGES, "env": "calculator"}, sampling={"backend": "vllm"}))
     assert any(e.startswith("sampling.backend: 'vllm' cannot sample with images") for e in rep.errors)
     assert any(e.startswith("task.env: ") for e in rep.errors)
+    rep, _ = checks.before_load(_cfg("tiny-vlm:qwen2vl", IMAGES, **{"async": {"max_staleness": 1}}))
+    assert any(e.startswith("async: asynchronous rollouts do not carry images") for e in rep.errors)
     ok, _ = checks.before_load(_cfg("tiny-vlm:qwen2vl", IMAGES))
     assert not [e for e in ok.errors if "images" in e]
 

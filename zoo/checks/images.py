@@ -102,6 +102,10 @@ def images(s: BeforeLoad, rep: Report) -> None:
             rep.errors.append(f"{key}: {named!r} cannot sample with images in prompts; use 'hf'")
     if isinstance(cfg.task, dict) and cfg.task.get("env"):
         rep.errors.append("task.env: multi-turn rollouts do not carry images; remove task.env or the images")
+    from zoo.config.run import async_opts
+
+    if async_opts(cfg) is not None:  # its rollout workers sample prompts without their images
+        rep.errors.append("async: asynchronous rollouts do not carry images yet; remove async or the images")
 
 
 @check("images_loaded", "after_load")
