@@ -121,7 +121,8 @@ def test_a_slow_trainer_reaches_staleness_k_and_overlaps_generation(tiny_model_d
             walls.append(time.perf_counter() - t0)
     finally:
         rollouts.close_rollouts(st)
-    assert [m["async/staleness_max"] for m in ms[:3]] == [0.0, 1.0, 2.0]  # the queue fills: 0, 1, then k
+    assert ms[0]["async/staleness_max"] == 0.0  # the first step trains version 0's groups
+    # the queue fills to k (0, 1, then 2 on an idle machine; a loaded one may take a step longer), never beyond
     assert max(m["async/staleness_max"] for m in ms) == k and sum(m["async/overshoot"] for m in ms) == 0
     # a synchronous step would wait for its 2 groups (2 workers in parallel: the groups' seconds / 2, each
     # >= DELAY) and then train (the step's own seconds without the wait, >= train_s): measured, not assumed,
