@@ -356,3 +356,35 @@ def test_shared_prefix_generation_equals_plain_generation_greedy_and_sampled():
         torch.manual_seed(3)
         sampled.append(generate_rollout(model, tok, prompts, group_size=3, max_new_tokens=6, share_prompts=s))
     assert torch.equal(sampled[0].completion_ids, sampled[1].completion_ids)
+
+
+def test_critic_values_with_a_shared_prompt_equal_the_plain_forward_values_and_gradients(monkeypatch):
+    """The critic's values (zoo.step.forwards.critic_values) run each prompt and the prefix every prompt
+    shares once through its backbone, as the policy's log-probs do: same values and gradients as one
+    forward of every row (a LoRA critic and a full one)."""
+    import zoo.step.forwards as F
+    from zoo.models import make_critic
+    from zoo.step.types import StepSettings
+
+    model, _, _, r = _prefixed_rollout()
+    s = StepSettings.__new__(StepSettings)
+    object.__setattr__(s, "autocast", "none")
+    for lora in (None, {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}):
+        critic = make_critic(model, lora, head_std=0.1)
+        ids, att, T = r.input_ids(), r.attention_mask(), r.completion_ids.shape[1]
+        assert F._shared_values(critic, ids, att, T) is not None  # the shared path is taken
+        out = []
+        for share in (True, False):
+            if not share:
+                monkeypatch.setattr(F, "_shared_values", lambda *a: None)
+            critic.zero_grad()
+            v = F.critic_values(critic, r, s)  # [n, T]
+            (v * r.loss_mask).sum().backward()
+            out.append((v.detach(), {k: p.grad.clone() for k, p in critic.named_parameters() if p.grad is not None}))
+        monkeypatch.undo()
+        (a, ga), (b, gb) = out
+        assert a.shape == r.completion_ids.shape
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+        assert ga.keys() == gb.keys() and len(ga) > 0
+        for k in ga:
+            torch.testing.assert_close(ga[k], gb[k], atol=1e-5, rtol=1e-4, msg=k)

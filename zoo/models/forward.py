@@ -6,7 +6,7 @@ that share it. Shapes: B rows, L tokens, n rows sharing U distinct prompts."""
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor, nn
@@ -133,12 +133,13 @@ def prefix_first(mask: Tensor, K: int) -> Tensor:
 
 
 def prompt_cache(
-    model: nn.Module, ids: Tensor, att: Tensor, pos: Tensor, K: int, *, last_logits: bool
+    model: nn.Module, ids: Tensor, att: Tensor, pos: Tensor, K: int, *, read: Callable[[Any], Tensor] | None = None
 ) -> tuple[Any, Tensor | None]:
-    """Run U prompt rows [U, P] once -> (their KV cache, or None when the model returns none; with
-    `last_logits` the logits at the last column [U, 1, V], else None). With K > 0 the rows are in
-    `prefix_first` order and share their first K columns: those run once, as one row, and their cache is
-    expanded to the U rows before the rest runs (K < P when `last_logits`). Gradients flow to the prefix."""
+    """Run U prompt rows [U, P] once -> (their KV cache, or None when the model returns none; with `read`
+    (e.g. `lambda out: out.logits`) what it reads off the output at the last column [U, 1, ...], else None).
+    With K > 0 the rows are in `prefix_first` order and share their first K columns: those run once, as one
+    row, and their cache is expanded to the U rows before the rest runs (K < P when `read`). Gradients flow
+    to the prefix."""
     U, P = ids.shape
     keep = {"logits_to_keep": 1} if accepts_logits_to_keep(model) else {}
     extra: dict = {}
@@ -155,5 +156,45 @@ def prompt_cache(
     out = model(
         input_ids=ids[:, K:], attention_mask=att, position_ids=pos[:, K:], use_cache=True, **keep, **extra
     )  # the cache covers columns [0, K), the mask all P
-    logits = out.logits[:, -1:] if last_logits else None  # [U, 1, V]
-    return expandable_cache(out), logits
+    last = read(out)[:, -1:] if read is not None else None  # [U, 1, ...]
+    return expandable_cache(out), last
+
+
+def shared_prompt_forward(
+    model: nn.Module, ids: Tensor, att: Tensor, pos: Tensor, T: int, read: Callable[[Any], Tensor]
+) -> tuple[Tensor, Tensor | None] | None:
+    """The forward of rows [n, L] = prompt (P = L - T columns, left-padded) + completion (T), with each
+    distinct prompt run once (a prefix every prompt shares, `shared_prefix_len`, once for all), its KV
+    cache expanded to the n rows and the completions continued from it. Returns (head [n, 1, ...]: `read`
+    of the output at the last prompt position, which predicts completion token 0; tail [n, T-1, ...]: `read`
+    of the continuation over completion tokens 0..T-2, None when T == 1), or None when no prompt repeats
+    and no prefix is shared, or the model returned no cache (the caller runs the plain forward). The values
+    equal the plain forward's up to float rounding; gradients flow through the shared prompt.
+    read: `lambda out: out.logits` for a causal LM, `lambda out: out.last_hidden_state` for a backbone."""
+    n, L = ids.shape
+    P = L - T
+    K = shared_prefix_len(ids[:, :P], att[:, :P])  # tokens every prompt starts with (system turn, shots)
+    if K:
+        order = torch.cat([prefix_first(att[:, :P], K), torch.arange(P, L, device=ids.device).expand(n, T)], dim=1)
+        ids, att, pos = (x.gather(1, order) for x in (ids, att, pos))  # [n, L] prefix first, pads after it
+    key = torch.cat([ids[:, :P], att[:, :P].to(ids.dtype)], dim=1)  # [n, 2P]
+    uniq, inverse = torch.unique(key, dim=0, return_inverse=True)  # [U, 2P], [n]
+    U = uniq.shape[0]
+    if U == n and not K:
+        return None
+    first = one_row_each(inverse, U)  # [U] a row of each distinct prompt
+    cache, head = prompt_cache(model, ids[first, :P], att[first, :P], pos[first, :P], K, read=read)
+    if cache is None:
+        return None
+    if T == 1:
+        return head[inverse], None
+    cache.batch_select_indices(inverse)  # [U, ...] -> [n, ...] per layer; gradients flow back to the prompt
+    out = model(
+        input_ids=ids[:, P : L - 1],
+        attention_mask=att[:, : L - 1],
+        position_ids=pos[:, P : L - 1],
+        use_cache=True,
+        **{cache_arg(model): cache},
+    )
+    del cache
+    return head[inverse], read(out)  # [n, 1, ...], [n, T-1, ...]

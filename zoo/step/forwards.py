@@ -13,9 +13,9 @@ from torch import Tensor
 
 from zoo.core.batch import Batch
 from zoo.core.media import media_inputs
-from zoo.models.forward import position_ids_from_mask
+from zoo.models.forward import position_ids_from_mask, shared_prompt_forward
 from zoo.step.hooks import NO_HOOKS, Hooks
-from zoo.step.logprobs import token_logprobs, token_stats
+from zoo.step.logprobs import can_share_prompts, token_logprobs, token_stats
 from zoo.step.types import Models, Slots, StepSettings
 
 #: the OTB energy field, `Batch.extras["otb_energy"]` [N, T], written by `rollout_forwards` when read
@@ -90,11 +90,30 @@ def critic_values(critic: torch.nn.Module, mb: Batch, s: StepSettings) -> Tensor
     ids, att = mb.input_ids(), mb.attention_mask()
     P, T = mb.prompt_ids.shape[1], mb.completion_ids.shape[1]
     with autocast(s.autocast, ids.device):
+        shared = _shared_values(critic, ids, att, T) if mb.media is None else None
+        if shared is not None:
+            return shared.float()
         if mb.media is None:
             v = critic(input_ids=ids, attention_mask=att, position_ids=position_ids_from_mask(att))  # [n, P+T]
         else:  # an image task: the rows' images too, positions as the model computes them (zoo.core.media)
             v = critic(input_ids=ids, attention_mask=att, **media_inputs(mb.media, mb.prompt_mask, P + T, ids.device))
     return v[:, P - 1 : P - 1 + T].float()
+
+
+def _shared_values(critic: torch.nn.Module, ids: Tensor, att: Tensor, T: int) -> Tensor | None:
+    """V(s_t) [n, T] with each distinct prompt (and a prefix every prompt shares) run once through the
+    critic's backbone (`zoo.models.forward.shared_prompt_forward`, as the policy's log-probs), or None
+    when the critic is wrapped (ddp), cannot cache, or nothing is shared: the caller runs the plain forward."""
+    backbone, head = getattr(critic, "backbone", None), getattr(critic, "_head", None)
+    if backbone is None or head is None or not can_share_prompts(backbone):
+        return None
+    res = shared_prompt_forward(
+        backbone, ids, att, position_ids_from_mask(att), T, read=lambda out: out.last_hidden_state
+    )
+    if res is None:
+        return None
+    first, rest = res  # [n, 1, H] the last prompt position, [n, T-1, H] completion tokens 0..T-2
+    return head(first if rest is None else torch.cat([first, rest], dim=1))  # [n, T]
 
 
 def idle_inputs(batch: Batch) -> dict[str, Tensor]:

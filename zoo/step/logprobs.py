@@ -19,17 +19,16 @@ from zoo.models.forward import (
     accepts_logits_to_keep,
     cache_arg,
     inner_lm,
-    one_row_each,
     own_positions,
     position_ids_from_mask,
-    prefix_first,
-    prompt_cache,
-    shared_prefix_len,
+    shared_prompt_forward,
 )
 from zoo.models.policy import is_checkpointing
 
 
-def _can_share_prompts(model: nn.Module) -> bool:
+def can_share_prompts(model: nn.Module) -> bool:
+    """Whether `model` may run a prompt once for the rows that share it: it takes a KV cache, runs no
+    collectives (ranks must run the same number of forwards) and is not checkpointing in training."""
     lm = inner_lm(model)
     if cache_arg(model) is None or runs_collectives(model):  # ranks must run the same number of forwards
         return False
@@ -55,36 +54,15 @@ def _shared_prompt_logprobs(
     prompt starts with (`zoo.models.forward.shared_prefix_len`: the system turn and worked shots) once.
     Returns None when every prompt is distinct and no prefix is shared (or the model returned no cache):
     the caller runs the plain forward."""
-    n, L = ids.shape
-    P = L - T
-    K = shared_prefix_len(ids[:, :P], att[:, :P])  # tokens every prompt starts with (system turn, shots)
-    if K:
-        order = torch.cat([prefix_first(att[:, :P], K), torch.arange(P, L, device=ids.device).expand(n, T)], dim=1)
-        ids, att, pos = (x.gather(1, order) for x in (ids, att, pos))  # [n, L] prefix first, pads after it
-    key = torch.cat([ids[:, :P], att[:, :P].to(ids.dtype)], dim=1)  # [n, 2P]
-    uniq, inverse = torch.unique(key, dim=0, return_inverse=True)  # [U, 2P], [n]
-    U = uniq.shape[0]
-    if U == n and not K:
+    res = shared_prompt_forward(model, ids, att, pos, T, read=lambda out: out.logits)
+    if res is None:
         return None
-    first = one_row_each(inverse, U)  # [U] a row of each distinct prompt
-    cache, first_logits = prompt_cache(model, ids[first, :P], att[first, :P], pos[first, :P], K, last_logits=True)
-    if cache is None:
-        return None
-    head = _chosen_logprobs(
-        first_logits[inverse], ids[:, P : P + 1], temperature, with_entropy, entropy_grad, with_sum_sq
-    )
+    first_logits, logits = res  # [n, 1, V], [n, T-1, V] or None
+    P = ids.shape[1] - T  # completion columns are where they were (only prompt columns move)
+    head = _chosen_logprobs(first_logits, ids[:, P : P + 1], temperature, with_entropy, entropy_grad, with_sum_sq)
     del first_logits
-    if T == 1:
+    if logits is None:
         return head
-    cache.batch_select_indices(inverse)  # [U, ...] -> [n, ...] per layer; gradients flow back to the prompt
-    logits = model(
-        input_ids=ids[:, P : L - 1],
-        attention_mask=att[:, : L - 1],
-        position_ids=pos[:, P : L - 1],
-        use_cache=True,
-        **{cache_arg(model): cache},
-    ).logits  # [n, T-1, V] predicts tokens 1..T-1
-    del cache
     tail = _chosen_logprobs(logits, ids[:, P + 1 :], temperature, with_entropy, entropy_grad, with_sum_sq)
     del logits
     return tuple(None if a is None else torch.cat([a, b], dim=1) for a, b in zip(head, tail))
@@ -208,7 +186,7 @@ def token_stats(
         raise ValueError(f"temperature must be > 0, got {temperature}")
     keep = accepts_logits_to_keep(model)
     position_ids = position_ids_from_mask(attention_mask)  # [N, L]
-    share = share_prompts and media is None and _can_share_prompts(model)
+    share = share_prompts and media is None and can_share_prompts(model)
     own = media is not None and own_positions(model)
     flags = (temperature, with_entropy, entropy_grad, with_sum_sq)
     mb = micro_batch or N

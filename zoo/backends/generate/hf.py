@@ -378,7 +378,7 @@ def _shared_prefill(model: nn.Module, ids: Tensor, mask: Tensor, prompt_index: T
     pm = g_mask[first, : P - 1]
     if not bool(pm.bool().any(1).all()):
         return ids, mask, {}  # a one-token prompt: nothing to prefill for it
-    cache, _ = prompt_cache(model, g_ids[first, : P - 1], pm, position_ids_from_mask(pm), K, last_logits=False)
+    cache, _ = prompt_cache(model, g_ids[first, : P - 1], pm, position_ids_from_mask(pm), K)
     if cache is None:
         return ids, mask, {}
     cache.batch_select_indices(inverse)
