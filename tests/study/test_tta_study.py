@@ -96,7 +96,15 @@ def test_the_shipped_study_validates_with_five_arms_and_five_seeds():
     assert len(f.study.seeds) >= 5 and [a["name"] for a in f.study.arms][:2] == ["tpt", "rlcf"]
 
 
-def test_zoo_ablate_on_a_tta_study_says_to_run_zoo_tta():
+def test_zoo_ablate_dry_run_on_a_tta_study_prints_every_arm_and_seed(tmp_path):
     root = __import__("pathlib").Path(__file__).resolve().parents[2]
     r = CliRunner().invoke(app, ["ablate", str(root / "experiments/grpo_tta.yaml"), "--dry-run"])
-    assert r.exit_code == 1 and "a `zoo tta` file" in r.output and "zoo tta " in r.output
+    assert r.exit_code == 0, r.output
+    f = parse_tta(yaml.safe_load((root / "experiments/grpo_tta.yaml").read_text()), "grpo_tta.yaml")
+    for arm in ["zero_shot", "tpt", "rlcf", "grpo_tta"]:
+        assert all(f"{arm}-s{s}" in r.output for s in f.study.seeds), arm
+    assert "dry run: nothing written" in r.output
+    one = tmp_path / "one.yaml"  # a file without `study:` is one run, not a study
+    one.write_text((root / "examples/tta_grpo.yaml").read_text())
+    r = CliRunner().invoke(app, ["ablate", str(one), "--dry-run"])
+    assert r.exit_code == 1 and "without a `study:` mapping" in r.output and "zoo tta " in r.output

@@ -273,7 +273,9 @@ def _run_study(
     sets = parse_sets(set_)
     try:
         if "tta" in experiment.read_study_file(Path(study)):  # experiments/grpo_tta.yaml (zoo.config.tta)
-            raise VariantError(f"{study}: a `zoo tta` file (top-level 'tta'); run it with `zoo tta {study}`")
+            from zoo.cli.tta import ablate_tta
+
+            return ablate_tta(Path(study), dry_run)
         st = experiment.load_study(study, overrides=sets)
         run_arms = None
         if ray:

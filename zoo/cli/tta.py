@@ -65,3 +65,35 @@ def _study(f, config: Path, out: Optional[Path]) -> None:
     console.print(
         f"{f.name}: {res.seconds:.0f} s; wrote {dest / 'report.md'} and {dest / 'result.json'}", highlight=False
     )
+
+
+def ablate_tta(config: Path, dry_run: bool) -> int:
+    """`zoo ablate` on a `zoo tta` study file (experiments/grpo_tta.yaml): the plan (every arm x seed, as
+    `zoo ablate` labels them, and the conditions) with --dry-run, else the study as `zoo tta FILE` runs it.
+    Returns the exit status; a refused file is one line."""
+    from zoo.checks.tta import check_tta_data
+    from zoo.config.tta import study_arms
+    from zoo.config.variant_files import read_yaml_file
+    from zoo.study.tta_study import ZERO_SHOT, cond_label, study_conditions
+
+    rep, f = check_tta_data(read_yaml_file(config), str(config))
+    for w in rep.warnings:
+        console.print(f"[yellow]warning:[/] {w}", highlight=False)
+    if f is None:
+        fail("\n".join(rep.errors))
+    if f.study is None:
+        fail(f"{config}: a `zoo tta` file without a `study:` mapping is one run: `zoo tta {config}`")
+    if not dry_run:
+        _study(f, config, None)
+        return 0
+    arms = [ZERO_SHOT] + [name for name, _ in study_arms(f, str(config))]
+    conds = [cond_label(c) for c in study_conditions(f)]
+    console.print(
+        f"study {f.name} (zoo tta): {len(arms)} arm(s) x {len(f.study.seeds)} seed(s) x {len(conds)} condition(s)",
+        highlight=False,
+    )
+    for a in arms:
+        console.print("  " + " ".join(f"{a}-s{s}" for s in f.study.seeds), highlight=False)
+    console.print(f"  conditions: {', '.join(conds)}", highlight=False)
+    console.print(f"dry run: nothing written; run it with `zoo ablate {config}` or `zoo tta {config}`", highlight=False)
+    return 0

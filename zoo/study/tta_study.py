@@ -72,7 +72,7 @@ def machine_info() -> dict[str, Any]:
     return {"cpu": model, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(), "load": load}
 
 
-def _conditions(f: TTAFile) -> list[Cond]:
+def study_conditions(f: TTAFile) -> list[Cond]:
     st = f.study
     assert st is not None
     return ([("none", 0)] if st.clean else []) + [(s, v) for s in st.shifts for v in st.severities]
@@ -97,7 +97,7 @@ def run_tta_study(f: TTAFile, where: str, log: Callable[[str], None] = print) ->
     """Every arm of `f.study` on every condition and seed (module doc); `log` gets one line per cell."""
     st, start = f.study, time.perf_counter()
     assert st is not None
-    arms, conds = study_arms(f, where), _conditions(f)
+    arms, conds = study_arms(f, where), study_conditions(f)
     res = TTAStudyResult(f.name, [ZERO_SHOT] + [n for n, _ in arms], [cond_label(c) for c in conds],
                          list(st.seeds), st.size, list(st.compare), machine={"start": machine_info()})  # fmt: skip
     for seed in st.seeds:
