@@ -97,3 +97,11 @@ def test_tpt_step_lowers_the_entropy_of_the_mean_prediction(pretrained):
     px = ad.enc.pixels([r["images"][0] for r in shape_rows(4, seed=3, shift="contrast", severity=4)][:1] * 4)
     first = tpt_step(ad, px)["loss"]
     assert tpt_step(ad, px)["loss"] < first
+
+
+def test_a_diverged_update_stops_the_run_instead_of_reporting_a_nan_models_accuracy(pretrained):
+    from zoo.run.tta import TTADiverged
+
+    enc = copy.deepcopy(pretrained)
+    with pytest.raises(TTADiverged, match=r"loss is nan at step \d+ of 3 .*tta\.lr, now 1e\+06"):
+        run_tta(spec(adapt="visual", lr=1.0e6, reset="none", data={"size": 4}), enc=enc)

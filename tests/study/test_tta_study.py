@@ -108,3 +108,16 @@ def test_zoo_ablate_dry_run_on_a_tta_study_prints_every_arm_and_seed(tmp_path):
     one.write_text((root / "examples/tta_grpo.yaml").read_text())
     r = CliRunner().invoke(app, ["ablate", str(one), "--dry-run"])
     assert r.exit_code == 1 and "without a `study:` mapping" in r.output and "zoo tta " in r.output
+
+
+def test_a_tta_study_refuses_ablate_options_and_a_study_without_conditions(tmp_path):
+    root = __import__("pathlib").Path(__file__).resolve().parents[2]
+    study = str(root / "experiments/grpo_tta.yaml")
+    for extra in (["--set", "tta.lr=1"], ["--shard", "0/2"], ["--fresh", "tpt"], ["--write-configs"]):
+        r = CliRunner().invoke(app, ["ablate", study, "--dry-run", *extra])
+        assert r.exit_code == 1 and f"takes none of {extra[0]}" in r.output, (extra, r.output)
+    data = yaml.safe_load((root / "experiments/grpo_tta.yaml").read_text())
+    data["study"].update(clean=False, shifts=[])
+    (tmp_path / "none.yaml").write_text(yaml.safe_dump(data))
+    r = CliRunner().invoke(app, ["ablate", str(tmp_path / "none.yaml"), "--dry-run"])
+    assert r.exit_code == 1 and "no condition to run" in r.output

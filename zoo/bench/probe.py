@@ -173,7 +173,9 @@ def attach(st: Any) -> Iterator[Probe]:
     policy, the reference copy (when it is one) and the critic; the pre-hooks are removed on exit.
     Pass it to `zoo.step.pipeline.step(st, hooks=probe)`."""
     probe = Probe(st.device)
-    modules = [("policy", st.models.policy), ("critic", st.models.critic)]
+    # the critic's backbone, not the ValueModel: its shared-prompt values call the backbone directly (zoo.step.forwards)
+    critic = getattr(st.models.critic, "backbone", st.models.critic)
+    modules = [("policy", st.models.policy), ("critic", critic)]
     if st.reference is not None and not st.reference.shares_policy:
         modules.append(("reference", st.reference.model))
     handles = [

@@ -36,6 +36,10 @@ def check_tta_data(data: Any, where: str) -> tuple[Report, TTAFile | None]:
     for name, cfg in arms:
         at = f"{where} (arm {name})" if name else where
         _check_spec(rep, cfg, at)
+    if f.study is not None and not (f.study.clean or f.study.shifts):
+        rep.errors.append(
+            f"{where}: keys 'study.clean' and 'study.shifts': no condition to run (clean is false, no shift)"
+        )
     if f.study is not None and len(f.study.seeds) < 5:
         rep.warnings.append(f"{where}: key 'study.seeds': {len(f.study.seeds)} seeds; intervals need >= 5")
     return rep, (f if rep.ok else None)

@@ -275,6 +275,12 @@ def _run_study(
         if "tta" in experiment.read_study_file(Path(study)):  # experiments/grpo_tta.yaml (zoo.config.tta)
             from zoo.cli.tta import ablate_tta
 
+            given = [o for o, on in (("--set", set_), ("--write-configs", write_configs), ("--shard", shard),
+                                     ("--fresh", fresh), ("--ray", ray or ray_address)) if on]  # fmt: skip
+            if given:
+                raise VariantError(
+                    f"{study}: a `zoo tta` study takes none of {', '.join(given)} (it runs in one process)"
+                )
             return ablate_tta(Path(study), dry_run)
         st = experiment.load_study(study, overrides=sets)
         run_arms = None

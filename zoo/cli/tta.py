@@ -28,16 +28,20 @@ def tta(
     Every key, its default and its source (paper, RLCF or ours): docs/reference/grpo-tta.md."""
     from zoo.checks.tta import check_tta_data
     from zoo.config.variant_files import read_yaml_file
-    from zoo.run.tta import run_tta
+    from zoo.run.tta import TTADiverged, run_tta
 
     rep, f = check_tta_data(read_yaml_file(config), str(config))
     for w in rep.warnings:
         console.print(f"[yellow]warning:[/] {w}", highlight=False)
     if f is None:
         fail("\n".join(rep.errors))
-    if f.study is not None:
-        return _study(f, config, out)
-    result = run_tta(f.tta)
+    _check_out(out)
+    try:
+        if f.study is not None:
+            return _study(f, config, out)
+        result = run_tta(f.tta)
+    except TTADiverged as e:
+        fail(f"{config}: {e}")
     s = result.summary()
     console.print(
         f"{f.name}: {s['images']} images, zero-shot accuracy {s['zero_shot_accuracy']:.3f}, "
@@ -51,6 +55,12 @@ def tta(
         record = {"name": f.name, "config": f.model_dump(), **s, "records": result.records}
         (dest / "result.json").write_text(json.dumps(record, indent=1) + "\n")
         console.print(f"wrote {dest / 'result.json'}", highlight=False)
+
+
+def _check_out(out: Optional[Path]) -> None:
+    """Refuse an --out that is an existing file before any work runs (it would fail only at the end)."""
+    if out is not None and out.exists() and not out.is_dir():
+        fail(f"--out {out}: a file exists there; give a folder (it is created when missing)")
 
 
 def _study(f, config: Path, out: Optional[Path]) -> None:
@@ -84,7 +94,12 @@ def ablate_tta(config: Path, dry_run: bool) -> int:
     if f.study is None:
         fail(f"{config}: a `zoo tta` file without a `study:` mapping is one run: `zoo tta {config}`")
     if not dry_run:
-        _study(f, config, None)
+        from zoo.run.tta import TTADiverged
+
+        try:
+            _study(f, config, None)
+        except TTADiverged as e:
+            fail(f"{config}: {e}")
         return 0
     arms = [ZERO_SHOT] + [name for name, _ in study_arms(f, str(config))]
     conds = [cond_label(c) for c in study_conditions(f)]

@@ -138,6 +138,10 @@ def tpt_step(ad: Adapter, px: Tensor) -> dict[str, float]:
     return {"loss": float(loss.detach())}
 
 
+class TTADiverged(ValueError):
+    """A test-time update gave a non-finite loss: the run stops rather than report a NaN model's accuracy."""
+
+
 def adapt_image(ad: Adapter, image: Any, cfg: TTASpec, ctx: dict[str, Any], rng: random.Random) -> dict[str, Any]:
     """Steps 1-5 of the module doc for one image; returns {prediction, zero_shot, metrics of the last step}."""
     if cfg.reset == "episodic":
@@ -149,8 +153,14 @@ def adapt_image(ad: Adapter, image: Any, cfg: TTASpec, ctx: dict[str, Any], rng:
     with torch.no_grad():
         ref_cos = (ad.ref.image_embeddings(px) @ ad.ref.class_embeddings().T).tolist()  # [V'][C]
     metrics: dict[str, float] = {}
-    for _ in range(cfg.steps):
+    for k in range(cfg.steps):
         metrics = tpt_step(ad, px) if ctx["method"] == "tpt" else grpo_step(ad, px, ref_cos, cfg, ctx)
+        if not math.isfinite(metrics.get("loss", 0.0)):
+            raise TTADiverged(
+                f"the adaptation loss is {metrics['loss']} at step {k + 1} of {cfg.steps} on an image: the update "
+                f"diverged (lower tta.lr, now {cfg.lr:g}) or no reward could score the candidates (tta.rewards); "
+                f"an accuracy from these weights would mean nothing, so none is reported"
+            )
     with torch.no_grad():
         pred = int(ad.enc.logits(px_all[:1]).argmax(-1))
     return {"prediction": pred, "zero_shot": zero_shot, **metrics}
