@@ -10,6 +10,7 @@ from torch import nn
 
 from zoo.backends.generate.continuation import continue_rows
 from zoo.backends.generate.hf import generate_rollout
+from zoo.backends.generate.sampling_config import rollout_kwargs
 from zoo.core.batch import Batch
 from zoo.core.generator_types import Continuation, SamplingParams
 from zoo.core.registry import register
@@ -32,13 +33,7 @@ class HFGenerator:
             self.tokenizer,
             prompts,
             group_size=group_size,
-            max_new_tokens=sampling.max_new_tokens,
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            top_k=sampling.top_k,
-            do_sample=sampling.do_sample,
-            micro_batch=sampling.micro_batch,
-            min_new_tokens=sampling.min_new_tokens,
+            **rollout_kwargs(sampling),
             logits_processors=sampling.logits_processors,
             images=images,
             processor=self.processor,

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from zoo.backends.generate.hf import generate_rollout
+from zoo.backends.generate.sampling_config import rollout_kwargs
 from zoo.core.batch import Batch
 from zoo.core.generator_types import SamplingParams
 from zoo.core.kinds import PolicyVersion
@@ -88,13 +89,7 @@ class RolloutWorker:
             self.tokenizer,
             [prompt],
             group_size=group_size,
-            max_new_tokens=sampling.max_new_tokens,
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            top_k=sampling.top_k,
-            do_sample=sampling.do_sample,
-            micro_batch=sampling.micro_batch,
-            min_new_tokens=sampling.min_new_tokens,
+            **rollout_kwargs(sampling),
             generator=g,
         )
 

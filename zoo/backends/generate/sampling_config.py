@@ -1,6 +1,6 @@
 """The `GenerationConfig` every HF `generate` call of zoo samples with (moved out of
 zoo.backends.generate.hf, which re-exports it): transformers' own processors off, the warping passed
-as processors (`warping.processor_list`)."""
+as processors (`warping.processor_list`); and `rollout_kwargs`, the sampling arguments of a `generate_rollout` call."""
 
 from __future__ import annotations
 
@@ -33,4 +33,19 @@ def sampling_config(
         bos_token_id=bos_id,
         use_cache=True,
         return_dict_in_generate=False,
+    )
+
+
+def rollout_kwargs(sampling) -> dict:
+    """`generate_rollout`'s sampling arguments from a `zoo.core.generator_types.SamplingParams`: length,
+    temperature, top-k/top-p, greedy or sampled, rows per call, minimum length (the caller adds its own
+    extras: logits processors, images, a generator)."""
+    return dict(
+        max_new_tokens=sampling.max_new_tokens,
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        top_k=sampling.top_k,
+        do_sample=sampling.do_sample,
+        micro_batch=sampling.micro_batch,
+        min_new_tokens=sampling.min_new_tokens,
     )
