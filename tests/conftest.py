@@ -43,6 +43,10 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# pytest-xdist's workers set COLUMNS=80 and LINES=24: without them a worker writes tables as a plain run
+# to a pipe does (zoo.cli.common: full width), so `-n` and a plain run assert the same text
+for _key in ("COLUMNS", "LINES"):
+    os.environ.pop(_key, None)
 # Before torch loads: one thread (subprocesses inherit it unless a test passes --threads) and PASSIVE
 # waiting, so a busy machine (other jobs, two test runs at once) does not make OpenMP spin; the
 # process holds a zoo.run.threads lease, so zoo runs started beside the suite count its thread.

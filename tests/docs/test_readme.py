@@ -23,4 +23,5 @@ def test_readme_commands_match_ci():
     text = README.read_text()
     ci = (README.parent / ".ci" / "run").read_text()
     assert "bash scripts/setup.sh" in text and "bash scripts/setup.sh" in ci
-    assert 'python -m pytest -q -m "not slow"' in text and 'python -m pytest -q -m "not slow"' in ci
+    command = 'python -m pytest -q -m "not slow" -n auto --dist loadfile'
+    assert command in text and command in ci
