@@ -18,6 +18,7 @@ from zoo.core import dist
 from zoo.core.declarations import of as declared
 from zoo.core.guards import NONFINITE_SAMPLING, no_update_reason, nonfinite_sampling
 from zoo.envs.base import env_spec
+from zoo.run.eval_before import computing, initial_policy, lora_at_init
 from zoo.run.eval_record import CACHE_DIR, cache_key, prompt_id, read_cached, write_cached, write_record
 from zoo.run.evaluate import evaluate
 from zoo.step.forwards import autocast
@@ -37,7 +38,7 @@ def evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, fl
     cfg = st.cfg
     correctness = next((c for c, _ in st.rewards if declared(c).accuracy), None)  # the reward that judges it
     if not cfg.eval.enabled or cfg.eval.size == 0 or correctness is None or not st.task.eval:
-        return lambda: {}
+        return lambda before=None: {}
     rows = st.task.eval[: cfg.eval.size]
     own = cfg.eval.backend is not None  # a generator of its own, else the run's (a wrapper's inner)
     gen = (
@@ -50,9 +51,56 @@ def evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, fl
         )
     )
 
-    def run() -> dict[str, float]:
+    def compute(scores: dict[str, float | None], when: str) -> dict[str, float]:
+        strategy.gather_weights(st.models.parallel)  # fsdp: ranks may generate different numbers of tokens
+        if own:  # the run's generator is synced by the step after each update; this one here
+            gen.sync(st.models.policy)
+        with autocast(st.settings.autocast, st.device), nonfinite_sampling_named(st, f"eval {when}"):
+            res = evaluate(
+                gen,
+                st.models.tokenizer,
+                rows,
+                correctness,
+                max_new_tokens=cfg.budget.max_new_tokens,
+                samples=cfg.eval.samples,
+                temperature=cfg.eval.temperature,
+                seed=cfg.eval.seed,
+                batch_size=cfg.eval.batch_size,
+                device=st.device,
+                env=env_spec(cfg.task),
+                per_prompt=scores,
+            )
+        strategy.release_weights(st.models.parallel)
+        return res
+
+    def shared_before(key: str, parts: dict, scores: dict, before: str) -> tuple[dict | None, bool]:
+        """(the study's evaluation before training, whether it was read from the cache); (None, False) when
+        this arm defers it (`before` "defer" and another arm computes it: zoo.run.eval_before)."""
+        study_dir = cfg.out_dir().parent
+        if (cached := read_cached(study_dir, key)) is not None:
+            return _cached_into(cached, scores), True
+        if dist.is_distributed():  # every rank evaluates (fsdp gathers the weights); rank 0 keeps it
+            res = compute(scores, "before training")
+            if dist.rank() == 0 and res:
+                write_cached(study_dir, key, res, scores, parts)
+            return res, False
+        defer = before == "defer" and not own and isinstance(gen, HFGenerator) and lora_at_init(st.models.policy)
+        with computing(study_dir, key, wait=not defer) as held:
+            if not held:
+                return None, False
+            if (cached := read_cached(study_dir, key)) is not None:  # the other arm finished while we waited
+                return _cached_into(cached, scores), True
+            with initial_policy(st.models.policy) if before == "late" else contextlib.nullcontext():
+                res = compute(scores, "before training")
+            if res:
+                write_cached(study_dir, key, res, scores, parts)
+            return res, False
+
+    def run(before: str | None = None) -> dict[str, float] | None:
+        """The evaluation at the run's step; `before` "defer" (at step 0: None when another arm computes the
+        study's shared one, see zoo.run.eval_before) or "late" (after training: the evaluation before it)."""
         # from the run's step, not a count of calls: a resumed process's first call is not "before"
-        phase = "before" if st.step == 0 else "after" if st.step >= cfg.budget.steps else None
+        phase = "before" if before or st.step == 0 else "after" if st.step >= cfg.budget.steps else None
         when = f"{phase} training" if phase else f"at step {st.step}"
         if announce:
             from rich.console import Console
@@ -61,32 +109,19 @@ def evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, fl
             console.print(f"eval ({when}): {len(rows)} held-out prompts ...", highlight=False, end=" ")
         shared = phase == "before" and bool(cfg.study)  # a study's arms share the eval before training
         key, parts = before_key(st, rows, gen) if shared else ("", {})
-        cached = read_cached(cfg.out_dir().parent, key) if shared else None
         scores: dict[str, float | None] = {}
-        if cached is not None:  # every arm of a study starts from the same model: its eval before training is shared
-            res, scores = dict(cached["metrics"]), dict(cached["scores"])
+        cached = False
+        if shared:
+            res, cached = shared_before(key, parts, scores, before or "wait")
+            if res is None and not cached and before == "defer":
+                if announce:
+                    console.print(
+                        "deferred: another arm computes it; this arm reads it after training", highlight=False
+                    )
+                return None
+            res = res or {}
         else:
-            strategy.gather_weights(st.models.parallel)  # fsdp: ranks may generate different numbers of tokens
-            if own:  # the run's generator is synced by the step after each update; this one here
-                gen.sync(st.models.policy)
-            with autocast(st.settings.autocast, st.device), nonfinite_sampling_named(st, f"eval {when}"):
-                res = evaluate(
-                    gen,
-                    st.models.tokenizer,
-                    rows,
-                    correctness,
-                    max_new_tokens=cfg.budget.max_new_tokens,
-                    samples=cfg.eval.samples,
-                    temperature=cfg.eval.temperature,
-                    seed=cfg.eval.seed,
-                    batch_size=cfg.eval.batch_size,
-                    device=st.device,
-                    env=env_spec(cfg.task),
-                    per_prompt=scores,
-                )
-            strategy.release_weights(st.models.parallel)
-            if shared and dist.rank() == 0 and res:
-                write_cached(cfg.out_dir().parent, key, res, scores, parts)
+            res = compute(scores, when)
         if phase and dist.rank() == 0 and scores:
             write_record(cfg.out_dir(), phase, scores)
         if announce:
@@ -120,6 +155,12 @@ def nonfinite_sampling_named(st: RunState, where: str) -> Iterator[None]:
             temperature_key="eval.temperature",
             updated=st.guard.updates != 0,
         ) from None
+
+
+def _cached_into(cached: dict[str, Any], scores: dict[str, float | None]) -> dict[str, float]:
+    """A cached evaluation's metrics; its per-prompt scores copied into `scores`."""
+    scores.update(cached["scores"])
+    return dict(cached["metrics"])
 
 
 def before_key(st: RunState, rows: list[dict], gen: Any) -> tuple[str, dict[str, Any]]:

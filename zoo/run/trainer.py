@@ -132,11 +132,19 @@ def _eval_before(st: RunState, folder: RunFolder, tracker: Any, evaluate_run: Ca
     """Evaluate the untrained policy once (not again on a resume) and record it in summary.json at once."""
     summary = folder.summary
     if st.step == 0 and "eval/before" not in summary:
-        summary["eval/before"] = evaluate_run()
-        if summary["eval/before"]:
-            tracker.log({**summary["eval/before"], "eval/phase": 0.0}, step=0)
-        # persisted now: a run killed (kill -9) before it writes its final summary keeps it for the resume
-        folder.write_summary({**summary, "status": "running", "steps": 0})
+        res = evaluate_run(before="defer")  # None: another arm of the study computes it (zoo.run.eval_before)
+        if res is not None:
+            _record_before(st, folder, tracker, res)
+
+
+def _record_before(st: RunState, folder: RunFolder, tracker: Any, res: dict[str, Any]) -> None:
+    """Keep the evaluation before training in summary.json at once and log it at step 0."""
+    summary = folder.summary
+    summary["eval/before"] = res
+    if res:
+        tracker.log({**res, "eval/phase": 0.0}, step=0)
+    # persisted now: a run killed (kill -9) before it writes its final summary keeps it for the resume
+    folder.write_summary({**summary, "status": "running", "steps": st.step})
 
 
 def _step(st: RunState, folder: RunFolder, tracker: Any) -> dict[str, Any]:
@@ -159,6 +167,8 @@ def _eval_after(
     guards.at_end(st.guard, st.step)
     if not last and st.step:  # resumed after its last step: that step's metrics are in metrics.jsonl
         last = folder.last_step_metrics(st.step)
+    if "eval/before" not in folder.summary:  # deferred at step 0: the other arm's, or computed on the initial policy
+        _record_before(st, folder, tracker, evaluate_run(before="late") or {})
     summary = folder.summary
     summary["eval/after"] = evaluate_run()
     if summary["eval/after"]:
