@@ -31,7 +31,7 @@ def _with_processor(st: RunState) -> dict[str, Any]:
     return {} if processor is None else {"processor": processor}
 
 
-def evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, float]]:
+def evaluator(st: RunState, announce: bool = False) -> Callable[..., dict[str, float] | None]:
     """The run's held-out evaluation ({} when disabled or without a correctness reward). With
     `announce` it says on stderr what it evaluates and what it measured (the pause before the first
     step and after the last is the evaluation)."""
@@ -50,17 +50,33 @@ def evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, fl
             else HFGenerator(st.models.policy, st.models.tokenizer, getattr(st.models, "processor", None))
         )
     )
+    return _Evaluation(st, announce, correctness, rows, own, gen)
 
-    def compute(scores: dict[str, float | None], when: str) -> dict[str, float]:
+
+class _Evaluation:
+    """The evaluation `evaluator` returns: call it at the run's step, or with `before` (see `__call__`)."""
+
+    def __init__(self, st: RunState, announce: bool, correctness: Any, rows: list[dict], own: bool, gen: Any):
+        self.st, self.announce, self.correctness, self.rows, self.own, self.gen = (
+            st,
+            announce,
+            correctness,
+            rows,
+            own,
+            gen,
+        )
+
+    def compute(self, scores: dict[str, float | None], when: str) -> dict[str, float]:
+        st, cfg, gen = self.st, self.st.cfg, self.gen
         strategy.gather_weights(st.models.parallel)  # fsdp: ranks may generate different numbers of tokens
-        if own:  # the run's generator is synced by the step after each update; this one here
+        if self.own:  # the run's generator is synced by the step after each update; this one here
             gen.sync(st.models.policy)
         with autocast(st.settings.autocast, st.device), nonfinite_sampling_named(st, f"eval {when}"):
             res = evaluate(
                 gen,
                 st.models.tokenizer,
-                rows,
-                correctness,
+                self.rows,
+                self.correctness,
                 max_new_tokens=cfg.budget.max_new_tokens,
                 samples=cfg.eval.samples,
                 temperature=cfg.eval.temperature,
@@ -73,58 +89,60 @@ def evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, fl
         strategy.release_weights(st.models.parallel)
         return res
 
-    def shared_before(key: str, parts: dict, scores: dict, before: str) -> tuple[dict | None, bool]:
+    def shared_before(self, key: str, parts: dict, scores: dict, before: str) -> tuple[dict | None, bool]:
         """(the study's evaluation before training, whether it was read from the cache); (None, False) when
         this arm defers it (`before` "defer" and another arm computes it: zoo.run.eval_before)."""
-        study_dir = cfg.out_dir().parent
+        st, gen = self.st, self.gen
+        study_dir = st.cfg.out_dir().parent
         if (cached := read_cached(study_dir, key)) is not None:
             return _cached_into(cached, scores), True
         if dist.is_distributed():  # every rank evaluates (fsdp gathers the weights); rank 0 keeps it
-            res = compute(scores, "before training")
+            res = self.compute(scores, "before training")
             if dist.rank() == 0 and res:
                 write_cached(study_dir, key, res, scores, parts)
             return res, False
-        defer = before == "defer" and not own and isinstance(gen, HFGenerator) and lora_at_init(st.models.policy)
+        defer = before == "defer" and not self.own and isinstance(gen, HFGenerator) and lora_at_init(st.models.policy)
         with computing(study_dir, key, wait=not defer) as held:
             if not held:
                 return None, False
             if (cached := read_cached(study_dir, key)) is not None:  # the other arm finished while we waited
                 return _cached_into(cached, scores), True
             with initial_policy(st.models.policy) if before == "late" else contextlib.nullcontext():
-                res = compute(scores, "before training")
+                res = self.compute(scores, "before training")
             if res:
                 write_cached(study_dir, key, res, scores, parts)
             return res, False
 
-    def run(before: str | None = None) -> dict[str, float] | None:
+    def __call__(self, before: str | None = None) -> dict[str, float] | None:
         """The evaluation at the run's step; `before` "defer" (at step 0: None when another arm computes the
         study's shared one, see zoo.run.eval_before) or "late" (after training: the evaluation before it)."""
+        st, cfg, rows = self.st, self.st.cfg, self.rows
         # from the run's step, not a count of calls: a resumed process's first call is not "before"
         phase = "before" if before or st.step == 0 else "after" if st.step >= cfg.budget.steps else None
         when = f"{phase} training" if phase else f"at step {st.step}"
-        if announce:
+        if self.announce:
             from rich.console import Console
 
             console = Console(stderr=True)
             console.print(f"eval ({when}): {len(rows)} held-out prompts ...", highlight=False, end=" ")
         shared = phase == "before" and bool(cfg.study)  # a study's arms share the eval before training
-        key, parts = before_key(st, rows, gen) if shared else ("", {})
+        key, parts = before_key(st, rows, self.gen) if shared else ("", {})
         scores: dict[str, float | None] = {}
         cached = False
         if shared:
-            res, cached = shared_before(key, parts, scores, before or "wait")
+            res, cached = self.shared_before(key, parts, scores, before or "wait")
             if res is None and not cached and before == "defer":
-                if announce:
+                if self.announce:
                     console.print(
                         "deferred: another arm computes it; this arm reads it after training", highlight=False
                     )
                 return None
             res = res or {}
         else:
-            res = compute(scores, when)
+            res = self.compute(scores, when)
         if phase and dist.rank() == 0 and scores:
             write_record(cfg.out_dir(), phase, scores)
-        if announce:
+        if self.announce:
             console.print(
                 "  ".join(
                     f"{k.removeprefix('eval/')} {res[k]:.3f}"
@@ -135,8 +153,6 @@ def evaluator(st: RunState, announce: bool = False) -> Callable[[], dict[str, fl
                 highlight=False,
             )
         return res
-
-    return run
 
 
 @contextlib.contextmanager
