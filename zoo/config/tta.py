@@ -112,6 +112,30 @@ def is_tta_file(data: Any) -> bool:
     return isinstance(data, dict) and "tta" in data
 
 
+#: `tta:` keys that no run file has: two of them at a file's top level make it a misplaced `tta:` mapping
+TTA_OWN_KEYS = ("method", "policy", "adapt", "candidates", "views", "keep", "reset")
+TTA_DOC = "docs/reference/grpo-tta.md"
+
+
+def not_a_run_file(data: Any, where: str) -> str | None:
+    """One line when `data` is a `zoo tta` file (a top-level `tta:`) or its `tta:` keys written at the top
+    level (two or more of `TTA_OWN_KEYS`), which `zoo run` cannot train (a dual encoder has no token
+    batch: zoo.cli.tta); else None."""
+    if not isinstance(data, dict):
+        return None
+    if is_tta_file(data):
+        return (
+            f"{where}: a `zoo tta` file (a top-level `tta:`), not a run file: run it with `zoo tta {where}` ({TTA_DOC})"
+        )
+    own = [k for k in data if k in TTA_OWN_KEYS]
+    if len(own) >= 2:
+        return (
+            f"{where}: keys {', '.join(own)} are a `zoo tta` file's `tta:` keys, not a run file's: put them under "
+            f"`tta:` and run `zoo tta {where}` ({TTA_DOC})"
+        )
+    return None
+
+
 def parse_tta(data: Any, where: str) -> TTAFile:
     """Validate a `zoo tta` mapping; raises VariantError naming `where` and the key."""
     if not is_tta_file(data):
@@ -137,8 +161,7 @@ def study_arms(f: TTAFile, where: str) -> list[tuple[str, TTASpec]]:
     for i, arm in enumerate(f.study.arms):
         over = dict(arm)
         name = over.pop("name", None)
-        if not isinstance(name, str) or not name or name == "zero_shot" or name in {n for n, _ in out}:
-            raise VariantError(f"{where}: key 'study.arms[{i}].name' must be a new, non-empty name (not zero_shot)")
+        _check_arm_name(name, i, [n for n, _ in out], where)
         try:
             out.append((name, TTASpec.model_validate(_merge(base, over))))
         except ValidationError as e:
@@ -148,6 +171,21 @@ def study_arms(f: TTAFile, where: str) -> list[tuple[str, TTASpec]]:
         if a not in names or b not in names:
             raise VariantError(f"{where}: key 'study.compare': [{a}, {b}] names an arm not among {sorted(names)}")
     return out
+
+
+def _check_arm_name(name: Any, i: int, earlier: list[str], where: str) -> None:
+    """One line naming `study.arms[i].name` when it is missing or empty, `zero_shot` (the study's own row)
+    or the name of an earlier arm (as `zoo ablate` says `key 'variants': listed twice: grpo`)."""
+    key = f"{where}: key 'study.arms[{i}].name'"
+    if not isinstance(name, str) or not name:
+        raise VariantError(f"{key}: every arm needs a non-empty name, got {name!r}")
+    if name == "zero_shot":
+        raise VariantError(f"{key}: 'zero_shot' is the study's own row (no adaptation); give the arm another name")
+    if name in earlier:
+        raise VariantError(
+            f"{key}: arm {name!r} is listed twice (study.arms[{earlier.index(name)}] and study.arms[{i}]); "
+            "arms need distinct names"
+        )
 
 
 def load_tta_file(path: str | Path) -> TTAFile:
