@@ -41,6 +41,19 @@ def test_bad_values_name_the_key():
     assert any("'tta.data.severity'" in e for e in errors({"data": {"severity": 9}}))
 
 
+@pytest.mark.parametrize(
+    "tta, key, bound",
+    [
+        ({"policy": {"image_size": 100000}}, "tta.policy.image_size", "less than or equal to 224"),
+        ({"policy": {"pretrain_size": 10001}}, "tta.policy.pretrain_size", "less than or equal to 10000"),
+        ({"views": 257}, "tta.views", "less than or equal to 256"),
+        ({"data": {"size": 10**9}}, "tta.data.size", "less than or equal to 10000"),
+    ],
+)
+def test_huge_image_sizes_and_counts_are_refused_before_anything_is_drawn(tta, key, bound):
+    assert errors(tta) == [f"f.yaml: key {key!r}: Input should be {bound}"]
+
+
 def test_a_variant_with_kl_or_critic_is_refused_naming_the_slot():
     (e,) = errors({"variant": "grpo"})
     assert "key 'tta.variant'" in e and "'slots.kl': must be none" in e
