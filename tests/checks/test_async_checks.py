@@ -44,6 +44,39 @@ def test_the_schema_names_the_key_and_the_allowed_values(block, message):
         parse_run_config({"async": block}, "run.yaml")
 
 
+@pytest.mark.parametrize("value, shown", [(False, "false"), (3, "3"), ("yes", "'yes'"), ([1], "[1]")])
+def test_a_non_mapping_block_names_the_key_async_and_its_keys_not_the_class(value, shown):
+    with pytest.raises(Exception) as e:
+        parse_run_config({"async": value}, "run.yaml")
+    assert str(e.value) == (
+        f"run.yaml: key 'async': must be a mapping of max_staleness (required), workers, backend, or null; got {shown}"
+    )
+
+
+def test_workers_beyond_the_groups_in_flight_are_refused_and_simulated_workers_warned(tmp_path):
+    """B x (k + 1) groups at most are dispatched and untrained (zoo.step.pacing.capacity): with
+    prompts_per_step 4 and max_staleness 1 that is 8 workers; simulated has none to set."""
+    budget = {"prompts_per_step": 4}
+    assert _errors(budget=budget, **{"async": {"max_staleness": 1, "workers": 8}}) == []
+    (e,) = _errors(budget=budget, **{"async": {"max_staleness": 1, "workers": 9}})
+    assert e.startswith("key 'async.workers': 9 is more than the 8 groups the capacity rule lets be in flight")
+    assert e.endswith("set async.workers to 1..8")
+    rep, _ = before_load(
+        RunConfig.model_validate({"async": {"max_staleness": 1, "backend": "simulated", "workers": 9}})
+    )
+    assert rep.ok and [w for w in rep.warnings if "async" in w] == [
+        "key 'async.workers': 9 is not used: backend simulated has no rollout workers (it samples in the trainer's "
+        "process with the weights of step s - max_staleness); remove async.workers, or use backend thread or ray "
+        "for workers"
+    ]
+    rep, _ = before_load(RunConfig.model_validate({"async": {"max_staleness": 1, "backend": "simulated"}}))
+    assert not [w for w in rep.warnings if "async" in w]  # workers not written: nothing to say
+    f = tmp_path / "run.yaml"  # a run file: the message leads with it
+    f.write_text(yaml.safe_dump({"variant": "grpo", "async": {"max_staleness": 0, "workers": 100}}))
+    r = CliRunner().invoke(app, ["validate", str(f)])
+    assert r.exit_code == 1 and f"{f}: key 'async.workers': 100 is more than the" in " ".join(r.output.split())
+
+
 def test_combinations_the_async_step_does_not_run_are_refused_before_loading():
     a = {"max_staleness": 1}
     assert _errors(**{"async": a}) == []

@@ -50,3 +50,21 @@ def test_a_hub_model_not_in_the_cache_is_a_note_not_a_guess():
     rep, _ = checks.before_load(_cfg("someone/not-cached-vl-model", IMAGES))
     assert not [e for e in rep.errors if "images" in e]
     assert any("whether it takes the task's images is checked when `zoo run` loads it" in n for n in rep.notes)
+
+
+def test_a_huge_image_size_is_refused_naming_the_run_file_the_key_and_the_range(tmp_path):
+    """A run file's `task: {name: image_shapes, image_size: 5000}` is refused before any picture is
+    drawn (a huge side ran into a MemoryError drawing them), naming the file, `task.image_size` and 16..1024."""
+    from zoo.cli.validate_file import check_file
+
+    f = tmp_path / "run.yaml"
+    f.write_text(
+        "variant: grpo\nmodel: tiny-vlm:qwen2vl\n"
+        "task: {name: image_shapes, size: 2, eval_size: 1, image_size: 5000}\n"
+        "budget: {steps: 1, prompts_per_step: 2, group_size: 2, max_new_tokens: 4}\n"
+    )
+    rep = check_file(f, {}, None)
+    assert [e for e in rep.errors if "image_size" in e] == [
+        f"arm run: {f}: key 'task.image_size': must be an integer in 16..1024 (pixels a side; above ~1002 "
+        "Qwen2-VL's processor scales the picture down), got 5000"
+    ]

@@ -41,6 +41,19 @@ def test_bad_values_name_the_key():
     assert any("'tta.data.severity'" in e for e in errors({"data": {"severity": 9}}))
 
 
+@pytest.mark.parametrize(
+    "tta, key, bound",
+    [
+        ({"policy": {"image_size": 100000}}, "tta.policy.image_size", "less than or equal to 224"),
+        ({"policy": {"pretrain_size": 10001}}, "tta.policy.pretrain_size", "less than or equal to 10000"),
+        ({"views": 257}, "tta.views", "less than or equal to 256"),
+        ({"data": {"size": 10**9}}, "tta.data.size", "less than or equal to 10000"),
+    ],
+)
+def test_huge_image_sizes_and_counts_are_refused_before_anything_is_drawn(tta, key, bound):
+    assert errors(tta) == [f"f.yaml: key {key!r}: Input should be {bound}"]
+
+
 def test_a_variant_with_kl_or_critic_is_refused_naming_the_slot():
     (e,) = errors({"variant": "grpo"})
     assert "key 'tta.variant'" in e and "'slots.kl': must be none" in e
@@ -97,3 +110,87 @@ def test_zoo_list_shows_the_policy_source_the_rewards_and_the_variants():
     r = runner.invoke(app, ["list"], terminal_width=400)
     row = next(ln for ln in r.output.splitlines() if "zoo tta" in ln)
     assert "policy dual_encoder" in row and "images tta_shapes" in row and "grpo_tta" in r.output
+
+
+@pytest.mark.parametrize("path", ["examples/tta_grpo.yaml", "experiments/grpo_tta.yaml"])
+def test_zoo_run_on_a_tta_file_says_run_zoo_tta_in_one_line(path):
+    """`zoo run` listed every key of the `tta:` file it did not know (tta, out, study, ...)."""
+    f = str(ROOT / path)
+    r = runner.invoke(app, ["run", f])
+    errors = [line for line in r.output.splitlines() if line.startswith("error:")]
+    assert r.exit_code == 1 and "not allowed" not in r.output, r.output
+    assert errors == [
+        f"error: {f}: a `zoo tta` file (a top-level `tta:`), not a run file: run it with `zoo tta {f}` "
+        "(docs/reference/grpo-tta.md)"
+    ]
+    r = runner.invoke(app, ["validate", f])
+    assert r.exit_code == 0 and f"run it with `zoo tta {f}`, not `zoo run`" in r.output, r.output
+
+
+def test_tta_keys_at_a_run_files_top_level_are_one_error_pointing_to_zoo_tta(tmp_path):
+    f = tmp_path / "flat.yaml"
+    f.write_text("name: flat\nmethod: variant\nvariant: grpo_tta\nadapt: norms\nviews: 16\nkeep: 0.25\n")
+    for cmd in ("run", "validate"):
+        r = runner.invoke(app, [cmd, str(f)])
+        assert r.exit_code == 1 and "not allowed" not in r.output, r.output
+        assert (
+            f"{f}: keys method, adapt, views, keep are a `zoo tta` file's `tta:` keys, not a run file's: put them "
+            f"under `tta:` and run `zoo tta {f}`" in " ".join(r.output.split())
+        ), r.output
+
+
+@pytest.mark.parametrize("variant", ["grpo_tta", "rlcf"])
+def test_a_tta_variant_in_a_zoo_run_file_is_refused_before_any_model_loads(tmp_path, variant):
+    from zoo.checks import before_load
+    from zoo.study.run_file import load_run_config
+
+    f = tmp_path / "run.yaml"
+    f.write_text(f"variant: {variant}\nmodel: smollm2-135m-instruct-q4\ntask: {{name: reasoning_gym, size: 8}}\n")
+    rep, _ = before_load(load_run_config(f))  # the checks `zoo run` runs before it loads a model
+    assert rep.errors == [
+        f"{f}: key 'variant': {variant!r} ({ROOT / 'registry' / variant}.yaml) is a `zoo tta` variant (trains: "
+        "dual_encoder, test-time adaptation of a CLIP-style dual encoder), not one `zoo run` can train: put "
+        f"`variant: {variant}` under a `zoo tta` file's `tta:` and run `zoo tta FILE` (examples/tta_grpo.yaml, "
+        "docs/reference/grpo-tta.md)"
+    ]
+    r = runner.invoke(app, ["validate", str(f)])
+    assert r.exit_code == 1 and "is a `zoo tta` variant" in r.output
+
+
+def _study(tmp_path, tta: dict, arms: list) -> Path:
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump({"name": "s", "tta": tta, "study": {"seeds": [0, 1, 2, 3, 4], "arms": arms}}))
+    return f
+
+
+def test_two_tta_arms_of_one_name_are_one_line_naming_the_name(tmp_path):
+    f = _study(tmp_path, {}, [{"name": "a"}, {"name": "b"}, {"name": "a", "candidates": "sample"}])
+    for cmd in (["validate", str(f)], ["tta", str(f)], ["ablate", str(f), "--dry-run"]):
+        r = runner.invoke(app, cmd)
+        errors = [line for line in r.output.splitlines() if "error" in line]
+        assert r.exit_code == 1 and len(errors) == 1 and "Traceback" not in r.output, (cmd, r.output)
+        assert (
+            f"{f}: key 'study.arms[2].name': arm 'a' is listed twice (study.arms[0] and study.arms[2]); arms need "
+            "distinct names" in " ".join(r.output.split())
+        ), r.output
+
+
+def test_a_tpt_arm_is_not_held_to_the_variant_and_reward_checks(tmp_path):
+    """TPT's loss is the entropy of the mean prediction (arXiv 2209.07511 eq. 3): no rewards, no KL. The
+    file's `variant: grpo` (a KL) and one kept view (dispersion 0) matter to the variant arm only."""
+    tta = {"variant": "grpo", "views": 4, "keep": 0.25}
+    rep, f = check_tta_data(yaml.safe_load(_study(tmp_path, tta, [{"name": "t", "method": "tpt"}]).read_text()), "s")
+    assert rep.ok and rep.warnings == [] and f is not None
+    arms = [{"name": "t", "method": "tpt"}, {"name": "v"}, {"name": "w", "variant": "grpo_tta"}]
+    rep, _ = check_tta_data(yaml.safe_load(_study(tmp_path, tta, arms).read_text()), "s")
+    assert [e.split(": key")[0] for e in rep.errors] == ["s (arm v)"] and "'slots.kl'" in rep.errors[0]
+    assert [w.split(": key")[0] for w in rep.warnings] == ["s (arm w)"] and "tta_dispersion" in rep.warnings[0]
+
+
+def test_a_tpt_run_does_not_build_the_variant_or_the_rewards():
+    from zoo.config.tta import TTASpec
+    from zoo.run.tta import variant_context
+
+    assert variant_context(TTASpec(method="tpt", variant="grpo", rewards=["no_such_reward"])) == {"method": "tpt"}
+    ctx = variant_context(TTASpec())
+    assert ctx["group_size"] == 3 and ctx["epochs"] == 1 and len(ctx["fns"]) == 2

@@ -114,9 +114,7 @@ def test_a_task_value_from_set_names_the_flag(run_file):
     code, rep = _validate(str(run_file), "--set", "task.size=abc")
     assert code == 1
     assert any(
-        e.endswith(
-            f"--set task.size=abc: task key 'size' must be an integer >= 1, got 'abc' (--set overrides {run_file})"
-        )
+        e.endswith(f"--set task.size=abc: must be an integer >= 1, got 'abc' (--set overrides {run_file})")
         for e in rep["errors"]
     ), rep
 

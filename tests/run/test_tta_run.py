@@ -105,3 +105,29 @@ def test_a_diverged_update_stops_the_run_instead_of_reporting_a_nan_models_accur
     enc = copy.deepcopy(pretrained)
     with pytest.raises(TTADiverged, match=r"loss is nan at step \d+ of 3 .*tta\.lr, now 1e\+06"):
         run_tta(spec(adapt="visual", lr=1.0e6, reset="none", data={"size": 4}), enc=enc)
+
+
+def test_one_update_scores_kept_views_x_k_candidates_as_zoo_show_and_the_docs_say(monkeypatch):
+    """N of grpo_tta's token_mean is (kept views) x K for the one image adapted: ceil(0.25 x 16) = 4 views
+    x 3 = 12 one-token completions, not images x K; `zoo show grpo_tta` (the registry's source for
+    `aggregate`) and docs/reference/grpo-tta.md say the same."""
+    import random
+    from pathlib import Path
+
+    import zoo.run.tta as run_tta_mod
+    from zoo.config.variant import load_variant as lv
+    from zoo.run.tta import adapt_image, variant_context
+
+    seen = []
+    real = run_tta_mod.tta_loss
+    monkeypatch.setattr(
+        run_tta_mod, "tta_loss", lambda slots, logp, *a: seen.append(logp.shape) or real(slots, logp, *a)
+    )
+    cfg = spec(policy={"pretrain_steps": 0, "cache": False}, views=16, keep=0.25, steps=1)
+    enc = build_policy(cfg.policy)
+    image = shape_rows(2, 0)[0]["images"][0]
+    adapt_image(Adapter.of(enc, cfg), image, cfg, variant_context(cfg), random.Random(0))
+    assert seen == [torch.Size([12])]
+    assert "N = kept views x K" in lv("grpo_tta").sources["aggregate"]
+    doc = (Path(__file__).resolve().parents[2] / "docs/reference/grpo-tta.md").read_text()
+    assert "N = kept views x K" in doc and "images x K" not in doc

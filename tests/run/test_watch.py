@@ -118,6 +118,14 @@ def test_the_step_line_shows_the_signal_and_explains_nan_statistics():
     )
 
 
+def test_the_step_line_shows_staleness_only_when_the_step_logged_it():
+    """An `async:` run's step logs async/staleness_mean|max (zoo.step.pacing.staleness_metrics); the line
+    shows them after the other keys. A synchronous step logs none, and the line names none."""
+    m = {"reward/total": 0.5, "time/step": 2.0, "async/staleness_mean": 0.75, "async/staleness_max": 2.0}
+    assert step_line(5, m) == "step   5 reward/total 0.5  time/step 2  async/staleness_mean 0.75  async/staleness_max 2"
+    assert "staleness" not in step_line(5, {"reward/total": 0.5, "time/step": 2.0})
+
+
 # ---------------------------------------------------------------- on tiny runs
 @pytest.fixture
 def plain_rewards(tmp_path, monkeypatch):

@@ -49,12 +49,28 @@ def test_larger_answers_the_larger_digit_and_eval_problems_stay_out_of_training(
         ({"question": "colour"}, "'question' must be one of count, larger"),
         ({"max_count": 10}, "'max_count' must be <= 9"),
         ({"sizee": 3}, "did you mean 'size'"),
-        ({"question": "larger", "eval_size": 91}, "could only draw 90 of 91 eval rows"),
+        ({"question": "larger", "eval_size": 90}, "'eval_size' must be <= 89 \\(question 'larger' has 90 distinct"),
+        ({"max_count": 1, "eval_size": 108}, "'eval_size' must be <= 107 \\(question 'count' has 108 distinct"),
+        ({"image_size": 1025}, "'image_size' must be an integer in 16..1024"),
+        ({"image_size": 15}, "'image_size' must be an integer >= 16"),
     ],
 )
 def test_bad_specs_name_the_key(spec, match):
     with pytest.raises(TaskError, match=match):
         load_task({"name": "image_shapes", "size": 4, **spec})
+
+
+def test_the_bounds_admit_their_edges():
+    """image_size 1024 (the top of the range) and 1024 rows of it (exactly the 4 GiB bound) pass the
+    checks: the bound is checked before drawing, so a spec at the edge is only refused past it."""
+    from zoo.tasks.images import MAX_IMAGE_BYTES, _check_bounds, distinct_problems
+
+    assert distinct_problems("count", 2) == 9 * 12 + 36 * 12**2  # C(9,1) 12 + C(9,2) 12^2 = 5292
+    s = {"image_size": 1024, "size": 1000, "eval_size": 24, "question": "count", "max_count": 4}
+    assert s["image_size"] ** 2 * 4 * 1024 == MAX_IMAGE_BYTES
+    _check_bounds(s)  # no error at the edge
+    with pytest.raises(TaskError, match="1025 rows"):
+        _check_bounds({**s, "size": 1001})
 
 
 def test_an_hf_task_with_an_image_column_carries_its_images(tmp_path):

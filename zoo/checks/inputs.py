@@ -13,6 +13,7 @@ checked is)."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from zoo.checks.registry import AfterLoad, BeforeLoad, Report, check
@@ -59,7 +60,7 @@ def task(s: BeforeLoad, rep: Report) -> None:
                 "checked when `zoo run` loads it"
             )
             return
-        rep.errors.append(f"task: {msg}")
+        rep.errors.append(task_error(msg, s.cfg))
         return
     from zoo.tasks.stream import PROMPT_REPEAT_WARN, repeats_within_step
 
@@ -72,6 +73,22 @@ def task(s: BeforeLoad, rep: Report) -> None:
             f"eval.size {ev.size} is more than the task's {held_out} held-out prompts (task.eval_size): "
             f"the evaluation uses {held_out}"
         )
+
+
+_TASK_KEY = re.compile(r"^(?:[\w ]+ )?task key '(?P<key>[^']+)' (?P<why>.*)$")
+
+
+def task_error(msg: str, cfg: Any) -> str:
+    """A task loader's error as the run reports it: `task: <msg>`; for a run read from a file
+    (`zoo.config.user_keys.source_of`), led by that file, and a loader's `task key 'image_size' ...`
+    told as the run file's key: `run.yaml: key 'task.image_size': must be ...`."""
+    from zoo.config.user_keys import source_of
+
+    source = source_of(cfg)
+    if not source:
+        return f"task: {msg}"
+    m = _TASK_KEY.match(msg)
+    return f"{source}: key 'task.{m['key']}': {m['why']}" if m else f"{source}: task: {msg}"
 
 
 def hub_dataset(spec: Any) -> str | None:

@@ -4,7 +4,9 @@ Errors (each names the file and the key): the schema (`zoo.config.tta`), a varia
 label-free one-class update cannot use (`zoo.step.tta.tta_slots`), a reward that does not resolve,
 a group larger than the number of classes. Warnings: `tta_dispersion` with one kept view (it is then
 0 for every class), a reward that is not one of the label-free ones (`correctness` reads the
-answer). Notes: the clip does nothing with one update per rollout (ratio 1).
+answer). Notes: the clip does nothing with one update per rollout (ratio 1). The variant and reward
+checks apply to `method: variant` only: `method: tpt` (TPT arXiv 2209.07511 eq. 3, the entropy of the
+mean prediction) reads neither, so a study's `tpt` arm is not held to them (`zoo.run.tta.variant_context`).
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ def check_tta_data(data: Any, where: str) -> tuple[Report, TTAFile | None]:
 
 
 def _check_spec(rep: Report, cfg: TTASpec, where: str) -> None:
+    if cfg.method == "tpt":  # TPT's loss is the entropy of the mean prediction: no variant, no rewards read
+        return
     try:
         v = load_variant(cfg.variant)
         clip = tta_slots(v).clip.name

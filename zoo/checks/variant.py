@@ -172,12 +172,29 @@ def variant(s: BeforeLoad, rep: Report) -> None:
     except VariantError as e:
         rep.errors.append(_users_terms(str(e), s))
         return
+    if s.variant.trains == "dual_encoder":  # grpo_tta, rlcf: a dual encoder's update (zoo.step.tta)
+        rep.errors.append(not_for_zoo_run(s.variant, s.cfg))
+        s.stop = True
+        return
     sub = check_variant(s.variant, s.context())
     rep.errors += [_users_terms(m, s) for m in sub.errors]
     rep.warnings += sub.warnings
     rep.notes += sub.notes
     if sub.ok:
         s.components = build_components(s.variant, s.context())
+
+
+def not_for_zoo_run(v: Variant, cfg: Any) -> str:
+    """The one line refusing a `trains: dual_encoder` variant (grpo_tta, rlcf) in a `zoo run` file: it
+    updates a dual encoder on unlabelled images, which only `zoo tta` runs (zoo.cli.tta)."""
+    from zoo.config.user_keys import source_of
+
+    where = f"{source_of(cfg)}: " if source_of(cfg) else ""
+    return (
+        f"{where}key 'variant': {v.name!r} ({v.path or 'registry'}) is a `zoo tta` variant (trains: dual_encoder, "
+        f"test-time adaptation of a CLIP-style dual encoder), not one `zoo run` can train: put `variant: {v.name}` "
+        "under a `zoo tta` file's `tta:` and run `zoo tta FILE` (examples/tta_grpo.yaml, docs/reference/grpo-tta.md)"
+    )
 
 
 def _users_terms(msg: str, s: BeforeLoad) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from zoo.checks.registry import Report
-from zoo.config.tta import is_tta_file
+from zoo.config.tta import is_tta_file, not_a_run_file
 
 #: keys that only a `zoo rm` file has, by command (zoo.rm.config: RMTrainConfig, PairsConfig)
 _RM_KEYS = {"zoo rm train": ("data",), "zoo rm pairs": ("judge", "samples", "length_bias", "label_noise")}
@@ -62,6 +62,8 @@ def check_file(f: Path, sets: dict[str, Any], nproc: int | None) -> Report:
         rm = rm_command(data)
         if is_tta_file(data):  # a `zoo tta` file (zoo.config.tta)
             rep = check_tta_file(f, data, sets)
+        elif tta_keys := not_a_run_file(data, str(f)):  # a `zoo tta` file's keys without their `tta:`
+            rep.errors.append(tta_keys)
         elif rm:
             from zoo.rm.config import PairsConfig, RMTrainConfig, load_config
 
@@ -91,7 +93,10 @@ def check_tta_file(f: Path, data: Any, sets: dict[str, Any]) -> Report:
         return Report(errors=[f"{f}: a `zoo tta` file takes no --set; edit the file's `tta:` keys"])
     rep, ok = check_tta_data(data, str(f))
     if ok is not None:
-        rep.notes.append(f"{f}: a `zoo tta` file: variant {ok.tta.variant}, adapt {ok.tta.adapt}")
+        what = f"variant {ok.tta.variant}" if ok.tta.method == "variant" else "method tpt"
+        if ok.study is not None:
+            what = f"a study of {len(ok.study.arms)} arm(s) x {len(ok.study.seeds)} seed(s)"
+        rep.notes.append(f"{f}: a `zoo tta` file ({what}): run it with `zoo tta {f}`, not `zoo run`")
     return rep
 
 

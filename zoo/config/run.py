@@ -33,6 +33,7 @@ from zoo.config.run_sections import (
 )
 from zoo.config.schema import Spec, Strict, finite_number, format_validation
 from zoo.config.set_flag import close_keys
+from zoo.config.tta import not_a_run_file
 from zoo.config.variant import Slots, Variant, VariantError, load_variant, read_yaml_file
 
 # the sections live in zoo.config.run_sections; they stay importable from here
@@ -241,6 +242,9 @@ def read_run_file(path: str | Path) -> dict[str, Any]:
         raise VariantError(f"{p}: {why}; {NEEDS}")
     if not isinstance(data, dict):
         raise VariantError(f"{p}: expected a mapping at the top level")
+    tta = not_a_run_file(data, str(p))
+    if tta:
+        raise VariantError(tta)
     if ("slots" in data or "base" in data) and "variant" not in data:
         raise VariantError(
             f"{p}: this is a variant file (it has `slots`/`base`); train it from a run file "

@@ -182,7 +182,13 @@ class Async(Strict):
         description="k: a group sampled with policy version v is trained at step <= v + k "
         "(0: every group is sampled with the weights that train on it, the synchronous algorithm)",
     )
-    workers: int = Field(1, ge=1, description="rollout workers, each with its own copy of the policy")
+    workers: int = Field(
+        1,
+        ge=1,
+        description="rollout workers, each with its own copy of the policy; at most budget.prompts_per_step x "
+        "(max_staleness + 1), the groups the capacity rule lets be in flight (zoo.checks.async_run); "
+        "not used by backend simulated (a warning)",
+    )
     backend: Literal["thread", "ray", "simulated"] = Field(
         "thread",
         description="thread: each worker a thread of the trainer's process; ray: each worker a Ray "

@@ -216,6 +216,23 @@ def format_validation(e: ValidationError, where: str, model: type[BaseModel]) ->
             close = difflib.get_close_matches(path[-1], allowed, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             lines.append(f"{where}: key {key!r} is not allowed{hint}; allowed: {', '.join(allowed)}")
+        elif err["type"] == "model_type":  # not "a valid dictionary or instance of Async": the keys it takes
+            lines.append(f"{where}: key {key!r}: {mapping_expected(owner, path, err.get('input'))}")
         else:
             lines.append(f"{where}: key {key!r}: {err['msg'].removeprefix('Value error, ')}")
     return "\n".join(dict.fromkeys(lines))
+
+
+def mapping_expected(owner: type[BaseModel] | None, path: list[str], got: Any) -> str:
+    """What a key that takes a section (a pydantic model) takes, in the file's terms, for a value that is
+    not a mapping: `must be a mapping of max_staleness (required), workers, backend, or null; got false`
+    (pydantic's own message names the Python class, `instance of Async`, which no file has)."""
+    field = owner.model_fields.get(path[-1]) if owner is not None and path else None
+    members = union_members(field.annotation) if field is not None else ()
+    section = next((m for m in members if _is_model(m)), None)
+    shown = "null" if got is None else str(got).lower() if isinstance(got, bool) else repr(got)
+    if section is None:
+        return f"must be a mapping, got {shown}"
+    keys = ", ".join(k + (" (required)" if f.is_required() else "") for k, f in section.model_fields.items())
+    null = ", or null" if type(None) in members else ""
+    return f"must be a mapping of {keys}{null}; got {shown}"

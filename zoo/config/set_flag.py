@@ -76,7 +76,9 @@ def _rewrite(
         rest = f"key {key!r}: {rest}"  # a key inside the mapping the flag gave
     out = f"{m['pre']}--set {set_key}={value}: {rest}"
     takes = describe_key(key, model)
-    if takes and " allowed: " not in rest and not rest.startswith("Input should be '"):  # not a 2nd list
+    if (
+        takes and " allowed: " not in rest and not rest.startswith(("Input should be '", "must be a mapping of"))
+    ):  # not a 2nd list
         out += f"; {key} takes {takes}"
     where = m.groupdict().get("where") or (str(source) if source is not None else None)
     if where:

@@ -16,6 +16,12 @@
 
 Every key, its default and its source ("paper", "RLCF" or "ours") is in docs/reference/grpo-tta.md.
 Errors name the file and the key (`zoo.config.schema.format_validation`).
+
+Upper bounds (ours), so a typo is refused by `zoo validate` instead of exhausting memory when the images
+are drawn or the model built: `policy.image_size` 8..224 (one 8-pixel patch of the tiny CLIP, up to
+CLIP's own 224 x 224 input, arXiv 2103.00020; attention grows with (side / 8)^4), `views` <= 256 (4 x
+the 64 of TPT / RLCF), and at most `MAX_IMAGES` = 10,000 images in `data.size`, `study.size` and
+`policy.pretrain_size` (every image is drawn before the adaptation starts).
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from pydantic import Field, ValidationError
 from zoo.config.schema import Spec, Strict, format_validation
 from zoo.config.variant_files import VariantError, read_yaml_file
 
+MAX_IMAGES = 10_000  # images drawn at once (module doc)
+
 
 class PolicySpec(Strict):
     """Which dual encoder: `dual_encoder` is a tiny CLIP built in code (zoo.models.dual_encoder),
@@ -36,9 +44,9 @@ class PolicySpec(Strict):
     source: Literal["dual_encoder"] = "dual_encoder"
     seed: int = Field(0, ge=0)
     pretrain_steps: int = Field(150, ge=0)
-    pretrain_size: int = Field(180, ge=1)
+    pretrain_size: int = Field(180, ge=1, le=MAX_IMAGES)
     pretrain_lr: float = Field(3e-3, gt=0)
-    image_size: int = Field(32, ge=8)
+    image_size: int = Field(32, ge=8, le=224)  # one patch of 8 .. CLIP's 224 (module doc)
     hidden: int = Field(32, ge=8)
     layers: int = Field(2, ge=1)
     cache: bool = True  # ours: reuse the pre-trained weights from zoo's cache (zoo.run.tta.build_policy)
@@ -49,7 +57,7 @@ class DataSpec(Strict):
     (the labels are never read by the update)."""
 
     name: Literal["tta_shapes"] = "tta_shapes"
-    size: int = Field(27, ge=1)
+    size: int = Field(27, ge=1, le=MAX_IMAGES)
     seed: int = Field(1, ge=0)
     shift: Literal["none", "noise", "blur", "contrast", "colour", "background"] = "none"
     severity: int = Field(0, ge=0, le=5)
@@ -68,7 +76,7 @@ class TTASpec(Strict):
     steps: int = Field(3, ge=0)
     lr: float = Field(1e-3, gt=0)
     weight_decay: float = Field(0.0, ge=0)
-    views: int = Field(16, ge=1)
+    views: int = Field(16, ge=1, le=256)  # 4 x TPT's / RLCF's 64 (module doc)
     keep: float = Field(0.25, gt=0, le=1)
     reset: Literal["episodic", "none"] = "episodic"
     seed: int = Field(0, ge=0)
@@ -91,7 +99,7 @@ class TTAStudy(Strict):
     zero-shot table (no adaptation, cheap)."""
 
     seeds: list[Annotated[int, Field(ge=0)]] = Field(min_length=1)
-    size: int = Field(18, ge=1)
+    size: int = Field(18, ge=1, le=MAX_IMAGES)
     clean: bool = True
     shifts: list[Shift] = Field(default_factory=lambda: ["noise", "blur", "contrast", "colour", "background"])
     severities: list[Severity] = Field(default_factory=lambda: [2, 4])
@@ -110,6 +118,30 @@ class TTAFile(Strict):
 def is_tta_file(data: Any) -> bool:
     """A mapping with a top-level `tta:` key."""
     return isinstance(data, dict) and "tta" in data
+
+
+#: `tta:` keys that no run file has: two of them at a file's top level make it a misplaced `tta:` mapping
+TTA_OWN_KEYS = ("method", "policy", "adapt", "candidates", "views", "keep", "reset")
+TTA_DOC = "docs/reference/grpo-tta.md"
+
+
+def not_a_run_file(data: Any, where: str) -> str | None:
+    """One line when `data` is a `zoo tta` file (a top-level `tta:`) or its `tta:` keys written at the top
+    level (two or more of `TTA_OWN_KEYS`), which `zoo run` cannot train (a dual encoder has no token
+    batch: zoo.cli.tta); else None."""
+    if not isinstance(data, dict):
+        return None
+    if is_tta_file(data):
+        return (
+            f"{where}: a `zoo tta` file (a top-level `tta:`), not a run file: run it with `zoo tta {where}` ({TTA_DOC})"
+        )
+    own = [k for k in data if k in TTA_OWN_KEYS]
+    if len(own) >= 2:
+        return (
+            f"{where}: keys {', '.join(own)} are a `zoo tta` file's `tta:` keys, not a run file's: put them under "
+            f"`tta:` and run `zoo tta {where}` ({TTA_DOC})"
+        )
+    return None
 
 
 def parse_tta(data: Any, where: str) -> TTAFile:
@@ -137,8 +169,7 @@ def study_arms(f: TTAFile, where: str) -> list[tuple[str, TTASpec]]:
     for i, arm in enumerate(f.study.arms):
         over = dict(arm)
         name = over.pop("name", None)
-        if not isinstance(name, str) or not name or name == "zero_shot" or name in {n for n, _ in out}:
-            raise VariantError(f"{where}: key 'study.arms[{i}].name' must be a new, non-empty name (not zero_shot)")
+        _check_arm_name(name, i, [n for n, _ in out], where)
         try:
             out.append((name, TTASpec.model_validate(_merge(base, over))))
         except ValidationError as e:
@@ -148,6 +179,21 @@ def study_arms(f: TTAFile, where: str) -> list[tuple[str, TTASpec]]:
         if a not in names or b not in names:
             raise VariantError(f"{where}: key 'study.compare': [{a}, {b}] names an arm not among {sorted(names)}")
     return out
+
+
+def _check_arm_name(name: Any, i: int, earlier: list[str], where: str) -> None:
+    """One line naming `study.arms[i].name` when it is missing or empty, `zero_shot` (the study's own row)
+    or the name of an earlier arm (as `zoo ablate` says `key 'variants': listed twice: grpo`)."""
+    key = f"{where}: key 'study.arms[{i}].name'"
+    if not isinstance(name, str) or not name:
+        raise VariantError(f"{key}: every arm needs a non-empty name, got {name!r}")
+    if name == "zero_shot":
+        raise VariantError(f"{key}: 'zero_shot' is the study's own row (no adaptation); give the arm another name")
+    if name in earlier:
+        raise VariantError(
+            f"{key}: arm {name!r} is listed twice (study.arms[{earlier.index(name)}] and study.arms[{i}]); "
+            "arms need distinct names"
+        )
 
 
 def load_tta_file(path: str | Path) -> TTAFile:

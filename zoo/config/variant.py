@@ -145,6 +145,11 @@ class Variant(Strict):
         "(value pretraining, VAPO arXiv 2504.05118 §4.1; verl trainer.critic_warmup)",
     )
     plugins: list[str] = Field(default_factory=list, description="modules to import for user components")
+    trains: Literal["language_model", "dual_encoder"] = Field(
+        "language_model",
+        description="the policy the update is written for: `dual_encoder` variants (grpo_tta, rlcf) run "
+        "with `zoo tta` only, and `zoo run` refuses them before any model loads",
+    )
     slots: Slots  # type: ignore[valid-type]
     distill: DistillSpec | None = Field(None, description="a teacher's per-token signal (zoo/config/distill.py)")
     sources: dict[str, str] = Field(default_factory=dict)

@@ -217,11 +217,14 @@ STEP_LINE_KEYS = (
     "completion/len_mean",
     "time/step",
     "perf/peak_mem_mb",
+    "async/staleness_mean",  # an `async:` run's groups: steps since their policy version (zoo.step.pacing)
+    "async/staleness_max",
 )
 
 
 def step_line(step: int, m: dict[str, Any]) -> str:
-    """`zoo run`'s line for step `step` with metrics `m`. A step that trained no token logs NaN token
+    """`zoo run`'s line for step `step` with metrics `m` (each of STEP_LINE_KEYS the step logged, so the
+    staleness only for an `async:` run). A step that trained no token logs NaN token
     statistics (entropy, clip/*: a mean over no token is undefined, zoo.step.update.TokenTally); the line
     then says why, e.g. "(nothing trained: every group was filtered out by the sampling filter; entropy,
     clip/low_frac, clip/high_frac NaN: a mean over no token)"."""

@@ -166,16 +166,32 @@ def adapt_image(ad: Adapter, image: Any, cfg: TTASpec, ctx: dict[str, Any], rng:
     return {"prediction": pred, "zero_shot": zero_shot, **metrics}
 
 
+def variant_context(cfg: TTASpec) -> dict[str, Any]:
+    """What the update reads besides the image: `method`, and for `method: variant` the variant's slots
+    (`tta_slots`: refuses a KL, a critic, ...), group size, epochs, the rewards and the candidates'
+    generator. `tpt` reads neither the variant nor the rewards (TPT eq. 3 is the entropy of the mean
+    prediction), so they are not built for it."""
+    if cfg.method == "tpt":
+        return {"method": "tpt"}
+    v = load_variant(cfg.variant)
+    resolved = resolve_rewards(cfg.rewards)
+    return {
+        "method": cfg.method,
+        "slots": tta_slots(v),
+        "fns": [f for f, _ in resolved],
+        "weights": [w for _, w in resolved],
+        "group_size": v.group_size,
+        "epochs": v.updates.epochs,
+        "gen": torch.Generator().manual_seed(cfg.seed),
+    }
+
+
 def run_tta(cfg: TTASpec, enc: DualEncoder | None = None) -> TTAResult:
     """Adapt to every image of `cfg.data` in turn (module doc); `enc` defaults to `build_policy`."""
     start = time.perf_counter()
-    v = load_variant(cfg.variant)
-    slots = tta_slots(v)
+    ctx = variant_context(cfg)
     enc = enc if enc is not None else build_policy(cfg.policy)
     ad = Adapter.of(enc, cfg)
-    resolved = resolve_rewards(cfg.rewards)
-    ctx = {"slots": slots, "fns": [f for f, _ in resolved], "weights": [w for _, w in resolved], "method": cfg.method}
-    ctx.update(group_size=v.group_size, epochs=v.updates.epochs, gen=torch.Generator().manual_seed(cfg.seed))
     d = cfg.data
     rows = shape_rows(d.size, d.seed, shift=d.shift, severity=d.severity, image_size=cfg.policy.image_size)
     rng = random.Random(derive_seed(cfg.seed, "tta_views"))

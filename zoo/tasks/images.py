@@ -14,6 +14,15 @@ colours, cells; or the two digits and their order); eval rows are drawn first (s
 default `derive_seed(seed, "eval")`), distinct, and training rows never repeat an eval problem
 (`zoo.tasks.base` explains the order). Row: {"prompt", "question", "answer", "source":
 "image_shapes:<question>", "id", "images": [a PIL RGB image of image_size x image_size]}.
+
+Bounds (our choice), checked before anything is drawn: `image_size` 16..1024 pixels a side: 16 keeps a
+shape or digit legible, and above ~1002 x 1002 Qwen2-VL's processor scales a picture down anyway (its
+default max_pixels = 28 * 28 * 1280, transformers' image_processing_qwen2_vl.py), so a larger side only
+costs memory. Every row's picture is drawn at load and held (PIL keeps RGB at 4 bytes a pixel), so
+(size + eval_size) x image_size^2 x 4 bytes must stay <= 4 GiB (`MAX_IMAGE_BYTES`; 1024 rows at 1024
+pixels, 262,144 at the default 64). `eval_size` is at most the number of distinct problems (`larger`:
+90 ordered pairs of different digits; `count`: sum over k <= max_count of C(9, k) * 12^k) less one,
+so training has a problem left.
 """
 
 from __future__ import annotations
@@ -40,6 +49,8 @@ DEFAULTS: dict[str, Any] = {
     "instruction": DEFAULT_INSTRUCTION,
 }
 _GRID = 3  # cells per side for the shapes
+IMAGE_SIDE = (16, 1024)  # image_size's range (module doc)
+MAX_IMAGE_BYTES = 4 * 2**30  # every drawn picture held at load: at most 4 GiB of pixels (module doc)
 
 
 def _problem(rng: random.Random, question: str, max_count: int) -> tuple:
@@ -120,9 +131,46 @@ def _row(s: dict, problem: tuple, rid: str) -> dict[str, Any]:
     }
 
 
+def distinct_problems(question: str, max_count: int) -> int:
+    """How many different problems `question` has: ordered pairs of different digits for `larger`, else
+    the placements of 1..max_count shapes (C(9, k) cells, each one of 3 shapes x 4 colours)."""
+    import math
+
+    if question == "larger":
+        return 10 * 9
+    kinds = len(SHAPES) * len(COLOURS)
+    return sum(math.comb(_GRID * _GRID, k) * kinds**k for k in range(1, max_count + 1))
+
+
+def _check_bounds(s: dict) -> None:
+    """The module doc's bounds on image_size, the pictures' memory and eval_size; raises TaskError."""
+    lo, hi = IMAGE_SIDE
+    if not lo <= s["image_size"] <= hi:
+        raise TaskError(
+            f"image_shapes task key 'image_size' must be an integer in {lo}..{hi} (pixels a side; above ~1002 "
+            f"Qwen2-VL's processor scales the picture down), got {s['image_size']}"
+        )
+    rows = s["size"] + s["eval_size"]
+    need = rows * s["image_size"] ** 2 * 4  # bytes: PIL holds RGB at 4 bytes a pixel
+    if need > MAX_IMAGE_BYTES:
+        raise TaskError(
+            f"image_shapes: task.size + task.eval_size = {rows} rows at task.image_size {s['image_size']} "
+            f"would hold {need / 2**30:.1f} GiB of pictures, over the {MAX_IMAGE_BYTES // 2**30} GiB bound "
+            f"(every row's picture is drawn at load); lower size, eval_size or image_size"
+        )
+    n = distinct_problems(s["question"], s["max_count"])
+    top = n - 1  # size >= 1: one problem left for training
+    if s["eval_size"] > top:
+        raise TaskError(
+            f"image_shapes task key 'eval_size' must be <= {top} (question {s['question']!r} has {n} distinct "
+            f"problems; held-out problems are distinct and training keeps at least one), got {s['eval_size']}"
+        )
+
+
 def load(spec: Mapping[str, Any]) -> Task:
     """Load the image task (module docstring). Raises TaskError for an unknown key or question, sizes
-    < 0 (size < 1), max_count outside 1..9, image_size < 16, or too few distinct problems."""
+    < 0 (size < 1), max_count outside 1..9, image_size outside 16..1024, pictures over 4 GiB, or
+    eval_size over the distinct problems."""
     check_keys(spec, DEFAULTS, "image_shapes task")
     s = {**DEFAULTS, **spec}
     if s["question"] not in QUESTIONS:
@@ -133,10 +181,11 @@ def load(spec: Mapping[str, Any]) -> Task:
     check_int(s, "eval_size", minimum=0)
     check_int(s, "seed", minimum=0)
     check_int(s, "eval_seed", minimum=0, allow_none=True)
-    check_int(s, "image_size", minimum=16)
+    check_int(s, "image_size", minimum=IMAGE_SIDE[0])
     check_int(s, "max_count", minimum=1)
     if s["max_count"] > _GRID * _GRID:
         raise TaskError(f"image_shapes task key 'max_count' must be <= {_GRID * _GRID}, got {s['max_count']}")
+    _check_bounds(s)
     ev, eval_problems = _rows(s, "eval", s["eval_size"], set())
     train, _ = _rows(s, "train", s["size"], eval_problems)
     return Task(name="image_shapes", train=train, eval=ev, spec=s)
