@@ -97,6 +97,9 @@ def run_arms_on_ray(
             # the workers' OpenMP threads sleep when idle, as the driver's do (zoo.run.threads): set before torch loads
             policy = os.environ.get("OMP_WAIT_POLICY") or "PASSIVE"
             kwargs.setdefault("runtime_env", {"env_vars": {"PYTHONPATH": path, "OMP_WAIT_POLICY": policy}})
+            # Ray starts its workers at niceness 15 (RayConfig `worker_niceness`), so any other process on the
+            # machine takes the arms' CPU first; the arms are the study's work: run them at the driver's priority
+            os.environ.setdefault("RAY_worker_niceness", "0")
         ray.init(address=address, **kwargs)
     try:
         cluster = ray.cluster_resources()
