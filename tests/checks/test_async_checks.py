@@ -71,6 +71,10 @@ def test_workers_beyond_the_groups_in_flight_are_refused_and_simulated_workers_w
     ]
     rep, _ = before_load(RunConfig.model_validate({"async": {"max_staleness": 1, "backend": "simulated"}}))
     assert not [w for w in rep.warnings if "async" in w]  # workers not written: nothing to say
+    # a study's arm config is dumped with the default written out (workers: 1): still nothing to say
+    dumped = {"async": {"max_staleness": 1, "backend": "simulated", "workers": 1}}
+    rep, _ = before_load(RunConfig.model_validate(dumped))
+    assert not [w for w in rep.warnings if "async" in w]
     f = tmp_path / "run.yaml"  # a run file: the message leads with it
     f.write_text(yaml.safe_dump({"variant": "grpo", "async": {"max_staleness": 0, "workers": 100}}))
     r = CliRunner().invoke(app, ["validate", str(f)])

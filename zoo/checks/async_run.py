@@ -8,7 +8,7 @@ refuses the combinations the asynchronous step does not implement, one line each
 worker samples one group at a time, so workers beyond B x (k + 1) never get a group while each holds
 its own copy of the policy (a thread's in this process, a Ray actor's process): refused, naming the
 bound (ours). `backend: simulated` has no workers (zoo.step.simulated samples in the trainer's
-process), so a `workers` written beside it is not used: a warning, not an error, so that a study can
+process), so a `workers` other than the default 1 beside it is not used: a warning, not an error, so that a study can
 sweep `async.backend` over arms that share one `workers` (ours)."""
 
 from __future__ import annotations
@@ -86,7 +86,8 @@ def _file(s: BeforeLoad) -> str:
 def async_warnings(s: BeforeLoad) -> list[str]:
     """`workers` written beside `backend: simulated`, which has none (module doc)."""
     a = async_opts(s.cfg)
-    if a is None or a.backend != "simulated" or "workers" not in a.model_fields_set:
+    # a value other than the default: a study's arm configs are dumped with every default written out
+    if a is None or a.backend != "simulated" or a.workers == type(a).model_fields["workers"].default:
         return []
     return [
         f"{_file(s)}key 'async.workers': {a.workers} is not used: backend simulated has no rollout workers (it samples "
