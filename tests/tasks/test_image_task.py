@@ -47,12 +47,14 @@ def test_larger_answers_the_larger_digit_and_eval_problems_stay_out_of_training(
     "spec, match",
     [
         ({"question": "colour"}, "'question' must be one of count, larger"),
-        ({"max_count": 10}, "'max_count' must be <= 9"),
+        ({"max_count": 10}, "'max_count' must be an integer in 1..9, got 10"),
+        ({"max_count": 0}, "'max_count' must be an integer in 1..9, got 0"),
         ({"sizee": 3}, "did you mean 'size'"),
         ({"question": "larger", "eval_size": 90}, "'eval_size' must be <= 89 \\(question 'larger' has 90 distinct"),
         ({"max_count": 1, "eval_size": 108}, "'eval_size' must be <= 107 \\(question 'count' has 108 distinct"),
         ({"image_size": 1025}, "'image_size' must be an integer in 16..1024"),
-        ({"image_size": 15}, "'image_size' must be an integer >= 16"),
+        ({"image_size": 15}, "'image_size' must be an integer in 16..1024, got 15"),
+        ({"image_size": 64.5}, "'image_size' must be an integer in 16..1024, got 64.5"),
     ],
 )
 def test_bad_specs_name_the_key(spec, match):

@@ -90,13 +90,17 @@ def check_keys(spec: Mapping[str, Any], allowed: Iterable[str], what: str) -> No
         raise TaskError(f"{what}: unknown key {', '.join(hints)}; allowed: {', '.join(sorted(allowed))}")
 
 
-def check_int(spec: Mapping[str, Any], key: str, *, minimum: int, allow_none: bool = False) -> None:
-    """Raise TaskError unless spec[key] is an int >= minimum (or None when allowed)."""
+def check_int(
+    spec: Mapping[str, Any], key: str, *, minimum: int, maximum: int | None = None, allow_none: bool = False
+) -> None:
+    """Raise TaskError unless spec[key] is an int in minimum..maximum (>= minimum without one; or None when
+    allowed); the message gives the whole range."""
     v = spec.get(key)
     if v is None and allow_none:
         return
-    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        want = f"an integer >= {minimum}" + (" or null" if allow_none else "")
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum or (maximum is not None and v > maximum):
+        want = f"an integer in {minimum}..{maximum}" if maximum is not None else f"an integer >= {minimum}"
+        want += " or null" if allow_none else ""
         raise TaskError(f"task key {key!r} must be {want}, got {v!r}")
 
 

@@ -181,10 +181,8 @@ def load(spec: Mapping[str, Any]) -> Task:
     check_int(s, "eval_size", minimum=0)
     check_int(s, "seed", minimum=0)
     check_int(s, "eval_seed", minimum=0, allow_none=True)
-    check_int(s, "image_size", minimum=IMAGE_SIDE[0])
-    check_int(s, "max_count", minimum=1)
-    if s["max_count"] > _GRID * _GRID:
-        raise TaskError(f"image_shapes task key 'max_count' must be <= {_GRID * _GRID}, got {s['max_count']}")
+    check_int(s, "image_size", minimum=IMAGE_SIDE[0], maximum=IMAGE_SIDE[1])
+    check_int(s, "max_count", minimum=1, maximum=_GRID * _GRID)
     _check_bounds(s)
     ev, eval_problems = _rows(s, "eval", s["eval_size"], set())
     train, _ = _rows(s, "train", s["size"], eval_problems)
