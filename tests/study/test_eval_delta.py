@@ -18,6 +18,16 @@ def test_paired_delta_by_hand():
     assert e.verdict == "not distinguishable on these prompts"
 
 
+def test_report_json_numbers_are_the_tables_numbers():
+    from zoo.study.report.eval_delta import delta_json
+
+    before = {"a": 1.0, "b": 0.0, "c": 0.0, "d": 1.0}
+    after = {"a": 1.0, "b": 1.0, "c": 1.0, "d": 0.0}
+    (row,) = delta_json([("grpo-s0", {"before": before, "after": after}), ("empty", {})])
+    assert (row["run"], row["prompts"], row["before"], row["after"], row["delta"]) == ("grpo-s0", 4, 0.5, 0.75, 0.25)
+    assert row["low"] < 0 < row["high"] and row["verdict"] == "not distinguishable on these prompts"
+
+
 def test_many_prompts_improving_exclude_zero_and_pairing_ignores_order():
     # 200 prompts: 40 go 0 -> 1, 5 go 1 -> 0, the rest unchanged: delta = 35/200 = 0.175
     before = {f"p{i}": (1.0 if i >= 160 else 0.0) for i in range(200)}
@@ -112,6 +122,9 @@ def test_a_study_evaluates_before_training_once_and_reports_the_paired_change(tm
         assert rec["before"] == shared["scores"] and set(rec["after"]) == set(rec["before"]) and len(rec["before"]) == 2
     md = (root / "report.md").read_text()
     assert "after − before, per prompt" in md and "grpo-s0" in md.split("after − before, per prompt")[1]
+    numbers = json.loads((root / "report.json").read_text())["eval_after_minus_before"]  # numbers, not cells
+    assert sorted(r["run"] for r in numbers) == ["dr_grpo-s0", "grpo-s0"]
+    assert all(r["prompts"] == 2 and isinstance(r["before"], float) and isinstance(r["delta"], float) for r in numbers)
 
 
 @pytest.mark.e2e

@@ -33,7 +33,7 @@ from zoo.run.eval_record import read_record as read_eval_record
 from zoo.run.fingerprint import mixed_keys, read_record
 from zoo.study.report.console_fit import column_groups, fit_widths, longest_word, print_fitted, wide_if_piped
 from zoo.study.report.curve import curve_section
-from zoo.study.report.eval_delta import EVAL_DELTA_TEXT, delta_rows
+from zoo.study.report.eval_delta import EVAL_DELTA_TEXT, delta_json, delta_rows
 from zoo.study.report.group_signal import mean_over_steps, run_marks, signal_key, signal_section
 from zoo.study.report.left_out import left_out
 from zoo.study.report.left_out import to_json as left_out_json
@@ -286,7 +286,8 @@ def write_report(study_dir: Path | str, console: Any = None, summary_only: bool 
     dropped = left_out(groups)
     notes = ([damaged] if damaged else []) + [x.message for x in dropped] + ([warning] if warning else [])
     out = study_dir / "report.md"
-    eval_delta = delta_rows([(r.label, read_eval_record(r.dir)) for r in runs])
+    records = [(r.label, read_eval_record(r.dir)) for r in runs]
+    eval_delta = delta_rows(records)
     curve = curve_section(groups, base_name, study_dir)  # only when runs evaluated during training (eval.every)
     out.write_text(
         markdown(name, header, rows, plots, runs, study_dir, tables, notes, eval_delta, curve, signal_section(groups)),
@@ -310,7 +311,7 @@ def write_report(study_dir: Path | str, console: Any = None, summary_only: bool 
                 **to_json(st, comps, base_name),
                 "left_out": left_out_json(dropped),
                 "warnings": notes,
-                "eval_after_minus_before": [dict(zip(eval_delta[0], r)) for r in eval_delta[1]],
+                "eval_after_minus_before": delta_json(records),  # numbers; report.md has the table
             },
             indent=1,
         ),

@@ -100,3 +100,19 @@ def delta_rows(
         ci = f"[{e.low:+.3f}, {e.high:+.3f}]" if e.low is not None else "-"
         rows.append([label, str(e.n), f"{e.before:.3f}", f"{e.after:.3f}", f"{e.delta:+.3f}", ci, e.verdict])
     return header, rows
+
+
+def delta_json(runs: Sequence[tuple[str, Mapping[str, Mapping[str, float | None]]]]) -> list[dict]:
+    """report.json's `eval_after_minus_before`: per run with both records, the numbers of `delta_rows`
+    ({"run", "prompts", "before", "after", "delta", "low", "high", "verdict"}; low/high None under 2 prompts)."""
+    out = []
+    for label, rec in runs:
+        if not rec.get("before") or not rec.get("after"):
+            continue
+        e = paired_delta(rec["before"], rec["after"])
+        if e.delta is not None:
+            out.append(
+                {"run": label, "prompts": e.n, "before": e.before, "after": e.after, "delta": e.delta}
+                | {"low": e.low, "high": e.high, "verdict": e.verdict}
+            )
+    return out
