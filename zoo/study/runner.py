@@ -275,17 +275,30 @@ def _summarise(st: Study, arms: list[Arm], results: Mapping[str, str], console: 
         k: ("finished" if s == "locked" and k in dirs and arm_status(dirs[k])[0] == "finished" else s)
         for k, s in results.items()
     }
-    bad = [
-        k + (" (in use by another process, which writes the study's report when it ends)" if s == "locked" else "")
-        for k, s in results.items()
-        if s != "finished"
-    ]
+    bad = [k + (_locked_note(dirs.get(k)) if s == "locked" else "") for k, s in results.items() if s != "finished"]
     console.print(
         f"study {st.name}: {len(arms) - len(bad)}/{len(arms)} arm(s) finished"
         + (f"; not finished: {', '.join(bad)}" if bad else ""),
         highlight=False,
     )
     return 0 if not bad else 1
+
+
+def _locked_note(d: Path | None) -> str:
+    """Why an arm another process held is not finished: that process still holds it (it writes the
+    report when it ends), or it ended without finishing it (its lease is free now: a dead process on
+    this host is recognised by its pid, one elsewhere by a marker not renewed for the lease's ttl)."""
+    path = None if d is None else Path(d) / lock.LOCK_NAME
+    try:
+        held = path is not None and time.time() - os.stat(path).st_mtime < lock.DEFAULT_TTL
+    except OSError:  # released
+        held = False
+    if held and (lease := lock.acquire(path)) is not None:  # its holder died: the lease was free
+        lease.release()
+        held = False
+    if held:
+        return " (in use by another process, which writes the study's report when it ends)"
+    return " (the process that held it ended without finishing it: run zoo ablate again to resume it)"
 
 
 def _default_train() -> Callable[..., Any]:
