@@ -37,7 +37,14 @@ def metrics(run: Path) -> list[dict]:
 
 def per_seed(root: Path, arm: str, value) -> dict[int, float]:
     """{seed: value(records)} over the seeds whose run folder exists."""
-    return {s: value(metrics(root / f"{arm}-s{s}")) for s in SEEDS if (root / f"{arm}-s{s}").is_dir()}
+    return {s: value(metrics(root / f"{arm}-s{s}")) for s in SEEDS if finished(root / f"{arm}-s{s}")}
+
+
+def finished(run: Path) -> bool:
+    try:
+        return json.loads((run / "summary.json").read_text()).get("status") == "finished"
+    except OSError:
+        return False
 
 
 def mean_of(key: str, first: int = 1, last: int = 12):
@@ -94,7 +101,7 @@ def main(lc: Path, che: Path) -> None:
         hi = [
             float(r["clip/high_frac"])
             for s in SEEDS
-            if (root / f"{arm}-s{s}").is_dir()
+            if finished(root / f"{arm}-s{s}")
             for r in metrics(root / f"{arm}-s{s}")
         ]
         hi = [x for x in hi if math.isfinite(x)]
