@@ -70,6 +70,13 @@ def test_mixed_keys_ignores_the_seed_only():
 def test_check_reuse_rule(tmp_path):
     cfg = _cfg(output_dir=str(tmp_path), budget={"steps": 4})
     assert fp.check_reuse(tmp_path, cfg, "HINT") == "new"
+    # a run killed before it wrote anything but its failed summary (e.g. while loading): nothing to protect
+    (tmp_path / "summary.json").write_text(json.dumps({"status": "failed", "error": "OutOfMemoryError"}))
+    assert fp.check_reuse(tmp_path, cfg, "HINT") == "new"
+    (tmp_path / "summary.json").write_text(json.dumps({"status": "finished"}))  # an old run's results
+    with pytest.raises(fp.StaleRunError, match="no fingerprint.json.*HINT"):
+        fp.check_reuse(tmp_path, cfg, "HINT")
+    (tmp_path / "summary.json").unlink()
     (tmp_path / "metrics.jsonl").write_text("{}\n")
     with pytest.raises(fp.StaleRunError, match="no fingerprint.json.*HINT"):
         fp.check_reuse(tmp_path, cfg, "HINT")

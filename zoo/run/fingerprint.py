@@ -201,9 +201,19 @@ def write_record(run_dir: Path, cfg: RunConfig) -> dict[str, Any]:
 
 
 def has_results(run_dir: Path) -> bool:
-    """True when the folder holds anything a run produced (summary, metrics or a checkpoint)."""
+    """True when the folder holds anything a run produced: metrics, a checkpoint, or a summary other than
+    that of a run that failed or was stopped before it recorded anything else (e.g. killed while it
+    loaded the model; nothing there to protect, so a re-run starts it)."""
     d = Path(run_dir)
-    return any((d / n).exists() for n in ("summary.json", "metrics.jsonl", "checkpoint"))
+    if (d / "metrics.jsonl").exists() or (d / "checkpoint").exists():
+        return True
+    if not (d / "summary.json").exists():
+        return False
+    try:
+        status = json.loads((d / "summary.json").read_text()).get("status")
+    except (OSError, ValueError, AttributeError):
+        return True  # unreadable: not ours to judge
+    return status not in ("failed", "interrupted")
 
 
 def check_reuse(run_dir: Path, cfg: RunConfig, fresh_hint: str) -> str:
