@@ -188,3 +188,12 @@ def test_a_local_ray_starts_its_workers_at_the_drivers_priority(monkeypatch):
     with pytest.raises(Stop):
         ray_runner.run_arms_on_ray([], train_fn=None)
     assert seen == ["0", "5"]
+
+
+def test_arms_with_a_critic_are_handed_to_ray_first():
+    """Longest first: ppo (a critic) before the critic-free arms, which keep their order."""
+    from zoo.config.run import RunConfig
+    from zoo.study.experiment import Arm
+
+    arms = [Arm(f"{v}-s0", v, 0, {}, RunConfig.model_validate({"variant": v})) for v in ("dapo", "grpo", "ppo")]
+    assert [a.label for a in ray_runner.longest_first(arms)] == ["ppo-s0", "dapo-s0", "grpo-s0"]

@@ -27,6 +27,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from zoo.config.run import effective_variant
 from zoo.config.variant import VariantError
 from zoo.study.experiment import Arm, Resources
 from zoo.study.runner import record_failure, run_arm
@@ -66,6 +67,21 @@ def _arm_task(arm: Arm, train_fn: Callable[..., Any] | None, fresh: bool, study_
 def _absolute(arm: Arm) -> Arm:
     out = str(Path(arm.config.out_dir()).resolve())
     return dataclasses.replace(arm, config=arm.config.model_copy(update={"output_dir": out}))
+
+
+def longest_first(arms: Sequence[Arm]) -> list[Arm]:
+    """The order arms are handed to Ray: arms with a critic (the longest: a second model's forward and
+    update every step) first, otherwise as listed, so that the last arm to start on a busy pool is a short
+    one (longest-processing-time-first, our choice; on the main job's 2 cores ppo started last and ran alone
+    at the end)."""
+
+    def has_critic(a: Arm) -> bool:
+        try:
+            return effective_variant(a.config).slots.critic is not None
+        except VariantError:  # the task reports it
+            return False
+
+    return sorted(arms, key=lambda a: not has_critic(a))  # stable
 
 
 def run_arms_on_ray(
@@ -119,7 +135,7 @@ def run_arms_on_ray(
         task = ray.remote(max_retries=0)(_arm_task).options(**opts)
         n_threads = max(1, int(opts["num_cpus"]))
         pending = {}
-        for a in map(_absolute, arms):
+        for a in map(_absolute, longest_first(arms)):
             ref = task.remote(a, train_fn, a.label in fresh or a.group in fresh, study_file, n_threads)
             pending[ref] = a
         results: dict[str, str] = {}
