@@ -99,7 +99,15 @@ def test_critic_only_where_a_component_reads_values():
     assert not reads_values("grpo")
 
 
-@pytest.mark.parametrize("variant", available_variants())
+# the variants `zoo run` trains; grpo_tta and rlcf adapt a dual encoder under `zoo tta` (tests/run/test_tta_run.py)
+LM_VARIANTS = [v for v in available_variants() if load_variant(v).trains == "language_model"]
+
+
+def test_only_the_tta_variants_are_left_to_zoo_tta():
+    assert sorted(set(available_variants()) - set(LM_VARIANTS)) == ["grpo_tta", "rlcf"]
+
+
+@pytest.mark.parametrize("variant", LM_VARIANTS)
 def test_every_variant_trains_two_steps(variant, tiny_model_dir, tmp_path, monkeypatch):
     over = {"budget": small_updates(variant)}
     if Slots.of(load_variant(variant)).advantage.name == "pass_at_k":

@@ -189,7 +189,11 @@ def import_failure(e: BaseException) -> str:
         for f in frames
         if "importlib" not in f.filename and not f.filename.startswith("<frozen") and f.filename != __file__
     ]  # the frames of the module being imported (and what it imports)
-    at = f"{user[-1].filename}, line {user[-1].lineno}" if user else ""
+    # a library's frame last (e.g. a sys.exit another library wrapped, seen under pytest-xdist with Ray loaded)
+    # is not where the user's module failed: its own frames first, where it lives outside the installed packages
+    own = [f for f in user if "site-packages" not in f.filename and "dist-packages" not in f.filename]
+    last = (own or user)[-1] if user else None
+    at = f"{last.filename}, line {last.lineno}" if last else ""
     if isinstance(e, SystemExit):
         return (
             f"it called sys.exit({e.code!r}) while being imported ({at}); a plugin module must only define "
