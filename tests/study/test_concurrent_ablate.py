@@ -1,37 +1,15 @@
 """Two `zoo ablate` of one study at once: the arms the other process held count as finished once it
 finished them, so the last process to end reports every arm and exits 0."""
 
-import contextlib
 import io
 import json
-import threading
 from types import SimpleNamespace
 
 from rich.console import Console
+from test_arm_claim import _held_elsewhere
 
 from zoo.run import lock
 from zoo.study.runner import _summarise
-
-
-@contextlib.contextmanager
-def _held(path):
-    """The lease at `path` held by another thread (leases are reentrant within one thread only)."""
-    got, done = threading.Event(), threading.Event()
-
-    def hold():
-        lease = lock.acquire(path)
-        got.set()
-        done.wait(30)
-        lease.release()
-
-    t = threading.Thread(target=hold)
-    t.start()
-    got.wait(30)
-    try:
-        yield
-    finally:
-        done.set()
-        t.join()
 
 
 def _arm(label, d):
@@ -47,7 +25,7 @@ def test_an_arm_held_by_another_process_counts_once_it_finished(tmp_path):
     st = SimpleNamespace(name="s")
     out = io.StringIO()
     # b is still being trained by the other process (a thread holds its lease): not finished, said so, exit 1
-    with _held(b / lock.LOCK_NAME):
+    with _held_elsewhere(b / lock.LOCK_NAME):
         assert _summarise(st, arms, {"a-s0": "finished", "b-s0": "locked"}, Console(file=out, width=300)) == 1
     assert "1/2 arm(s) finished" in out.getvalue() and "b-s0 (in use by another process" in out.getvalue()
     # the other process ended (killed) without finishing b: its lease is free, and the line says to re-run

@@ -143,13 +143,8 @@ def distinct_problems(question: str, max_count: int) -> int:
 
 
 def _check_bounds(s: dict) -> None:
-    """The module doc's bounds on image_size, the pictures' memory and eval_size; raises TaskError."""
-    lo, hi = IMAGE_SIDE
-    if not lo <= s["image_size"] <= hi:
-        raise TaskError(
-            f"image_shapes task key 'image_size' must be an integer in {lo}..{hi} (pixels a side; above ~1002 "
-            f"Qwen2-VL's processor scales the picture down), got {s['image_size']}"
-        )
+    """The module doc's bounds on the pictures' memory and eval_size (image_size's range: `load`'s check_int);
+    raises TaskError."""
     rows = s["size"] + s["eval_size"]
     need = rows * s["image_size"] ** 2 * 4  # bytes: PIL holds RGB at 4 bytes a pixel
     if need > MAX_IMAGE_BYTES:
