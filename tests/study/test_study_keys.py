@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from zoo.config.run import async_opts
 from zoo.config.variant import VariantError
 from zoo.study.experiment import expand_arms, load_study
 
@@ -98,3 +99,13 @@ def test_a_key_of_the_shared_set_that_an_ablation_sets_again_is_warned(tmp_path)
         "arm tight: key 'clip.eps' is set by set (0.3) and ablations.tight.set sets it again (clip.eps = 0.1): "
         "ablations.tight.set wins and the value of set is dropped"
     ]
+
+
+def test_an_ablation_may_set_the_async_block_for_its_arm_only(tmp_path):
+    body = (
+        "async: {max_staleness: 0, backend: simulated}\nvariants: [grpo]\n"
+        "ablations: {grpo-k4: {variant: grpo, set: {async.max_staleness: 4}}}\n"
+    )
+    arms = {a.base: a.config for a in _arms(tmp_path, body)}
+    assert async_opts(arms["grpo"]).max_staleness == 0 and async_opts(arms["grpo-k4"]).max_staleness == 4
+    assert async_opts(arms["grpo-k4"]).backend == "simulated" and arms["grpo-k4"].set == {}

@@ -220,7 +220,18 @@ def _study_route(key: str) -> tuple[tuple[str, ...], list[str]]:
 
 BUDGET_ALIASES = ("group_size", "updates")
 #: run-config keys an ablation's (or the study's) `set` may hold: they go into the arm's run config
-ABLATION_RUN_KEYS = ("rewards", "gold", "task", "optim", "sampling", "eval", "budget", "guards", "ref_reset_every")
+ABLATION_RUN_KEYS = (
+    "rewards",
+    "gold",
+    "task",
+    "optim",
+    "sampling",
+    "eval",
+    "budget",
+    "guards",
+    "ref_reset_every",
+    "async",
+)
 
 
 def normalize_key(key: str) -> str:
