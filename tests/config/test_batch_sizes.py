@@ -43,6 +43,8 @@ NEWER = {
     "distill.yaml",
     "vlm_geometry_qwen25vl3b.yaml",
     "staleness.yaml",
+    "staleness_lm.yaml",
+    "staleness_backends.yaml",
 }
 
 
