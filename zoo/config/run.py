@@ -34,7 +34,7 @@ from zoo.config.run_sections import (
 from zoo.config.schema import Spec, Strict, finite_number, format_validation
 from zoo.config.set_flag import close_keys
 from zoo.config.tta import not_a_run_file
-from zoo.config.variant import Slots, Variant, VariantError, load_variant, read_yaml_file
+from zoo.config.variant import Slots, UnknownVariant, Variant, VariantError, load_variant, read_yaml_file
 
 # the sections live in zoo.config.run_sections; they stay importable from here
 __all__ = [
@@ -200,12 +200,15 @@ def reward_specs(cfg: RunConfig) -> list[tuple[str, dict[str, Any], float]]:
 def effective_variant(cfg: RunConfig) -> Variant:
     """The variant with the run's overrides (`set`) and the budget's group_size/updates applied.
     Raises VariantError; for a run read from a file, one that leads with the file and the user's key
-    (`run.yaml: set.kl.beta = -1: must be >= 0 (applied to registry/grpo.yaml, ...)`, zoo.config.user_keys)."""
-    from zoo.config.user_keys import user_key_first
+    (`run.yaml: set.kl.beta = -1: must be >= 0 (applied to registry/grpo.yaml, ...)`, zoo.config.user_keys;
+    `run.yaml: key 'variant': variant 'grpoo' not found; ...` for a name no registry holds)."""
+    from zoo.config.user_keys import source_of, user_key_first
 
     try:
         v = load_variant(cfg.variant, cfg.set)
     except VariantError as e:
+        if isinstance(e, UnknownVariant) and e.name == str(cfg.variant) and source_of(cfg):
+            raise VariantError(f"{source_of(cfg)}: key 'variant': {e}") from None  # not a `base:` of it
         raise VariantError(user_key_first(str(e), cfg, built_with_set=True)) from None
     upd: dict[str, Any] = {}
     if cfg.budget.group_size is not None:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from pydantic import Field, ValidationError
+from pydantic import Field, PrivateAttr, ValidationError
 
 from zoo.config import variant as V
 from zoo.config.overrides import OverrideError, apply_dotted, did_you_mean
@@ -79,6 +79,7 @@ class Study(RunConfig):
     )
     resources: Resources = Field(default_factory=Resources)
     path: str | None = Field(None, exclude=True)
+    _from_variant: bool = PrivateAttr(False)  # its one arm is the top-level `variant:` (no `variants`)
 
     def study_dir(self) -> Path:
         """Where the arms, study.json and report.md go (`output_dir`, default runs/<name>)."""
@@ -97,6 +98,7 @@ class Arm:
     config: RunConfig
     overrides: dict[str, Any] = field(default_factory=dict)
     origin: str = "set"  # where `overrides` were written, for error messages
+    variant_at: str = ""  # where its variant was written, for error messages: `s.yaml: key 'variants[0]'`
 
     @property
     def group(self) -> str:
@@ -148,6 +150,7 @@ def _check_structure(st: Study, where: str, explicit_variant: bool) -> None:
                 f"{where}: no arms: add `variants: [grpo, ...]` and/or `ablations: {{name: {{variant: ..., set: ...}}}}`"
             )
         st.variants = [st.variant]
+        st._from_variant = True
     elif explicit_variant:
         raise VariantError(
             f"{where}: key 'variant': a study's arms come from `variants` and `ablations`; "
@@ -295,11 +298,14 @@ def expand_arms(st: Study) -> list[Arm]:
     arms: list[Arm] = []
     for base, variant_name, sets in _bases(st):
         _refuse_collisions(st, base, sets, where)
+        key = f"ablations.{base}.variant" if base in st.ablations else "variant" if st._from_variant else None
+        at = f"{where}: key {key or f'variants[{st.variants.index(variant_name)}]'!r}"
         for point in sweep_points(st):
             suffix = "".join(f"-{k}={fmt_value(v)}" for k, v in point.items())
             for seed in st.seeds or [0]:
                 label = f"{base}{suffix}-s{seed}"
                 arms.append(_make_arm(st, base_data, where, label, base, variant_name, sets, point, seed))
+                arms[-1].variant_at = at
     labels = [a.label for a in arms]
     dup = sorted({x for x in labels if labels.count(x) > 1})
     if dup:

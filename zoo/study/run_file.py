@@ -19,6 +19,7 @@ from zoo.study.experiment import (
     read_study_file,
     route_key,
 )
+from zoo.study.study_checks import unknown_variant
 
 
 def load_run_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> RunConfig:
@@ -63,6 +64,9 @@ def single_arm_config(path: str | Path, overrides: Mapping[str, Any] | None = No
             f"with --set, e.g. `zoo run {p} --set 'variants=[{arms[0].config.variant}]' --set 'ablations={{}}' "
             f"--set 'sweep={{}}' --set seed={arms[0].seed}`."
         )
+    unknown = unknown_variant(arms[0])
+    if unknown:
+        raise VariantError(unknown)
     if var_over:
         cfg = arms[0].config
         return parse_run_config({**cfg.model_dump(), "set": {**cfg.set, **var_over}}, f"{p} (overrides)")

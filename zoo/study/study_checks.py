@@ -148,3 +148,19 @@ def shared_set_overrides(study: Any) -> list[str]:
         for line in key_collisions([("set", dict(study.set)), (f"ablations.{name}.set", dict(ab.set))]):
             out.append(f"arm {name}: {line.replace('; set it in one place', '')}")
     return out
+
+
+def unknown_variant(arm: Any) -> str | None:
+    """`s.yaml: key 'variants[0]': variant 'grpoo' not found; did you mean 'grpo', ...? known: ...` when
+    a study arm's variant names no registry variant (or no file), with where it was written
+    (`Arm.variant_at`); None when it is found, or for an arm that does not say where (a run file's:
+    zoo.config.run.effective_variant names the run file's key 'variant')."""
+    from zoo.config.variant import UnknownVariant, locate_variant
+
+    if not arm.variant_at:
+        return None
+    try:
+        locate_variant(arm.config.variant)
+    except UnknownVariant as e:
+        return f"{arm.variant_at}: {e}"
+    return None

@@ -13,7 +13,7 @@ from zoo.config import variant as V
 from zoo.config.run import RunConfig, parse_run_config
 from zoo.config.variant import VariantError
 from zoo.study.experiment import STUDY_KEYS, Arm, expand_arms, load_study, read_study_file, seed_of
-from zoo.study.study_checks import arms_alike, duplicate_sweep_arms, shared_set_overrides
+from zoo.study.study_checks import arms_alike, duplicate_sweep_arms, shared_set_overrides, unknown_variant
 
 
 def variant_context(cfg: RunConfig, v: V.Variant) -> dict[str, Any]:
@@ -54,6 +54,10 @@ def check_arms(
         cfg = arm.config
         if plugins and not cfg.plugins:  # the study's plugins apply to every arm
             cfg = cfg.model_copy(update={"plugins": list(plugins)})
+        unknown = unknown_variant(arm)  # the study's file and key: nothing else can be checked without it
+        if unknown:
+            subs.append((who, Report(errors=[unknown])))
+            continue
         sub, v = checks.before_load(cfg, world_size=world_size, launched=launched, origin=arm.origin)
         if sub.ok and load_files:
             key = cfg.model_dump_json(include={"model", "task", "budget", "model_opts", "rewards", "variant", "set"})

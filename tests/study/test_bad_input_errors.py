@@ -1,0 +1,75 @@
+"""A study's bad input is refused naming the file, the key and what is allowed, by `zoo validate` and
+`zoo ablate` / `zoo run` alike: an unknown variant name (`variants[0]`, `ablations.NAME.variant`,
+`variant`). No model is loaded (the `arms:a,b` bandit policy is only named)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from zoo.cli import app
+from zoo.config.variant import VariantError
+from zoo.study.run_file import load_run_config
+
+runner = CliRunner()
+# the tester's tiny study: the bandit policy, one-token completions, no tracking
+HEAD = (
+    'model: "arms:a,b"\ntask: {name: bandit, size: 64}\n'
+    "rewards: [{name: arm_bernoulli, p: {a: 0.9, b: 0.1}}]\n"
+    "budget: {steps: 2, prompts_per_step: 2, group_size: 4, max_new_tokens: 1}\ntracking: {wandb: false}\n"
+)
+
+
+def _study(tmp_path, body: str):
+    p = tmp_path / "s.yaml"
+    p.write_text(HEAD + body + f"output_dir: {tmp_path / 'runs'}\n")
+    return p
+
+
+def _validate_errors(path, *extra: str) -> list[str]:
+    r = runner.invoke(app, ["validate", str(path), "--json", *extra])
+    assert r.exit_code == 1, r.output
+    return json.loads(r.stdout)[0]["errors"]
+
+
+@pytest.mark.parametrize(
+    "body, key, arm",
+    [
+        ("variants: [grpo, grpoo]\n", "variants[1]", "grpoo"),
+        ("ablations: {x: {variant: grpoo}}\n", "ablations.x.variant", "x"),
+        ("variant: grpoo\nseeds: [0]\n", "variant", "grpoo"),  # a study whose one arm is its top-level variant
+    ],
+)
+def test_an_unknown_variant_names_the_file_the_key_and_the_known_names(tmp_path, body, key, arm):
+    p = _study(tmp_path, body)
+    want = f"{p}: key '{key}': variant 'grpoo' not found; did you mean 'grpo'"
+    errors = _validate_errors(p)
+    assert len(errors) == 1 and errors[0].startswith(f"arm {arm}: {want}"), errors
+    assert "known: cispo, clip_cov, dapo" in errors[0] and ", grpo, " in errors[0]
+    r = runner.invoke(app, ["ablate", str(p), "--dry-run"])  # zoo ablate refuses it alike
+    assert r.exit_code == 1 and f"arm {arm}: {want}" in " ".join(r.output.split())
+    if key != "variants[1]":  # a study of one arm also runs with `zoo run`
+        with pytest.raises(VariantError) as e:
+            load_run_config(p)
+        assert str(e.value) == errors[0].removeprefix(f"arm {arm}: ")
+
+
+def test_every_unknown_variant_of_a_study_is_named_with_the_other_arms_problems(tmp_path):
+    """Each arm is checked: two unknown variants and another arm's misspelt override, three errors."""
+    body = "variants: [grpo, dapoo]\nablations: {x: {variant: grpoo}, y: {variant: grpo, set: {clp: ppo}}}\n"
+    p = _study(tmp_path, body)
+    errors = [e.split(" not found")[0] for e in _validate_errors(p)]
+    assert errors[:2] == [
+        f"arm dapoo: {p}: key 'variants[1]': variant 'dapoo'",
+        f"arm x: {p}: key 'ablations.x.variant': variant 'grpoo'",
+    ]
+    assert len(errors) == 3 and errors[2].startswith("arm y: ablations.y.set: key 'clp'")
+    flagged = _validate_errors(_study(tmp_path, "variants: [grpo]\n"), "--set", "variants=[grpoo]")
+    assert flagged[0].startswith("arm grpoo: --set variants=[grpoo]: key 'variants[0]': variant 'grpoo' not found")
+
+
+def test_a_missing_variant_file_names_the_key(tmp_path):
+    p = _study(tmp_path, "variants: [grpo, mine.yaml]\n")
+    assert _validate_errors(p) == [f"arm mine: {p}: key 'variants[1]': variant file mine.yaml does not exist"]
