@@ -73,3 +73,21 @@ def test_every_unknown_variant_of_a_study_is_named_with_the_other_arms_problems(
 def test_a_missing_variant_file_names_the_key(tmp_path):
     p = _study(tmp_path, "variants: [grpo, mine.yaml]\n")
     assert _validate_errors(p) == [f"arm mine: {p}: key 'variants[1]': variant file mine.yaml does not exist"]
+
+
+@pytest.mark.parametrize(
+    "body, want",
+    [
+        ("variants: grpo\n", "key 'variants': expected a list of variants, each a registry name (`grpo`; "),
+        ("variants: [3]\n", "key 'variants.0': expected a variant: a registry name (`grpo`; `zoo list` lists"),
+        ("ablations: {x: {variant: 3}}\n", "key 'ablations.x.variant': expected a variant: a registry name"),
+        ("variants: [grpo]\nrewards: correctness\n", "key 'rewards': expected a list of rewards, each a name"),
+    ],
+)
+def test_a_wrong_type_in_a_study_says_the_key_and_the_forms(tmp_path, body, want):
+    p = _study(tmp_path, body)
+    if "rewards:" in body:  # the study's own rewards line is replaced, not repeated
+        p.write_text(p.read_text().replace("rewards: [{name: arm_bernoulli, p: {a: 0.9, b: 0.1}}]\n", ""))
+    errors = _validate_errors(p)
+    assert len(errors) == 1 and errors[0].startswith(f"{p}: {want}"), errors
+    assert "variant file path" in errors[0] or "{name: <reward>, weight: <w>" in errors[0]

@@ -7,9 +7,9 @@ A study file (`experiments/*.yaml`) holds the same keys plus `variants`, `ablati
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Annotated, Any, Mapping
 
-from pydantic import Field, PrivateAttr, ValidationError, field_validator
+from pydantic import BeforeValidator, Field, PrivateAttr, ValidationError, field_validator
 
 from zoo.config.distill import TeacherConfig
 from zoo.config.overrides import OverrideError, apply_dotted, did_you_mean
@@ -34,6 +34,7 @@ from zoo.config.run_sections import (
 from zoo.config.schema import Spec, Strict, finite_number, format_validation
 from zoo.config.set_flag import close_keys
 from zoo.config.tta import not_a_run_file
+from zoo.config.user_keys import shown
 from zoo.config.variant import Slots, UnknownVariant, Variant, VariantError, load_variant, read_yaml_file
 
 # the sections live in zoo.config.run_sections; they stay importable from here
@@ -59,6 +60,7 @@ __all__ = [
     "Spec",
     "Tracking",
     "Training",
+    "VariantRef",
     "WandbOpts",
     "async_opts",
     "batch_sizes",
@@ -73,11 +75,29 @@ __all__ = [
 ]
 
 
+VARIANT_FORMS = "a registry name (`grpo`; `zoo list` lists them) or a variant file path (`my_variant.yaml`)"
+REWARD_FORMS = (
+    "a name (`correctness`) or a mapping `{name: <reward>, weight: <w>, <its parameters>}` (`zoo list` lists "
+    "the rewards)"
+)
+
+
+def variant_ref(value: Any) -> Any:
+    """A variant as a run or study file names it (`variant:`, `variants:` items, an ablation's `variant:`).
+    Raises ValueError saying the forms it takes for anything but a non-empty string."""
+    if isinstance(value, str) and value.strip():
+        return value
+    raise ValueError(f"expected a variant: {VARIANT_FORMS}; got {shown(value)}")
+
+
+VariantRef = Annotated[str, BeforeValidator(variant_ref)]
+
+
 class RunConfig(Strict):
     """Everything one arm needs. `variant` names a registry variant or a file; `set` overrides its slots."""
 
     name: str = "run"
-    variant: str = "grpo"
+    variant: VariantRef = "grpo"
     set: dict[str, Any] = Field(default_factory=dict, description="dotted overrides into the variant")
     model: str = "smollm2-135m-instruct-q4"
     model_opts: ModelOpts = Field(default_factory=ModelOpts)
@@ -132,17 +152,25 @@ class RunConfig(Strict):
             )
         return v
 
+    @field_validator("rewards", "gold", mode="before")
+    @classmethod
+    def _rewards_are_a_list(cls, v: Any, info: Any) -> Any:
+        """A list of names or mappings; `rewards: correctness` says to write `[correctness]`."""
+        if not isinstance(v, list):
+            fix = f": write `{info.field_name}: [{v}]`" if isinstance(v, str) and v else ""
+            raise ValueError(f"expected a list of rewards, each {REWARD_FORMS}; got {shown(v)}{fix}")
+        for i, spec in enumerate(v):
+            if not isinstance(spec, (str, dict)):
+                raise ValueError(f"item {i} is {shown(spec)}: each reward is {REWARD_FORMS}")
+        return v
+
     @field_validator("rewards", "gold")
     @classmethod
     def _reward_has_a_name(cls, v: list[Any]) -> list[Any]:
         for i, spec in enumerate(v):
             if isinstance(spec, dict) and not spec.get("name"):
-                shown = ", ".join(f"{k}: {x}" for k, x in spec.items())
-                raise ValueError(
-                    f"item {i}, {{{shown}}}, has no 'name': each reward is a name (`correctness`) or a "
-                    "mapping `{name: <reward>, weight: <w>, <its parameters>}` (`zoo list` lists the "
-                    "rewards)"
-                )
+                items = ", ".join(f"{k}: {x}" for k, x in spec.items())
+                raise ValueError(f"item {i}, {{{items}}}, has no 'name': each reward is {REWARD_FORMS}")
         return v
 
     def out_dir(self) -> Path:

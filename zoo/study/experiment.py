@@ -33,12 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from pydantic import Field, PrivateAttr, ValidationError
+from pydantic import Field, PrivateAttr, ValidationError, field_validator
 
 from zoo.config import variant as V
 from zoo.config.overrides import OverrideError, apply_dotted, did_you_mean
-from zoo.config.run import RunConfig, parse_run_config, set_dotted
+from zoo.config.run import VARIANT_FORMS, RunConfig, VariantRef, parse_run_config, set_dotted
 from zoo.config.schema import Strict, format_validation
+from zoo.config.user_keys import shown
 from zoo.config.variant import VariantError, read_yaml_file
 from zoo.study.baseline_check import check_baseline
 from zoo.study.study_checks import PER_ARM_KEYS, duplicate_sweep_arms, key_collisions
@@ -51,7 +52,7 @@ _SEED_SUFFIX = re.compile(r"-s(-?\d+)$")
 class Ablation(Strict):
     """One named ablation arm: a variant with dotted overrides (`{clip: ppo, clip.eps_high: 0.3}`)."""
 
-    variant: str
+    variant: VariantRef
     set: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -68,7 +69,7 @@ class Study(RunConfig):
     """A validated study file: shared RunConfig defaults + the arms' definition."""
 
     name: str | None = None  # type: ignore[assignment]
-    variants: list[str] = Field(default_factory=list)
+    variants: list[VariantRef] = Field(default_factory=list)
     ablations: dict[str, Ablation] = Field(default_factory=dict)
     seeds: list[int] | None = None
     sweep: dict[str, list[Any]] = Field(default_factory=dict)
@@ -80,6 +81,14 @@ class Study(RunConfig):
     resources: Resources = Field(default_factory=Resources)
     path: str | None = Field(None, exclude=True)
     _from_variant: bool = PrivateAttr(False)  # its one arm is the top-level `variant:` (no `variants`)
+
+    @field_validator("variants", mode="before")
+    @classmethod
+    def _variants_are_a_list(cls, v: Any) -> Any:
+        if not isinstance(v, list):
+            fix = f": write `variants: [{v}]`" if isinstance(v, str) and v else ""
+            raise ValueError(f"expected a list of variants, each {VARIANT_FORMS}; got {shown(v)}{fix}")
+        return v
 
     def study_dir(self) -> Path:
         """Where the arms, study.json and report.md go (`output_dir`, default runs/<name>)."""
