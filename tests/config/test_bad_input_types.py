@@ -11,7 +11,7 @@ import yaml
 from typer.testing import CliRunner
 
 from zoo.cli import app
-from zoo.config.run import parse_run_config
+from zoo.config.run import async_opts, parse_run_config
 from zoo.config.variant import VariantError
 from zoo.study.run_file import load_run_config
 
@@ -56,3 +56,23 @@ def test_the_allowed_forms_still_parse():
     cfg = parse_run_config({**BASE, "rewards": ["correctness", {"name": "length", "weight": 0.1}]}, "run.yaml")
     assert cfg.variant == "grpo" and cfg.rewards == ["correctness", {"name": "length", "weight": 0.1}]
     assert parse_run_config({**BASE, "variant": "my_variant.yaml"}, "run.yaml").variant == "my_variant.yaml"
+
+
+@pytest.mark.parametrize(
+    "block, want",
+    [
+        ({"max_staleness": "2"}, "key 'async.max_staleness': expected an integer >= 0, got the string '2'"),
+        ({"max_staleness": 1, "workers": "2"}, "key 'async.workers': expected an integer >= 1, got the string '2'"),
+    ],
+)
+def test_a_quoted_async_integer_is_refused_not_read_as_the_number(block, want):
+    """`async: {max_staleness: '2'}` was read as 2 (pydantic's lax mode); now the key and its range."""
+    with pytest.raises(VariantError) as e:
+        parse_run_config({**BASE, "async": block}, "run.yaml")
+    assert str(e.value) == f"run.yaml: {want}: write it without quotes"
+
+
+def test_async_integers_from_yaml_still_parse():
+    data = yaml.safe_load("async: {max_staleness: 2, workers: 3}")
+    opts = async_opts(parse_run_config({**BASE, **data}, "run.yaml"))
+    assert (opts.max_staleness, opts.workers) == (2, 3)

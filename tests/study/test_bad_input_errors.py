@@ -10,7 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from zoo.cli import app
+from zoo.config.run import async_opts
 from zoo.config.variant import VariantError
+from zoo.study.experiment import expand_arms, load_study
 from zoo.study.run_file import load_run_config
 
 runner = CliRunner()
@@ -91,3 +93,19 @@ def test_a_wrong_type_in_a_study_says_the_key_and_the_forms(tmp_path, body, want
     errors = _validate_errors(p)
     assert len(errors) == 1 and errors[0].startswith(f"{p}: {want}"), errors
     assert "variant file path" in errors[0] or "{name: <reward>, weight: <w>" in errors[0]
+
+
+def test_a_sweep_and_a_set_of_async_max_staleness_take_yaml_integers_not_strings(tmp_path):
+    """experiments/staleness.yaml's sweep and staleness_lm.yaml's ablation `set`, on the tiny study: the
+    YAML integers give one arm per k; a quoted k in the sweep is refused naming the arm and the key."""
+    body = (
+        "async: {max_staleness: 0, backend: simulated}\nsweep: {async.max_staleness: [0, 1, 2, 4]}\n"
+        "variants: [grpo]\nablations: {k4: {variant: grpo, set: {async.max_staleness: 4}}}\n"
+    )
+    arms = expand_arms(load_study(_study(tmp_path, body.replace("sweep", "# sweep"))))
+    assert [(a.label, async_opts(a.config).max_staleness) for a in arms] == [("grpo-s0", 0), ("k4-s0", 4)]
+    arms = expand_arms(load_study(_study(tmp_path, body.replace("ablations", "# ablations"))))
+    assert [async_opts(a.config).max_staleness for a in arms] == [0, 1, 2, 4]
+    with pytest.raises(VariantError) as e:
+        expand_arms(load_study(_study(tmp_path, body.replace("[0, 1, 2, 4]", "[0, '1']").replace("abl", "# abl"))))
+    assert "(arm grpo-async.max_staleness=1-s0): key 'async.max_staleness': expected an integer >= 0" in str(e.value)
