@@ -54,7 +54,7 @@ def test_a_study_refused_by_its_arms_checks_names_its_file(tmp_path):
     )
     r = runner.invoke(app, ["ablate", str(study), "--dry-run"])
     text = " ".join(r.output.split())
-    assert r.exit_code != 0 and f"{study}: refused" in text and "key 'clp' is neither a slot" in text
+    assert r.exit_code != 0 and f"{study}: refused" in text and "key 'clp' is neither a variant slot/field" in text
     study.write_text(study.read_text().replace("variants: [grpo]\nset: {clp: ppo}", "variants: [grpoo]"))
     r = runner.invoke(app, ["ablate", str(study), "--dry-run"])  # an error that names the file: said once
     text = " ".join(r.output.split())

@@ -109,3 +109,33 @@ def test_a_sweep_and_a_set_of_async_max_staleness_take_yaml_integers_not_strings
     with pytest.raises(VariantError) as e:
         expand_arms(load_study(_study(tmp_path, body.replace("[0, 1, 2, 4]", "[0, '1']").replace("abl", "# abl"))))
     assert "(arm grpo-async.max_staleness=1-s0): key 'async.max_staleness': expected an integer >= 0" in str(e.value)
+
+
+def test_a_set_key_of_neither_kind_lists_the_variant_keys_and_the_run_keys(tmp_path):
+    """`set: {bogus.key: 1}` in an ablation: the error lists the run-config keys a `set` may hold
+    (zoo.study.experiment.ABLATION_RUN_KEYS) besides the variant's slots and fields, and the close
+    key among both (`rewardz` -> `rewards`); `zoo run` on the one-arm study says the same."""
+    from zoo.study.experiment import ABLATION_RUN_KEYS
+
+    p = _study(tmp_path, "ablations: {x: {variant: grpo, set: {bogus.key: 1}}}\n")
+    (err,) = _validate_errors(p)
+    assert err.startswith(
+        "arm x: ablations.x.set: key 'bogus.key' is neither a variant slot/field nor a run-config key a `set` "
+        "may hold; variant slots and fields: advantage, aggregate, base, clip, "
+    )
+    assert err.endswith(f"; run-config keys: {', '.join(ABLATION_RUN_KEYS)}") and "async" in ABLATION_RUN_KEYS
+    with pytest.raises(VariantError) as e:
+        load_run_config(p)
+    assert str(e.value) == err.removeprefix("arm x: ")
+    (err,) = _validate_errors(_study(tmp_path, "variants: [grpo]\nset: {rewardz: [correctness]}\n"))
+    assert err.startswith("arm grpo: set (--set): key 'rewardz' is neither") and "(did you mean 'rewards'?)" in err
+
+
+def test_an_arm_with_an_unknown_variant_or_set_key_still_shares_the_other_arms_errors(tmp_path):
+    """The arms' other checks still run: a reward typo every arm has is said once, for all 3 arms."""
+    body = "variants: [grpo, grpoo]\nablations: {x: {variant: grpo, set: {bogus: 1}}}\n"
+    p = _study(tmp_path, body)
+    p.write_text(p.read_text().replace("name: arm_bernoulli,", "name: arm_bernoulliz,"))
+    errors = _validate_errors(p)
+    assert errors[0].startswith("all 3 arms: rewards: reward 'arm_bernoulliz' is not registered"), errors
+    assert [e.split(":")[0] for e in errors[1:]] == ["arm grpoo", "arm x"]

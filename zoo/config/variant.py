@@ -36,6 +36,7 @@ from zoo.core import kinds, registry
 # finding and reading the files lives in zoo.config.variant_files; these names stay importable from here
 __all__ = [
     "LIST_SLOTS",
+    "NOT_A_VARIANT_KEY",
     "REQUIRED_TOP",
     "SLOT_KINDS",
     "AdaptiveKLSpec",
@@ -294,6 +295,7 @@ def load_variant(name_or_path: str | Path, overrides: Mapping[str, Any] | None =
 # --------------------------------------------------------------------------- overrides
 
 _TOP_KEYS = set(Variant.model_fields) - {"path"}
+NOT_A_VARIANT_KEY = "is neither a slot nor a variant field"  # an override key `apply_overrides` refuses
 
 
 def apply_overrides(data: dict[str, Any], sets: Mapping[str, Any], where: str = "overrides") -> dict[str, Any]:
@@ -321,7 +323,7 @@ def apply_overrides(data: dict[str, Any], sets: Mapping[str, Any], where: str = 
             )
         allowed = sorted(set(Slots.model_fields) | _TOP_KEYS)
         raise VariantError(
-            f"{where}: key {key!r} is neither a slot nor a variant field"
+            f"{where}: key {key!r} {NOT_A_VARIANT_KEY}"
             f"{overrides.did_you_mean(parts[0], allowed)}; allowed: {', '.join(allowed)}"
         )
 

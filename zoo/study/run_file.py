@@ -12,6 +12,7 @@ from typing import Any, Mapping
 from zoo.config.run import RunConfig, is_study, parse_run_config, read_run_file, set_dotted
 from zoo.config.variant import VariantError
 from zoo.study.experiment import (
+    ABLATION_RUN_KEYS,
     STUDY_KEYS,
     expand_arms,
     normalize_key,
@@ -19,7 +20,7 @@ from zoo.study.experiment import (
     read_study_file,
     route_key,
 )
-from zoo.study.study_checks import unknown_variant
+from zoo.study.study_checks import unknown_set_keys, unknown_variant
 
 
 def load_run_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> RunConfig:
@@ -64,9 +65,9 @@ def single_arm_config(path: str | Path, overrides: Mapping[str, Any] | None = No
             f"with --set, e.g. `zoo run {p} --set 'variants=[{arms[0].config.variant}]' --set 'ablations={{}}' "
             f"--set 'sweep={{}}' --set seed={arms[0].seed}`."
         )
-    unknown = unknown_variant(arms[0])
-    if unknown:
-        raise VariantError(unknown)
+    unknown = [u for u in [unknown_variant(arms[0])] if u] + unknown_set_keys(arms[0], ABLATION_RUN_KEYS)
+    if unknown:  # said as `zoo validate` says them (zoo.study.validate.in_study_terms)
+        raise VariantError("\n".join(line for _, line in unknown))
     if var_over:
         cfg = arms[0].config
         return parse_run_config({**cfg.model_dump(), "set": {**cfg.set, **var_over}}, f"{p} (overrides)")
