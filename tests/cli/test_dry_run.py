@@ -49,9 +49,14 @@ def test_a_study_refused_by_its_arms_checks_names_its_file(tmp_path):
     study = tmp_path / "bad_study.yaml"
     study.write_text(
         "name: bad\nbudget: {steps: 1, prompts_per_step: 2, max_new_tokens: 8, group_size: 4}\n"
-        "tracking: {wandb: false}\nvariants: [grpoo]\n"
+        "tracking: {wandb: false}\nvariants: [grpo]\nset: {clp: ppo}\n"  # an arm check that names no file
         f"output_dir: {tmp_path / 'runs'}\n"
     )
     r = runner.invoke(app, ["ablate", str(study), "--dry-run"])
     text = " ".join(r.output.split())
-    assert r.exit_code != 0 and f"{study}: refused" in text and "variant 'grpoo' not found" in text
+    assert r.exit_code != 0 and f"{study}: refused" in text and "key 'clp' is neither a variant slot/field" in text
+    study.write_text(study.read_text().replace("variants: [grpo]\nset: {clp: ppo}", "variants: [grpoo]"))
+    r = runner.invoke(app, ["ablate", str(study), "--dry-run"])  # an error that names the file: said once
+    text = " ".join(r.output.split())
+    assert r.exit_code != 0 and f"{study}: key 'variants[0]': variant 'grpoo' not found" in text
+    assert f"{study}: refused" not in text

@@ -153,3 +153,17 @@ def test_a_misspelt_key_still_gets_its_did_you_mean(tmp_path):
     f.write_text("name: t\nvarient: grpo\n")
     errs = _validate_errors(f)
     assert any("did you mean 'variant'" in e for e in errs), errs
+
+
+def test_an_unknown_variant_names_the_run_file_and_its_key(tmp_path):
+    """`variant: grpoo` in a run file: `zoo run` and `zoo validate` name the file and `variant`, and
+    keep the close names and the known ones; an unknown `base:` of a variant file stays that file's."""
+    f = _file(tmp_path, variant="grpoo")
+    want = f"{f}: key 'variant': variant 'grpoo' not found; did you mean 'grpo'"
+    msg = _run_error(f)
+    assert msg.startswith(want) and "known: cispo, clip_cov, dapo" in msg
+    assert [e.split("; did you")[0] for e in _validate_errors(f)] == [f"arm r: {want.split('; did you')[0]}"]
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("base: grpoo\n")
+    msg = _run_error(_file(tmp_path, variant=str(mine)))
+    assert "variant 'grpoo' not found" in msg and "key 'variant'" not in msg

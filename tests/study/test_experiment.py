@@ -16,7 +16,7 @@ from zoo.run.tracking import Tracker
 from zoo.study import experiment as E
 from zoo.study import runner as R
 from zoo.study import validate as VAL
-from zoo.study.run_file import load_run_config
+from zoo.study.run_file import load_run_config, single_arm_config
 
 STUDY = """
 name: demo
@@ -262,7 +262,7 @@ def test_run_file_is_validated_as_one_arm(tmp_path):
 
 def test_single_arm_config_and_overrides(tmp_path):
     p = _write(tmp_path, STUDY, {"variants": ["grpo"], "ablations": {}, "seeds": [5]})
-    cfg = E.single_arm_config(p, {"budget.steps": 7, "clip.eps": 0.1, "set.kl": "none"})
+    cfg = single_arm_config(p, {"budget.steps": 7, "clip.eps": 0.1, "set.kl": "none"})
     assert (cfg.name, cfg.seed, cfg.budget.steps, cfg.set) == ("grpo-s5", 5, 7, {"clip.eps": 0.1, "kl": "none"})
     assert load_run_config(p).name == "grpo-s5"  # `zoo run study.yaml` goes through the same path (zoo.study.run_file)
 
@@ -270,10 +270,10 @@ def test_single_arm_config_and_overrides(tmp_path):
 def test_single_arm_config_lists_arms_when_several(tmp_path):
     p = _write(tmp_path, STUDY)
     with pytest.raises(VariantError) as e:
-        E.single_arm_config(p)
+        single_arm_config(p)
     msg = str(e.value)
     assert "has 6" in msg and "grpo-s0, grpo-s1, dapo-s0" in msg and "zoo ablate" in msg and "--set" in msg
-    cfg = E.single_arm_config(p, {"variants": ["dapo"], "ablations": {}, "seed": 1})
+    cfg = single_arm_config(p, {"variants": ["dapo"], "ablations": {}, "seed": 1})
     assert cfg.name == "dapo-s1"
 
 

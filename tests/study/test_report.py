@@ -367,3 +367,20 @@ def test_a_killed_seed_is_listed_but_left_out_of_the_statistics(study):
     vals = {(s["metric"], s["arm"]): s["values"] for s in js["stats"]}
     assert vals[("final reward", "grpo")] == {"0": 0.4} and vals[("eval accuracy", "grpo")] == {"0": 0.5}
     assert vals[("final reward", "dapo")] == {"0": 0.3, "1": 0.5}
+
+
+def test_pending_runs_are_one_warning_with_their_count_not_one_each(study):
+    """`zoo ablate --shard i/n` reports when its arms end, with the other shards' arms not started: 5
+    pending runs (rloo-s0..s4, listed in study.json, no folder) are one warning with the count and the
+    first 3 names, on the terminal and in report.md; report.json still lists each run."""
+    index = json.loads((study / "study.json").read_text())
+    index["arms"] += [{"label": f"rloo-s{i}"} for i in range(1, 5)]
+    (study / "study.json").write_text(json.dumps(index))
+    out = io.StringIO()
+    md = report.write_report(study, console=Console(file=out, width=300)).read_text()
+    line = "5 runs pending before their first step (rloo-s0, rloo-s1, rloo-s2 and 2 more): left out of the statistics"
+    assert out.getvalue().count("pending before") == 1 and f"warning: {line}" in out.getvalue()
+    assert f"- {line}" in md.split("## Warnings", 1)[1] and md.count("pending before") == 1
+    js = json.loads((study / "report.json").read_text())
+    assert [x["run"] for x in js["left_out"] if x["status"] == "pending"] == [f"rloo-s{i}" for i in range(5)]
+    assert "ppo-s0 failed before its first step: left out of the statistics" in out.getvalue()  # others: one each

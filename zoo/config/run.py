@@ -7,9 +7,9 @@ A study file (`experiments/*.yaml`) holds the same keys plus `variants`, `ablati
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Annotated, Any, Mapping
 
-from pydantic import Field, PrivateAttr, ValidationError, field_validator
+from pydantic import BeforeValidator, Field, PrivateAttr, ValidationError, field_validator
 
 from zoo.config.distill import TeacherConfig
 from zoo.config.overrides import OverrideError, apply_dotted, did_you_mean
@@ -34,7 +34,8 @@ from zoo.config.run_sections import (
 from zoo.config.schema import Spec, Strict, finite_number, format_validation
 from zoo.config.set_flag import close_keys
 from zoo.config.tta import not_a_run_file
-from zoo.config.variant import Slots, Variant, VariantError, load_variant, read_yaml_file
+from zoo.config.user_keys import shown
+from zoo.config.variant import Slots, UnknownVariant, Variant, VariantError, load_variant, read_yaml_file
 
 # the sections live in zoo.config.run_sections; they stay importable from here
 __all__ = [
@@ -59,6 +60,7 @@ __all__ = [
     "Spec",
     "Tracking",
     "Training",
+    "VariantRef",
     "WandbOpts",
     "async_opts",
     "batch_sizes",
@@ -73,11 +75,29 @@ __all__ = [
 ]
 
 
+VARIANT_FORMS = "a registry name (`grpo`; `zoo list` lists them) or a variant file path (`my_variant.yaml`)"
+REWARD_FORMS = (
+    "a name (`correctness`) or a mapping `{name: <reward>, weight: <w>, <its parameters>}` (`zoo list` lists "
+    "the rewards)"
+)
+
+
+def variant_ref(value: Any) -> Any:
+    """A variant as a run or study file names it (`variant:`, `variants:` items, an ablation's `variant:`).
+    Raises ValueError saying the forms it takes for anything but a non-empty string."""
+    if isinstance(value, str) and value.strip():
+        return value
+    raise ValueError(f"expected a variant: {VARIANT_FORMS}; got {shown(value)}")
+
+
+VariantRef = Annotated[str, BeforeValidator(variant_ref)]
+
+
 class RunConfig(Strict):
     """Everything one arm needs. `variant` names a registry variant or a file; `set` overrides its slots."""
 
     name: str = "run"
-    variant: str = "grpo"
+    variant: VariantRef = "grpo"
     set: dict[str, Any] = Field(default_factory=dict, description="dotted overrides into the variant")
     model: str = "smollm2-135m-instruct-q4"
     model_opts: ModelOpts = Field(default_factory=ModelOpts)
@@ -132,17 +152,25 @@ class RunConfig(Strict):
             )
         return v
 
+    @field_validator("rewards", "gold", mode="before")
+    @classmethod
+    def _rewards_are_a_list(cls, v: Any, info: Any) -> Any:
+        """A list of names or mappings; `rewards: correctness` says to write `[correctness]`."""
+        if not isinstance(v, list):
+            fix = f": write `{info.field_name}: [{v}]`" if isinstance(v, str) and v else ""
+            raise ValueError(f"expected a list of rewards, each {REWARD_FORMS}; got {shown(v)}{fix}")
+        for i, spec in enumerate(v):
+            if not isinstance(spec, (str, dict)):
+                raise ValueError(f"item {i} is {shown(spec)}: each reward is {REWARD_FORMS}")
+        return v
+
     @field_validator("rewards", "gold")
     @classmethod
     def _reward_has_a_name(cls, v: list[Any]) -> list[Any]:
         for i, spec in enumerate(v):
             if isinstance(spec, dict) and not spec.get("name"):
-                shown = ", ".join(f"{k}: {x}" for k, x in spec.items())
-                raise ValueError(
-                    f"item {i}, {{{shown}}}, has no 'name': each reward is a name (`correctness`) or a "
-                    "mapping `{name: <reward>, weight: <w>, <its parameters>}` (`zoo list` lists the "
-                    "rewards)"
-                )
+                items = ", ".join(f"{k}: {x}" for k, x in spec.items())
+                raise ValueError(f"item {i}, {{{items}}}, has no 'name': each reward is {REWARD_FORMS}")
         return v
 
     def out_dir(self) -> Path:
@@ -200,12 +228,15 @@ def reward_specs(cfg: RunConfig) -> list[tuple[str, dict[str, Any], float]]:
 def effective_variant(cfg: RunConfig) -> Variant:
     """The variant with the run's overrides (`set`) and the budget's group_size/updates applied.
     Raises VariantError; for a run read from a file, one that leads with the file and the user's key
-    (`run.yaml: set.kl.beta = -1: must be >= 0 (applied to registry/grpo.yaml, ...)`, zoo.config.user_keys)."""
-    from zoo.config.user_keys import user_key_first
+    (`run.yaml: set.kl.beta = -1: must be >= 0 (applied to registry/grpo.yaml, ...)`, zoo.config.user_keys;
+    `run.yaml: key 'variant': variant 'grpoo' not found; ...` for a name no registry holds)."""
+    from zoo.config.user_keys import source_of, user_key_first
 
     try:
         v = load_variant(cfg.variant, cfg.set)
     except VariantError as e:
+        if isinstance(e, UnknownVariant) and e.name == str(cfg.variant) and source_of(cfg):
+            raise VariantError(f"{source_of(cfg)}: key 'variant': {e}") from None  # not a `base:` of it
         raise VariantError(user_key_first(str(e), cfg, built_with_set=True)) from None
     upd: dict[str, Any] = {}
     if cfg.budget.group_size is not None:

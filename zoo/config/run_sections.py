@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from zoo.config.schema import MIN_TEMPERATURE, Spec, Strict, sampling_temperature
+from zoo.config.user_keys import shown
 from zoo.config.variant import Updates
 
 #: completions per `generate` call in training when `sampling.batch_size` is unset (at least G, so a
@@ -196,6 +197,16 @@ class Async(Strict):
         "samples in the trainer's process with the weights of step s - k (exact staleness for studies; "
         "`workers` is not used)",
     )
+
+    @field_validator("max_staleness", "workers", mode="before")
+    @classmethod
+    def _an_integer_not_a_string(cls, v: object, info: ValidationInfo) -> object:
+        """`max_staleness: '2'` is refused, not read as 2 (pydantic's lax mode would): a quoted value is
+        likely a mistake, and a sweep or `set` of these keys must compare as the integer (our choice)."""
+        if isinstance(v, str):
+            low = next(m.ge for m in cls.model_fields[str(info.field_name)].metadata if hasattr(m, "ge"))
+            raise ValueError(f"expected an integer >= {low}, got {shown(v)}: write it without quotes")
+        return v
 
 
 class Checkpoint(Strict):

@@ -35,8 +35,8 @@ _WHERE_SUFFIX = re.compile(r" \((?:--set|overrides|arm [^)]*)\)$")
 
 
 def _covers(set_key: str, key: str) -> bool:
-    """Whether the value at `key` came from `--set set_key=...` (the same key, or one under it)."""
-    return key == set_key or key.startswith(set_key + ".")
+    """Whether the value at `key` came from `--set set_key=...` (the same key, or one under it: `a.b`, `a[0]`)."""
+    return key == set_key or key.startswith((set_key + ".", set_key + "["))
 
 
 def blame_set_flag(msg: str, sets: Mapping[str, Any], model: type[BaseModel] | None = None, source: Any = None) -> str:

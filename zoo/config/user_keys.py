@@ -79,6 +79,21 @@ def show_value(v: Any) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
+def shown(value: Any) -> str:
+    """A file's value in an error, with what it is: `the number 3`, `the string 'grpo'`, `null`,
+    `the boolean true`, `a list [a, b]`, `a mapping {a: 1}`."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, (int, float)):
+        return f"the number {value}"
+    if isinstance(value, str):
+        return f"the string {value!r}" if value else "an empty string"
+    kind = "a list" if isinstance(value, (list, tuple)) else "a mapping" if isinstance(value, dict) else "a value"
+    return f"{kind} {show_value(value)}"
+
+
 def plain_reason(reason: str) -> str:
     """pydantic's bound messages in short: `Input should be greater than or equal to 1` -> `must be >= 1`."""
     for pattern, repl in _PYDANTIC:

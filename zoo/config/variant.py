@@ -11,7 +11,6 @@ User directories are listed in `ZOO_REGISTRY_PATH` (os.pathsep-separated).
 from __future__ import annotations
 
 import copy
-import difflib
 from pathlib import Path
 from typing import Any, Literal, Mapping, Optional, Union
 
@@ -22,9 +21,11 @@ from zoo.config.desugar import hand_written
 from zoo.config.distill import DistillSpec
 from zoo.config.schema import Spec, Strict, format_validation
 from zoo.config.variant_files import (
+    UnknownVariant,
     VariantError,
     available_variants,
     builtin_dir,
+    locate_variant,
     read_yaml_file,
     read_yaml_mapping,
     search_dirs,
@@ -35,12 +36,14 @@ from zoo.core import kinds, registry
 # finding and reading the files lives in zoo.config.variant_files; these names stay importable from here
 __all__ = [
     "LIST_SLOTS",
+    "NOT_A_VARIANT_KEY",
     "REQUIRED_TOP",
     "SLOT_KINDS",
     "AdaptiveKLSpec",
     "KLSpec",
     "Slots",
     "Spec",
+    "UnknownVariant",
     "Updates",
     "Variant",
     "VariantError",
@@ -49,6 +52,7 @@ __all__ = [
     "build_components",
     "builtin_dir",
     "load_variant",
+    "locate_variant",
     "merge_variant",
     "missing_keys",
     "parse_variant",
@@ -173,18 +177,7 @@ class Variant(Strict):
 
 def _raw(name_or_path: str | Path, _seen: tuple[str, ...] = ()) -> tuple[dict[str, Any], Path]:
     """The raw dict of a variant with its `base` chain merged in."""
-    p = Path(name_or_path)
-    if p.suffix in (".yaml", ".yml") or p.exists():
-        if not p.exists():
-            raise VariantError(f"variant file {p} does not exist")
-        path = p
-    else:
-        files = variant_files()
-        if str(name_or_path) not in files:
-            close = difflib.get_close_matches(str(name_or_path), list(files), n=3, cutoff=0.5)
-            hint = f"did you mean {', '.join(map(repr, close))}? " if close else ""
-            raise VariantError(f"variant {str(name_or_path)!r} not found; {hint}known: {', '.join(sorted(files))}")
-        path = files[str(name_or_path)]
+    path = locate_variant(name_or_path)
     data = read_yaml_mapping(path)
     me = str(path.resolve())
     if me in _seen:
@@ -302,6 +295,7 @@ def load_variant(name_or_path: str | Path, overrides: Mapping[str, Any] | None =
 # --------------------------------------------------------------------------- overrides
 
 _TOP_KEYS = set(Variant.model_fields) - {"path"}
+NOT_A_VARIANT_KEY = "is neither a slot nor a variant field"  # an override key `apply_overrides` refuses
 
 
 def apply_overrides(data: dict[str, Any], sets: Mapping[str, Any], where: str = "overrides") -> dict[str, Any]:
@@ -329,7 +323,7 @@ def apply_overrides(data: dict[str, Any], sets: Mapping[str, Any], where: str = 
             )
         allowed = sorted(set(Slots.model_fields) | _TOP_KEYS)
         raise VariantError(
-            f"{where}: key {key!r} is neither a slot nor a variant field"
+            f"{where}: key {key!r} {NOT_A_VARIANT_KEY}"
             f"{overrides.did_you_mean(parts[0], allowed)}; allowed: {', '.join(allowed)}"
         )
 

@@ -6,6 +6,7 @@ top-level folder, or its copy in the wheel) after the user directories in `ZOO_R
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 from pathlib import Path
@@ -56,6 +57,33 @@ def variant_files() -> dict[str, Path]:
                 raise VariantError(f"variant {name!r} is defined twice: {found[name]} and {f}")
             found[name] = f
     return found
+
+
+class UnknownVariant(VariantError):
+    """A variant name that no registry directory holds, or a variant file that does not exist;
+    `name` is the name or path asked for (a run's `variant`, or a `base:` on the way)."""
+
+    def __init__(self, msg: str, name: str) -> None:
+        super().__init__(msg)
+        self.name = name
+
+
+def locate_variant(name_or_path: str | Path) -> Path:
+    """The file of a variant: a YAML path as given, or a registry name's file (`variant_files`).
+    Raises UnknownVariant for a missing file or an unknown name (close matches, then the known names)."""
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        if not p.exists():
+            raise UnknownVariant(f"variant file {p} does not exist", str(name_or_path))
+        return p
+    files = variant_files()
+    if str(name_or_path) not in files:
+        close = difflib.get_close_matches(str(name_or_path), list(files), n=3, cutoff=0.5)
+        hint = f"did you mean {', '.join(map(repr, close))}? " if close else ""
+        raise UnknownVariant(
+            f"variant {str(name_or_path)!r} not found; {hint}known: {', '.join(sorted(files))}", str(name_or_path)
+        )
+    return files[str(name_or_path)]
 
 
 def available_variants() -> list[str]:

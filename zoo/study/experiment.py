@@ -33,12 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from pydantic import Field, ValidationError
+from pydantic import Field, PrivateAttr, ValidationError, field_validator
 
 from zoo.config import variant as V
 from zoo.config.overrides import OverrideError, apply_dotted, did_you_mean
-from zoo.config.run import RunConfig, parse_run_config, set_dotted
+from zoo.config.run import VARIANT_FORMS, RunConfig, VariantRef, parse_run_config, set_dotted
 from zoo.config.schema import Strict, format_validation
+from zoo.config.user_keys import shown
 from zoo.config.variant import VariantError, read_yaml_file
 from zoo.study.baseline_check import check_baseline
 from zoo.study.study_checks import PER_ARM_KEYS, duplicate_sweep_arms, key_collisions
@@ -51,7 +52,7 @@ _SEED_SUFFIX = re.compile(r"-s(-?\d+)$")
 class Ablation(Strict):
     """One named ablation arm: a variant with dotted overrides (`{clip: ppo, clip.eps_high: 0.3}`)."""
 
-    variant: str
+    variant: VariantRef
     set: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -68,7 +69,7 @@ class Study(RunConfig):
     """A validated study file: shared RunConfig defaults + the arms' definition."""
 
     name: str | None = None  # type: ignore[assignment]
-    variants: list[str] = Field(default_factory=list)
+    variants: list[VariantRef] = Field(default_factory=list)
     ablations: dict[str, Ablation] = Field(default_factory=dict)
     seeds: list[int] | None = None
     sweep: dict[str, list[Any]] = Field(default_factory=dict)
@@ -79,6 +80,15 @@ class Study(RunConfig):
     )
     resources: Resources = Field(default_factory=Resources)
     path: str | None = Field(None, exclude=True)
+    _from_variant: bool = PrivateAttr(False)  # its one arm is the top-level `variant:` (no `variants`)
+
+    @field_validator("variants", mode="before")
+    @classmethod
+    def _variants_are_a_list(cls, v: Any) -> Any:
+        if not isinstance(v, list):
+            fix = f": write `variants: [{v}]`" if isinstance(v, str) and v else ""
+            raise ValueError(f"expected a list of variants, each {VARIANT_FORMS}; got {shown(v)}{fix}")
+        return v
 
     def study_dir(self) -> Path:
         """Where the arms, study.json and report.md go (`output_dir`, default runs/<name>)."""
@@ -97,6 +107,7 @@ class Arm:
     config: RunConfig
     overrides: dict[str, Any] = field(default_factory=dict)
     origin: str = "set"  # where `overrides` were written, for error messages
+    variant_at: str = ""  # where its variant was written, for error messages: `s.yaml: key 'variants[0]'`
 
     @property
     def group(self) -> str:
@@ -148,6 +159,7 @@ def _check_structure(st: Study, where: str, explicit_variant: bool) -> None:
                 f"{where}: no arms: add `variants: [grpo, ...]` and/or `ablations: {{name: {{variant: ..., set: ...}}}}`"
             )
         st.variants = [st.variant]
+        st._from_variant = True
     elif explicit_variant:
         raise VariantError(
             f"{where}: key 'variant': a study's arms come from `variants` and `ablations`; "
@@ -295,11 +307,14 @@ def expand_arms(st: Study) -> list[Arm]:
     arms: list[Arm] = []
     for base, variant_name, sets in _bases(st):
         _refuse_collisions(st, base, sets, where)
+        key = f"ablations.{base}.variant" if base in st.ablations else "variant" if st._from_variant else None
+        at = f"{where}: key {key or f'variants[{st.variants.index(variant_name)}]'!r}"
         for point in sweep_points(st):
             suffix = "".join(f"-{k}={fmt_value(v)}" for k, v in point.items())
             for seed in st.seeds or [0]:
                 label = f"{base}{suffix}-s{seed}"
                 arms.append(_make_arm(st, base_data, where, label, base, variant_name, sets, point, seed))
+                arms[-1].variant_at = at
     labels = [a.label for a in arms]
     dup = sorted({x for x in labels if labels.count(x) > 1})
     if dup:
@@ -374,37 +389,3 @@ def merge_keys(data: Mapping[str, Any], sets: Mapping[str, Any], prefix: str = "
         else:
             out[f"{prefix}{key}"] = value
     return out
-
-
-def single_arm_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> RunConfig:
-    """The RunConfig of a study with exactly one arm (`zoo run study.yaml`), after dotted overrides
-    (`budget.steps=2`, `set.clip=ppo`, `clip.eps_high=0.3`, `seed=1`, `variants=[grpo]`, `sweep={}`).
-    Raises VariantError listing the arms when there are several."""
-    p = Path(path)
-    data = read_study_file(p)
-    run_over, var_over = {}, {}
-    for k, val in (overrides or {}).items():
-        k = normalize_key(str(k))
-        if k == "seed":
-            data["seeds"] = [val]
-        elif k in STUDY_KEYS:
-            data[k] = val
-        elif k.startswith("set."):
-            var_over[k.removeprefix("set.")] = val
-        elif k.split(".")[0] in RunConfig.model_fields:
-            run_over[k] = val
-        elif route_key(k, f"{p}: override {k!r}") == "set":
-            var_over[k] = val
-    data = set_dotted(data, run_over, f"{p} (overrides)") if run_over else data
-    arms = expand_arms(parse_study(data, str(p), default_name=p.stem))
-    if len(arms) != 1:
-        raise VariantError(
-            f"{p}: `zoo run` needs a study with exactly one arm, this one has {len(arms)}: "
-            f"{', '.join(a.label for a in arms)}. Run them all with `zoo ablate {p}`, or narrow it to one "
-            f"with --set, e.g. `zoo run {p} --set 'variants=[{arms[0].config.variant}]' --set 'ablations={{}}' "
-            f"--set 'sweep={{}}' --set seed={arms[0].seed}`."
-        )
-    if var_over:
-        cfg = arms[0].config
-        return parse_run_config({**cfg.model_dump(), "set": {**cfg.set, **var_over}}, f"{p} (overrides)")
-    return arms[0].config

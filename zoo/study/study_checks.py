@@ -148,3 +148,43 @@ def shared_set_overrides(study: Any) -> list[str]:
         for line in key_collisions([("set", dict(study.set)), (f"ablations.{name}.set", dict(ab.set))]):
             out.append(f"arm {name}: {line.replace('; set it in one place', '')}")
     return out
+
+
+def unknown_variant(arm: Any) -> tuple[str, str] | None:
+    """(what zoo.checks says, what to say) when a study arm's variant names no registry variant (or no
+    file): `variant 'grpoo' not found; did you mean 'grpo', ...? known: ...` led by where it was written
+    (`Arm.variant_at`: `s.yaml: key 'variants[0]'`); None when it is found, or for an arm that does not say
+    where (a run file's: zoo.config.run.effective_variant names the run file's key 'variant')."""
+    from zoo.config.variant import UnknownVariant, locate_variant
+
+    if not arm.variant_at:
+        return None
+    try:
+        locate_variant(arm.config.variant)
+    except UnknownVariant as e:
+        return str(e), f"{arm.variant_at}: {e}"
+    return None
+
+
+def unknown_set_keys(arm: Any, run_keys: Sequence[str]) -> list[tuple[str, str]]:
+    """(what zoo.checks says, what to say) per key of a study arm's variant overrides (`Arm.overrides`:
+    its `set` and sweep keys that do not go to the run config) that is no variant slot or field: where it
+    was written (`Arm.origin`), the close key and what a `set` may hold, the variant's slots and fields
+    and `run_keys` (zoo.study.experiment.ABLATION_RUN_KEYS, which go into the arm's run config)."""
+    from zoo.config.overrides import did_you_mean
+    from zoo.config.variant import NOT_A_VARIANT_KEY, Slots, Variant
+
+    variant_keys = sorted((set(Slots.model_fields) | set(Variant.model_fields)) - {"path"})
+    out = []
+    for key in arm.overrides:
+        head = str(key).removeprefix("slots.").split(".")[0]
+        if head in variant_keys or head == "entropy_coef":  # entropy_coef: the variant's own message
+            continue
+        said = f"key {key!r} {NOT_A_VARIANT_KEY}"
+        line = (
+            f"{arm.origin}: key {key!r} is neither a variant slot/field nor a run-config key a `set` may hold"
+            f"{did_you_mean(head, [*variant_keys, *run_keys])}; variant slots and fields: "
+            f"{', '.join(variant_keys)}; run-config keys: {', '.join(run_keys)}"
+        )
+        out.append((said, line))
+    return out

@@ -12,8 +12,22 @@ from zoo.checks.registry import Report
 from zoo.config import variant as V
 from zoo.config.run import RunConfig, parse_run_config
 from zoo.config.variant import VariantError
-from zoo.study.experiment import STUDY_KEYS, Arm, expand_arms, load_study, read_study_file, seed_of
-from zoo.study.study_checks import arms_alike, duplicate_sweep_arms, shared_set_overrides
+from zoo.study.experiment import (
+    ABLATION_RUN_KEYS,
+    STUDY_KEYS,
+    Arm,
+    expand_arms,
+    load_study,
+    read_study_file,
+    seed_of,
+)
+from zoo.study.study_checks import (
+    arms_alike,
+    duplicate_sweep_arms,
+    shared_set_overrides,
+    unknown_set_keys,
+    unknown_variant,
+)
 
 
 def variant_context(cfg: RunConfig, v: V.Variant) -> dict[str, Any]:
@@ -55,6 +69,7 @@ def check_arms(
         if plugins and not cfg.plugins:  # the study's plugins apply to every arm
             cfg = cfg.model_copy(update={"plugins": list(plugins)})
         sub, v = checks.before_load(cfg, world_size=world_size, launched=launched, origin=arm.origin)
+        in_study_terms(arm, sub)
         if sub.ok and load_files:
             key = cfg.model_dump_json(include={"model", "task", "budget", "model_opts", "rewards", "variant", "set"})
             if key not in loaded:
@@ -68,6 +83,16 @@ def check_arms(
     rep = fold_shared(subs, len(arms))
     rep.errors += duplicate_arm_errors(arms)
     return rep
+
+
+def in_study_terms(arm: Arm, rep: Report) -> None:
+    """In place: a study arm's errors about its variant said in the study's terms, first: an unknown
+    variant with the file and key it was written at (`unknown_variant`), a `set` key of neither kind with
+    the run-config keys a `set` may hold (`unknown_set_keys`), instead of what zoo.checks said about them."""
+    found = [u for u in [unknown_variant(arm)] if u] + unknown_set_keys(arm, ABLATION_RUN_KEYS)
+    for said, _ in found:
+        rep.errors = [e for e in rep.errors if said not in e]
+    rep.errors[:0] = [line for _, line in found]
 
 
 def duplicate_arm_errors(arms: list[Arm]) -> list[str]:

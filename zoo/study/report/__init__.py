@@ -36,6 +36,7 @@ from zoo.study.report.curve import curve_section
 from zoo.study.report.eval_delta import EVAL_DELTA_TEXT, delta_json, delta_rows
 from zoo.study.report.group_signal import mean_over_steps, run_marks, signal_key, signal_section
 from zoo.study.report.left_out import left_out
+from zoo.study.report.left_out import messages as left_out_lines
 from zoo.study.report.left_out import to_json as left_out_json
 from zoo.study.report.plots import make_plots
 from zoo.study.report.runs import ArmGroup, ReportError, RunData, discover, group_runs
@@ -284,7 +285,7 @@ def write_report(study_dir: Path | str, console: Any = None, summary_only: bool 
     base_name = comps[0].baseline if comps else (groups[0].name if groups else None)
     tables = (stats_rows(st), compare_rows(comps), base_name, warning)
     dropped = left_out(groups)
-    notes = ([damaged] if damaged else []) + [x.message for x in dropped] + ([warning] if warning else [])
+    notes = ([damaged] if damaged else []) + left_out_lines(dropped) + ([warning] if warning else [])
     out = study_dir / "report.md"
     records = [(r.label, read_eval_record(r.dir)) for r in runs]
     eval_delta = delta_rows(records)
@@ -326,6 +327,6 @@ def write_report(study_dir: Path | str, console: Any = None, summary_only: bool 
         from rich.console import Console
         from rich.markup import escape
 
-        for w in ([damaged] if damaged else []) + [w for r in runs for w in r.warnings] + [x.message for x in dropped]:
+        for w in ([damaged] if damaged else []) + [w for r in runs for w in r.warnings] + left_out_lines(dropped):
             (console or Console(stderr=True)).print(f"[yellow]warning:[/] {escape(w)}", highlight=False, soft_wrap=True)
     return out

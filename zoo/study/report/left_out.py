@@ -55,6 +55,19 @@ def left_out(groups: list[ArmGroup]) -> list[LeftOut]:
     return out
 
 
+def messages(items: list[LeftOut], names: int = 3) -> list[str]:
+    """The report's lines for `items`: one per run, but the runs pending before their first step (the
+    other shards' arms under `zoo ablate --shard`, 99 of a 100-arm study) in one line with their count
+    and the first `names` of them: "9 runs pending before their first step (grpo-s1, grpo-s2, grpo-s3
+    and 6 more): left out of the statistics"."""
+    pending = [x.run for x in items if x.status == "pending" and x.step is None]
+    if len(pending) < 2:
+        return [x.message for x in items]
+    more = f" and {len(pending) - names} more" if len(pending) > names else ""
+    line = f"{len(pending)} runs pending before their first step ({', '.join(pending[:names])}{more})"
+    return [x.message for x in items if x.run not in pending] + [f"{line}: left out of the statistics"]
+
+
 def to_json(items: list[LeftOut]) -> list[dict[str, Any]]:
     """[{arm, run, status, step, steps, message}] for report.json's "left_out"."""
     return [
