@@ -94,8 +94,10 @@ def main() -> None:
     arms = sorted({p.name.rsplit("-s", 1)[0] for p in runs})
     seeds = sorted({p.name.rsplit("-s", 1)[1] for p in runs})
     rng = np.random.default_rng(0)
-    print(f"| arm | reward, steps 1-{a.steps} | staleness mean | steps at min(s - 1, k) | vs simulated [95% CI] "
-          "| steps equal to simulated | wall s |")
+    print(
+        f"| arm | reward, steps 1-{a.steps} | staleness mean | steps at min(s - 1, k) | vs simulated [95% CI] "
+        "| steps equal to simulated | wall s |"
+    )
     print("|---|---|---|---|---|---|---|")
     for arm in arms:
         print(row(a.root, arm, seeds, a.steps, a.k, rng))
