@@ -25,9 +25,10 @@ pytestmark = pytest.mark.e2e
 VOLATILE = ("time/", "perf/", "async/", "count/")  # clocks, and keys only the async run logs
 
 
-def _cfg(model_dir, out, k=None, workers=2, steps=3, backend="thread", **over):
+def _cfg(model_dir, out, k=None, workers=2, steps=3, backend="thread", budget=None, **over):
     extra = {"async": {"max_staleness": k, "workers": workers, "backend": backend}} if k is not None else {}
-    return tiny_run_config(model_dir, out, eval={"enabled": False}, budget={"steps": steps}, **extra, **over)
+    budget = {"steps": steps, **(budget or {})}
+    return tiny_run_config(model_dir, out, eval={"enabled": False}, budget=budget, **extra, **over)
 
 
 def _metrics(out):
@@ -162,3 +163,35 @@ def test_the_checkpoint_keeps_the_queue_and_a_resume_regenerates_it(tiny_model_d
     assert summary["status"] == "finished"
     last = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
     assert last["step"] == 3 and last["async/regenerated"] == len(queue["pending"])
+
+
+def test_with_two_minibatches_the_number_of_workers_changes_nothing(tiny_model_dir, tmp_path, monkeypatch):
+    # each worker's model is built with random weights before version 0 loads: drawn from the global RNG,
+    # they moved the trainer's minibatch order with the number of workers (seen by a fresh tester)
+    two = {"budget": {"updates": {"epochs": 1, "minibatches": 2}}}
+    for name, w in (("w1", 1), ("w2", 2)):
+        trainer.train(_cfg(tiny_model_dir, tmp_path / name, k=0, workers=w, **two), resume=False, progress=False)
+    with monkeypatch.context() as mp:
+        _seeded_sync_generate(mp)
+        trainer.train(_cfg(tiny_model_dir, tmp_path / "sync", **two), resume=False, progress=False)
+    w1 = _metrics(tmp_path / "w1")
+    assert w1 == _metrics(tmp_path / "w2") == _metrics(tmp_path / "sync")
+    assert all(r["optim/updates"] == 2 for r in w1)  # two minibatches did train
+
+
+def test_a_resumed_simulated_run_equals_the_uninterrupted_one(tiny_model_dir, tmp_path, monkeypatch):
+    def cfg(out):
+        return _cfg(tiny_model_dir, out, k=2, steps=5, backend="simulated", checkpoint={"every": 1})
+
+    trainer.train(cfg(tmp_path / "whole"), resume=False, progress=False)
+    monkeypatch.setenv("ZOO_FAIL_AT_STEP", "4")
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        trainer.train(cfg(tmp_path / "cut"), resume=False, progress=False)
+    state = torch.load(tmp_path / "cut" / "checkpoint" / "state.pt", weights_only=True)
+    older = state["async"]["versions"]  # the ring's versions before the newest: tensors that differ from it
+    assert state["step"] == 4 and sorted(older) == [2, 3] and any(older.values())
+    monkeypatch.delenv("ZOO_FAIL_AT_STEP")
+    trainer.train(cfg(tmp_path / "cut"), resume=True, progress=False)
+    rows = [json.loads(x) for x in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["async/staleness_max"] for r in rows if "step" in r] == [0, 1, 2, 2, 2]  # not 0, 1 again
+    assert _metrics(tmp_path / "cut") == _metrics(tmp_path / "whole")

@@ -32,3 +32,7 @@ def test_two_ray_workers_train_within_the_bound(tiny_model_dir, tmp_path):
     steps = [r for r in rows if "async/staleness_max" in r]
     assert len(steps) == 3 and all(r["async/staleness_max"] <= k for r in steps)
     assert steps[0]["async/staleness_max"] == 0  # step 0's groups can only be sampled with version 0
+    # the actors' start (a process each, the model built, version 0 loaded) is timed before the first step
+    # and logged with it once, not inside that step's wait for its groups
+    assert "async/startup_s" in steps[0] and not any("async/startup_s" in r for r in steps[1:])
+    assert steps[0]["async/startup_s"] > steps[0]["time/wait_workers"]

@@ -85,7 +85,11 @@ def open_rollouts(st: RunState, saved: dict[str, Any] | None = None) -> None:
         n = len(saved.get("pending") or [])
         p.pending_metrics["async/regenerated"] = float(n)
         log.warning("async: %d group(s) dispatched before the checkpoint are regenerated from their seeds", n)
-    p.start(published(st.models.policy, st.step))
+    first = published(st.models.policy, st.step)
+    if a.backend == "simulated":  # a resume gets back the ring's older versions (staleness stays exact)
+        p.start(first, saved)
+    else:
+        p.start(first)
     st.rollouts = p
 
 

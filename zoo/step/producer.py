@@ -43,8 +43,17 @@ class Producer:
         self.pending_metrics: dict[str, float] = {}  # logged with the next step (a resume's async/regenerated)
 
     def start(self, first: PolicyVersion) -> None:
-        """Publish the trainer's weights `first` and start one driver thread per worker."""
+        """Publish the trainer's weights `first`, load them into every worker (a Ray actor starts here,
+        so its start-up is logged as `async/startup_s` with the first step instead of inside that step's
+        wait) and start one driver thread per worker."""
         self.publish(first)
+        t0 = time.perf_counter()
+        for i, w in enumerate(self.workers):
+            try:
+                w.accept(first)
+            except Exception as e:
+                raise RuntimeError(f"rollout worker {i} failed: {type(e).__name__}: {e}") from e
+        self.pending_metrics["async/startup_s"] = time.perf_counter() - t0
         for i, w in enumerate(self.workers):
             t = threading.Thread(target=self._drive, args=(i, w), name=f"zoo-rollout-worker-{i}", daemon=True)
             t.start()

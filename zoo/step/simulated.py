@@ -2,7 +2,8 @@
 asynchronous step made exact and cheap for studies. No workers and no threads: when step s takes its
 groups they are sampled, in the trainer's process, with the weights the trainer published after step
 max(s - k, first), held in a ring of the last k + 1 versions. Staleness is then exactly min(s, k)
-(after a resume: counted from the resumed step), independent of timing, and the run is deterministic
+(a checkpoint keeps the older versions of the ring, so a resumed run goes on as the uninterrupted one),
+independent of timing, and the run is deterministic
 (the slots' prompts and seeds are the asynchronous step's, zoo/step/pacing.py), so a grid over k
 isolates what staleness does to learning from what timing does. It costs what the synchronous step
 costs, plus k + 1 copies of the weights.
@@ -11,6 +12,8 @@ costs, plus k + 1 copies of the weights.
 from __future__ import annotations
 
 from typing import Any
+
+import torch
 
 from zoo.core.generator_types import SamplingParams
 from zoo.core.kinds import PolicyVersion
@@ -26,7 +29,12 @@ class SimulatedProducer:
         self.versions: dict[int, PolicyVersion] = {}
         self.pending_metrics: dict[str, float] = {}
 
-    def start(self, first: PolicyVersion) -> None:
+    def start(self, first: PolicyVersion, saved: dict[str, Any] | None = None) -> None:
+        """Keep `first` (the trainer's weights now) and, on a resume, the older versions of the ring that
+        the checkpoint `saved` holds (`state_dict`'s "versions": each tensor that differs from the newest)."""
+        for v, changed in sorted(((saved or {}).get("versions") or {}).items()):
+            tensors = tuple((n, changed.get(n, t)) for n, t in first.tensors)
+            self.versions[int(v)] = PolicyVersion(int(v), tensors)
         self.publish(first)
 
     def publish(self, policy: PolicyVersion) -> None:
@@ -58,7 +66,17 @@ class SimulatedProducer:
         return out
 
     def state_dict(self, step: int) -> dict[str, Any]:
-        return self.pacer.state_dict(step)
+        """The pacer's state and the ring's versions older than the newest (version `step`, the trainer's
+        own weights, which the checkpoint holds anyway), each as the tensors that differ from the newest:
+        with LoRA only the merged adapted layers. {version: {name: tensor}}."""
+        newest = self.versions[max(self.versions)]
+        ref = dict(newest.tensors)
+        older = {
+            v: {n: t for n, t in p.tensors if not torch.equal(t, ref[n])}
+            for v, p in self.versions.items()
+            if v != newest.version
+        }
+        return {**self.pacer.state_dict(step), "versions": older}
 
     def close(self) -> None:
         pass

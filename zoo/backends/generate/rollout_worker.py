@@ -51,7 +51,10 @@ class RolloutWorker:
         if threads is not None:
             torch.set_num_threads(int(threads))
         self.tokenizer = tokenizer
-        self.model = AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
+        # from_config draws random initial weights (replaced by the first `accept`): under fork_rng so that
+        # the trainer's global RNG (minibatch order, dropout) does not depend on how many workers there are
+        with torch.random.fork_rng(devices=[]):
+            self.model = AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
         self.model.requires_grad_(False)
         if generation_config is not None:
             self.model.generation_config = copy.deepcopy(generation_config)
