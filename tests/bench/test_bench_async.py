@@ -38,3 +38,21 @@ def test_bench_async_runs_sync_then_each_k(tiny_model_dir):
     assert runs[1]["metrics"]["async/generate_s"] > 0
     r = CliRunner().invoke(app, ["bench", "grpo", "--async", "x"])
     assert r.exit_code == 1 and "--async 'x'" in r.output
+
+
+def test_too_many_async_workers_and_a_repeated_k_are_refused_before_anything_runs():
+    import pytest
+
+    from zoo.cli import app
+    from zoo.cli.bench_options import check_async_workers
+
+    check_async_workers([0, 2], 1, 1)  # 1 <= 1 x (0 + 1)
+    with pytest.raises(
+        ValueError, match=r"--async-workers 2: at most --prompts x \(k \+ 1\) = 1 x 1 = 1 for --async k = 0"
+    ):
+        check_async_workers([2, 0], 2, 1)
+    with pytest.raises(ValueError, match="a k repeats"):
+        parse_async("1,1")
+    # the CLI refuses at once (no model load: the default model is never read)
+    r = CliRunner().invoke(app, ["bench", "grpo", "--async", "0", "--prompts", "1"])
+    assert r.exit_code == 1 and "--async-workers 2: at most" in r.output

@@ -90,7 +90,8 @@ def test_combinations_the_async_step_does_not_run_are_refused_before_loading():
     )
     assert "the variant's sampling filters" in _errors(**{"async": a, "variant": "dapo"})[0]
     assert "task.env" in _errors(**{"async": a, "task": {"name": "arithmetic", "env": "calculator"}})[0]
-    assert "greedy baseline (remax)" in _errors(**{"async": a, "variant": "remax"})[0]
+    msg = _errors(**{"async": a, "variant": "remax"})[0]
+    assert "slots.advantage: an advantage estimator with a greedy baseline (remax)" in msg and "remove async" in msg
 
 
 def test_zoo_validate_refuses_a_bad_block_without_loading(tmp_path):

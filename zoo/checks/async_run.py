@@ -72,7 +72,11 @@ def _variant_errors(s: BeforeLoad) -> list[str]:
             "async (a refill round would generate inside the step); set filter: [] or remove async"
         )
     if c.get("advantage") is not None and GREEDY in declared_reads(c["advantage"]):
-        out.append("async: an advantage estimator with a greedy baseline (remax) is not supported with async")
+        out.append(
+            "async: slots.advantage: an advantage estimator with a greedy baseline (remax) is not supported with "
+            "async (its greedy completion per prompt would generate inside the step); choose another advantage "
+            "(e.g. rloo or group_mean) or remove async"
+        )
     return out
 
 

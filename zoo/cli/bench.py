@@ -130,7 +130,7 @@ def _check_options(a: BenchArgs) -> list[Any]:
     try:
         zb.parse_updates(a.updates)
         backends = parse_backends(a.backend)
-        opt.parse_async(a.async_)
+        opt.check_async_workers(opt.parse_async(a.async_), a.async_workers, a.prompts)
     except ValueError as e:
         fail(str(e))
     if len(backends) > 1 and a.modes:

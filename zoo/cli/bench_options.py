@@ -171,7 +171,20 @@ def parse_async(value: Optional[str]) -> list[int]:
         raise ValueError(f"--async {value!r}: expected a comma list of integers k >= 0, e.g. --async 1,2") from None
     if not ks or any(k < 0 for k in ks):
         raise ValueError(f"--async {value!r}: expected a comma list of integers k >= 0, e.g. --async 1,2")
+    if len(set(ks)) < len(ks):
+        raise ValueError(f"--async {value!r}: a k repeats; list each once")
     return ks
+
+
+def check_async_workers(ks: list[int], workers: int, prompts: int) -> None:
+    """ValueError naming the flags when --async-workers exceeds what the capacity rule keeps busy at the
+    smallest --async k: prompts x (k + 1) groups in flight (async.workers' bound, docs/guides/async.md)."""
+    if ks and workers > prompts * (min(ks) + 1):
+        k = min(ks)
+        raise ValueError(
+            f"--async-workers {workers}: at most --prompts x (k + 1) = {prompts} x {k + 1} = {prompts * (k + 1)} "
+            f"for --async k = {k} (more workers would only hold idle copies of the policy)"
+        )
 
 
 def parse_backends(values: List[str]) -> list[Any]:

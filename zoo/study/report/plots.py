@@ -23,6 +23,7 @@ DIAGNOSTICS = [
     ("clip/low_frac", "clip fraction (low)"),
     ("clip/high_frac", "clip fraction (high)"),
     ("rollout/mismatch_kl", "sampler mismatch KL (k3)"),
+    ("async/staleness_mean", "staleness (versions behind; async)"),
     ("rollout/weight_mean", "rollout correction weight (mean)"),
     ("rollout/masked_frac", "tokens masked by the rollout correction"),  # rollout/*: only where logged
     ("clip/selected_frac", "tokens selected by clip_cov / kl_cov"),
