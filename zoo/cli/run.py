@@ -58,6 +58,9 @@ def run(
       zoo run run.yaml --set variant=ppo
       zoo run --resume runs/my-run
       zoo run run.yaml --nproc 2 --set training.strategy=ddp   (or torchrun ... -m zoo.cli run ...)
+      zoo run run.yaml --set async.max_staleness=2 --set async.workers=2   (asynchronous: rollout workers
+        generate while the trainer trains, groups at most 2 versions old; backend thread, ray or simulated:
+        docs/guides/async.md)
 
     Every YAML key, its default and what it does: docs/reference/run-file.md (example: examples/run_grpo.yaml).
     """
@@ -217,6 +220,7 @@ def ablate(
     Finished arms with the same config are skipped on a re-run and unfinished ones resume from their checkpoint; an arm whose config changed is an error naming the changed keys (retrain it with --fresh ARM); arms another process is running are skipped; a failed arm is recorded and the study goes on. Exit status 0 only if every arm finished.
 
     Study keys (variants, ablations, seeds, sweep, budget, ...): docs/reference/study-file.md; shipped studies: experiments/*.yaml.
+    How much staleness a correction tolerates, swept over `async.max_staleness`: experiments/staleness.yaml.
     """
     import torch
 
