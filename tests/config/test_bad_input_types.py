@@ -72,6 +72,14 @@ def test_a_quoted_async_integer_is_refused_not_read_as_the_number(block, want):
     assert str(e.value) == f"run.yaml: {want}: write it without quotes"
 
 
+def test_a_float_async_integer_is_refused_naming_the_key():
+    with pytest.raises(VariantError) as e:
+        parse_run_config({**BASE, "async": {"max_staleness": 1.0}}, "run.yaml")
+    assert "key 'async.max_staleness': expected an integer >= 0, got the number 1.0: write a whole number" in str(
+        e.value
+    )
+
+
 def test_async_integers_from_yaml_still_parse():
     data = yaml.safe_load("async: {max_staleness: 2, workers: 3}")
     opts = async_opts(parse_run_config({**BASE, **data}, "run.yaml"))

@@ -203,9 +203,11 @@ class Async(Strict):
     def _an_integer_not_a_string(cls, v: object, info: ValidationInfo) -> object:
         """`max_staleness: '2'` is refused, not read as 2 (pydantic's lax mode would): a quoted value is
         likely a mistake, and a sweep or `set` of these keys must compare as the integer (our choice)."""
+        low = next((m.ge for m in cls.model_fields[str(info.field_name)].metadata if hasattr(m, "ge")), 0)
         if isinstance(v, str):
-            low = next(m.ge for m in cls.model_fields[str(info.field_name)].metadata if hasattr(m, "ge"))
             raise ValueError(f"expected an integer >= {low}, got {shown(v)}: write it without quotes")
+        if isinstance(v, float):  # `1.0` was read as 1 and `1.5` refused with pydantic's own words
+            raise ValueError(f"expected an integer >= {low}, got {shown(v)}: write a whole number, e.g. {low}")
         return v
 
 
