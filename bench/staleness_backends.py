@@ -7,7 +7,7 @@ k)), the logged reward of steps 1 .. S (reward against optimizer steps, as a rea
 its per-seed difference from `<correction>-simulated` with a 95% bootstrap interval over seeds (10 000
 resamples, numpy's default_rng(0)), the steps whose reward equals the simulated run's exactly, and the wall
 time (`time/elapsed` at the last step). With `--plot PNG`: reward against optimizer step and against wall
-time, mean over seeds with a 95% t band.
+time, mean over seeds with a 95% t band (the report's `ci_half_width`).
 
 Usage: python bench/staleness_backends.py runs/staleness_backends [--steps 20] [--plot docs/img/x.png]
 """
@@ -17,7 +17,8 @@ import json
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
+
+from zoo.study.report.plots import ci_half_width
 
 KEY = "reward/arm_bernoulli"
 
@@ -56,8 +57,7 @@ def row(root: Path, arm: str, seeds: list[str], steps: int, k: int, rng: np.rand
 
 def band(curves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Mean over seeds and the 95% t half-width; curves [seeds, S]."""
-    n = curves.shape[0]
-    return curves.mean(0), stats.t.ppf(0.975, n - 1) * curves.std(0, ddof=1) / np.sqrt(n)
+    return curves.mean(0), np.array([ci_half_width(list(col)) for col in curves.T])
 
 
 def plot(root: Path, arms: list[str], seeds: list[str], out: Path) -> None:

@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
+
+from zoo.study.report.plots import ci_half_width
 
 
 def metrics(run: Path) -> list[dict]:
@@ -35,7 +36,8 @@ def steps_of(rows: list[dict], key: str) -> np.ndarray:
 
 
 def t_ci(d: np.ndarray) -> str:
-    h = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+    """Mean of the per-seed differences and its 95% t interval (the report's `ci_half_width`)."""
+    h = ci_half_width(list(d))
     return f"{d.mean():+.3f} [{d.mean() - h:+.3f}, {d.mean() + h:+.3f}]"
 
 

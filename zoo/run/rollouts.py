@@ -77,19 +77,16 @@ def open_rollouts(st: RunState, saved: dict[str, Any] | None = None) -> None:
         stream_state=st.stream.state_dict,
         start_step=st.step,
     )
-    if a.backend == "simulated":  # one worker used inline: step s samples with version s - k
-        p: Any = SimulatedProducer(_workers(st, 1, "thread")[0], pacer, st.variant.group_size, _sampling(st))
+    if a.backend == "simulated":  # one worker used inline: step s samples with version s - k; a resume gets
+        worker = _workers(st, 1, "thread")[0]  # back the ring's older versions (staleness stays exact)
+        p: Any = SimulatedProducer(worker, pacer, st.variant.group_size, _sampling(st), saved)
     else:
         p = Producer(_workers(st, a.workers, a.backend), pacer, st.variant.group_size, _sampling(st))
     if saved is not None:
         n = len(saved.get("pending") or [])
         p.pending_metrics["async/regenerated"] = float(n)
         log.warning("async: %d group(s) dispatched before the checkpoint are regenerated from their seeds", n)
-    first = published(st.models.policy, st.step)
-    if a.backend == "simulated":  # a resume gets back the ring's older versions (staleness stays exact)
-        p.start(first, saved)
-    else:
-        p.start(first)
+    p.start(published(st.models.policy, st.step))
     st.rollouts = p
 
 

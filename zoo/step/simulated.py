@@ -23,18 +23,29 @@ from zoo.step.pacing import Finished, Pacer
 class SimulatedProducer:
     """`zoo.step.producer.Producer`'s interface over one `worker` (a RolloutWorker) used inline."""
 
-    def __init__(self, worker: Any, pacer: Pacer, group_size: int, sampling: SamplingParams) -> None:
+    def __init__(
+        self,
+        worker: Any,
+        pacer: Pacer,
+        group_size: int,
+        sampling: SamplingParams,
+        saved: dict[str, Any] | None = None,
+    ) -> None:
+        """saved: on a resume, the checkpoint's queue (`state_dict`), whose "versions" are the ring's older
+        versions, each as the tensors that differ from the newest; `start` rebuilds them."""
         self.worker, self.pacer = worker, pacer
         self.group_size, self.sampling = group_size, sampling
         self.versions: dict[int, PolicyVersion] = {}
         self.pending_metrics: dict[str, float] = {}
+        self.saved_versions: dict[int, dict[str, Any]] = dict((saved or {}).get("versions") or {})
 
-    def start(self, first: PolicyVersion, saved: dict[str, Any] | None = None) -> None:
-        """Keep `first` (the trainer's weights now) and, on a resume, the older versions of the ring that
-        the checkpoint `saved` holds (`state_dict`'s "versions": each tensor that differs from the newest)."""
-        for v, changed in sorted(((saved or {}).get("versions") or {}).items()):
+    def start(self, first: PolicyVersion) -> None:
+        """Keep `first` (the trainer's weights now) and, on a resume, the saved older versions of the ring
+        (each tensor the checkpoint does not hold is the newest's, `first`'s)."""
+        for v, changed in sorted(self.saved_versions.items()):
             tensors = tuple((n, changed.get(n, t)) for n, t in first.tensors)
             self.versions[int(v)] = PolicyVersion(int(v), tensors)
+        self.saved_versions = {}
         self.publish(first)
 
     def publish(self, policy: PolicyVersion) -> None:

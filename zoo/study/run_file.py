@@ -20,7 +20,7 @@ from zoo.study.experiment import (
     read_study_file,
     route_key,
 )
-from zoo.study.study_checks import unknown_set_keys, unknown_variant
+from zoo.study.study_checks import study_term_errors
 
 
 def load_run_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> RunConfig:
@@ -65,7 +65,7 @@ def single_arm_config(path: str | Path, overrides: Mapping[str, Any] | None = No
             f"with --set, e.g. `zoo run {p} --set 'variants=[{arms[0].config.variant}]' --set 'ablations={{}}' "
             f"--set 'sweep={{}}' --set seed={arms[0].seed}`."
         )
-    unknown = [u for u in [unknown_variant(arms[0])] if u] + unknown_set_keys(arms[0], ABLATION_RUN_KEYS)
+    unknown = study_term_errors(arms[0], ABLATION_RUN_KEYS)
     if unknown:  # said as `zoo validate` says them (zoo.study.validate.in_study_terms)
         raise VariantError("\n".join(line for _, line in unknown))
     if var_over:

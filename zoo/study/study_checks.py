@@ -188,3 +188,11 @@ def unknown_set_keys(arm: Any, run_keys: Sequence[str]) -> list[tuple[str, str]]
         )
         out.append((said, line))
     return out
+
+
+def study_term_errors(arm: Any, run_keys: Sequence[str]) -> list[tuple[str, str]]:
+    """(what zoo.checks says, what to say) for a study arm's variant errors in the study's terms: an unknown
+    variant (`unknown_variant`), then the `set` keys of neither kind (`unknown_set_keys`). `zoo validate`
+    (zoo.study.validate.in_study_terms) and `zoo run` on a one-arm study (zoo.study.run_file) say these alike."""
+    found = unknown_variant(arm)
+    return ([found] if found else []) + unknown_set_keys(arm, run_keys)

@@ -25,8 +25,7 @@ from zoo.study.study_checks import (
     arms_alike,
     duplicate_sweep_arms,
     shared_set_overrides,
-    unknown_set_keys,
-    unknown_variant,
+    study_term_errors,
 )
 
 
@@ -89,7 +88,7 @@ def in_study_terms(arm: Arm, rep: Report) -> None:
     """In place: a study arm's errors about its variant said in the study's terms, first: an unknown
     variant with the file and key it was written at (`unknown_variant`), a `set` key of neither kind with
     the run-config keys a `set` may hold (`unknown_set_keys`), instead of what zoo.checks said about them."""
-    found = [u for u in [unknown_variant(arm)] if u] + unknown_set_keys(arm, ABLATION_RUN_KEYS)
+    found = study_term_errors(arm, ABLATION_RUN_KEYS)
     for said, _ in found:
         rep.errors = [e for e in rep.errors if said not in e]
     rep.errors[:0] = [line for _, line in found]
